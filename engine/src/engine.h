@@ -1,0 +1,25 @@
+/* One engine instance: a model, its tokenizer, a thread pool, the seam (expert source + hook), the
+ * forward pass, and one greedy generation with its counters and timings.
+ *
+ * Instances share nothing: `bmoe batch` opens a fresh one per plan entry. */
+#ifndef BMOE_ENGINE_H
+#define BMOE_ENGINE_H
+
+#include "config.h"
+#include "result.h"
+
+typedef struct bmoe_engine bmoe_engine;
+
+/* Validates the configuration against the model, loads it and builds the seam. `cfg` must outlive the
+ * engine. Returns 0 or an exit code with *err set (2 config, 3 model, 4 I/O, 1 internal). */
+int engine_open(const bmoe_config *cfg, bmoe_engine **out, bmoe_error *err);
+
+/* Prefill + greedy decode of cfg->n_predict tokens (stops at EOS). Returns 0 or an exit code. */
+int engine_generate(bmoe_engine *e, bmoe_error *err);
+
+/* Valid after a successful engine_generate, until engine_close. */
+const bmoe_result *engine_result(const bmoe_engine *e);
+
+void engine_close(bmoe_engine *e);
+
+#endif

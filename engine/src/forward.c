@@ -1,0 +1,559 @@
+/* The forward pass (docs/model-math.md), read top to bottom:
+ *
+ *   forward_eval   embed → for each layer: attention block, then dense or MoE FFN → output logits
+ *   attention      norm, q/k/v, per-head qk-norm, RoPE, KV cache, causal softmax attention
+ *   moe_ffn        router → the named results through the hook → experts via the expert source
+ *
+ * Every matmul is parallel over output rows with a static partition (threads.h), every other
+ * reduction runs serially in index order, so the output does not depend on the thread count. */
+#include "forward.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tensor.h"
+
+struct bmoe_forward {
+    const bmoe_model *m;
+    bmoe_pool *pool;
+    const bmoe_seam *seam;
+    int n_ctx, max_batch, top_k;
+    int d, q_dim, kv_dim, v_dim, o_dim, ff_max;
+    float *k_cache, *v_cache;     /* [layer][n_ctx][kv_dim], [layer][n_ctx][v_dim] */
+    double *inv_freq;             /* RoPE: base^(-2j/n_rot), j < n_rot/2 */
+    /* activations, [max_batch, ...] */
+    float *x, *xn, *hm, *q, *k, *v, *att, *o, *ffn, *sh;
+    float *hg, *hu;               /* dense / shared FFN hidden [T, ff_max] */
+    float *rlog, *rprob, *w;      /* router logits and probs [T, E], weights [T, top_k] */
+    int32_t *ids;                 /* [T, top_k] */
+    float *moe, *gx, *eg, *eu, *eo; /* expert path: sum [T,d], gathered in [T,d], hidden [T,2f], [T,f], out [T,d] */
+    int *cnt, *start, *order;     /* bucketing rows by expert: [E], [E], [T] */
+    float *scratch;               /* attention scores, [threads][n_ctx] */
+    float *xl;                    /* normed rows for the output matmul [T, d] */
+    uint64_t experts_routed;
+};
+
+const char *bmoe_node_name(bmoe_node n) {
+    static const char *const names[BMOE_NODE_COUNT] = {
+        "ffn_moe_logits", "ffn_moe_probs", "ffn_moe_topk", "ffn_moe_weights", "ffn_moe_weights_softmax",
+        "ffn_moe_weights_norm", "ffn_moe_weights_scaled", "ffn_moe_experts",
+    };
+    return (unsigned)n < BMOE_NODE_COUNT ? names[n] : "?";
+}
+
+/* ---- small helpers --------------------------------------------------------------------------- */
+
+static int is_nan(float v) { return v != v; }
+
+void topk_row(const float *p, int n, int k, int32_t *ids) {
+    for (int s = 0; s < k; s++) {
+        int best = -1;
+        for (int e = 0; e < n; e++) {
+            int taken = 0;
+            for (int r = 0; r < s; r++) taken |= ids[r] == e;
+            if (taken) continue;
+            /* strict '>' keeps the lower id on ties */
+            if (best < 0 || p[e] > p[best] || (is_nan(p[best]) && !is_nan(p[e]))) best = e;
+        }
+        ids[s] = best;
+    }
+}
+
+int argmax_first(const float *v, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[best] || (is_nan(v[best]) && !is_nan(v[i]))) best = i;
+    return best;
+}
+
+/* out = x / sqrt(mean(x^2) + eps) * w; the sum of squares runs in double, in index order. */
+static void rmsnorm(float *out, const float *x, const float *w, int n, double eps) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+    float scale = (float)(1.0 / sqrt(ss / n + eps));
+    for (int i = 0; i < n; i++) out[i] = (x[i] * scale) * w[i];
+}
+
+static void rmsnorm_rows(float *out, const float *x, const float *w, int T, int n, double eps) {
+    for (int t = 0; t < T; t++) rmsnorm(out + (size_t)t * n, x + (size_t)t * n, w, n, eps);
+}
+
+/* In-place softmax in index order: max, exp, sum, divide. */
+static void softmax(float *v, int n) {
+    float mx = v[0];
+    for (int i = 1; i < n; i++)
+        if (v[i] > mx) mx = v[i];
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) {
+        v[i] = (float)bm_exp((double)v[i] - (double)mx);
+        sum += v[i];
+    }
+    for (int i = 0; i < n; i++) v[i] /= sum;
+}
+
+static float act(bmoe_act a, float z) { return a == BMOE_ACT_SILU ? bm_silu(z) : bm_gelu_tanh(z); }
+
+/* ---- matmul: y[t, j] = row_j(W) . x[t], parallel over rows j ----------------------------------- */
+
+typedef struct {
+    const uint8_t *w;
+    uint32_t type;
+    size_t row_bytes, n_in, n_out;
+    const float *x;
+    float *y;
+    int T;
+} mm_job;
+
+static void mm_rows(void *ctx, int j0, int j1, int tid) {
+    (void)tid;
+    const mm_job *J = ctx;
+    for (int j = j0; j < j1; j++) {
+        const uint8_t *row = J->w + (size_t)j * J->row_bytes;
+        for (int t = 0; t < J->T; t++)
+            J->y[(size_t)t * J->n_out + j] = row_dot(J->type, row, J->x + (size_t)t * J->n_in, J->n_in);
+    }
+}
+
+static void matmul_raw(bmoe_forward *f, const void *w, uint32_t type, size_t row_bytes, size_t n_in, size_t n_out,
+                       const float *x, int T, float *y) {
+    mm_job J = { w, type, row_bytes, n_in, n_out, x, y, T };
+    pool_run(f->pool, (int)n_out, mm_rows, &J);
+}
+
+static void matmul(bmoe_forward *f, const bmoe_weight *W, const float *x, int T, float *y) {
+    matmul_raw(f, W->data, W->type, (size_t)W->row_bytes, (size_t)W->ne[0], (size_t)W->ne[1], x, T, y);
+}
+
+/* FFN with resident weights: y = D (act(G h) * U h), h [T, n_in]. */
+static void ffn_dense(bmoe_forward *f, const bmoe_weight *G, const bmoe_weight *U, const bmoe_weight *D,
+                      const float *h, int T, float *y) {
+    size_t F = (size_t)G->ne[1];
+    bmoe_act a = f->m->recipe->act;
+    matmul(f, G, h, T, f->hg);
+    matmul(f, U, h, T, f->hu);
+    for (size_t i = 0; i < (size_t)T * F; i++) f->hu[i] = act(a, f->hg[i]) * f->hu[i];
+    matmul(f, D, f->hu, T, y);
+}
+
+/* ---- attention ------------------------------------------------------------------------------- */
+
+typedef struct {
+    bmoe_forward *f;
+    const bmoe_layer *ly;
+    int il, T, pos0;
+} attn_job;
+
+/* Per position t: per-head qk-norm, RoPE on q and k, then k and v into the cache. */
+static void qk_rows(void *ctx, int t0, int t1, int tid) {
+    (void)tid;
+    const attn_job *J = ctx;
+    bmoe_forward *f = J->f;
+    const bmoe_hparams *hp = &f->m->hp;
+    int hd = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv, half = hp->n_rot / 2;
+    for (int t = t0; t < t1; t++) {
+        float *q = f->q + (size_t)t * f->q_dim, *k = f->k + (size_t)t * f->kv_dim;
+        if (J->ly->attn_q_norm)
+            for (int h = 0; h < H; h++) rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, J->ly->attn_q_norm, hd, hp->eps);
+        if (J->ly->attn_k_norm)
+            for (int h = 0; h < Hkv; h++) rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, J->ly->attn_k_norm, hd, hp->eps);
+        double p = (double)(J->pos0 + t);
+        for (int j = 0; j < half; j++) { /* NeoX pairing: (v[j], v[j + n_rot/2]) */
+            double sd, cd;
+            bm_sincos(p * f->inv_freq[j], &sd, &cd);
+            float s = (float)sd, c = (float)cd;
+            for (int h = 0; h < H; h++) {
+                float *v = q + (size_t)h * hd, a = v[j], b = v[j + half];
+                v[j] = a * c - b * s;
+                v[j + half] = a * s + b * c;
+            }
+            for (int h = 0; h < Hkv; h++) {
+                float *v = k + (size_t)h * hd, a = v[j], b = v[j + half];
+                v[j] = a * c - b * s;
+                v[j + half] = a * s + b * c;
+            }
+        }
+        size_t pos = (size_t)(J->pos0 + t);
+        memcpy(f->k_cache + ((size_t)J->il * f->n_ctx + pos) * f->kv_dim, k, (size_t)f->kv_dim * sizeof(float));
+        memcpy(f->v_cache + ((size_t)J->il * f->n_ctx + pos) * f->v_dim, f->v + (size_t)t * f->v_dim,
+               (size_t)f->v_dim * sizeof(float));
+    }
+}
+
+/* Per (position, head): causal softmax attention over the cache. */
+static void attn_heads(void *ctx, int i0, int i1, int tid) {
+    const attn_job *J = ctx;
+    bmoe_forward *f = J->f;
+    const bmoe_hparams *hp = &f->m->hp;
+    int H = hp->n_head, hd = hp->head_dim, hdv = hp->head_dim_v, group = hp->n_head / hp->n_head_kv;
+    float inv_sqrt_hd = (float)(1.0 / sqrt((double)hd));
+    float *sc = f->scratch + (size_t)tid * f->n_ctx;
+    const float *kc = f->k_cache + (size_t)J->il * f->n_ctx * f->kv_dim;
+    const float *vc = f->v_cache + (size_t)J->il * f->n_ctx * f->v_dim;
+    for (int i = i0; i < i1; i++) {
+        int t = i / H, h = i % H, g = h / group, p = J->pos0 + t;
+        const float *q = f->q + (size_t)t * f->q_dim + (size_t)h * hd;
+        for (int j = 0; j <= p; j++) sc[j] = dot_f32(q, kc + (size_t)j * f->kv_dim + (size_t)g * hd, (size_t)hd) * inv_sqrt_hd;
+        softmax(sc, p + 1);
+        float *out = f->att + (size_t)t * f->o_dim + (size_t)h * hdv;
+        for (int c = 0; c < hdv; c++) out[c] = 0.0f;
+        for (int j = 0; j <= p; j++) {
+            const float *vj = vc + (size_t)j * f->v_dim + (size_t)g * hdv;
+            for (int c = 0; c < hdv; c++) out[c] += sc[j] * vj[c];
+        }
+    }
+}
+
+static void attention(bmoe_forward *f, int il, int T, int pos0) {
+    const bmoe_model *m = f->m;
+    const bmoe_layer *ly = &m->layers[il];
+    int d = f->d;
+    rmsnorm_rows(f->xn, f->x, ly->attn_norm, T, d, m->hp.eps);
+    matmul(f, &ly->attn_q, f->xn, T, f->q);
+    matmul(f, &ly->attn_k, f->xn, T, f->k);
+    matmul(f, &ly->attn_v, f->xn, T, f->v);
+    attn_job J = { f, ly, il, T, pos0 };
+    pool_run(f->pool, T, qk_rows, &J);
+    pool_run(f->pool, T * m->hp.n_head, attn_heads, &J);
+    matmul(f, &ly->attn_output, f->att, T, f->o);
+    if (ly->post_attention_norm) rmsnorm_rows(f->o, f->o, ly->post_attention_norm, T, d, m->hp.eps);
+    for (size_t i = 0; i < (size_t)T * d; i++) f->x[i] += f->o[i];
+}
+
+/* ---- MoE FFN --------------------------------------------------------------------------------- */
+
+typedef struct {
+    int il, T, phase, step, pos0;
+} moe_ctx;
+
+/* Hands one named result to the hook (if any) before anything downstream reads it. */
+static int emit(bmoe_forward *f, const moe_ctx *c, bmoe_node node, char *err, size_t errlen) {
+    if (!f->seam->hook) return 0;
+    int E = f->m->hp.n_expert, k = f->top_k;
+    bmoe_moe_result r = {
+        .node = node, .layer = c->il, .n_tokens = c->T, .n_cols = node <= BMOE_NODE_PROBS ? E : k,
+        .n_expert = E, .phase = c->phase, .step = c->step, .pos0 = c->pos0,
+    };
+    if (node == BMOE_NODE_LOGITS) r.f32 = f->rlog;
+    else if (node == BMOE_NODE_PROBS) r.f32 = f->rprob;
+    else {
+        r.ids = f->ids;
+        if (node == BMOE_NODE_TOPK) {
+            r.scores = f->rprob;
+            r.scores_are_probs = f->m->hp.gating->scores_are_probs;
+        } else {
+            r.weights = f->w;
+            if (node != BMOE_NODE_EXPERTS) r.f32 = f->w;
+        }
+    }
+    int rc = f->seam->hook(f->seam->hook_user, &r);
+    if (rc) {
+        if (!err[0]) snprintf(err, errlen, "%s-%d: the hook stopped the forward pass (code %d)", bmoe_node_name(node), c->il, rc);
+        return rc;
+    }
+    return 0;
+}
+
+/* The routed experts of slot s for every token, grouped by expert so each expert's weights are
+ * read once per slot; moe[t] += w[t,s] * FFN_e(hm[t]). Called for s = 0..k-1 in order, so each
+ * token's sum runs in rank order whatever the grouping. */
+static int experts_slot(bmoe_forward *f, int il, int T, int s, char *err, size_t errlen) {
+    const bmoe_model *m = f->m;
+    const bmoe_layer *ly = &m->layers[il];
+    int E = m->hp.n_expert, k = f->top_k, d = f->d;
+    size_t fe = (size_t)m->hp.n_ff_exp;
+    bmoe_act a = m->recipe->act;
+    for (int e = 0; e < E; e++) f->cnt[e] = 0;
+    for (int t = 0; t < T; t++) f->cnt[f->ids[(size_t)t * k + s]]++;
+    for (int e = 0, acc = 0; e < E; e++) { f->start[e] = acc; acc += f->cnt[e]; }
+    for (int t = 0; t < T; t++) f->order[f->start[f->ids[(size_t)t * k + s]]++] = t;
+    for (int e = 0, acc = 0; e < E; e++) { f->start[e] = acc; acc += f->cnt[e]; }
+
+    for (int e = 0; e < E; e++) {
+        int n = f->cnt[e];
+        if (n == 0) continue;
+        const int *rows = f->order + f->start[e];
+        bmoe_expert_view v;
+        int rc = f->seam->experts.view(f->seam->experts.self, il, e, &v);
+        if (rc) {
+            snprintf(err, errlen, "expert source failed for layer %d expert %d", il, e);
+            return rc;
+        }
+        for (int i = 0; i < n; i++) memcpy(f->gx + (size_t)i * d, f->hm + (size_t)rows[i] * d, (size_t)d * sizeof(float));
+        const bmoe_expert_part *P = ly->exp_part;
+        if (v.gate_up) { /* fused: rows 0..f-1 gate, f..2f-1 up */
+            const bmoe_expert_part *gu = &P[BMOE_EXP_GATE_UP];
+            matmul_raw(f, v.gate_up, gu->type, gu->row_bytes, gu->n_in, gu->n_out, f->gx, n, f->eg);
+            for (int i = 0; i < n; i++)
+                for (size_t j = 0; j < fe; j++)
+                    f->eu[(size_t)i * fe + j] = act(a, f->eg[(size_t)i * 2 * fe + j]) * f->eg[(size_t)i * 2 * fe + fe + j];
+        } else if (v.gate && v.up) {
+            const bmoe_expert_part *g = &P[BMOE_EXP_GATE], *u = &P[BMOE_EXP_UP];
+            matmul_raw(f, v.gate, g->type, g->row_bytes, g->n_in, g->n_out, f->gx, n, f->eg);
+            matmul_raw(f, v.up, u->type, u->row_bytes, u->n_in, u->n_out, f->gx, n, f->eu);
+            for (size_t i = 0; i < (size_t)n * fe; i++) f->eu[i] = act(a, f->eg[i]) * f->eu[i];
+        } else {
+            snprintf(err, errlen, "expert source gave no gate/up weights for layer %d expert %d", il, e);
+            return 1;
+        }
+        if (!v.down) {
+            snprintf(err, errlen, "expert source gave no down weights for layer %d expert %d", il, e);
+            return 1;
+        }
+        const bmoe_expert_part *dn = &P[BMOE_EXP_DOWN];
+        matmul_raw(f, v.down, dn->type, dn->row_bytes, dn->n_in, dn->n_out, f->eu, n, f->eo);
+        for (int i = 0; i < n; i++) {
+            int t = rows[i];
+            float wt = f->w[(size_t)t * k + s];
+            float *dst = f->moe + (size_t)t * d;
+            const float *src = f->eo + (size_t)i * d;
+            for (int c = 0; c < d; c++) dst[c] += wt * src[c];
+        }
+    }
+    return 0;
+}
+
+static int check_ids(bmoe_forward *f, const moe_ctx *c, bmoe_node node, char *err, size_t errlen) {
+    int E = f->m->hp.n_expert;
+    for (size_t i = 0; i < (size_t)c->T * f->top_k; i++)
+        if (f->ids[i] < 0 || f->ids[i] >= E) {
+            snprintf(err, errlen, "%s-%d: expert id %d out of range [0, %d)", bmoe_node_name(node), c->il, (int)f->ids[i], E);
+            return 1;
+        }
+    return 0;
+}
+
+static int moe_ffn(bmoe_forward *f, const moe_ctx *c, char *err, size_t errlen) {
+    const bmoe_model *m = f->m;
+    const bmoe_hparams *hp = &m->hp;
+    const bmoe_layer *ly = &m->layers[c->il];
+    const bmoe_gating *gating = hp->gating;
+    int T = c->T, E = hp->n_expert, k = f->top_k, d = f->d;
+    int rc;
+
+    /* h = rmsnorm(x) * ffn_norm; the router reads h */
+    rmsnorm_rows(f->xn, f->x, ly->ffn_norm, T, d, hp->eps);
+    matmul(f, &ly->ffn_gate_inp, f->xn, T, f->rlog);
+    if ((rc = emit(f, c, BMOE_NODE_LOGITS, err, errlen))) return rc;
+
+    for (int t = 0; t < T; t++) {
+        const float *l = f->rlog + (size_t)t * E;
+        float *p = f->rprob + (size_t)t * E;
+        memcpy(p, l, (size_t)E * sizeof(float));
+        if (gating->probs == BMOE_PROBS_SOFTMAX) softmax(p, E);
+        else if (gating->probs == BMOE_PROBS_SIGMOID)
+            for (int e = 0; e < E; e++) p[e] = (float)(1.0 / (1.0 + bm_exp(-(double)p[e])));
+    }
+    if ((rc = emit(f, c, BMOE_NODE_PROBS, err, errlen))) return rc;
+
+    for (int t = 0; t < T; t++) topk_row(f->rprob + (size_t)t * E, E, k, f->ids + (size_t)t * k);
+    f->experts_routed += (uint64_t)T * (uint64_t)k;
+    if ((rc = emit(f, c, BMOE_NODE_TOPK, err, errlen))) return rc;
+    if ((rc = check_ids(f, c, BMOE_NODE_TOPK, err, errlen))) return rc;
+
+    for (int t = 0; t < T; t++)
+        for (int s = 0; s < k; s++) f->w[(size_t)t * k + s] = f->rprob[(size_t)t * E + f->ids[(size_t)t * k + s]];
+    if ((rc = emit(f, c, BMOE_NODE_WEIGHTS, err, errlen))) return rc;
+    if (gating->weights_softmax) {
+        for (int t = 0; t < T; t++) softmax(f->w + (size_t)t * k, k);
+        if ((rc = emit(f, c, BMOE_NODE_WEIGHTS_SOFTMAX, err, errlen))) return rc;
+    }
+    if (hp->norm_w) {
+        for (int t = 0; t < T; t++) {
+            float *w = f->w + (size_t)t * k, sum = 0.0f;
+            for (int s = 0; s < k; s++) sum += w[s];
+            for (int s = 0; s < k; s++) w[s] /= sum;
+        }
+        if ((rc = emit(f, c, BMOE_NODE_WEIGHTS_NORM, err, errlen))) return rc;
+    }
+    if (hp->w_scale != 1.0) {
+        float scale = (float)hp->w_scale;
+        for (size_t i = 0; i < (size_t)T * k; i++) f->w[i] *= scale;
+        if ((rc = emit(f, c, BMOE_NODE_WEIGHTS_SCALED, err, errlen))) return rc;
+    }
+    if ((rc = emit(f, c, BMOE_NODE_EXPERTS, err, errlen))) return rc;
+    if ((rc = check_ids(f, c, BMOE_NODE_EXPERTS, err, errlen))) return rc;
+
+    /* the routed experts read h, or their own pre-norm where the recipe has one */
+    if (ly->pre_ffw_norm_2) rmsnorm_rows(f->hm, f->x, ly->pre_ffw_norm_2, T, d, hp->eps);
+    else memcpy(f->hm, f->xn, (size_t)T * d * sizeof(float));
+    memset(f->moe, 0, (size_t)T * d * sizeof(float));
+    for (int s = 0; s < k; s++)
+        if ((rc = experts_slot(f, c->il, T, s, err, errlen))) return rc;
+
+    /* the norm sandwich and the shared expert, each step only where the model has its tensors */
+    if (ly->post_ffw_norm_2) rmsnorm_rows(f->moe, f->moe, ly->post_ffw_norm_2, T, d, hp->eps);
+    if (ly->ffn_gate.t) {
+        ffn_dense(f, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, f->xn, T, f->sh);
+        if (ly->post_ffw_norm_1) rmsnorm_rows(f->sh, f->sh, ly->post_ffw_norm_1, T, d, hp->eps);
+        for (size_t i = 0; i < (size_t)T * d; i++) f->moe[i] = f->sh[i] + f->moe[i];
+    }
+    if (ly->post_ffw_norm) rmsnorm_rows(f->moe, f->moe, ly->post_ffw_norm, T, d, hp->eps);
+    for (size_t i = 0; i < (size_t)T * d; i++) f->x[i] += f->moe[i];
+    return 0;
+}
+
+static void dense_ffn(bmoe_forward *f, int il, int T) {
+    const bmoe_layer *ly = &f->m->layers[il];
+    int d = f->d;
+    rmsnorm_rows(f->xn, f->x, ly->ffn_norm, T, d, f->m->hp.eps);
+    ffn_dense(f, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, f->xn, T, f->ffn);
+    if (ly->post_ffw_norm) rmsnorm_rows(f->ffn, f->ffn, ly->post_ffw_norm, T, d, f->m->hp.eps);
+    for (size_t i = 0; i < (size_t)T * d; i++) f->x[i] += f->ffn[i];
+}
+
+/* ---- the whole pass ---------------------------------------------------------------------------- */
+
+int forward_eval(bmoe_forward *f, const int32_t *tokens, int T, int pos0, int phase, int step, int all_logits,
+                 float *logits, char *err, size_t errlen) {
+    const bmoe_model *m = f->m;
+    const bmoe_hparams *hp = &m->hp;
+    int d = f->d, V = hp->n_vocab;
+    err[0] = 0;
+    if (T < 1 || T > f->max_batch || pos0 < 0 || pos0 > f->n_ctx - T) {
+        snprintf(err, errlen, "batch of %d at position %d does not fit the context of %d (-c)", T, pos0, f->n_ctx);
+        return 2;
+    }
+    for (int t = 0; t < T; t++) {
+        if (tokens[t] < 0 || tokens[t] >= V) {
+            snprintf(err, errlen, "token %d is outside the vocabulary (%d)", (int)tokens[t], V);
+            return 2;
+        }
+        float *x = f->x + (size_t)t * d;
+        row_to_f32(m->token_embd.type, m->token_embd.data + (size_t)tokens[t] * m->token_embd.row_bytes, x, (size_t)d);
+        if (m->recipe->embd_scale) {
+            float s = (float)sqrt((double)d);
+            for (int i = 0; i < d; i++) x[i] *= s;
+        }
+    }
+    for (int il = 0; il < hp->n_layer; il++) {
+        attention(f, il, T, pos0);
+        if (m->layers[il].is_moe) {
+            moe_ctx c = { il, T, phase, step, pos0 };
+            int rc = moe_ffn(f, &c, err, errlen);
+            if (rc) return rc;
+        } else {
+            dense_ffn(f, il, T);
+        }
+    }
+    int t0 = all_logits ? 0 : T - 1, n = T - t0;
+    rmsnorm_rows(f->xl, f->x + (size_t)t0 * d, m->output_norm, n, d, hp->eps);
+    matmul(f, &m->output, f->xl, n, logits);
+    return 0;
+}
+
+uint64_t forward_experts_routed(const bmoe_forward *f) { return f->experts_routed; }
+
+/* ---- setup ------------------------------------------------------------------------------------ */
+
+/* a * b * c with overflow checking; 0 on overflow */
+static size_t mul3(size_t a, size_t b, size_t c) {
+    if (a && b > SIZE_MAX / a) return 0;
+    size_t ab = a * b;
+    if (ab && c > SIZE_MAX / ab) return 0;
+    return ab * c;
+}
+
+static void *alloc_f(size_t n, size_t elem, int *oom) {
+    if (n == 0) n = 1;
+    void *p = calloc(n, elem);
+    if (!p) *oom = 1;
+    return p;
+}
+
+int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, const bmoe_seam *seam, int n_ctx,
+                   int max_batch, int top_k, char *err, size_t errlen) {
+    *out = NULL;
+    const bmoe_hparams *hp = &m->hp;
+    if (n_ctx < 1 || max_batch < 1 || max_batch > n_ctx) {
+        snprintf(err, errlen, "context %d / batch %d out of range (-c)", n_ctx, max_batch);
+        return 2;
+    }
+    if (m->n_moe_layers > 0 && (top_k < 1 || top_k > hp->n_expert)) {
+        snprintf(err, errlen, "--n-expert-used %d must be in [1, %d] for this model", top_k, hp->n_expert);
+        return 2;
+    }
+    if (m->n_moe_layers > 0 && (!seam || !seam->experts.view)) {
+        snprintf(err, errlen, "internal: no expert source");
+        return 1;
+    }
+    bmoe_forward *f = calloc(1, sizeof *f);
+    if (!f) { snprintf(err, errlen, "out of memory"); return 1; }
+    f->m = m;
+    f->pool = pool;
+    f->seam = seam;
+    f->n_ctx = n_ctx;
+    f->max_batch = max_batch;
+    f->top_k = m->n_moe_layers > 0 ? top_k : 0;
+    f->d = hp->n_embd;
+    f->q_dim = hp->n_head * hp->head_dim;
+    f->kv_dim = hp->n_head_kv * hp->head_dim;
+    f->v_dim = hp->n_head_kv * hp->head_dim_v;
+    f->o_dim = hp->n_head * hp->head_dim_v;
+    f->ff_max = hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp;
+    size_t T = (size_t)max_batch, L = (size_t)hp->n_layer, E = (size_t)(hp->n_expert > 0 ? hp->n_expert : 1);
+    size_t K = (size_t)(f->top_k > 0 ? f->top_k : 1), fe = (size_t)hp->n_ff_exp;
+    size_t kbytes = mul3(L, (size_t)n_ctx, (size_t)f->kv_dim), vbytes = mul3(L, (size_t)n_ctx, (size_t)f->v_dim);
+    int oom = (kbytes == 0 || vbytes == 0);
+    if (!oom) {
+        f->k_cache = alloc_f(kbytes, sizeof(float), &oom);
+        f->v_cache = alloc_f(vbytes, sizeof(float), &oom);
+    }
+    if (oom) {
+        snprintf(err, errlen, "cannot allocate the KV cache for %d positions (lower -c)", n_ctx);
+        forward_free(f);
+        return 1;
+    }
+    f->inv_freq = calloc((size_t)(hp->n_rot / 2 + 1), sizeof(double));
+    if (!f->inv_freq) oom = 1;
+    else {
+        double lb = bm_log(hp->rope_base);
+        for (int j = 0; j < hp->n_rot / 2; j++) f->inv_freq[j] = bm_exp(-(2.0 * j / hp->n_rot) * lb);
+    }
+    size_t D = (size_t)f->d;
+    f->x = alloc_f(T * D, sizeof(float), &oom);
+    f->xn = alloc_f(T * D, sizeof(float), &oom);
+    f->hm = alloc_f(T * D, sizeof(float), &oom);
+    f->xl = alloc_f(T * D, sizeof(float), &oom);
+    f->q = alloc_f(T * (size_t)f->q_dim, sizeof(float), &oom);
+    f->k = alloc_f(T * (size_t)f->kv_dim, sizeof(float), &oom);
+    f->v = alloc_f(T * (size_t)f->v_dim, sizeof(float), &oom);
+    f->att = alloc_f(T * (size_t)f->o_dim, sizeof(float), &oom);
+    f->o = alloc_f(T * D, sizeof(float), &oom);
+    f->ffn = alloc_f(T * D, sizeof(float), &oom);
+    f->sh = alloc_f(T * D, sizeof(float), &oom);
+    f->hg = alloc_f(T * (size_t)f->ff_max, sizeof(float), &oom);
+    f->hu = alloc_f(T * (size_t)f->ff_max, sizeof(float), &oom);
+    f->rlog = alloc_f(T * E, sizeof(float), &oom);
+    f->rprob = alloc_f(T * E, sizeof(float), &oom);
+    f->w = alloc_f(T * K, sizeof(float), &oom);
+    f->ids = alloc_f(T * K, sizeof(int32_t), &oom);
+    f->moe = alloc_f(T * D, sizeof(float), &oom);
+    f->gx = alloc_f(T * D, sizeof(float), &oom);
+    f->eg = alloc_f(T * 2 * fe, sizeof(float), &oom);
+    f->eu = alloc_f(T * fe, sizeof(float), &oom);
+    f->eo = alloc_f(T * D, sizeof(float), &oom);
+    f->cnt = alloc_f(E, sizeof(int), &oom);
+    f->start = alloc_f(E, sizeof(int), &oom);
+    f->order = alloc_f(T, sizeof(int), &oom);
+    f->scratch = alloc_f((size_t)pool_threads(pool) * (size_t)n_ctx, sizeof(float), &oom);
+    if (oom) {
+        snprintf(err, errlen, "out of memory for a batch of %d positions", max_batch);
+        forward_free(f);
+        return 1;
+    }
+    *out = f;
+    return 0;
+}
+
+void forward_free(bmoe_forward *f) {
+    if (!f) return;
+    free(f->k_cache); free(f->v_cache); free(f->inv_freq);
+    free(f->x); free(f->xn); free(f->hm); free(f->xl); free(f->q); free(f->k); free(f->v); free(f->att);
+    free(f->o); free(f->ffn); free(f->sh); free(f->hg); free(f->hu);
+    free(f->rlog); free(f->rprob); free(f->w); free(f->ids);
+    free(f->moe); free(f->gx); free(f->eg); free(f->eu); free(f->eo);
+    free(f->cnt); free(f->start); free(f->order); free(f->scratch);
+    free(f);
+}

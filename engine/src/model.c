@@ -1,0 +1,431 @@
+/* Model loading: metadata → hyperparameters, tensors bound by llama.cpp name and checked against
+ * them, shards mapped read-only, per-expert layout computed. Nothing here trusts the file: every
+ * value read is range-checked before it sizes anything, and every failure is a message, never an
+ * assertion. */
+#include "model.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "tensor.h"
+
+/* Upper bounds that keep every product of two dimensions far from overflow; the real bound is the
+ * file itself (a tensor's bytes must fit in its shard), checked when the tensor is bound. */
+#define MAX_LAYERS (1 << 12)
+#define MAX_DIM (1 << 22)
+#define MAX_HEADS (1 << 12)
+#define MAX_EXPERTS (1 << 16)
+#define MAX_VOCAB (1 << 24)
+#define MAX_CTX (1 << 30)
+
+typedef struct loader {
+    bmoe_model *m;
+    char *err;
+    size_t errlen;
+    char key[160];
+} loader;
+
+static int fail(loader *L, int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(L->err, L->errlen, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+/* A key present with the wrong type or value; the reader's message names the key already. */
+static int bad_type(loader *L, const char *key, const char *e) {
+    if (e[0] && strstr(e, key)) return fail(L, 3, "%s: %s", L->m->path, e);
+    return fail(L, 3, "%s: %s: %s", L->m->path, key, e[0] ? e : "wrong type");
+}
+
+static const char *akey(loader *L, const char *suffix) {
+    snprintf(L->key, sizeof L->key, "%s.%s", L->m->arch, suffix);
+    return L->key;
+}
+
+/* Integer hyperparameter `{arch}.suffix`: *out = def when absent and not required. */
+static int get_int(loader *L, const char *suffix, int required, int def, int lo, int hi, int *out) {
+    const char *key = akey(L, suffix);
+    uint64_t v = 0;
+    char e[256] = "";
+    int r = gguf_get_u64(L->m->g, key, &v, e, sizeof e);
+    if (r < 0) return bad_type(L, key, e);
+    if (r == 0) {
+        if (required) return fail(L, 3, "%s: required metadata key %s is missing", L->m->path, key);
+        *out = def;
+        return 0;
+    }
+    if (v < (uint64_t)lo || v > (uint64_t)hi)
+        return fail(L, 3, "%s: %s = %llu is out of range [%d, %d]", L->m->path, key, (unsigned long long)v, lo, hi);
+    *out = (int)v;
+    return 0;
+}
+
+static int get_real(loader *L, const char *suffix, int required, double def, double lo, double hi, double *out) {
+    const char *key = akey(L, suffix);
+    double v = 0;
+    char e[256] = "";
+    int r = gguf_get_f64(L->m->g, key, &v, e, sizeof e);
+    if (r < 0) return bad_type(L, key, e);
+    if (r == 0) {
+        if (required) return fail(L, 3, "%s: required metadata key %s is missing", L->m->path, key);
+        *out = def;
+        return 0;
+    }
+    if (!(v >= lo && v <= hi)) return fail(L, 3, "%s: %s = %g is out of range [%g, %g]", L->m->path, key, v, lo, hi);
+    *out = v;
+    return 0;
+}
+
+static int get_flag(loader *L, const char *suffix, int def, int *out) {
+    const char *key = akey(L, suffix);
+    int v = 0;
+    char e[256] = "";
+    int r = gguf_get_bool(L->m->g, key, &v, e, sizeof e);
+    if (r < 0) return bad_type(L, key, e);
+    *out = r == 0 ? def : (v != 0);
+    return 0;
+}
+
+static void fmt_shape(char *buf, size_t n, const uint64_t *ne, int nd) {
+    size_t u = 0;
+    u += (size_t)snprintf(buf + u, n - u, "[");
+    for (int i = 0; i < nd && u < n; i++)
+        u += (size_t)snprintf(buf + u, n - u, "%s%llu", i ? "," : "", (unsigned long long)ne[i]);
+    if (u < n) snprintf(buf + u, n - u, "]");
+}
+
+static const char *shard_path(const bmoe_model *m, const gguf_tensor *t) {
+    return t->shard < m->g->n_shards ? m->g->shards[t->shard].path : m->path;
+}
+
+/* Finds tensor `name`, checks it has exactly the expected shape (n_exp dims; missing dims are 1),
+ * a usable type and alignment, and fills *w. Absent and not required: *w zeroed, returns 0. */
+static int bind(loader *L, const char *name, int required, int n_exp, uint64_t e0, uint64_t e1, uint64_t e2,
+                bmoe_weight *w) {
+    bmoe_model *m = L->m;
+    memset(w, 0, sizeof *w);
+    const gguf_tensor *t = gguf_find_tensor(m->g, name);
+    if (!t) {
+        if (required) return fail(L, 3, "%s: tensor %s is missing", m->path, name);
+        return 0;
+    }
+    const char *path = shard_path(m, t);
+    uint64_t want[GGUF_MAX_DIMS] = {e0, n_exp > 1 ? e1 : 1, n_exp > 2 ? e2 : 1, 1};
+    int same = 1;
+    for (int i = 0; i < GGUF_MAX_DIMS; i++) same &= t->ne[i] == want[i];
+    if (!same) {
+        char got[96], exp[96];
+        int nd = t->n_dims < 1 ? 1 : (t->n_dims > GGUF_MAX_DIMS ? GGUF_MAX_DIMS : (int)t->n_dims);
+        fmt_shape(got, sizeof got, t->ne, nd);
+        fmt_shape(exp, sizeof exp, want, n_exp);
+        return fail(L, 3, "%s: %s: shape %s but expected %s", path, name, got, exp);
+    }
+    uint32_t blk = ggml_type_block(t->type);
+    if (t->type != GGML_TYPE_F32 && t->type != GGML_TYPE_F16 && t->type != GGML_TYPE_Q8_0)
+        return fail(L, 3, "%s: %s: type %s is not supported (F32, F16, Q8_0)", path, name, ggml_type_name(t->type));
+    if (blk == 0 || t->ne[0] % blk != 0)
+        return fail(L, 3, "%s: %s: ne[0] = %llu is not a multiple of the %s block size %u", path, name,
+                    (unsigned long long)t->ne[0], ggml_type_name(t->type), blk);
+    uint64_t rb = ggml_type_nbytes(t->type, t->ne[0]);
+    /* rows * row bytes, overflow-checked against what the tensor actually holds */
+    uint64_t rows = t->ne[1] * t->ne[2]; /* each < MAX_DIM-ish from the shape check */
+    if (rb == 0 || rb != t->row_bytes || rows > t->nbytes / rb)
+        return fail(L, 3, "%s: %s: %llu bytes cannot hold shape with %s rows of %llu bytes", path, name,
+                    (unsigned long long)t->nbytes, ggml_type_name(t->type), (unsigned long long)rb);
+    /* f32 and f16 rows are read as float / half words: the data must be aligned to them */
+    uint64_t align = t->type == GGML_TYPE_F32 ? 4 : (t->type == GGML_TYPE_F16 ? 2 : 1);
+    if (t->offset % align != 0)
+        return fail(L, 3, "%s: %s: data offset %llu is not aligned to %llu bytes", path, name,
+                    (unsigned long long)t->offset, (unsigned long long)align);
+    w->t = t;
+    w->type = t->type;
+    w->ne[0] = t->ne[0];
+    w->ne[1] = t->ne[1];
+    w->ne[2] = t->ne[2];
+    w->row_bytes = rb;
+    w->data = (m->maps && m->maps[t->shard]) ? (const uint8_t *)m->maps[t->shard] + t->offset : NULL;
+    return 0;
+}
+
+/* A 1-D weight of n elements, dequantised into an owned f32 array (read with pread-free copies from the
+ * mapping, or from the file when the model is not mapped). */
+static int bind_vec(loader *L, const char *name, int required, uint64_t n, float **out) {
+    bmoe_weight w;
+    *out = NULL;
+    int rc = bind(L, name, required, 1, n, 1, 1, &w);
+    if (rc || !w.t) return rc;
+    float *v = malloc((size_t)n * sizeof(float));
+    if (!v) return fail(L, 1, "out of memory loading %s", name);
+    if (w.data) {
+        row_to_f32(w.type, w.data, v, (size_t)n);
+    } else { /* not mapped (bmoe info): the values are not needed, keep zeros */
+        memset(v, 0, (size_t)n * sizeof(float));
+    }
+    *out = v;
+    return 0;
+}
+
+static int bind_layer_vec(loader *L, int il, const char *what, int required, uint64_t n, float **out) {
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.%s.weight", il, what);
+    return bind_vec(L, name, required, n, out);
+}
+
+static int bind_layer(loader *L, int il, const char *what, int required, int n_exp, uint64_t e0, uint64_t e1,
+                      uint64_t e2, bmoe_weight *w) {
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.%s.weight", il, what);
+    return bind(L, name, required, n_exp, e0, e1, e2, w);
+}
+
+static int read_hparams(loader *L) {
+    bmoe_model *m = L->m;
+    bmoe_hparams *hp = &m->hp;
+    const bmoe_recipe *r = m->recipe;
+    int rc;
+    if ((rc = get_int(L, "block_count", 1, 0, 1, MAX_LAYERS, &hp->n_layer))) return rc;
+    if ((rc = get_int(L, "context_length", 1, 0, 1, MAX_CTX, &hp->n_ctx_train))) return rc;
+    if ((rc = get_int(L, "embedding_length", 1, 0, 1, MAX_DIM, &hp->n_embd))) return rc;
+    if ((rc = get_int(L, "feed_forward_length", 0, 0, 0, MAX_DIM, &hp->n_ff))) return rc;
+    if ((rc = get_int(L, "attention.head_count", 1, 0, 1, MAX_HEADS, &hp->n_head))) return rc;
+    if ((rc = get_int(L, "attention.head_count_kv", 0, hp->n_head, 1, MAX_HEADS, &hp->n_head_kv))) return rc;
+    if (hp->n_head % hp->n_head_kv != 0)
+        return fail(L, 3, "%s: %s.attention.head_count %d is not a multiple of head_count_kv %d", m->path, m->arch,
+                    hp->n_head, hp->n_head_kv);
+    int def_hd = hp->n_embd / hp->n_head;
+    if ((rc = get_int(L, "attention.key_length", 0, def_hd, 1, MAX_DIM, &hp->head_dim))) return rc;
+    if (hp->head_dim < 1) return fail(L, 3, "%s: %s.attention.key_length is missing and embedding_length < head_count", m->path, m->arch);
+    if ((rc = get_int(L, "attention.value_length", 0, hp->head_dim, 1, MAX_DIM, &hp->head_dim_v))) return rc;
+    if ((uint64_t)hp->n_head * (uint64_t)(hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v) > MAX_DIM)
+        return fail(L, 3, "%s: %s: head_count x head dim exceeds %d", m->path, m->arch, MAX_DIM);
+    if ((rc = get_real(L, "attention.layer_norm_rms_epsilon", 1, 0, 1e-30, 1.0, &hp->eps))) return rc;
+    if ((rc = get_real(L, "rope.freq_base", 0, 10000.0, 1e-6, 1e30, &hp->rope_base))) return rc;
+    if ((rc = get_int(L, "rope.dimension_count", 0, hp->head_dim, 0, hp->head_dim, &hp->n_rot))) return rc;
+    if (hp->n_rot % 2 != 0)
+        return fail(L, 3, "%s: %s.rope.dimension_count = %d is odd (it defaults to attention.key_length)", m->path,
+                    m->arch, hp->n_rot);
+    if ((rc = get_int(L, "expert_count", 0, 0, 0, MAX_EXPERTS, &hp->n_expert))) return rc;
+    if ((rc = get_int(L, "expert_used_count", 0, 0, 0, MAX_EXPERTS, &hp->n_expert_used))) return rc;
+    if ((rc = get_int(L, "expert_feed_forward_length", 0, 0, 0, MAX_DIM, &hp->n_ff_exp))) return rc;
+    if ((rc = get_int(L, "expert_shared_feed_forward_length", 0, hp->n_ff, 0, MAX_DIM, &hp->n_ff_shexp))) return rc;
+    if ((rc = get_int(L, "leading_dense_block_count", 0, r->n_dense_lead, 0, hp->n_layer, &hp->n_dense_lead))) return rc;
+    int gid = r->gating;
+    if ((rc = get_int(L, "expert_gating_func", 0, 0, 0, 1 << 30, &gid))) return rc;
+    if (gid == 0) gid = r->gating; /* llama.cpp's "none": the architecture's default */
+    hp->gating = arch_gating(gid);
+    if (!hp->gating) return fail(L, 3, "%s: %s.expert_gating_func = %d is not a known gating (1 softmax, 2 sigmoid, 3 softmax over the selected)", m->path, m->arch, gid);
+    if ((rc = get_flag(L, "expert_weights_norm", r->norm_w, &hp->norm_w))) return rc;
+    if ((rc = get_real(L, "expert_weights_scale", 0, 1.0, 1e-30, 1e30, &hp->w_scale))) return rc;
+    return 0;
+}
+
+static int read_vocab_size(loader *L) {
+    const gguf_kv *kv = gguf_find_kv(L->m->g, "tokenizer.ggml.tokens");
+    if (!kv) return fail(L, 3, "%s: required metadata key tokenizer.ggml.tokens is missing", L->m->path);
+    if (kv->type != GGUF_TYPE_ARRAY || kv->arr_type != GGUF_TYPE_STRING)
+        return fail(L, 3, "%s: tokenizer.ggml.tokens is not an array of strings", L->m->path);
+    if (kv->n < 1 || kv->n > MAX_VOCAB)
+        return fail(L, 3, "%s: tokenizer.ggml.tokens has %llu entries (1..%d allowed)", L->m->path,
+                    (unsigned long long)kv->n, MAX_VOCAB);
+    L->m->hp.n_vocab = (int)kv->n;
+    return 0;
+}
+
+/* Records the layout of one expert tensor and checks it agrees with the first MoE layer's. */
+static int expert_part(loader *L, int il, int part, const bmoe_weight *w) {
+    bmoe_model *m = L->m;
+    bmoe_layer *ly = &m->layers[il];
+    bmoe_expert_part *p = &ly->exp_part[part];
+    p->present = 1;
+    snprintf(p->name, sizeof p->name, "%.*s", (int)(w->t->name.len < 63 ? w->t->name.len : 63), w->t->name.ptr);
+    p->shard = w->t->shard;
+    p->offset = w->t->offset;
+    p->type = w->type;
+    p->n_in = w->ne[0];
+    p->n_out = w->ne[1];
+    p->row_bytes = w->row_bytes;
+    p->bytes = w->row_bytes * w->ne[1];
+    p->stride = p->bytes;
+    ly->expert_bytes += p->bytes;
+    if (m->n_moe_layers > 0) {
+        const bmoe_expert_part *f = &m->layers[m->moe_layers[0]].exp_part[part];
+        if (f->type != p->type)
+            return fail(L, 3, "%s: %s: type %s but %s is %s (expert tensors must agree across layers)",
+                        shard_path(m, w->t), p->name, ggml_type_name(p->type), f->name, ggml_type_name(f->type));
+    }
+    return 0;
+}
+
+static int bind_tensors(loader *L) {
+    bmoe_model *m = L->m;
+    const bmoe_hparams *hp = &m->hp;
+    const bmoe_recipe *r = m->recipe;
+    uint64_t d = (uint64_t)hp->n_embd, V = (uint64_t)hp->n_vocab;
+    uint64_t hd = (uint64_t)hp->head_dim, hdv = (uint64_t)hp->head_dim_v;
+    uint64_t H = (uint64_t)hp->n_head, Hkv = (uint64_t)hp->n_head_kv;
+    int rc;
+    if ((rc = bind(L, "token_embd.weight", 1, 2, d, V, 1, &m->token_embd))) return rc;
+    if ((rc = bind_vec(L, "output_norm.weight", 1, d, &m->output_norm))) return rc;
+    if ((rc = bind(L, "output.weight", 0, 2, d, V, 1, &m->output))) return rc;
+    if (!m->output.t) { m->output = m->token_embd; m->output_tied = 1; }
+
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    m->moe_layers = calloc((size_t)hp->n_layer, sizeof *m->moe_layers);
+    if (!m->layers || !m->moe_layers) return fail(L, 1, "out of memory");
+    for (int il = 0; il < hp->n_layer; il++) {
+        bmoe_layer *ly = &m->layers[il];
+        if ((rc = bind_layer_vec(L, il, "attn_norm", 1, d, &ly->attn_norm))) return rc;
+        if ((rc = bind_layer(L, il, "attn_q", 1, 2, d, H * hd, 1, &ly->attn_q))) return rc;
+        if ((rc = bind_layer(L, il, "attn_k", 1, 2, d, Hkv * hd, 1, &ly->attn_k))) return rc;
+        if ((rc = bind_layer(L, il, "attn_v", 1, 2, d, Hkv * hdv, 1, &ly->attn_v))) return rc;
+        if ((rc = bind_layer(L, il, "attn_output", 1, 2, H * hdv, d, 1, &ly->attn_output))) return rc;
+        if ((rc = bind_layer_vec(L, il, "attn_q_norm", r->qk_norm, hd, &ly->attn_q_norm))) return rc;
+        if ((rc = bind_layer_vec(L, il, "attn_k_norm", r->qk_norm, hd, &ly->attn_k_norm))) return rc;
+        if ((rc = bind_layer_vec(L, il, "post_attention_norm", r->post_norms, d, &ly->post_attention_norm))) return rc;
+        if ((rc = bind_layer_vec(L, il, "ffn_norm", 1, d, &ly->ffn_norm))) return rc;
+
+        char name[96];
+        snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il);
+        ly->is_moe = il >= hp->n_dense_lead && gguf_find_tensor(m->g, name) != NULL;
+        if (!ly->is_moe) {
+            if (hp->n_ff < 1)
+                return fail(L, 3, "%s: layer %d is dense but %s.feed_forward_length is missing", m->path, il, m->arch);
+            uint64_t F = (uint64_t)hp->n_ff;
+            if ((rc = bind_layer(L, il, "ffn_gate", 1, 2, d, F, 1, &ly->ffn_gate))) return rc;
+            if ((rc = bind_layer(L, il, "ffn_up", 1, 2, d, F, 1, &ly->ffn_up))) return rc;
+            if ((rc = bind_layer(L, il, "ffn_down", 1, 2, F, d, 1, &ly->ffn_down))) return rc;
+            if ((rc = bind_layer_vec(L, il, "post_ffw_norm", 0, d, &ly->post_ffw_norm))) return rc;
+            continue;
+        }
+        /* a MoE layer */
+        if (hp->n_expert < 1) return fail(L, 3, "%s: required metadata key %s.expert_count is missing", m->path, m->arch);
+        if (hp->n_expert_used < 1 || hp->n_expert_used > hp->n_expert)
+            return fail(L, 3, "%s: %s.expert_used_count = %d must be in [1, expert_count = %d]", m->path, m->arch,
+                        hp->n_expert_used, hp->n_expert);
+        if (hp->n_ff_exp < 1)
+            return fail(L, 3, "%s: required metadata key %s.expert_feed_forward_length is missing", m->path, m->arch);
+        uint64_t E = (uint64_t)hp->n_expert, f = (uint64_t)hp->n_ff_exp;
+        if ((rc = bind_layer(L, il, "ffn_gate_inp", 1, 2, d, E, 1, &ly->ffn_gate_inp))) return rc;
+        if (r->fused_gate_up) {
+            if ((rc = bind_layer(L, il, "ffn_gate_up_exps", 1, 3, d, 2 * f, E, &ly->exps[BMOE_EXP_GATE_UP]))) return rc;
+            if ((rc = expert_part(L, il, BMOE_EXP_GATE_UP, &ly->exps[BMOE_EXP_GATE_UP]))) return rc;
+        } else {
+            if ((rc = bind_layer(L, il, "ffn_gate_exps", 1, 3, d, f, E, &ly->exps[BMOE_EXP_GATE]))) return rc;
+            if ((rc = expert_part(L, il, BMOE_EXP_GATE, &ly->exps[BMOE_EXP_GATE]))) return rc;
+            if ((rc = bind_layer(L, il, "ffn_up_exps", 1, 3, d, f, E, &ly->exps[BMOE_EXP_UP]))) return rc;
+            if ((rc = expert_part(L, il, BMOE_EXP_UP, &ly->exps[BMOE_EXP_UP]))) return rc;
+        }
+        if ((rc = bind_layer(L, il, "ffn_down_exps", 1, 3, f, d, E, &ly->exps[BMOE_EXP_DOWN]))) return rc;
+        if ((rc = expert_part(L, il, BMOE_EXP_DOWN, &ly->exps[BMOE_EXP_DOWN]))) return rc;
+        if (r->shared_expert) {
+            if (hp->n_ff_shexp < 1)
+                return fail(L, 3, "%s: required metadata key %s.expert_shared_feed_forward_length is missing", m->path, m->arch);
+            uint64_t S = (uint64_t)hp->n_ff_shexp;
+            if ((rc = bind_layer(L, il, "ffn_gate", 1, 2, d, S, 1, &ly->ffn_gate))) return rc;
+            if ((rc = bind_layer(L, il, "ffn_up", 1, 2, d, S, 1, &ly->ffn_up))) return rc;
+            if ((rc = bind_layer(L, il, "ffn_down", 1, 2, S, d, 1, &ly->ffn_down))) return rc;
+        }
+        if (r->post_norms) {
+            if ((rc = bind_layer_vec(L, il, "pre_ffw_norm_2", 1, d, &ly->pre_ffw_norm_2))) return rc;
+            if ((rc = bind_layer_vec(L, il, "post_ffw_norm_1", 1, d, &ly->post_ffw_norm_1))) return rc;
+            if ((rc = bind_layer_vec(L, il, "post_ffw_norm_2", 1, d, &ly->post_ffw_norm_2))) return rc;
+            if ((rc = bind_layer_vec(L, il, "post_ffw_norm", 1, d, &ly->post_ffw_norm))) return rc;
+        }
+        if (m->n_moe_layers == 0) m->expert_bytes = ly->expert_bytes;
+        m->moe_layers[m->n_moe_layers++] = il;
+    }
+    return 0;
+}
+
+static int map_shards(loader *L) {
+    bmoe_model *m = L->m;
+    for (uint32_t s = 0; s < m->g->n_shards; s++) {
+        const gguf_shard *sh = &m->g->shards[s];
+        if (sh->size == 0 || sh->size > (uint64_t)SIZE_MAX) return fail(L, 3, "%s: cannot map a file of %llu bytes", sh->path, (unsigned long long)sh->size);
+        void *p = mmap(NULL, (size_t)sh->size, PROT_READ, MAP_PRIVATE, sh->fd, 0);
+        if (p == MAP_FAILED) return fail(L, 4, "%s: mmap failed: %s", sh->path, strerror(errno));
+        m->maps[s] = p;
+        m->map_len[s] = sh->size;
+    }
+    return 0;
+}
+
+int model_open(const char *path, int map, bmoe_model **out, char *err, size_t errlen) {
+    *out = NULL;
+    bmoe_model *m = calloc(1, sizeof *m);
+    if (!m) { snprintf(err, errlen, "out of memory"); return 1; }
+    loader L = { .m = m, .err = err, .errlen = errlen };
+    int rc = 0;
+    m->path = strdup(path);
+    if (!m->path) { rc = fail(&L, 1, "out of memory"); goto fail; }
+
+    char gerr[512] = "";
+    int st = gguf_open(path, &m->g, gerr, sizeof gerr);
+    if (st != BMOE_GGUF_OK || !m->g) {
+        rc = st == BMOE_GGUF_EIO ? 4 : st == BMOE_GGUF_ENOMEM ? 1 : 3;
+        if (strstr(gerr, path)) fail(&L, rc, "%s", gerr);
+        else fail(&L, rc, "%s: %s", path, gerr[0] ? gerr : "cannot open model");
+        goto fail;
+    }
+    for (uint32_t s = 0; s < m->g->n_shards; s++) m->file_bytes += m->g->shards[s].size;
+
+    gguf_str arch;
+    char e[256] = "";
+    int r = gguf_get_str(m->g, "general.architecture", &arch, e, sizeof e);
+    if (r <= 0) {
+        rc = r == 0 ? fail(&L, 3, "%s: required metadata key general.architecture is missing", path)
+                    : bad_type(&L, "general.architecture", e);
+        goto fail;
+    }
+    m->recipe = arch_recipe(arch.ptr, (unsigned long)arch.len);
+    if (!m->recipe || arch.len >= sizeof m->arch) {
+        char known[128];
+        rc = fail(&L, 3, "%s: general.architecture '%.*s' is not supported (known: %s)", path,
+                  (int)(arch.len > 40 ? 40 : arch.len), arch.ptr, arch_known(known, sizeof known));
+        goto fail;
+    }
+    memcpy(m->arch, arch.ptr, arch.len);
+    m->arch[arch.len] = 0;
+
+    if ((rc = read_hparams(&L))) goto fail;
+    if ((rc = read_vocab_size(&L))) goto fail;
+    m->maps = calloc(m->g->n_shards, sizeof *m->maps);
+    m->map_len = calloc(m->g->n_shards, sizeof *m->map_len);
+    if (!m->maps || !m->map_len) { rc = fail(&L, 1, "out of memory"); goto fail; }
+    if (map && (rc = map_shards(&L))) goto fail;
+    if ((rc = bind_tensors(&L))) goto fail;
+    *out = m;
+    return 0;
+fail:
+    model_close(m);
+    return rc ? rc : 1;
+}
+
+void model_close(bmoe_model *m) {
+    if (!m) return;
+    if (m->layers) {
+        for (int il = 0; il < m->hp.n_layer; il++) {
+            bmoe_layer *ly = &m->layers[il];
+            free(ly->attn_norm); free(ly->attn_q_norm); free(ly->attn_k_norm); free(ly->post_attention_norm);
+            free(ly->ffn_norm); free(ly->pre_ffw_norm_2); free(ly->post_ffw_norm_1); free(ly->post_ffw_norm_2);
+            free(ly->post_ffw_norm);
+        }
+    }
+    free(m->layers);
+    free(m->moe_layers);
+    free(m->output_norm);
+    if (m->maps && m->g)
+        for (uint32_t s = 0; s < m->g->n_shards; s++)
+            if (m->maps[s]) munmap(m->maps[s], (size_t)m->map_len[s]);
+    free(m->maps);
+    free(m->map_len);
+    if (m->g) gguf_close(m->g);
+    free(m->path);
+    free(m);
+}

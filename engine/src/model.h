@@ -1,0 +1,87 @@
+/* A loaded model: hyperparameters, the recipe, every tensor bound by its llama.cpp name and checked
+ * against the hyperparameters, the shard mappings, and the per-expert layout the streamer needs.
+ *
+ * Every problem found while loading is an error (exit code 3 for a malformed model, 4 for an I/O
+ * failure) whose message names the file and the tensor or key. */
+#ifndef BMOE_MODEL_H
+#define BMOE_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "arch.h"
+#include "gguf.h"
+
+/* A weight matrix as the matmuls read it: ne[1] rows (ne[2] experts) of ne[0] elements. */
+typedef struct bmoe_weight {
+    const gguf_tensor *t;    /* NULL when absent */
+    const uint8_t *data;     /* shard mapping + offset; NULL when absent or the model is not mapped */
+    uint32_t type;
+    uint64_t ne[3];
+    uint64_t row_bytes;
+} bmoe_weight;
+
+/* The parts of an expert, in the order they are listed everywhere (views, trace, layout). */
+enum { BMOE_EXP_GATE = 0, BMOE_EXP_UP, BMOE_EXP_GATE_UP, BMOE_EXP_DOWN, BMOE_EXP_NPARTS };
+
+/* One expert tensor of one MoE layer. Expert e is bytes [offset + e*stride, offset + e*stride + bytes)
+ * of shard `shard`; stride == bytes (the experts are the contiguous slices of the last dimension). */
+typedef struct bmoe_expert_part {
+    int present;
+    char name[64];           /* full tensor name, e.g. blk.3.ffn_up_exps.weight */
+    uint32_t shard;
+    uint64_t offset;         /* absolute file offset of expert 0 */
+    uint64_t stride;
+    uint64_t bytes;
+    uint32_t type;
+    uint64_t n_in, n_out;    /* ne[0], ne[1] of one expert */
+    uint64_t row_bytes;
+} bmoe_expert_part;
+
+typedef struct bmoe_layer {
+    int is_moe;
+    /* 1-D norm weights, dequantised to f32 at load (owned); NULL when absent */
+    float *attn_norm, *attn_q_norm, *attn_k_norm, *post_attention_norm, *ffn_norm;
+    float *pre_ffw_norm_2, *post_ffw_norm_1, *post_ffw_norm_2, *post_ffw_norm;
+    bmoe_weight attn_q, attn_k, attn_v, attn_output;
+    bmoe_weight ffn_gate, ffn_up, ffn_down;   /* the dense FFN, or the shared expert of a MoE layer */
+    bmoe_weight ffn_gate_inp;                 /* router [d, E] */
+    bmoe_weight exps[BMOE_EXP_NPARTS];        /* whole 3-D expert tensors (data may be unused) */
+    bmoe_expert_part exp_part[BMOE_EXP_NPARTS];
+    uint64_t expert_bytes;                    /* bytes of one expert over all its parts */
+} bmoe_layer;
+
+typedef struct bmoe_hparams {
+    int n_layer, n_ctx_train, n_embd, n_ff, n_head, n_head_kv, head_dim, head_dim_v, n_rot;
+    double eps, rope_base;
+    int n_expert, n_expert_used, n_ff_exp, n_ff_shexp, n_dense_lead;
+    int n_vocab;
+    const bmoe_gating *gating;
+    int norm_w;
+    double w_scale;
+} bmoe_hparams;
+
+typedef struct bmoe_model {
+    char *path;                   /* as given (the first shard) */
+    char arch[64];
+    const bmoe_recipe *recipe;
+    bmoe_hparams hp;
+    gguf_model *g;
+    void **maps;                  /* per shard: the read-only mapping (NULL when not mapped) */
+    uint64_t *map_len;
+    uint64_t file_bytes;          /* sum of the shard sizes */
+    bmoe_weight token_embd, output; /* output may alias token_embd (tied) */
+    int output_tied;
+    float *output_norm;
+    bmoe_layer *layers;
+    int n_moe_layers;
+    int *moe_layers;              /* indices of the MoE layers, ascending */
+    uint64_t expert_bytes;        /* one expert of one MoE layer, all its parts (same for every layer) */
+} bmoe_model;
+
+/* Opens and checks the model. `map`: map every shard read-only (needed to run; `info` does not).
+ * Returns 0, or an exit code (3 malformed, 4 I/O, 1 out of memory) with one line in err. */
+int model_open(const char *path, int map, bmoe_model **out, char *err, size_t errlen);
+void model_close(bmoe_model *m);
+
+#endif

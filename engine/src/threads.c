@@ -1,0 +1,106 @@
+/* Persistent pthread pool: workers sleep on a condition variable between jobs; a job is published by
+ * bumping a generation counter. No globals: everything lives in the pool object. */
+#include "threads.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+struct worker { bmoe_pool *pool; int tid; pthread_t th; };
+
+struct bmoe_pool {
+    int n_threads;
+    struct worker *workers; /* n_threads - 1 of them; the caller is thread 0 */
+    int n_started;
+    pthread_mutex_t mu;
+    pthread_cond_t wake, done;
+    unsigned long generation;
+    int pending;            /* workers still busy with the current generation */
+    int quit;
+    /* the current job */
+    bmoe_pool_fn fn;
+    void *ctx;
+    int n;
+};
+
+static void run_share(bmoe_pool *p, int tid) {
+    long long n = p->n, N = p->n_threads;
+    int i0 = (int)(n * tid / N), i1 = (int)(n * (tid + 1) / N);
+    if (i1 > i0) p->fn(p->ctx, i0, i1, tid);
+}
+
+static void *worker_main(void *arg) {
+    struct worker *w = arg;
+    bmoe_pool *p = w->pool;
+    unsigned long seen = 0;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->quit && p->generation == seen) pthread_cond_wait(&p->wake, &p->mu);
+        if (p->quit) break;
+        seen = p->generation;
+        pthread_mutex_unlock(&p->mu);
+        run_share(p, w->tid);
+        pthread_mutex_lock(&p->mu);
+        if (--p->pending == 0) pthread_cond_signal(&p->done);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+bmoe_pool *pool_create(int n_threads) {
+    if (n_threads < 1) return NULL;
+    bmoe_pool *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->n_threads = n_threads;
+    if (pthread_mutex_init(&p->mu, NULL) != 0) { free(p); return NULL; }
+    if (pthread_cond_init(&p->wake, NULL) != 0) { pthread_mutex_destroy(&p->mu); free(p); return NULL; }
+    if (pthread_cond_init(&p->done, NULL) != 0) {
+        pthread_cond_destroy(&p->wake); pthread_mutex_destroy(&p->mu); free(p); return NULL;
+    }
+    if (n_threads > 1) {
+        p->workers = calloc((size_t)n_threads - 1, sizeof *p->workers);
+        if (!p->workers) { pool_destroy(p); return NULL; }
+        for (int i = 0; i < n_threads - 1; i++) {
+            p->workers[i].pool = p;
+            p->workers[i].tid = i + 1;
+            if (pthread_create(&p->workers[i].th, NULL, worker_main, &p->workers[i]) != 0) {
+                pool_destroy(p);
+                return NULL;
+            }
+            p->n_started++;
+        }
+    }
+    return p;
+}
+
+int pool_threads(const bmoe_pool *p) { return p->n_threads; }
+
+void pool_run(bmoe_pool *p, int n, bmoe_pool_fn fn, void *ctx) {
+    if (n <= 0) return;
+    if (p->n_threads == 1) { fn(ctx, 0, n, 0); return; }
+    pthread_mutex_lock(&p->mu);
+    p->fn = fn;
+    p->ctx = ctx;
+    p->n = n;
+    p->pending = p->n_threads - 1;
+    p->generation++;
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+    run_share(p, 0);
+    pthread_mutex_lock(&p->mu);
+    while (p->pending > 0) pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void pool_destroy(bmoe_pool *p) {
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    p->quit = 1;
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->n_started; i++) pthread_join(p->workers[i].th, NULL);
+    free(p->workers);
+    pthread_cond_destroy(&p->done);
+    pthread_cond_destroy(&p->wake);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}

@@ -1,0 +1,350 @@
+/* The forward pass on a tiny model written by this test: hook order and contents, determinism over
+ * thread counts, batch rows equal to single-token rows, hook edits and aborts, top-k tie-breaking,
+ * and model loading refusals (shape, type agreement, missing keys). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "expert_resident.h"
+#include "forward.h"
+#include "gguf.h"
+#include "model.h"
+#include "tensor.h"
+#include "threads.h"
+
+/* ---- an in-memory GGUF v3 writer ---- */
+typedef struct { uint8_t *b; size_t n, cap; } buf;
+static void put(buf *o, const void *p, size_t n) {
+    if (o->n + n > o->cap) { o->cap = (o->n + n) * 2 + 64; o->b = realloc(o->b, o->cap); }
+    memcpy(o->b + o->n, p, n);
+    o->n += n;
+}
+static void u32(buf *o, uint32_t v) { uint8_t b[4]; for (int i = 0; i < 4; i++) b[i] = (uint8_t)(v >> 8 * i); put(o, b, 4); }
+static void u64(buf *o, uint64_t v) { uint8_t b[8]; for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> 8 * i); put(o, b, 8); }
+static void str(buf *o, const char *s) { u64(o, strlen(s)); put(o, s, strlen(s)); }
+
+typedef struct { buf kv, ti, data; uint64_t n_kv, n_t; } gb;
+static void kv_u32(gb *g, const char *k, uint32_t v) { str(&g->kv, k); u32(&g->kv, 4); u32(&g->kv, v); g->n_kv++; }
+static void kv_f32(gb *g, const char *k, float v) { uint32_t u; memcpy(&u, &v, 4); str(&g->kv, k); u32(&g->kv, 6); u32(&g->kv, u); g->n_kv++; }
+static void kv_bool(gb *g, const char *k, int v) { uint8_t b = (uint8_t)v; str(&g->kv, k); u32(&g->kv, 7); put(&g->kv, &b, 1); g->n_kv++; }
+static void kv_str(gb *g, const char *k, const char *v) { str(&g->kv, k); u32(&g->kv, 8); str(&g->kv, v); g->n_kv++; }
+static void kv_vocab(gb *g, int n) {
+    str(&g->kv, "tokenizer.ggml.tokens"); u32(&g->kv, 9); u32(&g->kv, 8); u64(&g->kv, (uint64_t)n);
+    for (int i = 0; i < n; i++) { char s[2] = { (char)('A' + i), 0 }; str(&g->kv, s); }
+    g->n_kv++;
+}
+
+static uint64_t rs = 12345;
+static float frand(void) {
+    rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((double)(rs >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+/* A tensor of random values (scale s; 1-D vectors around 1), F32 or Q8_0. ne[0] first. */
+static void tensor(gb *g, const char *name, int nd, uint64_t e0, uint64_t e1, uint64_t e2, float s, uint32_t type) {
+    uint64_t ne[3] = { e0, e1, e2 }, n = e0 * e1 * e2;
+    while (g->data.n % 32) { uint8_t z = 0; put(&g->data, &z, 1); }
+    str(&g->ti, name); u32(&g->ti, (uint32_t)nd);
+    for (int i = 0; i < nd; i++) u64(&g->ti, ne[i]);
+    u32(&g->ti, type); u64(&g->ti, g->data.n);
+    g->n_t++;
+    if (type == GGML_TYPE_Q8_0) {
+        for (uint64_t b = 0; b < n / 32; b++) {
+            uint16_t sc = bm_f32_to_f16(s / 100.0f);
+            uint8_t h[2] = { (uint8_t)sc, (uint8_t)(sc >> 8) };
+            put(&g->data, h, 2);
+            for (int i = 0; i < 32; i++) { int8_t q = (int8_t)(frand() * 100); put(&g->data, &q, 1); }
+        }
+        return;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        float v = nd == 1 ? 1.0f + 0.1f * frand() : s * frand();
+        put(&g->data, &v, 4);
+    }
+}
+
+static int write_file(gb *g, const char *path) {
+    buf o = {0};
+    put(&o, "GGUF", 4); u32(&o, 3); u64(&o, g->n_t); u64(&o, g->n_kv);
+    put(&o, g->kv.b, g->kv.n);
+    put(&o, g->ti.b, g->ti.n);
+    while (o.n % 32) { uint8_t z = 0; put(&o, &z, 1); }
+    put(&o, g->data.b, g->data.n);
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(o.b, 1, o.n, f) == o.n;
+    if (f) fclose(f);
+    free(o.b); free(g->kv.b); free(g->ti.b); free(g->data.b);
+    return ok ? 0 : -1;
+}
+
+enum { D = 32, H = 4, HKV = 2, HD = 8, E = 4, K = 2, F = 32, V = 20, L = 2 };
+
+typedef struct {
+    int gating, norm_set, norm, bad_shape, bad_type, no_eps;
+    float scale;
+    uint32_t exp_type;
+} variant;
+
+static void build(const char *path, variant v) {
+    gb g = {0};
+    char n[96];
+    kv_str(&g, "general.architecture", "qwen3moe");
+    kv_u32(&g, "qwen3moe.block_count", L);
+    kv_u32(&g, "qwen3moe.context_length", 64);
+    kv_u32(&g, "qwen3moe.embedding_length", D);
+    kv_u32(&g, "qwen3moe.attention.head_count", H);
+    kv_u32(&g, "qwen3moe.attention.head_count_kv", HKV);
+    kv_u32(&g, "qwen3moe.attention.key_length", HD);
+    if (!v.no_eps) kv_f32(&g, "qwen3moe.attention.layer_norm_rms_epsilon", 1e-6f);
+    kv_u32(&g, "qwen3moe.expert_count", E);
+    kv_u32(&g, "qwen3moe.expert_used_count", K);
+    kv_u32(&g, "qwen3moe.expert_feed_forward_length", F);
+    if (v.gating) kv_u32(&g, "qwen3moe.expert_gating_func", (uint32_t)v.gating);
+    if (v.norm_set) kv_bool(&g, "qwen3moe.expert_weights_norm", v.norm);
+    if (v.scale != 0) kv_f32(&g, "qwen3moe.expert_weights_scale", v.scale);
+    kv_vocab(&g, V);
+    tensor(&g, "token_embd.weight", 2, D, V, 1, 1.0f, GGML_TYPE_F32);
+    tensor(&g, "output_norm.weight", 1, D, 1, 1, 1, GGML_TYPE_F32);
+    for (int il = 0; il < L; il++) {
+#define T(name, nd, a, b, c, s, ty) do { snprintf(n, sizeof n, "blk.%d." name ".weight", il); tensor(&g, n, nd, a, b, c, s, ty); } while (0)
+        T("attn_norm", 1, D, 1, 1, 1, GGML_TYPE_F32);
+        T("attn_q", 2, D, H * HD, 1, 0.3f, GGML_TYPE_F32);
+        T("attn_k", 2, D, HKV * HD, 1, 0.3f, GGML_TYPE_F32);
+        T("attn_v", 2, D, HKV * HD, 1, 0.3f, GGML_TYPE_F32);
+        T("attn_output", 2, H * HD, D, 1, 0.3f, GGML_TYPE_F32);
+        T("attn_q_norm", 1, HD, 1, 1, 1, GGML_TYPE_F32);
+        T("attn_k_norm", 1, HD, 1, 1, 1, GGML_TYPE_F32);
+        T("ffn_norm", 1, D, 1, 1, 1, GGML_TYPE_F32);
+        T("ffn_gate_inp", 2, D, E, 1, 1.0f, GGML_TYPE_F32);
+        uint32_t et = v.exp_type;
+        T("ffn_gate_exps", 3, D, F, E, 0.3f, et);
+        T("ffn_up_exps", 3, D, (v.bad_shape && il == 1) ? F + 32 : F, E, 0.3f,
+          (v.bad_type && il == 1) ? (et == GGML_TYPE_F32 ? GGML_TYPE_Q8_0 : GGML_TYPE_F32) : et);
+        T("ffn_down_exps", 3, F, D, E, 0.3f, et);
+#undef T
+    }
+    CHECK(write_file(&g, path) == 0);
+}
+
+/* ---- a hook that records and optionally edits ---- */
+typedef struct {
+    int n;
+    int node[256], layer[256], ntok[256], ncols[256];
+    int scores_ok, probs_flag;
+    int abort_layer, abort_code;   /* return abort_code at TOPK of abort_layer (-1: never) */
+    int force_expert;              /* >= 0: rewrite every id at TOPK */
+    int bad_id;                    /* write an out-of-range id at WEIGHTS */
+    double wsum_last;              /* sum of the final weights of the last EXPERTS node, row 0 */
+} rec;
+
+static int hook(void *user, bmoe_moe_result *r) {
+    rec *h = user;
+    if (h->n < 256) { h->node[h->n] = r->node; h->layer[h->n] = r->layer; h->ntok[h->n] = r->n_tokens; h->ncols[h->n] = r->n_cols; h->n++; }
+    if (r->node == BMOE_NODE_TOPK) {
+        h->scores_ok = r->scores != NULL && r->ids != NULL && r->f32 == NULL;
+        h->probs_flag = r->scores_are_probs;
+        if (h->abort_layer == r->layer) return h->abort_code;
+        if (h->force_expert >= 0)
+            for (int i = 0; i < r->n_tokens * r->n_cols; i++) r->ids[i] = h->force_expert;
+    }
+    if (r->node == BMOE_NODE_WEIGHTS && h->bad_id) r->ids[0] = 99;
+    if (r->node == BMOE_NODE_EXPERTS) {
+        h->wsum_last = 0;
+        for (int s = 0; s < r->n_cols; s++) h->wsum_last += r->weights[s];
+    }
+    return 0;
+}
+
+/* ---- an expert source that counts and forwards to the resident one ---- */
+typedef struct { bmoe_expert_source inner; int calls[E]; } counting;
+static int counting_view(void *self, int il, int e, bmoe_expert_view *out) {
+    counting *c = self;
+    if (e >= 0 && e < E) c->calls[e]++;
+    return c->inner.view(c->inner.self, il, e, out);
+}
+
+static void test_topk(void) {
+    int32_t ids[5];
+    const float p[5] = { 0.5f, 0.7f, 0.7f, 0.1f, 0.7f };
+    topk_row(p, 5, 3, ids);
+    CHECK(ids[0] == 1 && ids[1] == 2 && ids[2] == 4);
+    topk_row(p, 5, 5, ids);
+    CHECK(ids[0] == 1 && ids[1] == 2 && ids[2] == 4 && ids[3] == 0 && ids[4] == 3);
+    const float q[4] = { NAN, 1.0f, NAN, 2.0f };
+    topk_row(q, 4, 3, ids);
+    CHECK(ids[0] == 3 && ids[1] == 1 && ids[2] == 0); /* NaN never beats a number; then lowest id */
+    const float z[4] = { 0, 0, 0, 0 };
+    topk_row(z, 4, 4, ids);
+    CHECK(ids[0] == 0 && ids[1] == 1 && ids[2] == 2 && ids[3] == 3);
+    const float a[5] = { 1, 3, 3, 2, 3 };
+    CHECK(argmax_first(a, 5) == 1);
+    const float b[3] = { NAN, -1, -1 };
+    CHECK(argmax_first(b, 3) == 1);
+}
+
+/* Runs prefill of `toks` (all logits) then `extra` decode steps; fills out [(T+extra), V]. */
+static int run(const char *path, int threads, rec *h, counting *cs, const int32_t *toks, int T, int extra, float *out,
+               uint64_t *routed) {
+    bmoe_model *m = NULL;
+    char err[512] = "";
+    int rc = model_open(path, 1, &m, err, sizeof err);
+    if (rc) { fprintf(stderr, "model_open: %s\n", err); return rc; }
+    bmoe_pool *pool = pool_create(threads);
+    bmoe_resident res;
+    bmoe_seam seam = { 0 };
+    seam.experts = resident_source(&res, m);
+    if (cs) { cs->inner = seam.experts; seam.experts.self = cs; seam.experts.view = counting_view; }
+    if (h) { seam.hook = hook; seam.hook_user = h; }
+    bmoe_forward *f = NULL;
+    rc = forward_create(&f, m, pool, &seam, 64, T, K, err, sizeof err);
+    if (!rc) rc = forward_eval(f, toks, T, 0, 0, 0, 1, out, err, sizeof err);
+    int32_t tok = toks[T - 1];
+    for (int s = 0; !rc && s < extra; s++) {
+        tok = (tok * 7 + 3) % V;
+        rc = forward_eval(f, &tok, 1, T + s, 1, s, 0, out + (size_t)(T + s) * V, err, sizeof err);
+    }
+    if (routed && f) *routed = forward_experts_routed(f);
+    forward_free(f);
+    pool_destroy(pool);
+    model_close(m);
+    return rc;
+}
+
+static void test_forward(const char *dir) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/fwd.gguf", dir);
+    build(path, (variant){ .exp_type = GGML_TYPE_F32 });
+    const int32_t toks[6] = { 3, 1, 4, 1, 5, 9 };
+    enum { T = 6, X = 4 };
+    static float a[(T + X) * V], b[(T + X) * V], c[(T + X) * V];
+
+    /* hook order and contents */
+    rec h = { .abort_layer = -1, .force_expert = -1 };
+    uint64_t routed = 0;
+    CHECK(run(path, 1, &h, NULL, toks, T, 0, a, &routed) == 0);
+    static const int want[] = { BMOE_NODE_LOGITS, BMOE_NODE_PROBS, BMOE_NODE_TOPK, BMOE_NODE_WEIGHTS,
+                                BMOE_NODE_WEIGHTS_NORM, BMOE_NODE_EXPERTS };
+    CHECK(h.n == 2 * 6);
+    int order_ok = 1;
+    for (int i = 0; i < h.n && i < 12; i++)
+        order_ok &= h.node[i] == want[i % 6] && h.layer[i] == i / 6 && h.ntok[i] == T && h.ncols[i] == (i % 6 < 2 ? E : K);
+    CHECK(order_ok);
+    CHECK(h.scores_ok && h.probs_flag == 1);
+    CHECK(h.wsum_last > 0.999 && h.wsum_last < 1.001); /* normalised */
+    CHECK(routed == (uint64_t)T * K * L);
+
+    /* thread counts: identical bits */
+    CHECK(run(path, 1, NULL, NULL, toks, T, X, a, NULL) == 0);
+    CHECK(run(path, 3, NULL, NULL, toks, T, X, b, NULL) == 0);
+    CHECK(memcmp(a, b, sizeof a) == 0);
+
+    /* a batch row equals the same position run alone, bit for bit */
+    {
+        bmoe_model *m = NULL;
+        char err[256];
+        CHECK(model_open(path, 1, &m, err, sizeof err) == 0);
+        bmoe_pool *pool = pool_create(2);
+        bmoe_resident res;
+        bmoe_seam seam = { 0 };
+        seam.experts = resident_source(&res, m);
+        bmoe_forward *f = NULL;
+        CHECK(forward_create(&f, m, pool, &seam, 64, 1, K, err, sizeof err) == 0);
+        for (int t = 0; t < T; t++) CHECK(forward_eval(f, &toks[t], 1, t, 1, t, 0, c + (size_t)t * V, err, sizeof err) == 0);
+        CHECK(memcmp(a, c, (size_t)T * V * sizeof(float)) == 0);
+        /* out-of-range requests are errors, not crashes */
+        int32_t badtok = V;
+        CHECK(forward_eval(f, &badtok, 1, T, 1, 0, 0, c, err, sizeof err) == 2);
+        CHECK(forward_eval(f, toks, 1, 64, 1, 0, 0, c, err, sizeof err) == 2);
+        CHECK(forward_eval(f, toks, 2, 0, 1, 0, 0, c, err, sizeof err) == 2); /* beyond max_batch */
+        forward_free(f);
+        pool_destroy(pool);
+        model_close(m);
+    }
+
+    /* a hook abort stops the pass with its code */
+    rec ab = { .abort_layer = 1, .abort_code = 7, .force_expert = -1 };
+    CHECK(run(path, 1, &ab, NULL, toks, T, 0, c, NULL) == 7);
+    /* an out-of-range id from a hook is an internal error */
+    rec bad = { .abort_layer = -1, .force_expert = -1, .bad_id = 1 };
+    CHECK(run(path, 1, &bad, NULL, toks, T, 0, c, NULL) == 1);
+    /* edits at TOPK are what the experts read: force expert 2 everywhere */
+    rec fe = { .abort_layer = -1, .force_expert = 2 };
+    counting cs = { 0 };
+    CHECK(run(path, 2, &fe, &cs, toks, T, 0, c, NULL) == 0);
+    CHECK(cs.calls[0] == 0 && cs.calls[1] == 0 && cs.calls[3] == 0 && cs.calls[2] == L * K); /* once per slot pass */
+    CHECK(memcmp(a, c, (size_t)T * V * sizeof(float)) != 0);
+    unlink(path);
+}
+
+static void test_gating_variants(const char *dir) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/gate3.gguf", dir);
+    build(path, (variant){ .gating = 3, .norm_set = 1, .norm = 0, .scale = 2.0f, .exp_type = GGML_TYPE_Q8_0 });
+    const int32_t toks[2] = { 2, 7 };
+    static float o[2 * V];
+    rec h = { .abort_layer = -1, .force_expert = -1 };
+    CHECK(run(path, 2, &h, NULL, toks, 2, 0, o, NULL) == 0);
+    static const int want[] = { BMOE_NODE_LOGITS, BMOE_NODE_PROBS, BMOE_NODE_TOPK, BMOE_NODE_WEIGHTS,
+                                BMOE_NODE_WEIGHTS_SOFTMAX, BMOE_NODE_WEIGHTS_SCALED, BMOE_NODE_EXPERTS };
+    int ok = h.n == 14;
+    for (int i = 0; i < h.n && i < 14; i++) ok &= h.node[i] == want[i % 7];
+    CHECK(ok);
+    CHECK(h.probs_flag == 0);
+    CHECK(h.wsum_last > 1.999 && h.wsum_last < 2.001); /* softmax sums to 1, then x2 */
+    unlink(path);
+
+    snprintf(path, sizeof path, "%s/gate2.gguf", dir);
+    build(path, (variant){ .gating = 2, .exp_type = GGML_TYPE_F32 });
+    rec h2 = { .abort_layer = -1, .force_expert = -1 };
+    CHECK(run(path, 1, &h2, NULL, toks, 2, 0, o, NULL) == 0);
+    CHECK(h2.n == 12 && h2.node[4] == BMOE_NODE_WEIGHTS_NORM && h2.probs_flag == 0);
+    unlink(path);
+}
+
+static void test_refusals(const char *dir) {
+    char path[512], err[512];
+    bmoe_model *m = NULL;
+    snprintf(path, sizeof path, "%s/bad.gguf", dir);
+    build(path, (variant){ .bad_shape = 1, .exp_type = GGML_TYPE_F32 });
+    CHECK(model_open(path, 1, &m, err, sizeof err) == 3 && m == NULL);
+    CHECK(strstr(err, "bad.gguf: blk.1.ffn_up_exps.weight: shape [32,64,4] but expected [32,32,4]") != NULL);
+    build(path, (variant){ .bad_type = 1, .exp_type = GGML_TYPE_F32 });
+    CHECK(model_open(path, 1, &m, err, sizeof err) == 3);
+    CHECK(strstr(err, "blk.1.ffn_up_exps.weight: type") != NULL && strstr(err, "agree") != NULL);
+    build(path, (variant){ .no_eps = 1, .exp_type = GGML_TYPE_F32 });
+    CHECK(model_open(path, 1, &m, err, sizeof err) == 3);
+    CHECK(strstr(err, "qwen3moe.attention.layer_norm_rms_epsilon") != NULL);
+    build(path, (variant){ .gating = 9, .exp_type = GGML_TYPE_F32 });
+    CHECK(model_open(path, 1, &m, err, sizeof err) == 3);
+    CHECK(strstr(err, "expert_gating_func") != NULL);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/does-not-exist.gguf", dir);
+    CHECK(model_open(path, 1, &m, err, sizeof err) == 4);
+
+    /* the expert layout of a good model */
+    snprintf(path, sizeof path, "%s/good.gguf", dir);
+    build(path, (variant){ .exp_type = GGML_TYPE_Q8_0 });
+    CHECK(model_open(path, 0, &m, err, sizeof err) == 0);
+    if (m) {
+        const bmoe_expert_part *p = &m->layers[1].exp_part[BMOE_EXP_DOWN];
+        CHECK(p->present && p->stride == (uint64_t)(F / 32) * 34 * D && p->bytes == p->stride);
+        CHECK(m->expert_bytes == 3 * (uint64_t)(D / 32) * 34 * F);
+        CHECK(!m->layers[1].exp_part[BMOE_EXP_GATE_UP].present);
+        CHECK(m->n_moe_layers == L && m->moe_layers[1] == 1);
+        model_close(m);
+    }
+    unlink(path);
+}
+
+int main(void) {
+    char dir[] = "/tmp/bmoe_test_forward_XXXXXX";
+    if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
+    test_topk();
+    test_forward(dir);
+    test_gating_variants(dir);
+    test_refusals(dir);
+    rmdir(dir);
+    return check_report("test_forward");
+}

@@ -1,0 +1,157 @@
+"""The builder: compiles engine/ with zig's hermetic C toolchain for each target, cached by build id.
+
+The build id is a content hash of everything that decides the binary's bytes: every engine source
+file, the compiler flags, the fault defines (for fault-injected builds), the zig version and the
+target. It is compiled into the binary (`bmoe --version` prints it), so a device can prove which
+build it runs, and it names the cache entry, so an unchanged tree compiles nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bmoe_ci.paths import cache_dir, repo_root
+
+# Targets the builder knows. Linux targets are static musl binaries that run on the farm; the macOS
+# ones are compile-and-link checks for desktops (they cannot run here).
+TARGETS: dict[str, bool] = {
+    "x86_64-linux-musl": True,
+    "aarch64-linux-musl": True,
+    "x86_64-macos": False,
+    "aarch64-macos": False,
+}
+
+# Determinism (DESIGN 3.3): no fast-math and no FP contraction, so the same sources give the same
+# output bytes on x86_64 and aarch64. UBSan is off in release builds (zig enables it in debug modes).
+BASE_CFLAGS: tuple[str, ...] = (
+    "-std=c11",
+    "-D_GNU_SOURCE",
+    "-O2",
+    "-Wall",
+    "-Wextra",
+    "-Wno-unused-parameter",
+    "-ffp-contract=off",
+    "-fno-fast-math",
+    "-fno-sanitize=all",
+)
+
+
+class BuildError(RuntimeError):
+    """The engine could not be built; the message carries the compiler's full output."""
+
+
+@dataclass(frozen=True)
+class Build:
+    target: str
+    build_id: str
+    path: Path
+    compiled: bool  # False when the binary came from the cache
+    runnable: bool  # False for compile-only targets
+    defines: tuple[str, ...] = field(default=())
+
+
+def host_target() -> str:
+    machine = platform.machine().lower()
+    arch = {"arm64": "aarch64", "amd64": "x86_64"}.get(machine, machine)
+    return f"{arch}-linux-musl"
+
+
+def resolve_target(name: str) -> str:
+    target = host_target() if name == "host" else name
+    if target not in TARGETS:
+        known = ", ".join(["host", *TARGETS])
+        raise BuildError(f"unknown target {name!r}; known targets: {known}")
+    return target
+
+
+def zig_command() -> list[str]:
+    return [sys.executable, "-m", "ziglang"]
+
+
+def zig_version() -> str:
+    try:
+        out = subprocess.run(
+            [*zig_command(), "version"], capture_output=True, text=True, check=True, timeout=60
+        )
+    except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        raise BuildError(
+            "the zig toolchain is missing or broken: install it with `pip install ziglang==0.17.1` "
+            f"(the version pyproject.toml pins) ({exc})"
+        ) from exc
+    return out.stdout.strip()
+
+
+def engine_sources(engine_dir: Path) -> list[Path]:
+    src = engine_dir / "src"
+    return sorted(p for p in src.iterdir() if p.suffix in (".c", ".h"))
+
+
+def compute_build_id(target: str, defines: Sequence[str], engine_dir: Path, zig: str) -> str:
+    digest = hashlib.sha256()
+    for path in engine_sources(engine_dir):
+        digest.update(path.name.encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    for part in (*BASE_CFLAGS, "|", *sorted(defines), "|", zig, "|", target):
+        digest.update(part.encode() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def build(
+    target: str = "host",
+    *,
+    defines: Sequence[str] = (),
+    rebuild: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> Build:
+    """Builds (or takes from the cache) the engine for `target`.
+
+    `defines` are extra preprocessor definitions (`BMOE_FAULT_...=1`) for fault-injected builds;
+    they are part of the build id, so a faulty binary can never be mistaken for the real one.
+    """
+    say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    triple = resolve_target(target)
+    engine_dir = repo_root() / "engine"
+    zig = zig_version()
+    build_id = compute_build_id(triple, defines, engine_dir, zig)
+    out_dir = cache_dir() / "engine" / triple / build_id
+    binary = out_dir / "bmoe"
+    runnable = TARGETS[triple]
+    if binary.is_file() and not rebuild:
+        return Build(triple, build_id, binary, compiled=False, runnable=runnable, defines=tuple(defines))
+
+    say(f"building bmoe {build_id} for {triple} (the first build of a target also builds its libc)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sources = [str(p) for p in engine_sources(engine_dir) if p.suffix == ".c"]
+    flags = [
+        *BASE_CFLAGS,
+        f'-DBMOE_BUILD_ID="{build_id}"',
+        f'-DBMOE_TARGET="{triple}"',
+        *(f"-D{d}" for d in defines),
+        f"-I{engine_dir / 'src'}",
+    ]
+    link = ["-static"] if triple.endswith("-linux-musl") else []
+    with tempfile.NamedTemporaryFile(dir=out_dir, prefix=".bmoe-", delete=False) as tmp:
+        tmp_path = Path(tmp.name)
+    cmd = [*zig_command(), "cc", "-target", triple, *link, *flags, *sources, "-o", str(tmp_path), "-lm"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    except subprocess.TimeoutExpired as exc:
+        tmp_path.unlink(missing_ok=True)
+        raise BuildError(f"building for {triple} timed out after {exc.timeout:.0f} s") from exc
+    if proc.returncode != 0:
+        tmp_path.unlink(missing_ok=True)
+        raise BuildError(
+            f"compiling the engine for {triple} failed (exit {proc.returncode}):\n"
+            f"{' '.join(cmd)}\n{proc.stdout}{proc.stderr}"
+        )
+    os.chmod(tmp_path, 0o755)
+    os.replace(tmp_path, binary)  # atomic: a concurrent builder never sees a half-written binary
+    return Build(triple, build_id, binary, compiled=True, runnable=runnable, defines=tuple(defines))

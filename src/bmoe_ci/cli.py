@@ -1,0 +1,76 @@
+"""`bmoe-ci`: the command line scripts and CI call (DESIGN 2.1).
+
+Every command exits non-zero with a one-line reason on bad input and shows progress on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from bmoe_ci.builder import TARGETS, BuildError, build
+from bmoe_ci.cli_farm import add_farm_commands
+from bmoe_ci.cli_report import add_report_command
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, exit 2."""
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    targets = args.target or ["host"]
+    for target in targets:
+        result = build(target, rebuild=args.rebuild)
+        state = "compiled" if result.compiled else "cached"
+        print(f"{result.target}\t{result.build_id}\t{result.path}\t{state}")
+    return 0
+
+
+def cmd_fixtures(args: argparse.Namespace) -> int:
+    from bmoe_ci.fixtures import generate
+
+    out = Path(args.out) if args.out else None
+    for fixture in generate(out, names=args.name or None):
+        print(f"{fixture.name}\t{fixture.path}\t{fixture.sha256}")
+    return 0
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bmoe-ci", description="Test-and-gate CI for the bmoe on-device MoE engine."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("build", help="build the engine; prints target, build id, binary path")
+    p.add_argument(
+        "--target",
+        action="append",
+        help=f"host (default) or one of: {', '.join(TARGETS)}; repeatable",
+    )
+    p.add_argument("--rebuild", action="store_true", help="ignore the build cache")
+    p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("fixtures", help="generate the fixture models; prints name, path, sha256")
+    p.add_argument("--out", help="output directory (default: the cache)")
+    p.add_argument("--name", action="append", help="only this fixture; repeatable")
+    p.set_defaults(func=cmd_fixtures)
+
+    add_farm_commands(sub)
+    add_report_command(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except (UsageError, BuildError, ValueError, FileNotFoundError) as exc:
+        print(f"bmoe-ci: error: {exc}", file=sys.stderr)
+        return 2 if not isinstance(exc, BuildError) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""``bmoe-ci farm up|down|status|check``: register with :func:`add_farm_commands`.
+
+Each handler is stored as ``func`` on the parsed namespace and returns the exit status:
+0 success, 1 a device failed its check (``check``), 2 bad input (farm file, ``--device``, farm not up,
+missing tool).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from .farm import (
+    FarmConfigError,
+    FarmError,
+    InfraError,
+    check_lite,
+    load_farm,
+    open_transport,
+    read_lock,
+    select_devices,
+)
+from .farm import localfarm
+
+
+def add_farm_commands(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``farm`` with its four subcommands to a top-level ``subparsers`` object."""
+    farm = subparsers.add_parser(
+        "farm", help="start, stop and inspect device farms",
+        description="Manage the embedded local farm (up/down) and inspect any farm (status/check).",
+    )
+    sub = farm.add_subparsers(dest="farm_command", metavar="{up,down,status,check}")
+    sub.required = True
+
+    def common(p: argparse.ArgumentParser, selection: bool) -> None:
+        p.add_argument("--farm", metavar="FILE", type=Path, default=None,
+                       help="farm file (default: the embedded local farm, started by `bmoe-ci farm up`)")
+        if selection:
+            p.add_argument("--device", metavar="SEL", action="append", default=None,
+                           help="devices to include: NAME, a,b, pool:NAME, arch:ARCH, label:X, kind:K, all "
+                                "(repeatable; default all)")
+            p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+
+    p = sub.add_parser("up", help="start the embedded local farm (sshd instances on 127.0.0.x)",
+                       description="Start the embedded local farm: keys, sshd on 127.0.0.2 and 127.0.0.3, "
+                                   "pinned known_hosts, the resolved farm file. State dir: $BMOE_CI_STATE "
+                                   "(default <repo>/.cache/bmoe-ci/farm). Idempotent.")
+    common(p, selection=False)
+    p.set_defaults(func=cmd_up)
+    p = sub.add_parser("down", help="stop the processes `farm up` started",
+                       description="Stop the sshd instances recorded by `farm up` (only if still ours).")
+    common(p, selection=False)
+    p.set_defaults(func=cmd_down)
+    p = sub.add_parser("status", help="list devices and whether they are reachable",
+                       description="List the farm's devices, whether each answers, and who holds its lock.")
+    common(p, selection=True)
+    p.set_defaults(func=cmd_status)
+    p = sub.add_parser("check", help="preflight-lite: reachable and the declared arch",
+                       description="For each device: connect, `uname -m` against the declared arch (an "
+                                   "emulated device: its exec prefix must exist). Exit 1 if any fails.")
+    common(p, selection=True)
+    p.set_defaults(func=cmd_check)
+    return farm
+
+
+def _err(cmd: str, exc: BaseException) -> int:
+    text = str(exc)
+    if isinstance(exc, FarmConfigError):
+        print(f"bmoe-ci farm {cmd}: invalid farm file:", file=sys.stderr)
+        print(text, file=sys.stderr)
+    else:
+        print(f"bmoe-ci farm {cmd}: {text}", file=sys.stderr)
+    return 2
+
+
+def _progress(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _local_only(cmd: str, args: argparse.Namespace) -> int | None:
+    if args.farm is None:
+        return None
+    try:
+        same = args.farm.resolve() == localfarm.farm_file().resolve()
+    except FarmError:
+        same = False
+    if same:
+        return None
+    print(f"bmoe-ci farm {cmd}: `farm {cmd}` manages the embedded local farm only; {args.farm} is a farm "
+          f"file (use `farm status --farm {args.farm}`)", file=sys.stderr)
+    return 2
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    bad = _local_only("up", args)
+    if bad is not None:
+        return bad
+    try:
+        state = localfarm.state_dir()
+        _progress(f"local farm state: {state}")
+        path = localfarm.up(state, log=_progress)
+        farm = load_farm(path)
+    except FarmError as exc:
+        return _err("up", exc)
+    for d in farm.devices.values():
+        print(d.describe())
+    print(f"farm file: {path}")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    bad = _local_only("down", args)
+    if bad is not None:
+        return bad
+    try:
+        stopped = localfarm.down(log=_progress)
+    except FarmError as exc:
+        return _err("down", exc)
+    print(f"stopped {len(stopped)} sshd instance(s)")
+    return 0
+
+
+def _load(cmd: str, args: argparse.Namespace):
+    farm = load_farm(args.farm)
+    devices = select_devices(farm, args.device) if args.device else list(farm.devices.values())
+    return farm, devices
+
+
+def _probe(device, with_lock: bool) -> dict:
+    t = open_transport(device)
+    row = {"device": device.name, "kind": device.kind, "os": device.os, "arch": device.arch,
+           "transport": device.transport,
+           "address": f"{device.host}:{device.port}" if device.is_ssh else "local",
+           "exec_prefix": list(device.exec_prefix), "labels": list(device.labels)}
+    try:
+        t.connect()
+        row["reachable"] = True
+        if with_lock:
+            owner = read_lock(t)
+            row["lock"] = f"{owner.describe()} since {owner.since_iso}" if owner else None
+    except InfraError as exc:
+        row["reachable"] = False
+        row["error"] = f"{exc.kind}: {exc.reason}"
+    finally:
+        t.close()
+    return row
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    try:
+        farm, devices = _load("status", args)
+    except FarmError as exc:
+        return _err("status", exc)
+    with ThreadPoolExecutor(max_workers=min(8, len(devices))) as pool:
+        rows = list(pool.map(lambda d: _probe(d, True), devices))
+    if args.json:
+        print(json.dumps({"farm": str(farm.path), "devices": rows, "pools": {k: list(v) for k, v in farm.pools.items()}},
+                         indent=2))
+        return 0
+    print(f"farm: {farm.path}")
+    width = max(len(r["device"]) for r in rows)
+    for r in rows:
+        state = "up" if r["reachable"] else f"DOWN ({r['error']})"
+        lock = f"  locked by {r['lock']}" if r.get("lock") else ""
+        prefix = f" via {' '.join(r['exec_prefix'])}" if r["exec_prefix"] else ""
+        print(f"{r['device']:<{width}}  {r['kind']:<7} {r['arch']:<8} {r['address']:<20} {state}{prefix}{lock}")
+    for name, members in farm.pools.items():
+        print(f"pool {name}: {', '.join(members)}")
+    return 0
+
+
+def _check(device) -> dict:
+    t = open_transport(device)
+    try:
+        rep = check_lite(t)
+        return {"device": device.name, "ok": True, "detail": ", ".join([f"uname {rep.uname}", *rep.notes])}
+    except InfraError as exc:
+        return {"device": device.name, "ok": False, "detail": f"{exc.kind}: {exc.reason}"}
+    finally:
+        t.close()
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    try:
+        _farm, devices = _load("check", args)
+    except FarmError as exc:
+        return _err("check", exc)
+    with ThreadPoolExecutor(max_workers=min(8, len(devices))) as pool:
+        rows = list(pool.map(_check, devices))
+    if args.json:
+        print(json.dumps({"devices": rows}, indent=2))
+    else:
+        width = max(len(r["device"]) for r in rows)
+        for r in rows:
+            print(f"{r['device']:<{width}}  {'ok  ' if r['ok'] else 'FAIL'}  {r['detail']}")
+    failed = [r["device"] for r in rows if not r["ok"]]
+    if failed:
+        print(f"bmoe-ci farm check: {len(failed)} of {len(rows)} device(s) failed: {', '.join(failed)}",
+              file=sys.stderr)
+        return 1
+    return 0

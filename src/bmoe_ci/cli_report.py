@@ -1,0 +1,54 @@
+"""`bmoe-ci report RESULTS_DIR`: re-merge and re-summarise a results directory from disk alone.
+
+Exit status: 0 everything passed (skips allowed), 1 any failure or error, 2 a bad directory (missing,
+no devices, an unparsable junit.xml or device.json: the one-line reason names the file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from bmoe_ci.reports import ReportError, console_matrix, exit_code, markdown, rebuild
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    results_dir = Path(args.results_dir)
+    try:
+        data = rebuild(results_dir)
+    except ReportError as exc:
+        print(f"bmoe-ci: error: {exc}", file=sys.stderr)
+        return 2
+    if args.format == "json":
+        print(json.dumps(data, indent=2))
+    elif args.format == "markdown":
+        print(markdown(data), end="")
+    else:
+        print(console_matrix(data))
+        print(f"wrote {results_dir / 'junit.xml'}, summary.md, summary.json, matrix.svg", file=sys.stderr)
+    return exit_code(data)
+
+
+def add_report_command(subparsers: Any) -> argparse.ArgumentParser:
+    """Register `report` on the `bmoe-ci` sub-command parser (``parser.add_subparsers(...)``)."""
+    p = subparsers.add_parser(
+        "report",
+        help="merge per-device JUnit and write the summary (markdown, JSON, picture) of a results directory",
+        description=(
+            "Rebuild results/<run>/junit.xml, summary.md, summary.json and matrix.svg from the device "
+            "directories (device.json, junit.xml) and print the device x gate matrix. Exit 0 when "
+            "everything passed, 1 on any failure or error, 2 on a bad directory."
+        ),
+    )
+    p.add_argument("results_dir", metavar="RESULTS_DIR", help="one run's directory, e.g. results/<run-id>")
+    p.add_argument(
+        "--format",
+        choices=("matrix", "markdown", "json"),
+        default="matrix",
+        help="what to print on stdout (default: the compact matrix); the files are written either way",
+    )
+    p.set_defaults(func=cmd_report)
+    return p

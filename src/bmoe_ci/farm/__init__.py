@@ -1,0 +1,112 @@
+"""The farm: devices described in YAML, reached through one transport interface.
+
+API (what the pytest plugin and the commands use)::
+
+    from bmoe_ci import farm
+
+    f = farm.load_farm()                     # default: the local farm's farm.yaml; FarmNotUp if not up
+    f = farm.load_farm("devices/lab.yaml")   # or a farm file (FarmConfigError: FILE:LINE: KEY: why)
+    devices = farm.select_devices(f, ["pool:nightly", "host"])   # --device syntax; SelectionError
+
+    with farm.open_session(dev, run_id=rid, results_dir=out / dev.name,
+                           engine=engine_path, build_id=bid,
+                           files=[farm.PushItem(p, name=f"fixtures/{p.name}")]) as s:
+        # connected, locked (DeviceBusy if held), pushed (s.pushed_bytes), preflighted (s.engine_version)
+        r = s.run_engine(["run", "-m", s.file("fixtures/m.gguf"), "--json"], timeout=30)
+        # timeout x device.timeout_scale, exec prefix applied; r.outcome: EXITED | SIGNALED | INFRA
+        if r.outcome is farm.Outcome.INFRA: ...            # JUnit error (r.infra: InfraError)
+        elif r.outcome is farm.Outcome.SIGNALED: ...       # engine crashed: gate failure
+        s.pull(s.file("trace.csv"), "artifacts/trace.csv")  # stays inside results_dir
+    # lock released, transport closed
+
+Names:
+
+* :func:`load_farm`, :class:`Farm`, :class:`Device`, :func:`load_farm_file` (model)
+* :func:`select_devices` (``NAME``, comma lists, ``pool:``, ``arch:``, ``label:``, ``kind:``, ``os:``, ``all``)
+* :func:`open_session`, :class:`DeviceSession` (connect / lock / push_engine / push_files / preflight /
+  run_engine / run / pull / close)
+* :func:`open_transport`, :class:`Transport`, :class:`LocalTransport`, :class:`SshTransport`,
+  :class:`RunResult`, :class:`Outcome`
+* :func:`push`, :class:`PushItem`, :class:`PushReport` (content-addressed store)
+* :func:`preflight`, :func:`check_lite`, :class:`PreflightReport`, :class:`EngineVersion`, :func:`parse_version`
+* :class:`DeviceLock`, :func:`read_lock`
+* errors: :class:`FarmError` > :class:`FarmConfigError`, :class:`SelectionError`, :class:`FarmNotUp`,
+  :class:`MissingTool`, :class:`InfraError` > :class:`DeviceBusy`
+* :mod:`bmoe_ci.farm.localfarm`: ``up``, ``down``, ``sshd_status``, ``state_dir``, ``farm_file``
+
+For pytest-xdist: take locks and push in the controller (``open_session(..., check=True)``); a worker
+opens its own session with the *same run id* and ``lock=True``: it adopts the controller's lock instead
+of failing, and never releases it; pushing again costs one round trip and 0 bytes.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .errors import (
+    ConfigIssue,
+    DeviceBusy,
+    FarmConfigError,
+    FarmError,
+    FarmNotUp,
+    InfraError,
+    MissingTool,
+    SelectionError,
+)
+from .lock import DeviceLock, LockOwner, read_lock
+from .model import Device, Farm, load_farm_file, normalize_arch, triple_arch
+from .preflight import EngineVersion, PreflightReport, check_lite, parse_version, preflight
+from .select import select_devices
+from .session import DeviceSession, default_run_id, open_session
+from .store import PushItem, PushReport, push, sha256_file
+from .transport import LocalTransport, Outcome, RunResult, SshTransport, Transport, open_transport
+
+
+def load_farm(path: str | os.PathLike[str] | None = None) -> Farm:
+    """Load a farm file; ``None`` means the embedded local farm (:class:`FarmNotUp` if not started)."""
+    if path is None:
+        from .localfarm import farm_file
+
+        path = farm_file()
+    return load_farm_file(Path(path))
+
+
+__all__ = [
+    "ConfigIssue",
+    "Device",
+    "DeviceBusy",
+    "DeviceLock",
+    "DeviceSession",
+    "EngineVersion",
+    "Farm",
+    "FarmConfigError",
+    "FarmError",
+    "FarmNotUp",
+    "InfraError",
+    "LocalTransport",
+    "LockOwner",
+    "MissingTool",
+    "Outcome",
+    "PreflightReport",
+    "PushItem",
+    "PushReport",
+    "RunResult",
+    "SelectionError",
+    "SshTransport",
+    "Transport",
+    "check_lite",
+    "default_run_id",
+    "load_farm",
+    "load_farm_file",
+    "normalize_arch",
+    "open_session",
+    "open_transport",
+    "parse_version",
+    "preflight",
+    "push",
+    "read_lock",
+    "select_devices",
+    "sha256_file",
+    "triple_arch",
+]

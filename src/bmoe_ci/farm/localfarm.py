@@ -1,0 +1,396 @@
+"""The embedded local farm: this machine as four devices.
+
+===============  =========  ========  =============================================================
+device           transport  arch      how
+===============  =========  ========  =============================================================
+``host``         local      host      the engine runs as a subprocess
+``phone-emu``    local      aarch64   ``qemu-aarch64-static`` exec prefix (no prefix on an aarch64 host)
+``ssh-x86``      ssh        host      OpenSSH ``sshd`` on 127.0.0.2 (named ``ssh-<uname -m>`` on a
+                                      host that is not x86_64)
+``ssh-arm64``    ssh        aarch64   ``sshd`` on 127.0.0.3, qemu exec prefix like ``phone-emu``
+===============  =========  ========  =============================================================
+
+:func:`up` prepares the state directory (``$BMOE_CI_STATE``, default ``<repo>/.cache/bmoe-ci/farm``)::
+
+    farm.yaml          the resolved farm file (from the template devices/local.yaml)
+    farm.json          what up started: sshd pids, addresses, ports
+    known_hosts        each sshd's host key pinned at [127.0.0.x]:PORT
+    keys/              client_ed25519(.pub), authorized_keys
+    sshd/<device>/     sshd_config, ssh_host_ed25519_key(.pub), sshd.pid, sshd.log
+    devices/<device>/  the work directories
+
+and starts one ``sshd -f sshd_config`` per SSH device. It is idempotent: sshds still running are kept,
+keys are generated once. :func:`down` stops exactly the sshds recorded in ``farm.json`` after checking that
+each pid is still that sshd (its executable is sshd and its pid file is ours).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import FarmError, FarmNotUp, MissingTool
+from .model import normalize_arch
+
+SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd", "/sbin/sshd")
+QEMU_AARCH64 = "qemu-aarch64-static"
+FARM_FILE = "farm.yaml"
+RECORD = "farm.json"
+
+
+def repo_root() -> Path | None:
+    """The checkout this package runs from (editable install), or one found from the cwd upwards."""
+    here = Path(__file__).resolve()
+    for cand in [*here.parents, *Path.cwd().resolve().parents, Path.cwd().resolve()]:
+        if (cand / "devices" / "local.yaml").is_file() and (cand / "pyproject.toml").is_file():
+            return cand
+    return None
+
+
+def state_dir() -> Path:
+    """``$BMOE_CI_STATE``, else ``<repo>/.cache/bmoe-ci/farm``, else ``~/.cache/bmoe-ci/farm``."""
+    env = os.environ.get("BMOE_CI_STATE")
+    if env:
+        return Path(env).expanduser().resolve()
+    root = repo_root()
+    return (root / ".cache" / "bmoe-ci" / "farm") if root else Path.home() / ".cache" / "bmoe-ci" / "farm"
+
+
+def farm_file(state: Path | None = None) -> Path:
+    """The resolved farm file of the local farm; :class:`FarmNotUp` if ``up`` never ran."""
+    path = (state or state_dir()) / FARM_FILE
+    if not path.is_file():
+        raise FarmNotUp(f"the embedded local farm is not up ({path} missing): run `bmoe-ci farm up`")
+    return path
+
+
+def template_path() -> Path:
+    root = repo_root()
+    if root is None:
+        raise FarmError("cannot find devices/local.yaml (the local farm template): run from the bmoe-ci checkout")
+    return root / "devices" / "local.yaml"
+
+
+def host_arch() -> str:
+    return normalize_arch(platform.machine())
+
+
+@dataclass(frozen=True)
+class SshdSpec:
+    device: str
+    address: str
+
+
+def layout() -> dict[str, object]:
+    """Names and arches of the four devices on this host, and the sshd instances to run."""
+    arch = host_arch()
+    emulate = arch != "aarch64"
+    ssh_host = "ssh-x86" if arch == "x86_64" else f"ssh-{arch}"
+    return {
+        "HOST_ARCH": arch,
+        "SSH_HOST_NAME": ssh_host,
+        "ARM64_PREFIX": [QEMU_AARCH64] if emulate else [],
+        "ARM64_SCALE": 8 if emulate else 1,
+        "ARM64_MODE": "emulated" if emulate else "native",
+        "sshd": [SshdSpec(ssh_host, "127.0.0.2"), SshdSpec("ssh-arm64", "127.0.0.3")],
+    }
+
+
+def _need(tool: str, package: str, candidates: tuple[str, ...] = ()) -> str:
+    for c in candidates:
+        if os.access(c, os.X_OK):
+            return c
+    found = shutil.which(tool)
+    if not found:
+        raise MissingTool(f"{tool} not found: install the Debian package {package} (apt-get install {package})")
+    return found
+
+
+def _free_port(address: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((address, 0))
+        return s.getsockname()[1]
+
+
+def _port_free(address: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((address, port))
+        except OSError:
+            return False
+        return True
+
+
+def _ssh_banner(address: str, port: int, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=timeout) as s:
+            return s.recv(64).startswith(b"SSH-")
+    except OSError:
+        return False
+
+
+def _is_our_sshd(pid: int, pidfile: Path, sshd: str | None = None) -> bool:
+    """pid is a live sshd and our pid file names it."""
+    try:
+        if int(pidfile.read_text().strip()) != pid:
+            return False
+    except (OSError, ValueError):
+        return False
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return False
+    exe = exe.removesuffix(" (deleted)")
+    return os.path.basename(exe) == "sshd" and (sshd is None or os.path.realpath(sshd) == os.path.realpath(exe))
+
+
+def _keygen(keygen: str, path: Path, comment: str) -> None:
+    if path.is_file() and path.with_suffix(".pub").is_file():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for p in (path, path.with_suffix(".pub")):
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+    subprocess.run([keygen, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)], check=True,
+                   stdout=subprocess.DEVNULL)
+    path.chmod(0o600)
+
+
+def _sshd_config(state: Path, spec: SshdSpec, port: int) -> str:
+    d = state / "sshd" / spec.device
+    root = os.geteuid() == 0
+    lines = [
+        "# written by `bmoe-ci farm up`; regenerated on every up",
+        f"ListenAddress {spec.address}",
+        f"Port {port}",
+        f"HostKey {d / 'ssh_host_ed25519_key'}",
+        f"PidFile {d / 'sshd.pid'}",
+        f"AuthorizedKeysFile {state / 'keys' / 'authorized_keys'}",
+        "PubkeyAuthentication yes",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "PermitRootLogin prohibit-password" if root else "PermitRootLogin no",
+        f"AllowUsers {getpass.getuser()}",
+        "StrictModes no",
+        "UsePAM no",
+        "UseDNS no",
+        "PrintMotd no",
+        "X11Forwarding no",
+        "AllowTcpForwarding no",
+        "MaxStartups 64",
+        "MaxSessions 64",
+        "LogLevel INFO",
+        "Subsystem sftp internal-sftp",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _record(state: Path) -> dict:
+    try:
+        return json.loads((state / RECORD).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _write(path: Path, text: str, mode: int | None = None) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    if mode is not None:
+        tmp.chmod(mode)
+    os.replace(tmp, path)
+
+
+def _yaml_value(v: object) -> str:
+    return json.dumps(v)  # JSON scalars and lists are valid YAML flow values
+
+
+
+def up(state: Path | None = None, *, log: Callable[[str], None] | None = None, timeout: float = 15.0) -> Path:
+    """Start (or keep) the local farm; returns the resolved farm file. Idempotent."""
+    say = log or (lambda _m: None)
+    state = (state or state_dir()).resolve()
+    lay = layout()
+    sshd = _need("sshd", "openssh-server", SSHD_CANDIDATES)
+    keygen = _need("ssh-keygen", "openssh-client")
+    if lay["ARM64_PREFIX"]:
+        _need(QEMU_AARCH64, "qemu-user-static")
+    _need("timeout", "coreutils")
+    template = template_path().read_text()
+
+    for sub in ("keys", "sshd", "devices"):
+        (state / sub).mkdir(parents=True, exist_ok=True)
+    state.chmod(0o700)
+    client = state / "keys" / "client_ed25519"
+    _keygen(keygen, client, "bmoe-ci local farm client")
+    _write(state / "keys" / "authorized_keys", client.with_suffix(".pub").read_text(), 0o600)
+
+    privsep = Path("/run/sshd")
+    if not privsep.is_dir():
+        try:
+            privsep.mkdir(mode=0o755, parents=True)
+        except OSError as exc:
+            raise FarmError(f"sshd needs its privilege separation directory {privsep}: {exc.strerror} "
+                            "(create it as root: mkdir -p /run/sshd)") from None
+
+    record = _record(state)
+    sshds = record.get("sshd", {})
+    ports: dict[str, int] = {}
+    known: list[str] = []
+    for spec in lay["sshd"]:  # type: ignore[union-attr]
+        d = state / "sshd" / spec.device
+        d.mkdir(parents=True, exist_ok=True)
+        hostkey = d / "ssh_host_ed25519_key"
+        _keygen(keygen, hostkey, f"bmoe-ci local farm {spec.device}")
+        prev = sshds.get(spec.device, {})
+        pid, port = prev.get("pid"), prev.get("port")
+        pidfile = d / "sshd.pid"
+        if (pid and port and prev.get("address") == spec.address and _is_our_sshd(pid, pidfile, sshd)
+                and _ssh_banner(spec.address, port)):
+            say(f"{spec.device}: sshd already running on {spec.address}:{port} (pid {pid})")
+        else:
+            if pid and _is_our_sshd(pid, pidfile, sshd):
+                _stop(pid)
+            if not (port and _port_free(spec.address, port)):
+                port = _free_port(spec.address)
+            cfg = d / "sshd_config"
+            _write(cfg, _sshd_config(state, spec, port))
+            test = subprocess.run([sshd, "-t", "-f", str(cfg)], capture_output=True, text=True)
+            if test.returncode != 0:
+                raise FarmError(f"sshd rejects {cfg}: {test.stderr.strip()}")
+            with contextlib.suppress(FileNotFoundError):
+                pidfile.unlink()
+            start = subprocess.run([sshd, "-f", str(cfg), "-E", str(d / "sshd.log")], capture_output=True,
+                                   text=True)
+            if start.returncode != 0:
+                raise FarmError(f"sshd for {spec.device} did not start: {start.stderr.strip()} (see {d / 'sshd.log'})")
+            deadline = time.monotonic() + timeout
+            while not (pidfile.is_file() and _ssh_banner(spec.address, port)):
+                if time.monotonic() > deadline:
+                    tail = (d / "sshd.log").read_text(errors="replace")[-400:] if (d / "sshd.log").exists() else ""
+                    raise FarmError(f"sshd for {spec.device} is not answering on {spec.address}:{port} after "
+                                    f"{timeout:g}s: {tail.strip()}")
+                time.sleep(0.05)
+            pid = int(pidfile.read_text().strip())
+            say(f"{spec.device}: sshd started on {spec.address}:{port} (pid {pid})")
+        sshds[spec.device] = {"pid": pid, "port": port, "address": spec.address, "pidfile": str(pidfile)}
+        ports[spec.device] = port
+        pub = (d / "ssh_host_ed25519_key.pub").read_text().split()
+        known.append(f"[{spec.address}]:{port} {pub[0]} {pub[1]}")
+
+    _write(state / "known_hosts", "\n".join(known) + "\n", 0o644)
+    ssh_host, ssh_arm = (s.device for s in lay["sshd"])  # type: ignore[union-attr]
+    values = {
+        "STATE": str(state),
+        "USER": getpass.getuser(),
+        "HOST_ARCH": lay["HOST_ARCH"],
+        "SSH_HOST_NAME": lay["SSH_HOST_NAME"],
+        "SSH_HOST_PORT": ports[ssh_host],
+        "SSH_ARM64_PORT": ports[ssh_arm],
+        "ARM64_PREFIX": lay["ARM64_PREFIX"],
+        "ARM64_SCALE": lay["ARM64_SCALE"],
+        "ARM64_MODE": lay["ARM64_MODE"],
+    }
+    resolved = _render(template, values)
+    _write(state / FARM_FILE, resolved)
+    record = {"state": str(state), "sshd": sshds, "started": record.get("started") or time.time(),
+              "updated": time.time()}
+    _write(state / RECORD, json.dumps(record, indent=2) + "\n")
+    # validate what we wrote: a broken template must fail here, not in the first test
+    from .model import load_farm_file
+
+    load_farm_file(state / FARM_FILE)
+    return state / FARM_FILE
+
+
+def _render(template: str, values: dict[str, object]) -> str:
+    out = template
+    for k, v in values.items():
+        # strings go inside the template's double quotes, JSON-escaped; lists and numbers as JSON
+        rendered = json.dumps(v)[1:-1] if isinstance(v, str) else json.dumps(v)
+        out = out.replace("${" + k + "}", rendered)
+    header = ("# GENERATED by `bmoe-ci farm up` from devices/local.yaml; edits are lost on the next up.\n")
+    return header + out
+
+
+def _running(pid: int) -> bool:
+    """pid exists and is not a zombie (a daemon's zombie waits for init to reap it)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    return stat[stat.rfind(")") + 2] != "Z"
+
+
+def _stop(pid: int, timeout: float = 5.0) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _running(pid):
+            return
+        time.sleep(0.02)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def down(state: Path | None = None, *, log: Callable[[str], None] | None = None) -> list[str]:
+    """Stop the sshds that :func:`up` started (only those still verifiably ours). Returns their names."""
+    say = log or (lambda _m: None)
+    state = (state or state_dir()).resolve()
+    record = _record(state)
+    stopped = []
+    for name, info in record.get("sshd", {}).items():
+        pid, pidfile = info.get("pid"), Path(info.get("pidfile", ""))
+        if pid and _is_our_sshd(int(pid), pidfile):
+            _stop(int(pid))
+            stopped.append(name)
+            say(f"{name}: sshd (pid {pid}) stopped")
+        else:
+            say(f"{name}: sshd not running")
+        with contextlib.suppress(OSError):
+            pidfile.unlink()
+    if record:
+        record["sshd"] = {}
+        _write(state / RECORD, json.dumps(record, indent=2) + "\n")
+    with contextlib.suppress(FileNotFoundError):
+        (state / FARM_FILE).unlink()
+    return stopped
+
+
+def sshd_status(state: Path | None = None) -> dict[str, dict]:
+    """Per sshd device: address, port, pid, running (verifiably ours) and answering."""
+    state = (state or state_dir()).resolve()
+    out = {}
+    for name, info in _record(state).get("sshd", {}).items():
+        pid = info.get("pid")
+        running = bool(pid) and _is_our_sshd(int(pid), Path(info.get("pidfile", "")))
+        out[name] = {**info, "running": running,
+                     "answering": running and _ssh_banner(info["address"], int(info["port"]))}
+    return out
+
+
+@contextlib.contextmanager
+def running(state: Path | None = None, *, log: Callable[[str], None] | None = None) -> Iterator[Path]:
+    """``up`` on entry, ``down`` on exit (for test sessions): yields the resolved farm file."""
+    path = up(state, log=log)
+    try:
+        yield path
+    finally:
+        down(state, log=log)

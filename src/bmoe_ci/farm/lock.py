@@ -1,0 +1,247 @@
+"""A per-device lock held for a whole test session.
+
+The lock is the directory ``<workdir>/.bmoe-ci-lock`` (``mkdir`` is atomic on every POSIX filesystem,
+local or on the device) holding one file, ``owner``: a JSON line with the controller's host name and
+boot id, its pid (and that pid's start time), the run id, the start time and a heartbeat.
+
+* A second run gets :class:`~bmoe_ci.farm.errors.DeviceBusy`: ``busy, held by <run> (pid <pid> on
+  <host>) since <time>``, or polls until ``wait`` seconds have passed.
+* A lock is *stale*, and is broken, when its heartbeat is older than ``ttl`` seconds, or when its owner
+  ran on this very machine (same host name and boot id) and that process is gone (pid dead, or reused
+  by another process). Breaking renames the directory away only if its owner is still the stale one
+  read a moment before (a narrow race remains between that read and the rename; the rename itself is
+  atomic).
+* A run that finds a lock of its *own* run id (an xdist worker of the controller that locked the
+  device) adopts it without taking it over: it will not release it.
+* :meth:`DeviceLock.release` removes the lock only if it is still ours; an ``atexit`` hook releases
+  locks a crashed session forgot.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import secrets
+import socket
+import time
+import weakref
+from dataclasses import asdict, dataclass
+
+from .errors import DeviceBusy, InfraError
+from .transport import Transport
+
+LOCK_DIR = ".bmoe-ci-lock"
+DEFAULT_TTL = 2 * 3600.0
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def _pid_start(pid: int) -> str | None:
+    """Start time of a process in clock ticks since boot (field 22 of /proc/PID/stat), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    # the command name (field 2) may contain spaces and parentheses: split after its last ')'
+    rest = data[data.rfind(b")") + 2:].split()
+    return rest[19].decode() if len(rest) > 19 else None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass(frozen=True)
+class LockOwner:
+    host: str
+    boot: str
+    pid: int
+    pid_start: str | None
+    run_id: str
+    since: float
+    beat: float
+    token: str
+
+    @classmethod
+    def mine(cls, run_id: str) -> LockOwner:
+        now = time.time()
+        return cls(socket.gethostname(), _boot_id(), os.getpid(), _pid_start(os.getpid()), run_id, now, now,
+                   secrets.token_hex(8))
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> LockOwner | None:
+        try:
+            d = json.loads(text)
+            return cls(str(d["host"]), str(d.get("boot", "")), int(d["pid"]), d.get("pid_start"), str(d["run_id"]),
+                       float(d["since"]), float(d.get("beat", d["since"])), str(d.get("token", "")))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def describe(self) -> str:
+        return f"{self.run_id} (pid {self.pid} on {self.host})"
+
+    @property
+    def since_iso(self) -> str:
+        return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(self.since))
+
+    def stale_reason(self, ttl: float, now: float | None = None) -> str | None:
+        """Why this lock may be broken, or None if it must be respected."""
+        now = time.time() if now is None else now
+        if now - self.beat > ttl:
+            return f"no heartbeat for {now - self.beat:.0f}s (ttl {ttl:.0f}s)"
+        if self.host == socket.gethostname() and self.boot and self.boot == _boot_id():
+            if not _pid_alive(self.pid):
+                return f"its process {self.pid} on this machine is gone"
+            if self.pid_start and _pid_start(self.pid) not in (None, self.pid_start):
+                return f"its process {self.pid} on this machine is gone (pid reused)"
+        return None
+
+
+_ACQUIRE = r"""
+d=$1; owner=$2
+if mkdir "$d" 2>/dev/null; then
+  if printf '%s\n' "$owner" > "$d/owner"; then echo ACQUIRED; else rmdir "$d" 2>/dev/null; echo NOWRITE; fi
+  exit 0
+fi
+echo BUSY
+if [ -n "$(find "$d" -prune -mmin +$3 2>/dev/null)" ]; then echo OLD; fi
+cat "$d/owner" 2>/dev/null
+exit 0
+"""
+
+_BREAK = r"""
+d=$1; expect=$2; grave=$3
+cur=$(cat "$d/owner" 2>/dev/null)
+if [ "$cur" = "$expect" ] && mv "$d" "$grave" 2>/dev/null; then rm -rf "$grave"; echo BROKEN; fi
+"""
+
+_REWRITE = r"""
+d=$1; expect=$2; new=$3
+cur=$(cat "$d/owner" 2>/dev/null)
+if [ "$cur" != "$expect" ]; then echo NOTOURS; exit 0; fi
+if [ "$new" = "-" ]; then rm -rf "$d" && echo RELEASED
+else printf '%s\n' "$new" > "$d/owner.tmp" && mv -f "$d/owner.tmp" "$d/owner" && echo REFRESHED; fi
+"""
+
+_live_locks: weakref.WeakSet[DeviceLock] = weakref.WeakSet()
+
+
+@atexit.register
+def _release_all() -> None:  # pragma: no cover - exercised at interpreter exit
+    for lock in list(_live_locks):
+        with contextlib.suppress(Exception):
+            lock.release()
+
+
+class DeviceLock:
+    """The session lock of one device, taken through its transport."""
+
+    def __init__(self, transport: Transport, run_id: str, *, ttl: float = DEFAULT_TTL):
+        self.transport = transport
+        self.run_id = run_id
+        self.ttl = ttl
+        self.owner: LockOwner | None = None  #: set while we hold the lock
+        self.adopted = False  #: True when the lock belonged to our run id already (we will not release it)
+        self.broke: list[str] = []  #: reasons of stale locks we broke
+
+    @property
+    def path(self) -> str:
+        return self.transport.path(LOCK_DIR)
+
+    @property
+    def held(self) -> bool:
+        return self.owner is not None or self.adopted
+
+    def _sh(self, script: str, *args: str):
+        r = self.transport.sh(script, *args, timeout=60).raise_for_infra()
+        if not r.ok:
+            raise InfraError(self.transport.device.name, "setup",
+                             f"lock {self.path}: {r.stderr.decode(errors='replace').strip() or r.describe()}")
+        return r.stdout.decode(errors="replace")
+
+    def acquire(self, wait: float = 0.0, poll: float = 1.0) -> DeviceLock:
+        """Take the lock, breaking stale ones; poll up to ``wait`` seconds while busy.
+
+        Raises :class:`DeviceBusy` (an :class:`InfraError`) when still busy at the end."""
+        if self.held:
+            return self
+        deadline = time.monotonic() + wait
+        name = self.transport.device.name
+        while True:
+            me = LockOwner.mine(self.run_id)
+            out = self._sh(_ACQUIRE, self.path, me.to_json(), str(max(1, int(self.ttl // 60)))).splitlines()
+            if out and out[0] == "ACQUIRED":
+                self.owner = me
+                _live_locks.add(self)
+                return self
+            if out and out[0] == "NOWRITE":
+                raise InfraError(name, "setup", f"cannot write lock owner in {self.path}")
+            old = len(out) > 1 and out[1] == "OLD"
+            raw = "\n".join(out[2 if old else 1:]).strip()
+            holder = LockOwner.from_json(raw)
+            if holder is not None and holder.run_id == self.run_id:
+                self.adopted = True
+                return self
+            reason = holder.stale_reason(self.ttl) if holder else (
+                f"unreadable owner, lock older than {self.ttl:.0f}s" if old else None)
+            if reason:
+                grave = f"{self.path}.stale-{secrets.token_hex(4)}"
+                if "BROKEN" in self._sh(_BREAK, self.path, raw, grave):
+                    who = holder.describe() if holder else "unknown owner"
+                    self.broke.append(f"broke stale lock of {who}: {reason}")
+                continue  # retry at once (someone else may have broken it first: fine)
+            if time.monotonic() >= deadline:
+                if holder is None:
+                    raise DeviceBusy(name, "an unknown owner (lock being created, or owner file unreadable)", "now")
+                raise DeviceBusy(name, holder.describe(), holder.since_iso)
+            time.sleep(min(poll, max(0.05, deadline - time.monotonic())))
+
+    def refresh(self) -> None:
+        """Renew the heartbeat (call at least every ``ttl`` seconds on very long sessions)."""
+        if self.owner is None:
+            return
+        new = LockOwner(**{**asdict(self.owner), "beat": time.time()})
+        out = self._sh(_REWRITE, self.path, self.owner.to_json(), new.to_json())
+        if "REFRESHED" in out:
+            self.owner = new
+        else:
+            self.owner = None
+            raise InfraError(self.transport.device.name, "busy", "our lock was taken over by another run")
+
+    def release(self) -> None:
+        """Remove the lock if it is still ours (adopted locks are left to their owner)."""
+        self.adopted = False
+        owner, self.owner = self.owner, None
+        _live_locks.discard(self)
+        if owner is not None:
+            self._sh(_REWRITE, self.path, owner.to_json(), "-")
+
+    def __enter__(self) -> DeviceLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def read_lock(transport: Transport) -> LockOwner | None:
+    """The current holder of a device's lock, if any (for ``farm status``)."""
+    r = transport.sh('cat "$1/owner" 2>/dev/null', transport.path(LOCK_DIR), timeout=30).raise_for_infra()
+    return LockOwner.from_json(r.stdout.decode(errors="replace").strip()) if r.ok else None

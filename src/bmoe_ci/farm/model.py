@@ -1,0 +1,510 @@
+"""Farm files: the schema, a line-aware YAML loader and the loader that turns a file into a :class:`Farm`.
+
+A farm file is YAML::
+
+    version: 1
+    defaults: {user: ci, key: keys/ci_ed25519, known_hosts: known_hosts}
+    devices:
+      - {name: pixel8, kind: phone, os: android, arch: aarch64, transport: ssh,
+         host: 10.0.0.8, port: 8022, workdir: /data/local/tmp/bmoe-ci, exec_prefix: [taskset, -c, 4-7]}
+    pools:
+      nightly: [pixel8, label:desktop]
+
+Every problem is reported as ``FILE:LINE: KEY.PATH: message`` (see :class:`ConfigIssue`); all problems
+of a file are reported at once. The full reference is ``docs/farm.md``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints, ValidationError
+
+from .errors import ConfigIssue, FarmConfigError
+
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+_NAME_RE = re.compile(NAME_PATTERN)
+
+#: Spellings of the same architecture; the farm always stores the ``uname -m`` spelling.
+ARCH_ALIASES = {"arm64": "aarch64", "armv8": "aarch64", "amd64": "x86_64", "x64": "x86_64", "x86-64": "x86_64"}
+
+#: Selector prefixes understood in pools and in ``--device`` (besides ``pool:`` and ``all``).
+SELECTOR_FIELDS = ("arch", "label", "kind", "os")
+
+
+def normalize_arch(arch: str) -> str:
+    """``arm64`` -> ``aarch64``, ``amd64`` -> ``x86_64``; anything else lower-cased as is."""
+    a = arch.strip().lower()
+    return ARCH_ALIASES.get(a, a)
+
+
+def triple_arch(triple: str) -> str:
+    """The architecture of a target triple (``aarch64-linux-musl`` -> ``aarch64``)."""
+    return normalize_arch(triple.split("-", 1)[0])
+
+
+_QEMU_RE = re.compile(r"^qemu-([A-Za-z0-9_]+?)(?:-static)?$")
+
+
+def emulated_arch(exec_prefix: tuple[str, ...] | list[str]) -> str | None:
+    """The architecture a qemu user-mode emulator in the exec prefix runs, or None if there is none."""
+    for part in exec_prefix:
+        m = _QEMU_RE.match(os.path.basename(part))
+        if m:
+            return normalize_arch(m.group(1))
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# Line-aware YAML
+
+
+class LineDict(dict):
+    """A mapping from YAML that remembers the line of itself and of each key (1-based)."""
+
+    line: int = 0
+
+    def __init__(self, *a: Any, **kw: Any):
+        super().__init__(*a, **kw)
+        self.key_lines: dict[Any, int] = {}
+        self.duplicates: list[tuple[Any, int, int]] = []  # (key, line, first line)
+        self.inherited: dict[Any, int | None] = {}  # key -> line in 'defaults' it was inherited from
+
+
+class LineList(list):
+    """A sequence from YAML that remembers the line of itself and of each item (1-based)."""
+
+    line: int = 0
+
+    def __init__(self, *a: Any):
+        super().__init__(*a)
+        self.item_lines: list[int] = []
+
+
+class _LineLoader(yaml.SafeLoader):
+    pass
+
+
+def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> LineDict:
+    out = LineDict()
+    out.line = node.start_mark.line + 1
+    first: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                None, None, "unhashable key", key_node.start_mark
+            ) from None
+        if key in first:
+            out.duplicates.append((key, line, first[key]))
+        else:
+            first[key] = line
+    loader.flatten_mapping(node)
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        out[key] = loader.construct_object(value_node, deep=True)
+        # merged keys come first in node.value; an explicit key later overrides them, line included
+        out.key_lines[key] = key_node.start_mark.line + 1
+    return out
+
+
+def _construct_sequence(loader: _LineLoader, node: yaml.SequenceNode) -> LineList:
+    out = LineList()
+    out.line = node.start_mark.line + 1
+    for child in node.value:
+        out.append(loader.construct_object(child, deep=True))
+        out.item_lines.append(child.start_mark.line + 1)
+    return out
+
+
+_LineLoader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
+_LineLoader.add_constructor("tag:yaml.org,2002:seq", _construct_sequence)
+
+
+def load_yaml_with_lines(text: str) -> Any:
+    """Parse YAML text into :class:`LineDict` / :class:`LineList` trees (``yaml.YAMLError`` on bad YAML)."""
+    return yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+# --------------------------------------------------------------------------------------------------
+# Schema
+
+Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+NonEmpty = Annotated[str, StringConstraints(min_length=1)]
+
+
+class DeviceSpec(BaseModel):
+    """One device as written in a farm file (see docs/farm.md for every key)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Name
+    kind: Literal["phone", "desktop"]
+    os: NonEmpty = "linux"
+    arch: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]+$")]
+    transport: Literal["ssh", "local"]
+    host: NonEmpty | None = None
+    port: Annotated[StrictInt, Field(ge=1, le=65535)] = 22
+    user: NonEmpty | None = None
+    key: NonEmpty | None = None
+    known_hosts: NonEmpty | None = None
+    workdir: NonEmpty
+    exec_prefix: tuple[NonEmpty, ...] = ()
+    timeout_scale: Annotated[float, Field(gt=0, le=1000)] = 1.0
+    labels: tuple[Name, ...] = ()
+    connect_timeout: Annotated[float, Field(gt=0, le=600)] = 10.0
+    min_free_mb: Annotated[StrictInt, Field(ge=0)] = 256
+
+
+class Device(DeviceSpec):
+    """A validated device: arch normalised, key / known_hosts / local workdir made absolute.
+
+    ``source`` is ``FILE:LINE`` of its definition.
+    """
+
+    source: str = ""
+
+    @property
+    def emulated_arch(self) -> str | None:
+        """The arch a qemu in ``exec_prefix`` emulates (the engine runs under it), else None."""
+        return emulated_arch(self.exec_prefix)
+
+    @property
+    def is_ssh(self) -> bool:
+        return self.transport == "ssh"
+
+    def describe(self) -> str:
+        where = f"{self.user + '@' if self.user else ''}{self.host}:{self.port}" if self.is_ssh else "local"
+        prefix = f" via {' '.join(self.exec_prefix)}" if self.exec_prefix else ""
+        return f"{self.name} ({self.kind}, {self.os}/{self.arch}, {where}{prefix})"
+
+
+_DEVICE_KEYS = tuple(DeviceSpec.model_fields)
+_SSH_ONLY = ("host", "port", "user", "key", "known_hosts", "connect_timeout")
+_TOP_KEYS = ("version", "defaults", "devices", "pools")
+
+
+class _FarmSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    version: Literal[1] = 1
+    defaults: dict[str, Any] = {}
+    devices: Annotated[list[DeviceSpec], Field(min_length=1)]
+    pools: dict[Name, list[NonEmpty]] = {}
+
+
+@dataclass
+class Farm:
+    """A loaded farm: devices in file order and pools resolved to device names."""
+
+    path: Path
+    devices: dict[str, Device]
+    pools: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def device(self, name: str) -> Device:
+        """The device called ``name`` (a :class:`~bmoe_ci.farm.errors.SelectionError` lists the known)."""
+        from .select import select_devices
+
+        if name in self.devices:
+            return self.devices[name]
+        return select_devices(self, [name])[0]  # raises, listing the known names
+
+    def select(self, specs: str | list[str] | tuple[str, ...]) -> list[Device]:
+        """Devices matching ``--device`` expressions (see :func:`bmoe_ci.farm.select.select_devices`)."""
+        from .select import select_devices
+
+        return select_devices(self, specs)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.devices)
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _fmt_path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _closest(word: str, choices: tuple[str, ...] | list[str]) -> str:
+    hits = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
+    return f" (did you mean '{hits[0]}'?)" if hits else ""
+
+
+def _locate(raw: Any, loc: tuple[Any, ...]) -> tuple[int | None, tuple[Any, ...]]:
+    """Line of the deepest node of ``loc`` present in ``raw``, and the path to report (may be rerouted
+    to ``defaults.KEY`` when the value was inherited from the defaults block)."""
+    line = getattr(raw, "line", None) or None
+    node = raw
+    for i, part in enumerate(loc):
+        if isinstance(node, LineDict) and part in node:
+            if part in node.inherited:
+                return node.inherited[part], ("defaults", part)
+            line = node.key_lines.get(part, line)
+            node = node[part]
+        elif isinstance(node, LineList) and isinstance(part, int) and 0 <= part < len(node):
+            line = node.item_lines[part]
+            node = node[part]
+        else:
+            # the key is missing (e.g. a required key): report at the enclosing mapping
+            return line, loc[: i + 1]
+    return line, loc
+
+
+def _message(err: dict[str, Any], loc: tuple[Any, ...], parent_fields: tuple[str, ...]) -> str:
+    etype = err["type"]
+    if etype == "extra_forbidden":
+        return "unknown key" + _closest(str(loc[-1]), parent_fields)
+    if etype == "missing":
+        return "missing required key"
+    got = err.get("input")
+    shown = "" if isinstance(got, dict | list) else f" (got {got!r})"
+    if etype in ("tuple_type", "list_type"):
+        return f"expected a list, e.g. [a, b]{shown}"
+    if etype == "string_pattern_mismatch":
+        return f"invalid name{shown}: use letters, digits, '.', '_' and '-', starting with a letter or digit"
+    return f"{err['msg']}{shown}"
+
+
+def _fields_for(loc: tuple[Any, ...]) -> tuple[str, ...]:
+    if len(loc) >= 2 and loc[0] == "devices":
+        return _DEVICE_KEYS
+    if loc and loc[0] == "defaults":
+        return tuple(k for k in _DEVICE_KEYS if k != "name")
+    return _TOP_KEYS
+
+
+def _expand(value: str, variables: dict[str, str]) -> str:
+    def sub(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name not in variables:
+            raise KeyError(name)
+        return variables[name]
+
+    return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", sub, value)
+
+
+def load_farm_file(path: str | os.PathLike[str], variables: dict[str, str] | None = None) -> Farm:
+    """Read, validate and resolve a farm file. Raises :class:`FarmConfigError` listing every problem.
+
+    ``variables`` are substituted for ``${NAME}`` in string values (``${FARM_DIR}``, the directory of
+    the file, is always defined); an unknown ``${NAME}`` is an error.
+    """
+    path = Path(path)
+    shown = _display(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FarmConfigError([ConfigIssue(shown, None, "", f"cannot read farm file: {exc}")]) from None
+    try:
+        raw = load_yaml_with_lines(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        line = mark.line + 1 if mark else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise FarmConfigError([ConfigIssue(shown, line, "", f"invalid YAML: {problem}")]) from None
+    issues: list[ConfigIssue] = []
+
+    def issue(line: int | None, loc: tuple[Any, ...], msg: str) -> None:
+        issues.append(ConfigIssue(shown, line, _fmt_path(loc), msg))
+
+    if not isinstance(raw, LineDict):
+        issue(getattr(raw, "line", 1) or 1, (), "a farm file is a mapping with 'devices' (and 'pools')")
+        raise FarmConfigError(issues)
+
+    # duplicate YAML keys, anywhere in the file
+    def walk_dups(node: Any, loc: tuple[Any, ...]) -> None:
+        if isinstance(node, LineDict):
+            for key, line, first in node.duplicates:
+                issue(line, (*loc, key), f"duplicate key (first given at line {first})")
+            for k, v in node.items():
+                walk_dups(v, (*loc, k))
+        elif isinstance(node, LineList):
+            for i, v in enumerate(node):
+                walk_dups(v, (*loc, i))
+
+    walk_dups(raw, ())
+
+    # ${VAR} expansion in every string value
+    variables = {"FARM_DIR": str(path.resolve().parent), **(variables or {})}
+
+    def expand(node: Any, loc: tuple[Any, ...], line: int | None) -> Any:
+        if isinstance(node, LineDict):
+            for k in list(node):
+                node[k] = expand(node[k], (*loc, k), node.key_lines.get(k, line))
+        elif isinstance(node, LineList):
+            for i in range(len(node)):
+                node[i] = expand(node[i], (*loc, i), node.item_lines[i])
+        elif isinstance(node, str) and "${" in node:
+            try:
+                return _expand(node, variables)
+            except KeyError as exc:
+                issue(line, loc, f"unknown variable ${{{exc.args[0]}}} (known: {', '.join(sorted(variables))})")
+        return node
+
+    expand(raw, (), raw.line)
+
+    # defaults: validated for unknown keys, then merged into each device mapping
+    defaults = raw.get("defaults", LineDict())
+    if isinstance(defaults, LineDict):
+        for k in list(defaults):
+            if k not in _DEVICE_KEYS or k == "name":
+                why = "'name' cannot have a default" if k == "name" else "unknown key" + _closest(
+                    str(k), [f for f in _DEVICE_KEYS if f != "name"]
+                )
+                issue(defaults.key_lines.get(k), ("defaults", k), why)
+        devices_raw = raw.get("devices")
+        if isinstance(devices_raw, LineList):
+            for dev in devices_raw:
+                if isinstance(dev, LineDict):
+                    for k, v in defaults.items():
+                        if k in _DEVICE_KEYS and k != "name" and k not in dev:
+                            dev[k] = v
+                            dev.inherited[k] = defaults.key_lines.get(k)
+
+    try:
+        spec = _FarmSpec.model_validate(raw)
+    except ValidationError as exc:
+        for err in exc.errors():
+            loc = tuple(err["loc"])
+            line, shown_loc = _locate(raw, loc)
+            if err["type"] == "extra_forbidden" and shown_loc and shown_loc[0] == "defaults":
+                continue  # already reported with a better message
+            issue(line, shown_loc, _message(err, loc, _fields_for(loc)))
+        raise FarmConfigError(issues) from None
+    if issues:
+        raise FarmConfigError(issues)
+
+    base = path.resolve().parent
+    devices: dict[str, Device] = {}
+    raw_devices: LineList = raw["devices"]
+    for i, (dspec, draw) in enumerate(zip(spec.devices, raw_devices, strict=True)):
+        loc = ("devices", i)
+
+        def key_line(k: str, draw: LineDict = draw) -> int | None:
+            return draw.inherited[k] if k in draw.inherited else draw.key_lines.get(k, draw.line)
+
+        def key_loc(k: str, draw: LineDict = draw, loc: tuple[Any, ...] = loc) -> tuple[Any, ...]:
+            return ("defaults", k) if k in draw.inherited else (*loc, k)
+
+        if dspec.name in devices:
+            first = devices[dspec.name].source.rsplit(":", 1)[-1]
+            issue(key_line("name"), (*loc, "name"), f"duplicate device name '{dspec.name}' (first defined at line {first})")
+            continue
+        update: dict[str, Any] = {"arch": normalize_arch(dspec.arch), "source": f"{shown}:{draw.line}"}
+        if dspec.transport == "ssh":
+            for k in ("host", "key", "known_hosts"):
+                if getattr(dspec, k) is None:
+                    issue(draw.line, loc, f"missing required key '{k}' (transport ssh)")
+            for k in ("key", "known_hosts"):
+                value = getattr(dspec, k)
+                if value is None:
+                    continue
+                p = Path(os.path.expanduser(value))
+                p = p if p.is_absolute() else base / p
+                what = "key file" if k == "key" else "known_hosts file"
+                try:
+                    with open(p, "rb") as fh:
+                        fh.read(1)
+                except OSError as exc:
+                    issue(key_line(k), key_loc(k), f"cannot read {what} {p}: {exc.strerror or exc}")
+                update[k] = str(p)
+            wd = dspec.workdir
+            if not (wd.startswith("/") or wd == "~" or wd.startswith("~/")):
+                issue(key_line("workdir"), key_loc("workdir"), f"workdir of an ssh device must be absolute or start with '~/' (got {wd!r})")
+        else:
+            for k in _SSH_ONLY:
+                if k in draw and k not in draw.inherited:
+                    issue(key_line(k), key_loc(k), "only meaningful for transport ssh")
+                elif k in draw.inherited:  # defaults aimed at the ssh devices: not for this one
+                    update[k] = DeviceSpec.model_fields[k].default
+            wd = Path(os.path.expanduser(dspec.workdir))
+            update["workdir"] = str(wd if wd.is_absolute() else (base / wd))
+        devices[dspec.name] = Device(**{**dspec.model_dump(), **update})
+
+    pools = _resolve_pools(spec.pools, raw.get("pools"), devices, issue)
+    if issues:
+        raise FarmConfigError(issues)
+    return Farm(path=path.resolve(), devices=devices, pools=pools)
+
+
+def match_selector(device: Device, field_name: str, value: str) -> bool:
+    """Does ``device`` match ``arch:X`` / ``label:X`` / ``kind:X`` / ``os:X``?"""
+    if field_name == "arch":
+        return device.arch == normalize_arch(value)
+    if field_name == "label":
+        return value in device.labels
+    return getattr(device, field_name) == value
+
+
+def _resolve_pools(pools: dict[str, list[str]], raw: Any, devices: dict[str, Device], issue: Any) -> dict[str, tuple[str, ...]]:
+    resolved: dict[str, tuple[str, ...]] = {}
+    known = ", ".join(devices) or "(none)"
+
+    def member_line(pool: str, i: int) -> int | None:
+        node = raw.get(pool) if isinstance(raw, LineDict) else None
+        if isinstance(node, LineList) and i < len(node.item_lines):
+            return node.item_lines[i]
+        return raw.key_lines.get(pool) if isinstance(raw, LineDict) else None
+
+    def resolve(name: str, stack: tuple[str, ...]) -> tuple[str, ...]:
+        if name in resolved:
+            return resolved[name]
+        names: list[str] = []
+        for i, member in enumerate(pools[name]):
+            line, loc = member_line(name, i), ("pools", name, i)
+            prefix, sep, value = member.partition(":")
+            if sep and prefix == "pool":
+                if value not in pools:
+                    issue(line, loc, f"unknown pool '{value}'{_closest(value, list(pools))} (pools: {', '.join(pools)})")
+                    continue
+                if value in stack or value == name:
+                    issue(line, loc, f"pool '{name}' includes itself through '{value}'")
+                    continue
+                hits = list(resolve(value, (*stack, name)))
+            elif sep and prefix in SELECTOR_FIELDS:
+                hits = [d.name for d in devices.values() if match_selector(d, prefix, value)]
+                if not hits:
+                    issue(line, loc, f"selector '{member}' matches no device")
+            elif sep:
+                issue(line, loc, f"unknown selector '{prefix}:' (use a device name, pool:, {', '.join(s + ':' for s in SELECTOR_FIELDS)})")
+                continue
+            else:
+                if member not in devices:
+                    issue(line, loc, f"unknown device '{member}'{_closest(member, list(devices))} (devices: {known})")
+                    continue
+                hits = [member]
+            names.extend(h for h in hits if h not in names)
+        order = list(devices)
+        resolved[name] = tuple(sorted(names, key=order.index))
+        return resolved[name]
+
+    for name in pools:
+        resolve(name, ())
+    return resolved

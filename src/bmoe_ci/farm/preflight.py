@@ -1,0 +1,160 @@
+"""Preflight: is this device fit to run the gates?
+
+Checks, in order (the first failure raises :class:`~bmoe_ci.farm.errors.InfraError`, kind ``preflight``
+or the transport's own kind when the device cannot be reached):
+
+1. reachable: the transport connects and a trivial command runs;
+2. arch: ``uname -m`` equals the declared arch (``arm64`` = ``aarch64``); on a device whose exec prefix
+   runs a qemu user-mode emulator for the declared arch, the prefix must be present on the device and the
+   arch is confirmed later from the target triple the engine reports;
+3. free space in the work directory (``df -Pk``) of at least ``min_free_mb``;
+4. engine: ``<exec prefix> <engine> --version`` prints ``bmoe <version> build <id> target <triple>``,
+   with the expected build id and a triple whose arch is the declared arch.
+
+:func:`check_lite` runs 1 and 2 only (``bmoe-ci farm check``: no engine needed).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from .errors import InfraError
+from .model import normalize_arch, triple_arch
+from .transport import Transport
+
+VERSION_RE = re.compile(r"^bmoe (?P<version>\S+) build (?P<build>\S+) target (?P<target>\S+)\s*$")
+
+
+@dataclass(frozen=True)
+class EngineVersion:
+    version: str
+    build: str
+    target: str
+
+    @property
+    def arch(self) -> str:
+        return triple_arch(self.target)
+
+
+def parse_version(text: str) -> EngineVersion | None:
+    """Parse ``bmoe --version`` output (its first line)."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    m = VERSION_RE.match(first)
+    return EngineVersion(m["version"], m["build"], m["target"]) if m else None
+
+
+@dataclass
+class PreflightReport:
+    device: str
+    uname: str = ""
+    arch_confirmed_by: str = ""  #: "uname" or "engine" (emulated devices), or "" when deferred
+    free_mb: int | None = None
+    engine: EngineVersion | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        parts = [f"uname {self.uname}"]
+        if self.arch_confirmed_by:
+            parts.append(f"arch by {self.arch_confirmed_by}")
+        if self.free_mb is not None:
+            parts.append(f"{self.free_mb} MiB free")
+        if self.engine:
+            parts.append(f"engine {self.engine.version} build {self.engine.build} target {self.engine.target}")
+        return ", ".join(parts + self.notes)
+
+
+def _fail(t: Transport, reason: str) -> InfraError:
+    return InfraError(t.device.name, "preflight", reason)
+
+
+_PROBE = r"""
+printf 'uname %s\n' "$(uname -m)"
+if [ -n "$2" ]; then
+  if command -v "$2" >/dev/null 2>&1; then echo "prefix ok"; else echo "prefix missing"; fi
+fi
+df -Pk "$1" 2>/dev/null | tail -n 1 | sed 's/^/df /'
+"""
+
+
+def _probe(t: Transport) -> dict[str, str]:
+    """One round trip: ``uname -m``, whether the exec prefix exists, the work directory's ``df`` line."""
+    t.connect()
+    tool = t.device.exec_prefix[0] if t.device.exec_prefix else ""
+    r = t.sh(_PROBE, t.workdir, tool, timeout=30).raise_for_infra()
+    if not r.ok:
+        raise _fail(t, f"probe (uname, df) failed: {r.describe()}: {r.stderr.decode(errors='replace').strip()[-200:]}")
+    out: dict[str, str] = {}
+    for line in r.stdout.decode(errors="replace").splitlines():
+        key, _, value = line.partition(" ")
+        out[key] = value.strip()
+    return out
+
+
+def check_lite(t: Transport, report: PreflightReport | None = None, probe: dict[str, str] | None = None
+               ) -> PreflightReport:
+    """Reachability and arch (without the engine)."""
+    d = t.device
+    report = report or PreflightReport(d.name)
+    probe = probe if probe is not None else _probe(t)
+    if not probe.get("uname"):
+        raise _fail(t, "'uname -m' printed nothing")
+    report.uname = normalize_arch(probe["uname"])
+    if d.exec_prefix and probe.get("prefix") != "ok":
+        tool = d.exec_prefix[0]
+        raise _fail(t, f"exec prefix {tool!r} not found on the device"
+                    + (" (Debian: apt-get install qemu-user-static)" if "qemu-" in tool else ""))
+    if report.uname == d.arch:
+        report.arch_confirmed_by = "uname"
+    elif d.emulated_arch == d.arch:
+        report.notes.append(f"{d.arch} emulated by {d.exec_prefix[0]} on {report.uname}")
+    else:
+        raise _fail(t, f"declared arch {d.arch} but 'uname -m' says {report.uname}"
+                    + ("" if not d.emulated_arch else f" and the exec prefix emulates {d.emulated_arch}"))
+    return report
+
+
+def check_free_space(t: Transport, report: PreflightReport, probe: dict[str, str] | None = None) -> None:
+    d = t.device
+    probe = probe if probe is not None else _probe(t)
+    fields = probe.get("df", "").split()
+    try:
+        avail_kb = int(fields[3] if len(fields) == 6 else fields[-3])
+    except (IndexError, ValueError):
+        raise _fail(t, f"cannot read free space of {t.workdir} from 'df -Pk' ({probe.get('df')!r})") from None
+    report.free_mb = avail_kb // 1024
+    if report.free_mb < d.min_free_mb:
+        raise _fail(t, f"only {report.free_mb} MiB free in {t.workdir}, need {d.min_free_mb} MiB (min_free_mb)")
+
+
+def check_engine(t: Transport, engine_path: str, build_id: str | None, report: PreflightReport,
+                 timeout: float = 60.0) -> EngineVersion:
+    d = t.device
+    r = t.run([engine_path, "--version"], timeout * d.timeout_scale, engine=True).raise_for_infra()
+    shown = shlex.join([*d.exec_prefix, engine_path, "--version"])
+    if not r.ok:
+        raise _fail(t, f"{shown}: {r.describe()}: {r.stderr.decode(errors='replace').strip()[-300:]}")
+    v = parse_version(r.stdout.decode(errors="replace"))
+    if v is None:
+        raise _fail(t, f"{shown} printed {r.stdout[:120]!r}, not 'bmoe <version> build <id> target <triple>'")
+    if build_id is not None and v.build != build_id:
+        raise _fail(t, f"engine on the device reports build {v.build}, expected {build_id}")
+    if v.arch != d.arch:
+        raise _fail(t, f"declared arch {d.arch} but the engine reports target {v.target}")
+    report.engine = v
+    if not report.arch_confirmed_by:
+        report.arch_confirmed_by = "engine"
+    return v
+
+
+def preflight(t: Transport, *, engine_path: str | None = None, build_id: str | None = None) -> PreflightReport:
+    """Every check (see the module docstring). ``engine_path`` None skips the engine check."""
+    probe = _probe(t)
+    report = check_lite(t, probe=probe)
+    check_free_space(t, report, probe)
+    if engine_path is not None:
+        check_engine(t, engine_path, build_id, report)
+    elif not report.arch_confirmed_by:
+        report.notes.append("arch not confirmed (no engine to ask)")
+    return report

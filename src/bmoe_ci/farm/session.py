@@ -1,0 +1,177 @@
+"""A device session: transport + lock + push + preflight, and engine runs with the device's settings."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+
+from .errors import InfraError
+from .lock import DEFAULT_TTL, DeviceLock
+from .model import Device
+from .preflight import EngineVersion, PreflightReport, check_engine, preflight
+from .store import PushItem, PushReport, push
+from .transport import RunResult, Transport, open_transport
+
+
+def default_run_id() -> str:
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{socket.gethostname()}-{os.getpid()}"
+
+
+class DeviceSession:
+    """Everything one run does with one device. Use :func:`open_session`, or the steps by hand::
+
+        s = DeviceSession(device, run_id=rid, results_dir=Path("results/rid/host"))
+        s.connect(); s.lock(wait=0); s.push_engine(path, build_id); s.push_files([...]); s.preflight()
+        r = s.run_engine(["run", "-m", s.file("fixtures/x.gguf"), "--json"], timeout=30)
+        s.close()
+
+    ``pushed_bytes`` sums every push of the session; ``engine_seconds`` the duration of engine runs.
+    """
+
+    def __init__(self, device: Device, *, run_id: str | None = None, results_dir: str | os.PathLike[str] | None = None,
+                 transport: Transport | None = None, lock_ttl: float = DEFAULT_TTL,
+                 progress: Callable[[str], None] | None = None):
+        self.device = device
+        self.run_id = run_id or default_run_id()
+        self.results_dir = Path(results_dir) if results_dir is not None else None
+        self.transport = transport or open_transport(device)
+        self.device_lock = DeviceLock(self.transport, self.run_id, ttl=lock_ttl)
+        self.progress = progress
+        self.engine: str | None = None  #: device path of the pushed engine
+        self.build_id: str | None = None
+        self.engine_version: EngineVersion | None = None
+        self.preflight_report: PreflightReport | None = None
+        self.pushes: list[PushReport] = []
+        self.engine_seconds = 0.0
+        self._last_beat = time.monotonic()
+
+    # -- steps
+    def connect(self) -> DeviceSession:
+        self.transport.connect()
+        return self
+
+    def lock(self, wait: float = 0.0) -> DeviceSession:
+        """Take the device lock (:class:`~bmoe_ci.farm.errors.DeviceBusy` if held elsewhere)."""
+        self.device_lock.acquire(wait=wait)
+        self._last_beat = time.monotonic()
+        return self
+
+    def push_files(self, items: Iterable[PushItem | str | os.PathLike[str]]) -> PushReport:
+        """Push into the device store (named items also get ``<workdir>/<name>`` links)."""
+        report = push(self.transport, items, progress=self.progress)
+        self.pushes.append(report)
+        return report
+
+    def push_engine(self, path: str | os.PathLike[str], build_id: str | None = None) -> str:
+        """Push the engine binary (executable); remember its device path and expected build id."""
+        report = self.push_files([PushItem(Path(path), executable=True)])
+        self.engine = report.files[0].path
+        self.build_id = build_id
+        return self.engine
+
+    def preflight(self) -> PreflightReport:
+        """Every preflight check; the engine one only if an engine was pushed."""
+        self.preflight_report = preflight(self.transport, engine_path=self.engine, build_id=self.build_id)
+        self.engine_version = self.preflight_report.engine
+        return self.preflight_report
+
+    def check_engine(self) -> EngineVersion:
+        rep = self.preflight_report or PreflightReport(self.device.name)
+        self.engine_version = check_engine(self.transport, self._engine(), self.build_id, rep)
+        return self.engine_version
+
+    # -- use
+    @property
+    def pushed_bytes(self) -> int:
+        return sum(p.bytes_pushed for p in self.pushes)
+
+    def file(self, name: str) -> str:
+        """Device path of a pushed item's link name (or any path relative to the work directory)."""
+        return self.transport.path(name)
+
+    def _engine(self) -> str:
+        if self.engine is None:
+            raise RuntimeError("no engine pushed in this session (call push_engine first)")
+        return self.engine
+
+    def engine_argv(self, args: Sequence[str]) -> list[str]:
+        """The full command line an engine run uses on this device (exec prefix included)."""
+        return [*self.device.exec_prefix, self._engine(), *map(str, args)]
+
+    def run_engine(self, args: Sequence[str], timeout: float, *, stdin: bytes | None = None,
+                   env: Mapping[str, str] | None = None, cwd: str | None = None) -> RunResult:
+        """Run the pushed engine with ``args`` under the exec prefix; ``timeout`` is multiplied by the
+        device's ``timeout_scale``. Never raises for infrastructure problems (see :class:`RunResult`)."""
+        self._heartbeat()
+        r = self.transport.run([self._engine(), *map(str, args)], timeout * self.device.timeout_scale,
+                               engine=True, stdin=stdin, env=env, cwd=cwd)
+        self.engine_seconds += r.duration
+        return r
+
+    def run(self, argv: Sequence[str], timeout: float, **kw) -> RunResult:
+        """Run any command (no exec prefix, timeout not scaled)."""
+        return self.transport.run(argv, timeout, **kw)
+
+    def pull(self, remote_path: str, local_name: str | os.PathLike[str]) -> Path:
+        """Fetch a device file into the results directory (paths escaping it are refused)."""
+        if self.results_dir is None:
+            raise RuntimeError("this session has no results_dir")
+        return self.transport.get(remote_path, local_name, root=self.results_dir)
+
+    def _heartbeat(self) -> None:
+        if self.device_lock.owner is not None and time.monotonic() - self._last_beat > self.device_lock.ttl / 4:
+            self._last_beat = time.monotonic()
+            self.device_lock.refresh()
+
+    def close(self) -> None:
+        """Release the lock (if we took it) and close the transport. Never raises."""
+        with contextlib.suppress(InfraError, OSError):
+            self.device_lock.release()
+        with contextlib.suppress(Exception):
+            self.transport.close()
+
+    def __enter__(self) -> DeviceSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_session(
+    device: Device,
+    *,
+    run_id: str | None = None,
+    results_dir: str | os.PathLike[str] | None = None,
+    engine: str | os.PathLike[str] | None = None,
+    build_id: str | None = None,
+    files: Iterable[PushItem | str | os.PathLike[str]] = (),
+    lock: bool = True,
+    lock_wait: float = 0.0,
+    lock_ttl: float = DEFAULT_TTL,
+    check: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> DeviceSession:
+    """Connect, lock, push the engine and files, preflight; return the ready session.
+
+    On any failure the session is closed (lock released) and the :class:`InfraError` propagates.
+    """
+    s = DeviceSession(device, run_id=run_id, results_dir=results_dir, lock_ttl=lock_ttl, progress=progress)
+    try:
+        s.connect()
+        if lock:
+            s.lock(wait=lock_wait)
+        if engine is not None:
+            s.push_engine(engine, build_id)
+        files = list(files)
+        if files:
+            s.push_files(files)
+        if check:
+            s.preflight()
+    except BaseException:
+        s.close()
+        raise
+    return s

@@ -1,0 +1,219 @@
+"""The pytest plugin of the gate suite (entry point `bmoe`).
+
+    pytest gates --device pixel8
+    pytest gates --device pool:nightly -n 4
+
+The plugin is inert unless the session runs the gate suite (a path inside `gates/`, or `--device`).
+Then, on the controller only (DESIGN 8: session fixtures run once per xdist worker):
+  * pytest_sessionstart  builds, generates fixtures, leases/pushes/preflights every device
+                         (plugin/prepare.py) and hands the result to workers as JSON;
+  * pytest_runtest_logreport  turns each test's phases into one record per device;
+  * pytest_sessionfinish  writes per-device JUnit, the merged JUnit and the summary, releases locks.
+Tests are parametrised over (device, fixture) and grouped per device (`xdist_group`), so with
+`--dist loadgroup` every test of one device runs on one worker, in order.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from bmoe_ci.farm import DeviceSession, FarmError, InfraError, default_run_id, load_farm
+from bmoe_ci.paths import repo_root
+from bmoe_ci.plugin.collect import RecordCollector
+from bmoe_ci.plugin.context import DeviceContext, GateRun
+from bmoe_ci.plugin.runner import DeviceRunner
+
+RUN_KEY = pytest.StashKey[GateRun]()
+STATE_KEY = pytest.StashKey["GateState"]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("bmoe", "bmoe-ci gate suite")
+    group.addoption("--device", action="append", metavar="SEL",
+                    help="NAME, a,b, pool:NAME, arch:A, label:L or all (repeatable; default all)")
+    group.addoption("--farm", metavar="FILE", help="farm YAML (default: the embedded local farm)")
+    group.addoption("--results", metavar="DIR", help="results directory (default results/<run-id>)")
+    group.addoption("--rebuild", action="store_true", help="ignore the engine build cache")
+    group.addoption("--fixture", action="append", metavar="NAME",
+                    help="only this fixture (repeatable; default: every default fixture)")
+
+
+def _gate_suite_requested(config: pytest.Config) -> bool:
+    if config.getoption("device"):
+        return True
+    try:
+        gates = (repo_root() / "gates").resolve()
+    except RuntimeError:
+        return False
+    for arg in config.args:
+        path = Path(str(arg).split("::", 1)[0]).resolve()
+        if path == gates or gates in path.parents:
+            return True
+    return False
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gate(id): the gate catalogue id this test checks (docs/gates.md)")
+    if not _gate_suite_requested(config):
+        return
+    if getattr(config.option, "numprocesses", None):
+        config.option.dist = "loadgroup"  # one device's tests on one worker, in order
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        config.stash[STATE_KEY] = GateState(GateRun.from_json(workerinput["bmoe_gate_run"]))
+    else:
+        config.pluginmanager.register(Controller(config), "bmoe-controller")
+
+
+class Controller:
+    """Controller-side hooks: prepare devices, ship the context to workers, collect, report."""
+
+    def __init__(self, config: pytest.Config):
+        self.config = config
+        self.prepared = None
+        self.collector: RecordCollector | None = None
+        self.started = time.monotonic()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        from bmoe_ci.plugin.prepare import prepare
+
+        config = self.config
+        run_id = default_run_id()
+        results = Path(config.getoption("results") or Path("results") / run_id).resolve()
+        results.mkdir(parents=True, exist_ok=True)
+        try:
+            self.prepared = prepare(
+                selectors=config.getoption("device") or ["all"],
+                farm_file=config.getoption("farm"),
+                results_dir=results,
+                run_id=run_id,
+                fixture_names=config.getoption("fixture"),
+                rebuild=config.getoption("rebuild"),
+            )
+        except FarmError as exc:
+            raise pytest.UsageError(str(exc)) from exc
+        run = self.prepared.run
+        config.stash[RUN_KEY] = run
+        if not hasattr(config, "workerinput"):
+            config.stash[STATE_KEY] = GateState(run, self.prepared.sessions)
+        self.collector = RecordCollector(run)
+
+    def pytest_configure_node(self, node) -> None:
+        node.workerinput["bmoe_gate_run"] = self.config.stash[RUN_KEY].to_json()
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if self.collector is not None:
+            self.collector.add(report)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.prepared is None or self.collector is None:
+            return
+        self.prepared.close()  # release every device lock, whatever happened
+        self.summary = self.collector.finish(time.monotonic() - self.started)
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        summary = getattr(self, "summary", None)
+        if summary is not None:
+            terminalreporter.write_sep("=", "bmoe-ci gate matrix")
+            terminalreporter.write_line(summary)
+
+
+class GateState:
+    """Per-process state of the gate suite: the run context and one runner per device."""
+
+    def __init__(self, run: GateRun, sessions: dict[str, DeviceSession] | None = None):
+        self.run = run
+        self._sessions = sessions or {}
+        self._runners: dict[str, DeviceRunner] = {}
+
+    def runner(self, device: DeviceContext) -> DeviceRunner:
+        if device.infra_error:
+            raise InfraError(f"{device.name}: {device.infra_error}")
+        if device.name not in self._runners:
+            session = self._sessions.get(device.name)
+            if session is None:  # an xdist worker: its own connection, the controller holds the lock
+                farm = load_farm(self.run.farm_file)
+                spec = next(d for d in farm.devices if d.name == device.name)
+                session = DeviceSession(spec, run_id=self.run.run_id,
+                                        results_dir=Path(self.run.results_dir) / device.name)
+                session.connect()
+                session.engine = device.engine
+                session.build_id = device.build_id
+            self._runners[device.name] = DeviceRunner(session)
+        return self._runners[device.name]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    state = metafunc.config.stash.get(STATE_KEY, None)
+    run = state.run if state is not None else metafunc.config.stash.get(RUN_KEY, None)
+    if run is None or "device" not in metafunc.fixturenames:
+        return
+    devices = run.devices
+    if "fixture" in metafunc.fixturenames:
+        params = [
+            pytest.param(d, f, id=f"{d.name}-{f}", marks=pytest.mark.xdist_group(d.name))
+            for d in devices
+            for f in run.fixtures
+        ]
+        metafunc.parametrize(("device", "fixture"), params)
+    else:
+        params = [pytest.param(d, id=d.name, marks=pytest.mark.xdist_group(d.name)) for d in devices]
+        metafunc.parametrize("device", params)
+
+
+@pytest.fixture
+def gate_state(request: pytest.FixtureRequest) -> GateState:
+    state = request.config.stash.get(STATE_KEY, None)
+    if state is None:
+        pytest.fail("the gate suite was not prepared (run it as `pytest gates`)", pytrace=False)
+    return state
+
+
+@pytest.fixture
+def runner(gate_state: GateState, device: DeviceContext, request: pytest.FixtureRequest) -> DeviceRunner:
+    """The device's engine runner; engine time spent for this test is recorded on the test."""
+    r = gate_state.runner(device)
+    yield r
+    request.node.user_properties.append(("bmoe.engine_s", r.take_engine_seconds()))
+
+
+@pytest.fixture
+def artifacts(gate_state: GateState, device: DeviceContext, request: pytest.FixtureRequest) -> Path:
+    """A directory for this test's artifacts (kept only when the test fails)."""
+    safe = "".join(c if c.isalnum() or c in "-_.[]" else "_" for c in request.node.name)
+    return Path(gate_state.run.results_dir) / device.name / "artifacts" / safe
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Label each gate test with what the controller's records need (these cross xdist as
+    user_properties): device, gate id, fixture, and the test case name used in JUnit."""
+    marker = item.get_closest_marker("gate")
+    callspec = getattr(item, "callspec", None)
+    if marker is None or callspec is None or "device" not in callspec.params:
+        return
+    gate = str(marker.args[0])
+    sub = str(marker.args[1]) if len(marker.args) > 1 else ""
+    fixture = callspec.params.get("fixture")
+    label = fixture or callspec.params.get("case_id") or ""
+    name = f"{gate}{'-' + sub if sub else ''}[{label}]" if label else f"{gate}{'-' + sub if sub else ''}"
+    module = getattr(item, "module", None)
+    item.user_properties.extend([
+        ("bmoe.device", callspec.params["device"].name),
+        ("bmoe.gate", gate),
+        ("bmoe.fixture", fixture or ""),
+        ("bmoe.name", name),
+        ("bmoe.classname", module.__name__ if module is not None else "gates"),
+    ])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    report = yield
+    if call.excinfo is not None and call.excinfo.errisinstance(InfraError):
+        report.user_properties.append(("bmoe.infra", "1"))
+    return report

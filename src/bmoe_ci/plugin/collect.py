@@ -1,0 +1,130 @@
+"""Turns pytest's per-phase reports into one result record per test and device (controller side).
+
+Classification (DESIGN 4): an assertion in the test body is a gate *failure*; an infrastructure
+problem (InfraError, marked by the worker as `bmoe.infra`) or any error in setup/teardown is an
+*error*; a skip keeps its reason. A test whose phases never all arrived (a crashed xdist worker)
+is an error too.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import pytest
+
+from bmoe_ci.plugin.context import GateRun
+from bmoe_ci.reports import DeviceRun, RunMeta, TestRecord, console_matrix, finalize
+
+
+@dataclass
+class _Pending:
+    props: dict[str, str]
+    outcome: str = "pass"
+    message: str = ""
+    details: str = ""
+    duration: float = 0.0
+    stdout: str = ""
+    artifacts: list[str] = field(default_factory=list)
+
+
+def _props(report: pytest.TestReport) -> dict[str, str]:
+    return {str(k): str(v) for k, v in report.user_properties if str(k).startswith("bmoe.")}
+
+
+def _one_line(report: pytest.TestReport) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None:
+        return str(crash.message).splitlines()[0] if crash.message else ""
+    if isinstance(report.longrepr, tuple):  # skip: (path, line, reason)
+        return str(report.longrepr[2])
+    return str(report.longrepr).strip().splitlines()[-1] if report.longrepr else ""
+
+
+class RecordCollector:
+    def __init__(self, run: GateRun):
+        self.run = run
+        self.pending: dict[str, _Pending] = {}
+        self.records: dict[str, list[TestRecord]] = {d.name: [] for d in run.devices}
+        self.engine_s: dict[str, float] = {d.name: 0.0 for d in run.devices}
+        self.wall_s: dict[str, float] = {d.name: d.setup_s for d in run.devices}
+        self.outputs: dict[str, dict[str, str]] = {d.name: {} for d in run.devices}
+
+    def add(self, report: pytest.TestReport) -> None:
+        props = _props(report)
+        if "bmoe.device" not in props:
+            return  # not a gate test
+        p = self.pending.setdefault(report.nodeid, _Pending(props))
+        p.props.update(props)
+        p.duration += report.duration
+        if report.capstdout:
+            p.stdout += report.capstdout
+        infra = props.get("bmoe.infra") == "1"
+        if report.skipped and p.outcome == "pass":
+            p.outcome, p.message = "skip", _one_line(report)
+        elif report.failed:
+            if infra or report.when != "call":
+                if p.outcome != "error":
+                    p.outcome, p.message, p.details = "error", _one_line(report), report.longreprtext
+            elif p.outcome == "pass":
+                p.outcome, p.message, p.details = "fail", _one_line(report), report.longreprtext
+        if report.when == "teardown" or report.when == "???":
+            if report.when == "???":  # xdist: the worker crashed while running this test
+                p.outcome, p.message = "error", "the test process crashed (xdist worker lost)"
+            self._finish(report.nodeid)
+
+    def _finish(self, nodeid: str) -> None:
+        p = self.pending.pop(nodeid)
+        device = p.props["bmoe.device"]
+        self.engine_s[device] = self.engine_s.get(device, 0.0) + float(p.props.get("bmoe.engine_s", 0))
+        self.wall_s[device] = self.wall_s.get(device, 0.0) + p.duration
+        if "bmoe.output" in p.props:
+            fixture, _, digest = p.props["bmoe.output"].partition("=")
+            self.outputs[device][fixture] = digest
+        artifacts = [a for a in p.props.get("bmoe.artifacts", "").split("\n") if a]
+        self.records.setdefault(device, []).append(
+            TestRecord(
+                device=device,
+                gate=p.props["bmoe.gate"],
+                fixture=p.props.get("bmoe.fixture") or None,
+                name=p.props["bmoe.name"],
+                classname=p.props.get("bmoe.classname", "gates"),
+                outcome=p.outcome,  # type: ignore[arg-type]
+                duration_s=p.duration,
+                message=p.message,
+                details=p.details,
+                system_out=p.stdout or None,
+                artifacts=artifacts,
+            )
+        )
+
+    def finish(self, wall_s: float) -> str:
+        for nodeid in list(self.pending):  # phases that never completed
+            self.pending[nodeid].outcome = "error"
+            self.pending[nodeid].message = "the test did not finish"
+            self._finish(nodeid)
+        runs = [
+            DeviceRun(
+                device=d.name, arch=d.arch, os=d.os, kind=d.kind, engine_build_id=d.build_id,
+                target=d.target, fixtures=dict(self.run.fixtures), pushed_bytes=d.pushed_bytes,
+                engine_s=round(self.engine_s.get(d.name, 0.0), 3),
+                wall_s=round(self.wall_s.get(d.name, 0.0), 3),
+                outputs=self.outputs.get(d.name, {}), infra_error=d.infra_error,
+                started=self.run.started, records=self.records.get(d.name, []),
+            )
+            for d in self.run.devices
+        ]
+        meta = RunMeta(
+            run=self.run.run_id, started=self.run.started,
+            finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), engine_builds=self.run.engine_builds,
+            compiled=self.run.compiled, fixtures=self.run.fixtures,
+        )
+        data = finalize(self.run.results_dir, runs, meta)
+        lines = [console_matrix(data)]
+        built = ", ".join(self.run.compiled) or "nothing (every target from the cache)"
+        pushed = sum(d.pushed_bytes for d in self.run.devices)
+        engine = sum(self.engine_s.values())
+        lines.append(f"built: {built}; pushed: {pushed} bytes; engine time {engine:.1f} s, "
+                     f"session wall time {wall_s:.1f} s, orchestration overhead {wall_s - engine:.1f} s")
+        lines.append(f"results: {self.run.results_dir}")
+        return "\n".join(lines)

@@ -1,0 +1,48 @@
+"""What the controller prepared for a gate run, in a form that crosses to xdist workers as JSON."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class DeviceContext:
+    name: str
+    arch: str
+    os: str
+    kind: str
+    target: str
+    build_id: str
+    engine: str | None = None  # device path of the pushed engine
+    models: dict[str, str] = field(default_factory=dict)  # fixture name -> device path for -m
+    infra_error: str | None = None  # why this device cannot give verdicts (its tests are errors)
+    pushed_bytes: int = 0
+    setup_s: float = 0.0  # connect + lock + push + preflight, on the controller
+
+
+@dataclass
+class GateRun:
+    run_id: str
+    results_dir: str
+    farm_file: str | None
+    devices: list[DeviceContext]
+    fixtures: dict[str, str]  # name -> sha256
+    engine_builds: dict[str, str]  # target -> build id
+    compiled: list[str]  # targets compiled (not taken from the cache) in this run
+    started: str = ""
+
+    def device(self, name: str) -> DeviceContext:
+        for d in self.devices:
+            if d.name == name:
+                return d
+        raise KeyError(name)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> GateRun:
+        raw = json.loads(text)
+        raw["devices"] = [DeviceContext(**d) for d in raw["devices"]]
+        return cls(**raw)

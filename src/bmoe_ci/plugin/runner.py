@@ -1,0 +1,119 @@
+"""Runs engine work on one device: whole plans through `bmoe batch`, single runs on demand.
+
+A plan is a list of (id, argv) entries. It goes to the device in ONE round trip (`bmoe batch
+/dev/stdin`), and each entry runs on a fresh engine instance there. If the engine crashes on an
+entry, the batch process dies: the lines already printed are kept, the entry that was running is
+recorded as a crash (a gate verdict: the engine is wrong), and the rest of the plan is sent again.
+An infrastructure problem (unreachable, timeout, disconnect) is raised as InfraError: no verdict.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bmoe_ci.farm import DeviceSession, InfraError, Outcome, RunResult
+
+# Seconds per plan entry before the device's timeout_scale; generous: the fixtures are tiny and a
+# timeout is an infrastructure verdict, which must not stand in for a slow-but-correct engine.
+ENTRY_TIMEOUT_S = 60.0
+
+
+@dataclass
+class EngineResult:
+    """One engine run's outcome as a gate sees it."""
+
+    argv: tuple[str, ...]
+    data: dict[str, Any]  # the JSON result object (`ok`, `tokens`, `counters`, ...) or {} on a crash
+    crashed: str | None = None  # signal name when the engine died
+    exit_code: int | None = None
+    stderr: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.crashed is None and bool(self.data.get("ok"))
+
+    def describe(self) -> str:
+        if self.crashed:
+            return f"engine crashed ({self.crashed}) running {' '.join(self.argv)}"
+        if not self.data.get("ok"):
+            err = self.data.get("error") or {}
+            return f"engine error ({err.get('kind')}): {err.get('message')}"
+        return "ok"
+
+
+@dataclass
+class DeviceRunner:
+    """Per-device engine work on a worker, cached so each plan runs once per device and key."""
+
+    session: DeviceSession
+    engine_s: float = 0.0  # engine time on the device not yet attributed to a test
+    _cache: dict[str, dict[str, EngineResult]] = field(default_factory=dict)
+
+    def take_engine_seconds(self) -> float:
+        spent, self.engine_s = self.engine_s, 0.0
+        return spent
+
+    def plan(self, key: str, entries: Sequence[tuple[str, Sequence[str]]]) -> dict[str, EngineResult]:
+        """Results of every entry, by id; runs the plan the first time `key` is asked for."""
+        if key not in self._cache:
+            self._cache[key] = self._run_batch(entries)
+        return self._cache[key]
+
+    def single(self, argv: Sequence[str]) -> EngineResult:
+        """One engine process for one command (the batch == single-process identity needs this)."""
+        r = self._checked(self.session.run_engine(list(argv), timeout=ENTRY_TIMEOUT_S))
+        data = _parse_json(r.stdout.decode(errors="replace").strip() or "{}")
+        return EngineResult(tuple(argv), data, _crash(r), r.exit_code, r.stderr.decode(errors="replace"))
+
+    def _checked(self, r: RunResult) -> RunResult:
+        self.engine_s += r.duration
+        if r.outcome is Outcome.INFRA:
+            raise r.infra or InfraError(f"{self.session.device.name}: {r.describe()}")
+        return r
+
+    def _run_batch(self, entries: Sequence[tuple[str, Sequence[str]]]) -> dict[str, EngineResult]:
+        results: dict[str, EngineResult] = {}
+        pending = list(entries)
+        while pending:
+            plan = "".join(json.dumps({"id": i, "argv": list(a)}) + "\n" for i, a in pending)
+            r = self._checked(
+                self.session.run_engine(
+                    ["batch", "/dev/stdin"], timeout=ENTRY_TIMEOUT_S * len(pending), stdin=plan.encode()
+                )
+            )
+            stderr = r.stderr.decode(errors="replace")
+            for line in r.stdout.decode(errors="replace").splitlines():
+                if not line.strip():
+                    continue
+                data = _parse_json(line)
+                entry_id = data.pop("id", None)
+                argv = dict(pending).get(entry_id)
+                if argv is not None:
+                    results[entry_id] = EngineResult(tuple(argv), data, None, 0, stderr)
+            pending = [(i, a) for i, a in pending if i not in results]
+            if not pending:
+                break
+            crashed = _crash(r)
+            if crashed is None:
+                # The batch ended by itself without answering every entry: the engine broke its
+                # contract. Record that as a verdict on the first unanswered entry.
+                crashed = f"batch exited {r.exit_code} without a result"
+            first_id, first_argv = pending[0]
+            results[first_id] = EngineResult(tuple(first_argv), {}, crashed, r.exit_code, stderr)
+            pending = pending[1:]
+        return results
+
+
+def _crash(r: RunResult) -> str | None:
+    return r.signal_name if r.outcome is Outcome.SIGNALED else None
+
+
+def _parse_json(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return {"ok": False, "error": {"kind": "protocol", "message": f"not JSON: {text[:200]!r}"}}
+    return value if isinstance(value, dict) else {"ok": False, "error": {"kind": "protocol"}}

@@ -1,0 +1,486 @@
+"""The run summary: ``summary.json`` (for machines), ``summary.md`` and ``matrix.svg`` (for people),
+and a compact device x gate matrix for the console.
+
+A matrix cell counts the fixtures a gate ran on for one device: ``3/3`` (all passed), ``2/3`` (two
+passed, the rest skipped), ``FAIL 1/3`` (one of three failed), ``ERR 1/3``, ``SKIP 3/3``. The word is
+the aggregate verdict (any error, else any fail, else any pass, else skip) and the count is how many
+fixtures had that outcome.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+from xml.sax.saxutils import escape
+
+from bmoe_ci.reports.junit import (
+    JUNIT_XML,
+    device_dirs,
+    device_run_from_junit,
+    is_run_dir,
+    merge,
+    read_junit,
+    write_device_junit,
+)
+from bmoe_ci.reports.records import (
+    DEVICE_JSON,
+    INFRA_GATE,
+    OUTCOMES,
+    RUN_JSON,
+    Counts,
+    DeviceRun,
+    ReportError,
+    RunMeta,
+    aggregate,
+    atomic_write,
+    read_device_json,
+    read_run_json,
+    write_json,
+    write_run_json,
+)
+
+SUMMARY_SCHEMA = "bmoe-ci.summary/1"
+SUMMARY_JSON = "summary.json"
+SUMMARY_MD = "summary.md"
+MATRIX_SVG = "matrix.svg"
+
+# Catalogue order of the gate ids (docs/gates.md); ids not listed here follow, sorted.
+GATE_ORDER: tuple[str, ...] = (
+    "G1",
+    "G2",
+    "G5",
+    "G8a",
+    "G8a'",
+    "G8b",
+    "G8c",
+    "G8d",
+    "G8e",
+    "G8w",
+    "CFG",
+    "DET",
+)
+
+_WORD = {"pass": "", "fail": "FAIL", "error": "ERR", "skip": "SKIP"}
+_STATUS = {"pass": "PASS", "fail": "FAIL", "error": "ERROR", "skip": "SKIP"}
+_NOT_RUN = "-"
+_MAX_LISTED = 15
+
+
+def gate_sort_key(gate: str) -> tuple[int, str]:
+    try:
+        return (GATE_ORDER.index(gate), "")
+    except ValueError:
+        return (len(GATE_ORDER), gate)
+
+
+def cell_text(counts: dict[str, int]) -> str:
+    """``{"pass": 2, "fail": 1}`` -> ``FAIL 1/3``; ``{"pass": 3}`` -> ``3/3``; nothing -> ``-``."""
+    total = sum(counts.values())
+    if total == 0:
+        return _NOT_RUN
+    verdict = aggregate(o for o, n in counts.items() if n)
+    word = _WORD[verdict]
+    return f"{word} {counts[verdict]}/{total}" if word else f"{counts['pass']}/{total}"
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+def load_results(results_dir: Path | str) -> tuple[RunMeta | None, list[DeviceRun]]:
+    """Read a results directory: every device (device.json, else rebuilt from its junit.xml; a
+    junit.xml present must parse) and run.json when there is one. Raises :class:`ReportError`."""
+    root = Path(results_dir)
+    if not root.exists():
+        raise ReportError(f"{root}: no such directory")
+    if not root.is_dir():
+        raise ReportError(f"{root}: not a directory")
+    runs: list[DeviceRun] = []
+    for dev_dir in device_dirs(root):
+        dev_json, junit = dev_dir / DEVICE_JSON, dev_dir / JUNIT_XML
+        if junit.is_file():
+            read_junit(junit)
+        run = read_device_json(dev_json) if dev_json.is_file() else device_run_from_junit(junit)
+        if run.device != dev_dir.name:
+            where = dev_json if dev_json.is_file() else junit
+            raise ReportError(f"{where}: device {run.device!r} does not match its directory {dev_dir.name!r}")
+        runs.append(run)
+    if not runs:
+        runs_below = any(is_run_dir(p) for p in root.iterdir())
+        hint = " (a results root? pass one run's directory)" if runs_below else ""
+        raise ReportError(
+            f"{root}: no device results (no <device>/{DEVICE_JSON} or <device>/{JUNIT_XML}){hint}"
+        )
+    meta_path = root / RUN_JSON
+    meta = read_run_json(meta_path) if meta_path.is_file() else None
+    return meta, runs
+
+
+def derive_run_meta(results_dir: Path | str, runs: list[DeviceRun]) -> RunMeta:
+    """A RunMeta from the devices alone, for a directory without run.json."""
+    builds = {r.target: r.engine_build_id for r in runs if r.target and r.engine_build_id}
+    fixtures: dict[str, str] = {}
+    for r in runs:
+        fixtures.update(r.fixtures)
+    return RunMeta(
+        run=Path(results_dir).resolve().name, engine_builds=builds, fixtures=dict(sorted(fixtures.items()))
+    )
+
+
+# ---------------------------------------------------------------------------- the summary
+
+
+def build_summary(meta: RunMeta, runs: list[DeviceRun]) -> dict[str, Any]:
+    """The content of summary.json (see docs/results.md for the schema)."""
+    runs = sorted(runs, key=lambda r: r.device)
+    gates: set[str] = set()
+    devices: dict[str, Any] = {}
+    problems: list[dict[str, Any]] = []
+    totals = Counts()
+    for run in runs:
+        counts = run.counts()
+        totals = totals + counts
+        per_gate: dict[str, dict[str, int]] = defaultdict(lambda: dict.fromkeys(OUTCOMES, 0))
+        for rec in run.records:
+            per_gate[rec.gate][rec.outcome] += 1
+        for rec in run.reported_records():
+            if rec.outcome in ("fail", "error"):
+                problems.append(
+                    {
+                        "device": run.device,
+                        "gate": rec.gate,
+                        "fixture": rec.fixture,
+                        "name": rec.name,
+                        "outcome": rec.outcome,
+                        "message": rec.message,
+                        "artifacts": [f"{run.device}/{a}" for a in rec.artifacts],
+                    }
+                )
+        gates.update(per_gate)
+        ordered = sorted(per_gate, key=gate_sort_key)
+        devices[run.device] = {
+            "arch": run.arch,
+            "os": run.os,
+            "kind": run.kind,
+            "target": run.target,
+            "engine_build_id": run.engine_build_id,
+            "status": run.status,
+            "infra_error": run.infra_error,
+            "tests": counts.tests,
+            "passed": counts.passed,
+            "failed": counts.failed,
+            "errors": counts.errors,
+            "skipped": counts.skipped,
+            "pushed_bytes": run.pushed_bytes,
+            "engine_s": round(run.engine_s, 3),
+            "wall_s": round(run.wall_s, 3),
+            "overhead_s": round(run.wall_s - run.engine_s, 3),
+            "gates": {g: aggregate(o for o, n in per_gate[g].items() if n) for g in ordered},
+            "gate_counts": {g: per_gate[g] for g in ordered},
+            "outputs": dict(sorted(run.outputs.items())),
+            "fixtures": dict(sorted(run.fixtures.items())),
+        }
+
+    groups: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for run in runs:
+        for fixture, sha in run.outputs.items():
+            groups[fixture][sha].append(run.device)
+    output_groups = {
+        f: {sha: sorted(devs) for sha, devs in sorted(g.items())} for f, g in sorted(groups.items())
+    }
+    cross_arch = {}
+    for fixture, g in output_groups.items():
+        archs = sorted({devices[d]["arch"] for devs in g.values() for d in devs})
+        cross_arch[fixture] = {"archs": archs, "agree": len(g) == 1}
+
+    status = aggregate(r.status for r in runs) if runs else "error"
+    return {
+        "schema": SUMMARY_SCHEMA,
+        "run": meta.run,
+        "started": meta.started,
+        "finished": meta.finished,
+        "status": status,
+        "totals": {"devices": len(runs), **vars(totals)},
+        "engine_builds": dict(sorted(meta.engine_builds.items())),
+        "compiled": sorted(meta.compiled),
+        "fixtures": dict(sorted(meta.fixtures.items())),
+        "gates": sorted(gates - {INFRA_GATE}, key=gate_sort_key),
+        "devices": devices,
+        "outputs_agree": {f: len(g) == 1 for f, g in output_groups.items()},
+        "output_groups": output_groups,
+        "outputs_cross_arch": cross_arch,
+        "problems": problems,
+    }
+
+
+def exit_code(summary_data: dict[str, Any]) -> int:
+    """0 when nothing failed or errored (skips are not failures), 1 otherwise."""
+    t = summary_data["totals"]
+    return 0 if t["failed"] == 0 and t["errors"] == 0 and t["devices"] > 0 else 1
+
+
+# ---------------------------------------------------------------------------- rendering
+
+
+def _matrix_rows(s: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = ["device", "arch", *s["gates"], "status"]
+    rows = []
+    for name, d in s["devices"].items():
+        cells = [cell_text(d["gate_counts"].get(g, {})) for g in s["gates"]]
+        rows.append([name, d["arch"], *cells, _STATUS[d["status"]]])
+    return header, rows
+
+
+def _headline(s: dict[str, Any]) -> str:
+    t = s["totals"]
+    return (
+        f"{_STATUS[s['status']]}: {t['devices']} device(s), {t['tests']} tests: {t['passed']} passed, "
+        f"{t['failed']} failed, {t['errors']} error{'' if t['errors'] == 1 else 's'}, {t['skipped']} skipped"
+    )
+
+
+def _agreement_line(s: dict[str, Any]) -> str:
+    cross = s["outputs_cross_arch"]
+    if not cross:
+        return "outputs: no reference outputs recorded"
+    differ = [f for f, c in cross.items() if not c["agree"]]
+    archs = sorted({a for c in cross.values() for a in c["archs"]})
+    if differ:
+        return f"outputs: DIFFER across devices for {', '.join(differ)} (of {len(cross)} fixtures)"
+    where = f"across {' and '.join(archs)}" if len(archs) > 1 else f"on {archs[0] if archs else '?'} only"
+    return f"outputs: all {len(cross)} fixtures identical {where}"
+
+
+def console_matrix(s: dict[str, Any]) -> str:
+    """A compact text matrix for the end of a pytest run or ``bmoe-ci report``."""
+    header, rows = _matrix_rows(s)
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = [f"bmoe-ci run {s['run']}: {_headline(s)}"]
+    for row in [header, *rows]:
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    for p in s["problems"][:_MAX_LISTED]:
+        what = "infrastructure" if p["gate"] == INFRA_GATE else p["name"]
+        lines.append(f"  {_STATUS[p['outcome']]} {p['device']} {what}: {p['message']}")
+    if len(s["problems"]) > _MAX_LISTED:
+        lines.append(f"  ... and {len(s['problems']) - _MAX_LISTED} more (see {SUMMARY_MD})")
+    lines.append(_agreement_line(s))
+    return "\n".join(lines)
+
+
+def _md(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    out = ["| " + " | ".join(_md(h) for h in header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(_md(c) for c in row) + " |" for row in rows]
+    return out
+
+
+def _mib(n: int) -> str:
+    return f"{n / 1048576:.1f} MiB" if n >= 1048576 else f"{n} B"
+
+
+def markdown(s: dict[str, Any]) -> str:
+    """summary.md."""
+    lines = [f"# bmoe-ci results: run {s['run']}", "", f"**{_headline(s)}**", ""]
+    if s["started"] or s["finished"]:
+        lines += [f"Started {s['started'] or '?'}, finished {s['finished'] or '?'}.", ""]
+    lines += [f"![device x gate matrix]({MATRIX_SVG})", "", "## Device x gate", ""]
+    header, rows = _matrix_rows(s)
+    emph = [[c if c in (_NOT_RUN, "PASS") or c[0].isdigit() else f"**{c}**" for c in r[2:]] for r in rows]
+    lines += _table(header, [[r[0], r[1], *e] for r, e in zip(rows, emph, strict=True)])
+    lines += [
+        "",
+        "A cell counts the fixtures the gate ran on: `3/3` all passed; `2/3` two passed and the rest were "
+        "skipped; `FAIL 1/3`, `ERR 1/3`, `SKIP 3/3` give the worst outcome and how many fixtures had it; "
+        "`-` the gate did not run on that device.",
+        "",
+        "## Devices",
+        "",
+    ]
+    dev_rows = []
+    for name, d in s["devices"].items():
+        dev_rows.append(
+            [
+                name,
+                d["arch"],
+                d["os"],
+                d["kind"],
+                d["tests"],
+                d["passed"],
+                d["failed"],
+                d["errors"],
+                d["skipped"],
+                _mib(d["pushed_bytes"]),
+                f"{d['engine_s']:.2f}",
+                f"{d['wall_s']:.2f}",
+                f"{d['overhead_s']:.2f}",
+            ]
+        )
+    lines += _table(
+        [
+            "device",
+            "arch",
+            "os",
+            "kind",
+            "tests",
+            "passed",
+            "failed",
+            "errors",
+            "skipped",
+            "pushed",
+            "engine s",
+            "wall s",
+            "overhead s",
+        ],
+        dev_rows,
+    )
+    lines += ["", "Overhead is the wall time of the device's session minus the engine's own time on it.", ""]
+    if s["problems"]:
+        lines += ["## Failures and errors", ""]
+        rows_p = [
+            [
+                p["device"],
+                "infrastructure" if p["gate"] == INFRA_GATE else p["name"],
+                _STATUS[p["outcome"]],
+                p["message"],
+                " ".join(f"[{Path(a).name}]({a})" for a in p["artifacts"]),
+            ]
+            for p in s["problems"]
+        ]
+        lines += _table(["device", "test", "outcome", "message", "artifacts"], rows_p)
+        lines += [
+            "",
+            "A failure is a wrong engine result; an error is infrastructure (unreachable, timeout, died).",
+            "",
+        ]
+    lines += ["## Engine builds", ""]
+    build_rows = []
+    targets = sorted(set(s["engine_builds"]) | {d["target"] for d in s["devices"].values() if d["target"]})
+    for target in targets:
+        bid = s["engine_builds"].get(target, "")
+        on = []
+        for name, d in s["devices"].items():
+            if d["target"] == target:
+                on.append(
+                    name
+                    if not bid or d["engine_build_id"] == bid
+                    else f"{name} (build {d['engine_build_id']})"
+                )
+        build_rows.append(
+            [target, bid or "?", "compiled" if target in s["compiled"] else "cached", ", ".join(on)]
+        )
+    lines += _table(["target", "build id", "this run", "devices"], build_rows)
+    if s["fixtures"]:
+        lines += ["", "## Fixtures", ""]
+        lines += _table(["fixture", "sha256"], [[f, f"`{h}`"] for f, h in s["fixtures"].items()])
+    lines += ["", "## Cross-device output agreement", "", _agreement_line(s), ""]
+    if s["output_groups"]:
+        arch_of = {n: d["arch"] for n, d in s["devices"].items()}
+        rows_o = []
+        for fixture, groups in s["output_groups"].items():
+            cross = s["outputs_cross_arch"][fixture]
+            archs = " and ".join(cross["archs"])
+            if not cross["agree"]:
+                verdict = f"**DIFFER** ({len(groups)} outputs)"
+            elif len(cross["archs"]) > 1:
+                verdict = f"identical across {archs}"
+            else:
+                verdict = f"identical ({archs} only)"
+            outs = "; ".join(
+                f"`{sha[:12]}`: " + ", ".join(f"{d} ({arch_of.get(d, '?')})" for d in devs)
+                for sha, devs in groups.items()
+            )
+            rows_o.append([fixture, verdict, outs])
+        lines += _table(["fixture", "verdict", "output sha256: devices (arch)"], rows_o)
+    return "\n".join(lines) + "\n"
+
+
+_COLOURS = {"pass": "#2da44e", "fail": "#cf222e", "error": "#bc4c00", "skip": "#8c959f", None: "#eaeef2"}
+
+
+def matrix_svg(s: dict[str, Any]) -> str:
+    """The device x gate matrix as a self-contained SVG picture."""
+    header, rows = _matrix_rows(s)
+    char, pad, row_h = 7.4, 10, 24
+    widths = [max(len(str(r[i])) for r in [header, *rows]) * char + 2 * pad for i in range(len(header))]
+    widths = [max(w, 48) for w in widths]
+    title_h = 30
+    title = f"run {s['run']}: {_headline(s)}"
+    width = int(max(sum(widths), len(title) * (char + 0.6) + 8)) + 2
+    height = title_h + row_h * (len(rows) + 1) + 2
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'font-family="DejaVu Sans Mono, Menlo, Consolas, monospace" font-size="12">',
+        f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
+        f'<text x="4" y="19" font-size="13" font-weight="bold">{escape(title)}</text>',
+    ]
+    devices = list(s["devices"].values())
+    for ri, row in enumerate([header, *rows]):
+        y = title_h + ri * row_h
+        x = 1.0
+        for ci, text in enumerate(row):
+            fill, colour = "#ffffff", "#1f2328"
+            if ri == 0:
+                fill = "#f6f8fa"
+            elif 2 <= ci < len(row) - 1:
+                gate = s["gates"][ci - 2]
+                fill = _COLOURS[devices[ri - 1]["gates"].get(gate)]
+                colour = "#ffffff" if devices[ri - 1]["gates"].get(gate) else "#57606a"
+            elif ci == len(row) - 1:
+                fill, colour = _COLOURS[devices[ri - 1]["status"]], "#ffffff"
+            out.append(
+                f'<rect x="{x:.1f}" y="{y}" width="{widths[ci]:.1f}" height="{row_h}" fill="{fill}" '
+                'stroke="#d0d7de"/>'
+            )
+            weight = ' font-weight="bold"' if ri == 0 or ci == len(row) - 1 else ""
+            out.append(
+                f'<text x="{x + pad:.1f}" y="{y + 16}" fill="{colour}"{weight}>{escape(str(text))}</text>'
+            )
+            x += widths[ci]
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------- writing
+
+
+def _write(results_dir: Path, meta: RunMeta, runs: list[DeviceRun]) -> dict[str, Any]:
+    data = build_summary(meta, runs)
+    write_run_json(results_dir, meta)
+    write_json(results_dir / SUMMARY_JSON, data)
+    atomic_write(results_dir / SUMMARY_MD, markdown(data).encode("utf-8"))
+    atomic_write(results_dir / MATRIX_SVG, matrix_svg(data).encode("utf-8"))
+    return data
+
+
+def summary(results_dir: Path | str, run_meta: RunMeta) -> dict[str, Any]:
+    """Write summary.json, summary.md, matrix.svg and run.json for the devices found in *results_dir*;
+    returns the summary.json content (pass it to :func:`console_matrix`)."""
+    _, runs = load_results(results_dir)
+    return _write(Path(results_dir), run_meta, runs)
+
+
+def finalize(results_dir: Path | str, device_runs: list[DeviceRun], run_meta: RunMeta) -> dict[str, Any]:
+    """End of a session in one call: every device's junit.xml + device.json, the merged junit.xml, the
+    summary files. Merge and summary cover every device directory in *results_dir* (use a fresh
+    directory per run). Returns the summary.json content."""
+    root = Path(results_dir)
+    for run in device_runs:
+        write_device_junit(root, run)
+    merge(root)
+    return summary(root, run_meta)
+
+
+def rebuild(results_dir: Path | str) -> dict[str, Any]:
+    """What ``bmoe-ci report`` does: re-merge and re-summarise from the directory alone."""
+    root = Path(results_dir)
+    meta, runs = load_results(root)
+    merge(root)
+    return _write(root, meta or derive_run_meta(root, runs), runs)
+
+
+def summary_json(s: dict[str, Any]) -> str:
+    return json.dumps(s, indent=2) + "\n"

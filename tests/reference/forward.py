@@ -1,0 +1,510 @@
+"""An independent numpy forward pass, written from docs/model-math.md (not from the C engine).
+
+It reads a GGUF model (a single file or the first shard of a llama.cpp split model) with gguf's
+GGUFReader, dequantizes Q8_0 with gguf.quants, and computes in float64. It gives the logits of every
+position of a token sequence and greedy generations, and records the routing it took (for checks
+that fixtures route every expert, and to tell a real mismatch from a near-tie).
+
+    model = Model.load(path)
+    logits = model.logits(tokens)                 # [len(tokens), V]
+    gen = model.generate(prompt_tokens, n=24)     # gen.tokens, gen.logits, gen.routes, margins
+
+Nothing here imports the generator (bmoe_ci.fixtures): the two share only the GGUF format.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gguf import GGMLQuantizationType, GGUFReader
+from gguf.quants import dequantize
+
+__all__ = ["Generation", "HParams", "Model", "ModelError", "Route", "shard_paths"]
+
+
+class ModelError(ValueError):
+    """The file is not a model this reference can run (names the key or tensor)."""
+
+
+# The recipe table of docs/model-math.md.
+@dataclass(frozen=True)
+class Recipe:
+    act: str  # "silu" | "gelu"
+    qk_norm: bool
+    embd_scale: bool
+    gating: int
+    norm_w: bool
+    fused_gate_up: bool
+    shared_expert: bool
+    post_norms: bool
+
+
+RECIPES = {
+    "qwen3moe": Recipe("silu", True, False, 1, True, False, False, False),
+    "gemma4": Recipe("gelu", True, True, 1, True, True, True, True),
+}
+
+_SPLIT_RE = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+
+
+def shard_paths(path: Path | str) -> list[Path]:
+    """The files of a model: [path], or every shard when path is the first one of a split model."""
+    path = Path(path)
+    m = _SPLIT_RE.match(path.name)
+    if not m:
+        return [path]
+    if int(m["no"]) != 1:
+        raise ModelError(f"{path.name}: give the first shard (-00001-of-...)")
+    count = int(m["count"])
+    return [path.with_name(f"{m['stem']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
+
+
+@dataclass(frozen=True)
+class HParams:
+    arch: str
+    n_layer: int
+    n_ctx_train: int
+    d: int
+    n_ff: int | None
+    n_head: int
+    n_head_kv: int
+    hd: int
+    hdv: int
+    eps: float
+    rope_base: float
+    n_rot: int
+    n_expert: int
+    n_expert_used: int
+    n_ff_exp: int
+    n_ff_shexp: int | None
+    n_dense: int
+    gating: int
+    norm_w: bool
+    w_scale: float
+
+
+@dataclass(frozen=True)
+class Route:
+    pos: int
+    layer: int
+    ids: tuple[int, ...]
+    weights: tuple[float, ...]
+    margin: float  # probs at rank k-1 minus rank k (how close the selection was to changing)
+
+
+@dataclass
+class Generation:
+    prompt: list[int]
+    tokens: list[int]  # generated, EOS excluded
+    logits: np.ndarray  # [len(prompt) + len(tokens) - 1, V]: every position that was run
+    routes: list[Route] = field(default_factory=list)
+    stopped_at_eos: bool = False
+
+    @property
+    def min_logit_margin(self) -> float:
+        """Smallest gap between the best and second-best logit over the rows that chose a token."""
+        rows = self.logits[len(self.prompt) - 1 :]
+        top2 = np.sort(rows, axis=1)[:, -2:]
+        return float(np.min(top2[:, 1] - top2[:, 0])) if len(rows) else math.inf
+
+    @property
+    def min_route_margin(self) -> float:
+        return min((r.margin for r in self.routes), default=math.inf)
+
+
+def _rmsnorm(x: np.ndarray, eps: float) -> np.ndarray:
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+
+
+def _silu(z: np.ndarray) -> np.ndarray:
+    return z / (1.0 + np.exp(-z))
+
+
+def _gelu(z: np.ndarray) -> np.ndarray:
+    return 0.5 * z * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (z + 0.044715 * z**3)))
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - np.max(x, axis=-1, keepdims=True))
+    return e / np.sum(e, axis=-1, keepdims=True)
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> character map (printable bytes map to themselves, others to 256+n)."""
+    keep = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    out = {b: chr(b) for b in keep}
+    n = 0
+    for b in range(256):
+        if b not in out:
+            out[b] = chr(256 + n)
+            n += 1
+    return out
+
+
+class Model:
+    def __init__(
+        self,
+        hp: HParams,
+        tensors: dict[str, np.ndarray],
+        vocab: list[str],
+        token_types: list[int],
+        eos: int | None,
+        add_bos: bool,
+        bos: int | None,
+    ) -> None:
+        self.hp = hp
+        self.recipe = RECIPES[hp.arch]
+        self.t = tensors
+        self.vocab = vocab
+        self.token_types = token_types
+        self.eos = eos
+        self.bos = bos
+        self.add_bos = add_bos
+        self.n_vocab = len(vocab)
+        b2u = _bytes_to_unicode()
+        text_to_id = {text: i for i, text in enumerate(vocab)}
+        try:
+            self._byte_token = [text_to_id[b2u[b]] for b in range(256)]
+        except KeyError as exc:
+            raise ModelError(f"tokenizer.ggml.tokens: no token for byte image {exc}") from None
+        self._u2b = {c: b for b, c in b2u.items()}
+        self._out = tensors.get("output.weight", tensors["token_embd.weight"])
+        if self._out.shape != (self.n_vocab, hp.d):
+            raise ModelError(f"output.weight: shape {self._out.shape}, expected {(self.n_vocab, hp.d)}")
+
+    # ---------------------------------------------------------------- loading
+    @classmethod
+    def load(cls, path: Path | str) -> Model:
+        paths = shard_paths(path)
+        readers = [GGUFReader(p) for p in paths]
+        fields = readers[0].fields
+
+        def get(key: str, default: Any = ModelError) -> Any:
+            f = fields.get(key)
+            if f is None:
+                if default is ModelError:
+                    raise ModelError(f"{paths[0].name}: missing required key {key}")
+                return default
+            return f.contents()
+
+        if len(paths) > 1:
+            if get("split.count") != len(paths):
+                raise ModelError(f"split.count {get('split.count')} != {len(paths)} shard names")
+            for i, r in enumerate(readers):
+                no = r.fields["split.no"].contents()
+                if no != i:
+                    raise ModelError(f"{paths[i].name}: split.no {no}, expected {i}")
+        arch = get("general.architecture")
+        if arch not in RECIPES:
+            raise ModelError(f"general.architecture: {arch!r} is not one of {sorted(RECIPES)}")
+        recipe = RECIPES[arch]
+        d = int(get(f"{arch}.embedding_length"))
+        n_head = int(get(f"{arch}.attention.head_count"))
+        hd = int(get(f"{arch}.attention.key_length", d // n_head))
+        n_ff = get(f"{arch}.feed_forward_length", None)
+        hp = HParams(
+            arch=arch,
+            n_layer=int(get(f"{arch}.block_count")),
+            n_ctx_train=int(get(f"{arch}.context_length")),
+            d=d,
+            n_ff=None if n_ff is None else int(n_ff),
+            n_head=n_head,
+            n_head_kv=int(get(f"{arch}.attention.head_count_kv", n_head)),
+            hd=hd,
+            hdv=int(get(f"{arch}.attention.value_length", hd)),
+            eps=float(get(f"{arch}.attention.layer_norm_rms_epsilon")),
+            rope_base=float(get(f"{arch}.rope.freq_base", 10000.0)),
+            n_rot=int(get(f"{arch}.rope.dimension_count", hd)),
+            n_expert=int(get(f"{arch}.expert_count")),
+            n_expert_used=int(get(f"{arch}.expert_used_count")),
+            n_ff_exp=int(get(f"{arch}.expert_feed_forward_length")),
+            n_ff_shexp=(lambda v: None if v is None else int(v))(
+                get(f"{arch}.expert_shared_feed_forward_length", n_ff)
+            ),
+            n_dense=int(get(f"{arch}.leading_dense_block_count", 0)),
+            gating=int(get(f"{arch}.expert_gating_func", recipe.gating)),
+            norm_w=bool(get(f"{arch}.expert_weights_norm", recipe.norm_w)),
+            w_scale=float(get(f"{arch}.expert_weights_scale", 1.0)),
+        )
+        if hp.gating not in (1, 2, 3):
+            raise ModelError(f"{arch}.expert_gating_func: {hp.gating} is not 1, 2 or 3")
+        if hp.n_head % hp.n_head_kv:
+            raise ModelError(f"{arch}.attention.head_count_kv: {hp.n_head_kv} does not divide {hp.n_head}")
+        tensors: dict[str, np.ndarray] = {}
+        for p, r in zip(paths, readers, strict=True):
+            for t in r.tensors:
+                if t.name in tensors:
+                    raise ModelError(f"{p.name}: duplicate tensor {t.name}")
+                tensors[t.name] = _to_f64(t)
+        if len(paths) > 1 and int(get("split.tensors.count")) != len(tensors):
+            raise ModelError(f"split.tensors.count {get('split.tensors.count')} != {len(tensors)} tensors")
+        vocab = list(get("tokenizer.ggml.tokens"))
+        types = list(get("tokenizer.ggml.token_type", [1] * len(vocab)))
+        eos = get("tokenizer.ggml.eos_token_id", None)
+        bos = get("tokenizer.ggml.bos_token_id", None)
+        add_bos = bool(get("tokenizer.ggml.add_bos_token", False))
+        model = cls(
+            hp,
+            tensors,
+            vocab,
+            types,
+            None if eos is None else int(eos),
+            add_bos,
+            None if bos is None else int(bos),
+        )
+        model._check_shapes()
+        return model
+
+    def _check_shapes(self) -> None:
+        hp, r = self.hp, self.recipe
+        d, V, E, f = hp.d, self.n_vocab, hp.n_expert, hp.n_ff_exp
+
+        def need(name: str, shape: tuple[int, ...]) -> None:
+            if name not in self.t:
+                raise ModelError(f"missing tensor {name}")
+            if self.t[name].shape != shape:
+                raise ModelError(f"{name}: numpy shape {self.t[name].shape}, expected {shape}")
+
+        need("token_embd.weight", (V, d))
+        need("output_norm.weight", (d,))
+        for i in range(hp.n_layer):
+            b = f"blk.{i}."
+            need(b + "attn_norm.weight", (d,))
+            need(b + "attn_q.weight", (hp.n_head * hp.hd, d))
+            need(b + "attn_k.weight", (hp.n_head_kv * hp.hd, d))
+            need(b + "attn_v.weight", (hp.n_head_kv * hp.hdv, d))
+            need(b + "attn_output.weight", (d, hp.n_head * hp.hdv))
+            if r.qk_norm:
+                need(b + "attn_q_norm.weight", (hp.hd,))
+                need(b + "attn_k_norm.weight", (hp.hd,))
+            need(b + "ffn_norm.weight", (d,))
+            if self._is_dense(i):
+                ff = hp.n_ff
+                if ff is None:
+                    raise ModelError(f"{hp.arch}.feed_forward_length: required by dense layer {i}")
+                need(b + "ffn_gate.weight", (ff, d))
+                need(b + "ffn_up.weight", (ff, d))
+                need(b + "ffn_down.weight", (d, ff))
+                continue
+            need(b + "ffn_gate_inp.weight", (E, d))
+            if r.fused_gate_up:
+                need(b + "ffn_gate_up_exps.weight", (E, 2 * f, d))
+            else:
+                need(b + "ffn_gate_exps.weight", (E, f, d))
+                need(b + "ffn_up_exps.weight", (E, f, d))
+            need(b + "ffn_down_exps.weight", (E, d, f))
+            if r.shared_expert:
+                sf = hp.n_ff_shexp
+                if sf is None:
+                    raise ModelError(f"{hp.arch}.expert_shared_feed_forward_length: required")
+                need(b + "ffn_gate.weight", (sf, d))
+                need(b + "ffn_up.weight", (sf, d))
+                need(b + "ffn_down.weight", (d, sf))
+                for n in ("pre_ffw_norm_2", "post_ffw_norm_1", "post_ffw_norm_2", "post_ffw_norm"):
+                    need(f"{b}{n}.weight", (d,))
+
+    def _is_dense(self, il: int) -> bool:
+        return il < self.hp.n_dense or f"blk.{il}.ffn_gate_inp.weight" not in self.t
+
+    # ---------------------------------------------------------------- tokens
+    def tokenize(self, text: str | bytes) -> list[int]:
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        toks = [self._byte_token[b] for b in data]
+        if self.add_bos and self.bos is not None:
+            toks.insert(0, self.bos)
+        return toks
+
+    def detokenize(self, tokens: Sequence[int]) -> bytes:
+        out = bytearray()
+        for t in tokens:
+            if self.token_types[t] in (3, 4):  # CONTROL / USER_DEFINED specials decode to nothing
+                continue
+            out.extend(self._u2b[c] for c in self.vocab[t])
+        return bytes(out)
+
+    # ---------------------------------------------------------------- forward
+    def new_cache(self) -> dict[str, Any]:
+        return {"pos": 0, "k": [None] * self.hp.n_layer, "v": [None] * self.hp.n_layer}
+
+    def forward(
+        self, tokens: Sequence[int], cache: dict[str, Any] | None = None, routes: list[Route] | None = None
+    ) -> np.ndarray:
+        """Runs the positions cache.pos .. cache.pos+len(tokens)-1; returns their logits [n, V]."""
+        hp, r, t = self.hp, self.recipe, self.t
+        cache = cache if cache is not None else self.new_cache()
+        toks = np.asarray(tokens, dtype=np.int64)
+        if toks.ndim != 1 or len(toks) == 0:
+            raise ValueError("tokens: expected a non-empty 1-d sequence")
+        if toks.min() < 0 or toks.max() >= self.n_vocab:
+            raise ValueError(f"tokens: ids must be in [0, {self.n_vocab})")
+        p0, n = cache["pos"], len(toks)
+        pos = np.arange(p0, p0 + n)
+        x = t["token_embd.weight"][toks].copy()
+        if r.embd_scale:
+            x *= math.sqrt(hp.d)
+        for il in range(hp.n_layer):
+            b = f"blk.{il}."
+            h = _rmsnorm(x, hp.eps) * t[b + "attn_norm.weight"]
+            o = self._attention(il, h, pos, cache)
+            if b + "post_attention_norm.weight" in t:
+                o = _rmsnorm(o, hp.eps) * t[b + "post_attention_norm.weight"]
+            x = x + o
+            x = x + self._ffn(il, x, pos, routes)
+        cache["pos"] = p0 + n
+        y = _rmsnorm(x, hp.eps) * t["output_norm.weight"]
+        return y @ self._out.T
+
+    def _rope(self, v: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """NeoX pairing on the first n_rot dims of the last axis; v is [n, heads, hd]."""
+        nrot = self.hp.n_rot
+        half = nrot // 2
+        j = np.arange(half)
+        theta = pos[:, None] * self.hp.rope_base ** (-2.0 * j / nrot)  # [n, half]
+        cos, sin = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
+        out = v.copy()
+        a, b_ = v[..., :half], v[..., half:nrot]
+        out[..., :half] = a * cos - b_ * sin
+        out[..., half:nrot] = a * sin + b_ * cos
+        return out
+
+    def _attention(self, il: int, h: np.ndarray, pos: np.ndarray, cache: dict[str, Any]) -> np.ndarray:
+        hp, t, b = self.hp, self.t, f"blk.{il}."
+        n = h.shape[0]
+        q = (h @ t[b + "attn_q.weight"].T).reshape(n, hp.n_head, hp.hd)
+        k = (h @ t[b + "attn_k.weight"].T).reshape(n, hp.n_head_kv, hp.hd)
+        v = (h @ t[b + "attn_v.weight"].T).reshape(n, hp.n_head_kv, hp.hdv)
+        if self.recipe.qk_norm:
+            q = _rmsnorm(q, hp.eps) * t[b + "attn_q_norm.weight"]
+            k = _rmsnorm(k, hp.eps) * t[b + "attn_k_norm.weight"]
+        q, k = self._rope(q, pos), self._rope(k, pos)
+        if cache["k"][il] is None:
+            cache["k"][il], cache["v"][il] = k, v
+        else:
+            cache["k"][il] = np.concatenate([cache["k"][il], k])
+            cache["v"][il] = np.concatenate([cache["v"][il], v])
+        K, Vv = cache["k"][il], cache["v"][il]  # [p0+n, Hkv, *]
+        group = hp.n_head // hp.n_head_kv
+        out = np.empty((n, hp.n_head, hp.hdv))
+        for hh in range(hp.n_head):
+            g = hh // group
+            s = (q[:, hh, :] @ K[:, g, :].T) / math.sqrt(hp.hd)  # [n, p0+n]
+            mask = np.arange(K.shape[0])[None, :] > pos[:, None]
+            s = np.where(mask, -np.inf, s)
+            out[:, hh, :] = _softmax(s) @ Vv[:, g, :]
+        return out.reshape(n, hp.n_head * hp.hdv) @ t[b + "attn_output.weight"].T
+
+    def _act(self, z: np.ndarray) -> np.ndarray:
+        return _silu(z) if self.recipe.act == "silu" else _gelu(z)
+
+    def _mlp(self, h: np.ndarray, gate: np.ndarray, up: np.ndarray, down: np.ndarray) -> np.ndarray:
+        return (self._act(h @ gate.T) * (h @ up.T)) @ down.T
+
+    def _ffn(self, il: int, x: np.ndarray, pos: np.ndarray, routes: list[Route] | None) -> np.ndarray:
+        hp, r, t, b = self.hp, self.recipe, self.t, f"blk.{il}."
+        h = _rmsnorm(x, hp.eps) * t[b + "ffn_norm.weight"]
+        if self._is_dense(il):
+            y = self._mlp(h, t[b + "ffn_gate.weight"], t[b + "ffn_up.weight"], t[b + "ffn_down.weight"])
+            if b + "post_ffw_norm.weight" in t:
+                y = _rmsnorm(y, hp.eps) * t[b + "post_ffw_norm.weight"]
+            return y
+        h_moe = _rmsnorm(x, hp.eps) * t[b + "pre_ffw_norm_2.weight"] if r.shared_expert else h
+        moe = self._moe(il, h, h_moe, pos, routes)
+        if not r.shared_expert:
+            return moe
+        sh = self._mlp(h, t[b + "ffn_gate.weight"], t[b + "ffn_up.weight"], t[b + "ffn_down.weight"])
+        z = (
+            _rmsnorm(sh, hp.eps) * t[b + "post_ffw_norm_1.weight"]
+            + _rmsnorm(moe, hp.eps) * t[b + "post_ffw_norm_2.weight"]
+        )
+        return _rmsnorm(z, hp.eps) * t[b + "post_ffw_norm.weight"]
+
+    def route(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+        """One position's gating: (ids in rank order, final weights, selection margin)."""
+        hp, k = self.hp, self.hp.n_expert_used
+        if hp.gating == 1:
+            probs = _softmax(logits)
+        elif hp.gating == 2:
+            probs = 1.0 / (1.0 + np.exp(-logits))
+        else:
+            probs = logits.copy()
+        order = np.argsort(-probs, kind="stable")  # descending; ties keep the lower id first
+        ids = order[:k]
+        margin = float(probs[order[k - 1]] - probs[order[k]]) if k < len(probs) else math.inf
+        w = probs[ids].copy()
+        if hp.gating == 3:
+            w = _softmax(w)
+        if hp.norm_w:
+            w = w / np.sum(w)
+        if hp.w_scale != 1.0:
+            w = w * hp.w_scale
+        return ids, w, margin
+
+    def _moe(
+        self, il: int, h: np.ndarray, h_moe: np.ndarray, pos: np.ndarray, routes: list[Route] | None
+    ) -> np.ndarray:
+        hp, r, t, b = self.hp, self.recipe, self.t, f"blk.{il}."
+        f = hp.n_ff_exp
+        logits = h @ t[b + "ffn_gate_inp.weight"].T  # [n, E]
+        out = np.zeros_like(h_moe)
+        down = t[b + "ffn_down_exps.weight"]
+        for row in range(h.shape[0]):
+            ids, w, margin = self.route(logits[row])
+            if routes is not None:
+                routes.append(
+                    Route(int(pos[row]), il, tuple(int(i) for i in ids), tuple(float(v) for v in w), margin)
+                )
+            acc = np.zeros(hp.d)
+            for e, we in zip(ids, w, strict=True):
+                if r.fused_gate_up:
+                    gu = t[b + "ffn_gate_up_exps.weight"][e]
+                    gate, up = gu[:f], gu[f:]
+                else:
+                    gate, up = t[b + "ffn_gate_exps.weight"][e], t[b + "ffn_up_exps.weight"][e]
+                acc += we * self._mlp(h_moe[row], gate, up, down[e])
+            out[row] = acc
+        return out
+
+    # ---------------------------------------------------------------- drivers
+    def logits(self, tokens: Sequence[int]) -> np.ndarray:
+        """Logits of every position of `tokens`, run as one batch from position 0."""
+        return self.forward(tokens)
+
+    def generate(self, prompt: Sequence[int], n: int, stop_at_eos: bool = True) -> Generation:
+        """Greedy: prefill the prompt, then take the first index of the maximum logit, n times
+        (stopping before an EOS token, which is not part of the output)."""
+        cache = self.new_cache()
+        routes: list[Route] = []
+        rows = [self.forward(prompt, cache, routes)]
+        cur = rows[0][-1]
+        out: list[int] = []
+        stopped = False
+        while len(out) < n:
+            tok = int(np.argmax(cur))
+            if stop_at_eos and tok == self.eos:
+                stopped = True
+                break
+            out.append(tok)
+            if len(out) == n:
+                break
+            step = self.forward([tok], cache, routes)
+            rows.append(step)
+            cur = step[-1]
+        return Generation(list(prompt), out, np.vstack(rows), routes, stopped)
+
+
+def _to_f64(t: Any) -> np.ndarray:
+    """A reader tensor as float64 in numpy order (GGUF ne reversed)."""
+    shape = tuple(int(s) for s in reversed([int(x) for x in t.shape]))
+    if t.tensor_type == GGMLQuantizationType.F32:
+        arr = np.asarray(t.data, dtype=np.float32)
+    elif t.tensor_type in (GGMLQuantizationType.F16, GGMLQuantizationType.Q8_0):
+        arr = dequantize(np.asarray(t.data), t.tensor_type)
+    else:
+        raise ModelError(f"{t.name}: type {t.tensor_type.name} is not F32, F16 or Q8_0")
+    return np.asarray(arr, dtype=np.float64).reshape(shape)

@@ -1,0 +1,297 @@
+"""Farm files and device selection: schema errors name the file, the line and the key."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from bmoe_ci.farm import (
+    FarmConfigError,
+    FarmNotUp,
+    SelectionError,
+    load_farm,
+    load_farm_file,
+    parse_version,
+    select_devices,
+)
+from bmoe_ci.farm.lock import LockOwner
+from bmoe_ci.farm.model import emulated_arch, normalize_arch, triple_arch
+
+REPO = Path(__file__).resolve().parents[1]
+
+GOOD = """\
+version: 1
+defaults:
+  key: id_test
+  known_hosts: known
+devices:
+  - name: a
+    kind: desktop
+    arch: x86_64
+    transport: local
+    workdir: wd/a
+    labels: [fast]
+  - name: b
+    kind: phone
+    os: android
+    arch: arm64
+    transport: ssh
+    host: 127.0.0.9
+    port: 2222
+    workdir: ~/bmoe
+    exec_prefix: [taskset, -c, 4-7]
+    labels: [fast, arm]
+  - name: c
+    kind: phone
+    arch: aarch64
+    transport: local
+    workdir: /tmp/c
+    exec_prefix: [qemu-aarch64-static]
+pools:
+  mixed: [a, label:arm]
+  phones: [kind:phone]
+  nested: [pool:mixed, c]
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "farm.yaml") -> Path:
+    (tmp_path / "id_test").write_text("not really a key\n")
+    (tmp_path / "known").write_text("")
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def issues(tmp_path: Path, text: str) -> list[str]:
+    path = write(tmp_path, text)
+    with pytest.raises(FarmConfigError) as ei:
+        load_farm_file(path)
+    return [str(i) for i in ei.value.issues]
+
+
+def only(tmp_path: Path, text: str) -> str:
+    got = issues(tmp_path, text)
+    assert len(got) == 1, got
+    return got[0]
+
+
+@pytest.fixture(autouse=True)
+def _cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # messages show paths relative to the cwd: farm.yaml:LINE
+
+
+def test_good_farm_resolves(tmp_path: Path) -> None:
+    farm = load_farm_file(write(tmp_path, GOOD))
+    assert farm.names == ["a", "b", "c"]
+    a, b, c = farm.devices.values()
+    assert a.workdir == str(tmp_path / "wd" / "a")  # relative to the YAML file
+    assert b.arch == "aarch64" and b.key == str(tmp_path / "id_test") and b.known_hosts == str(tmp_path / "known")
+    assert b.workdir == "~/bmoe" and b.port == 2222 and b.exec_prefix == ("taskset", "-c", "4-7")
+    assert a.key is None  # defaults of ssh-only keys are not forced on local devices
+    assert c.emulated_arch == "aarch64" and b.emulated_arch is None
+    assert farm.pools == {"mixed": ("a", "b"), "phones": ("b", "c"), "nested": ("a", "b", "c")}
+    assert a.timeout_scale == 1.0 and a.connect_timeout == 10.0 and a.min_free_mb == 256
+    assert b.source == "farm.yaml:12"
+
+
+def test_example_farm_is_valid(tmp_path: Path) -> None:
+    shutil.copy(REPO / "devices" / "farm.example.yaml", tmp_path / "lab.yaml")
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / "farm_ed25519").write_text("k")
+    (tmp_path / "lab_known_hosts").write_text("")
+    farm = load_farm_file(tmp_path / "lab.yaml")
+    assert farm.devices["galaxy-a54"].arch == "aarch64"
+    assert [d.name for d in select_devices(farm, "pool:release")] == ["pixel8", "galaxy-a54", "rpi5", "ws-x86"]
+    assert farm.pools["phones"] == ("pixel8", "galaxy-a54")
+
+
+def test_typo_key_suggests_closest(tmp_path: Path) -> None:
+    msg = only(tmp_path, GOOD.replace("    port: 2222", "    prot: 2222"))
+    assert msg == "farm.yaml:18: devices[1].prot: unknown key (did you mean 'port'?)"
+
+
+def test_typo_top_level_and_defaults(tmp_path: Path) -> None:
+    got = issues(tmp_path, GOOD.replace("pools:", "pool:").replace("  known_hosts: known", "  known_host: known"))
+    assert "farm.yaml:4: defaults.known_host: unknown key (did you mean 'known_hosts'?)" in got
+    assert any(m.startswith("farm.yaml:28: pool: unknown key (did you mean 'pools'?)") for m in got), got
+
+
+def test_wrong_types(tmp_path: Path) -> None:
+    assert only(tmp_path, GOOD.replace("port: 2222", "port: twenty")).startswith(
+        "farm.yaml:18: devices[1].port: Input should be a valid integer")
+    msg = only(tmp_path, GOOD.replace("kind: desktop", "kind: tablet"))
+    assert msg.startswith("farm.yaml:7: devices[0].kind: Input should be 'phone' or 'desktop'"), msg
+    msg = only(tmp_path, GOOD.replace("exec_prefix: [qemu-aarch64-static]", "exec_prefix: qemu-aarch64-static"))
+    assert msg == "farm.yaml:27: devices[2].exec_prefix: expected a list, e.g. [a, b] (got 'qemu-aarch64-static')"
+    msg = only(tmp_path, GOOD.replace("    workdir: /tmp/c\n", "    workdir: /tmp/c\n    timeout_scale: -1\n"))
+    assert msg.startswith("farm.yaml:27: devices[2].timeout_scale: Input should be greater than 0"), msg
+
+
+def test_missing_required_key_points_at_the_device(tmp_path: Path) -> None:
+    msg = only(tmp_path, GOOD.replace("    kind: desktop\n", ""))
+    assert msg == "farm.yaml:6: devices[0].kind: missing required key"
+
+
+def test_unknown_pool_member_lists_devices(tmp_path: Path) -> None:
+    msg = only(tmp_path, GOOD.replace("mixed: [a, label:arm]", "mixed: [a, bb]"))
+    assert msg == "farm.yaml:29: pools.mixed[1]: unknown device 'bb' (did you mean 'b'?) (devices: a, b, c)"
+    msg = only(tmp_path, GOOD.replace("label:arm", "label:gpu"))
+    assert msg == "farm.yaml:29: pools.mixed[1]: selector 'label:gpu' matches no device"
+    msg = only(tmp_path, GOOD.replace("pool:mixed", "pool:mixd"))
+    assert "pools.nested[0]: unknown pool 'mixd' (did you mean 'mixed'?)" in msg
+
+
+def test_block_style_pool_lines(tmp_path: Path) -> None:
+    text = GOOD.replace("  phones: [kind:phone]\n", "  phones:\n    - b\n    - zz\n")
+    assert only(tmp_path, text).startswith("farm.yaml:32: pools.phones[1]: unknown device 'zz'")
+
+
+def test_duplicate_device_name(tmp_path: Path) -> None:
+    msg = only(tmp_path, GOOD.replace("  - name: c\n", "  - name: a\n").replace("nested: [pool:mixed, c]", "n: [a]"))
+    assert msg == "farm.yaml:22: devices[2].name: duplicate device name 'a' (first defined at line 6)"
+
+
+def test_duplicate_yaml_key(tmp_path: Path) -> None:
+    msg = only(tmp_path, GOOD.replace("    port: 2222\n", "    port: 2222\n    port: 2223\n"))
+    assert msg == "farm.yaml:19: devices[1].port: duplicate key (first given at line 18)"
+
+
+def test_unreadable_key_file(tmp_path: Path) -> None:
+    msg = only(tmp_path, GOOD.replace("  key: id_test", "  key: missing_key"))
+    assert msg.startswith("farm.yaml:3: defaults.key: cannot read key file ")
+    assert "missing_key: No such file or directory" in msg
+    text = GOOD.replace("    port: 2222\n", "    port: 2222\n    known_hosts: nope/known_hosts\n")
+    msg = only(tmp_path, text)
+    assert msg.startswith("farm.yaml:19: devices[1].known_hosts: cannot read known_hosts file ")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_unreadable_key_permissions(tmp_path: Path) -> None:  # pragma: no cover - CI runs as root
+    path = write(tmp_path, GOOD)
+    (tmp_path / "id_test").chmod(0)
+    with pytest.raises(FarmConfigError, match="Permission denied"):
+        load_farm_file(path)
+
+
+def test_ssh_rules(tmp_path: Path) -> None:
+    assert only(tmp_path, GOOD.replace("    host: 127.0.0.9\n", "")) == \
+        "farm.yaml:12: devices[1]: missing required key 'host' (transport ssh)"
+    msg = only(tmp_path, GOOD.replace("workdir: ~/bmoe", "workdir: bmoe"))
+    assert msg.startswith("farm.yaml:19: devices[1].workdir: workdir of an ssh device must be absolute")
+    msg = only(tmp_path, GOOD.replace("    workdir: wd/a\n", "    workdir: wd/a\n    host: x\n"))
+    assert msg == "farm.yaml:11: devices[0].host: only meaningful for transport ssh"
+
+
+def test_bad_names_and_yaml(tmp_path: Path) -> None:
+    msg = only(tmp_path, GOOD.replace("name: a", "name: ../etc"))
+    assert msg.startswith("farm.yaml:6: devices[0].name: invalid name ('../etc')") or "invalid name" in msg, msg
+    msg = only(tmp_path, GOOD.replace("labels: [fast]", "labels: [fast"))
+    assert msg.startswith("farm.yaml:") and "invalid YAML" in msg
+    msg = only(tmp_path, "- just\n- a list\n")
+    assert "a farm file is a mapping" in msg
+
+
+def test_all_issues_reported_at_once(tmp_path: Path) -> None:
+    got = issues(tmp_path, GOOD.replace("prot", "x").replace("port: 2222", "prot: 2222").replace(
+        "kind: desktop", "kind: laptop"))
+    assert len(got) == 2 and got[0].startswith("farm.yaml:7:") and got[1].startswith("farm.yaml:18:")
+
+
+def test_variables(tmp_path: Path) -> None:
+    farm = load_farm_file(write(tmp_path, GOOD.replace("/tmp/c", "${FARM_DIR}/c")))
+    assert farm.devices["c"].workdir == f"{tmp_path}/c"
+    msg = only(tmp_path, GOOD.replace("/tmp/c", "${NOPE}/c"))
+    assert msg.startswith("farm.yaml:26: devices[2].workdir: unknown variable ${NOPE}")
+
+
+def test_unreadable_farm_file(tmp_path: Path) -> None:
+    with pytest.raises(FarmConfigError, match="cannot read farm file"):
+        load_farm_file(tmp_path / "absent.yaml")
+
+
+def test_local_farm_not_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BMOE_CI_STATE", str(tmp_path / "state"))
+    with pytest.raises(FarmNotUp, match=r"run `bmoe-ci farm up`"):
+        load_farm()
+
+
+# ---------------------------------------------------------------------------------------------- selection
+
+
+@pytest.fixture
+def farm(tmp_path: Path):
+    return load_farm_file(write(tmp_path, GOOD))
+
+
+def names(devs) -> list[str]:
+    return [d.name for d in devs]
+
+
+def test_selection_syntax(farm) -> None:
+    assert names(select_devices(farm, "b")) == ["b"]
+    assert names(select_devices(farm, "c,a")) == ["a", "c"]  # farm order
+    assert names(select_devices(farm, ["c", "a", "a"])) == ["a", "c"]  # repeatable, deduplicated
+    assert names(select_devices(farm, "pool:mixed")) == ["a", "b"]
+    assert names(select_devices(farm, "arch:aarch64")) == ["b", "c"]
+    assert names(select_devices(farm, "arch:arm64")) == ["b", "c"]
+    assert names(select_devices(farm, "label:fast")) == ["a", "b"]
+    assert names(select_devices(farm, "kind:phone")) == ["b", "c"]
+    assert names(select_devices(farm, "os:android")) == ["b"]
+    assert names(select_devices(farm, "all")) == ["a", "b", "c"]
+    assert names(select_devices(farm, ["pool:phones", "label:fast,c"])) == ["a", "b", "c"]
+    assert farm.device("c").name == "c"
+
+
+def test_unknown_device_lists_known(farm) -> None:
+    with pytest.raises(SelectionError) as ei:
+        select_devices(farm, "pixel8")
+    assert str(ei.value) == "unknown device 'pixel8'; known devices: a, b, c"
+    with pytest.raises(SelectionError, match=r"unknown device 'bb' \(did you mean 'b'\?\); known devices: a, b, c"):
+        farm.device("bb")
+
+
+def test_selection_errors(farm) -> None:
+    with pytest.raises(SelectionError, match="unknown pool 'nightly'; pools: mixed, phones, nested"):
+        select_devices(farm, "pool:nightly")
+    with pytest.raises(SelectionError, match=r"'arch:riscv64' matches no device \(values of arch in this farm: "
+                                             r"aarch64, x86_64\)"):
+        select_devices(farm, "arch:riscv64")
+    with pytest.raises(SelectionError, match="'label:gpu' matches no device"):
+        select_devices(farm, ["a", "label:gpu"])
+    with pytest.raises(SelectionError, match="no device selected"):
+        select_devices(farm, [])
+    with pytest.raises(SelectionError, match="empty term"):
+        select_devices(farm, "a,,b")
+    with pytest.raises(SelectionError, match="unknown selector 'host:'"):
+        select_devices(farm, "host:x")
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+
+def test_arch_helpers() -> None:
+    assert normalize_arch("ARM64") == "aarch64" and normalize_arch("amd64") == "x86_64"
+    assert triple_arch("aarch64-linux-musl") == "aarch64" and triple_arch("x86_64-linux-gnu") == "x86_64"
+    assert emulated_arch(["taskset", "-c", "4-7", "/usr/bin/qemu-aarch64-static"]) == "aarch64"
+    assert emulated_arch(["qemu-x86_64"]) == "x86_64" and emulated_arch(["taskset"]) is None
+
+
+def test_parse_version() -> None:
+    v = parse_version("bmoe 0.1.0 build abc123 target aarch64-linux-musl\n")
+    assert v and (v.version, v.build, v.target, v.arch) == ("0.1.0", "abc123", "aarch64-linux-musl", "aarch64")
+    assert parse_version("bmoe 0.1.0\n") is None and parse_version("") is None
+
+
+def test_lock_owner_staleness() -> None:
+    me = LockOwner.mine("r1")
+    assert me.stale_reason(ttl=60) is None  # our own live process
+    old = LockOwner("elsewhere", "boot", 1, None, "r0", time.time() - 500, time.time() - 500, "t")
+    assert "no heartbeat" in (old.stale_reason(ttl=100) or "")
+    assert old.stale_reason(ttl=1000) is None  # another machine: only the TTL can expire it
+    assert LockOwner.from_json(me.to_json()) == me
+    assert LockOwner.from_json("garbage") is None

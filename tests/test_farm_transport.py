@@ -1,0 +1,255 @@
+"""Transports over a real local farm (sshd on 127.0.0.2): run, put, get, push, timeouts, classification,
+host key pinning, unreachable and dropped devices. Every transport test runs on LocalTransport and on
+SshTransport."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from bmoe_ci.farm import InfraError, Outcome, PushItem, load_farm_file, open_transport, push
+from bmoe_ci.farm import localfarm
+from bmoe_ci.farm.transport import SshTransport, build_remote_command
+
+SSH = str(localfarm.layout()["SSH_HOST_NAME"])
+
+
+@pytest.fixture(scope="module")
+def farm(tmp_path_factory: pytest.TempPathFactory):
+    state = tmp_path_factory.mktemp("farm-state")
+    with localfarm.running(state) as path:
+        yield load_farm_file(path)
+
+
+@pytest.fixture(scope="module", params=["local", "ssh"])
+def t(request: pytest.FixtureRequest, farm):
+    tr = open_transport(farm.devices["host" if request.param == "local" else SSH])
+    tr.connect()
+    yield tr
+    tr.close()
+
+
+@pytest.fixture(scope="module")
+def ssh_dev(farm):
+    return farm.devices[SSH]
+
+
+def _gone(pid: int) -> bool:
+    """Dead, or a zombie nobody reaped yet (it no longer runs)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rfind(")") + 2] == "Z"
+
+
+def _wait_gone(pids: list[int], within: float = 5.0) -> list[int]:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if not _gone(p)]
+        if not alive:
+            return []
+        time.sleep(0.05)
+    return alive
+
+
+# ------------------------------------------------------------------------------------------ commands
+
+
+def test_every_argument_arrives_verbatim(t) -> None:
+    args = ["a b", "'q'", '"dq"', "$HOME", "`id`", "$(id)", "; rm -rf /tmp/nothing", "*", "new\nline", "", "-n",
+            "\\", "é"]
+    r = t.run(["printf", "%s\\0", *args], 10)
+    assert r.ok, r.describe()
+    assert r.stdout.split(b"\0")[:-1] == [a.encode() for a in args]
+
+
+def test_exit_code_and_byte_streams(t) -> None:
+    r = t.run(["sh", "-c", "printf 'out\\000bin\\377'; printf 'err, no newline' >&2; exit 7"], 10)
+    assert (r.outcome, r.exit_code, r.signal) == (Outcome.EXITED, 7, None)
+    assert r.stdout == b"out\x00bin\xff" and r.stderr == b"err, no newline"
+    assert not r.ok and r.duration > 0
+    assert t.run(["cat"], 10, stdin=b"in\x00put").stdout == b"in\x00put"
+    missing = t.run(["no-such-command-bmoe"], 10)
+    assert (missing.outcome, missing.exit_code) == (Outcome.EXITED, 127)
+
+
+@pytest.mark.parametrize(("sig", "name"), [(11, "SIGSEGV"), (6, "SIGABRT")])
+def test_signal_death_is_not_an_exit(t, sig: int, name: str) -> None:
+    r = t.run(["sh", "-c", f"kill -{sig} $$"], 10)
+    assert (r.outcome, r.signal, r.signal_name, r.exit_code) == (Outcome.SIGNALED, sig, name, None)
+    assert r.infra is None and r.describe().startswith(f"killed by {name}")
+
+
+def test_timeout_kills_the_process_group(t) -> None:
+    start = time.monotonic()
+    r = t.run(["sh", "-c", "echo $$; sleep 60 & echo $!; wait"], 1)
+    assert r.outcome is Outcome.INFRA and r.infra is not None and r.infra.kind == "timeout", r.describe()
+    assert time.monotonic() - start < 6
+    pids = [int(p) for p in r.stdout.split()]
+    assert len(pids) == 2
+    assert _wait_gone(pids) == [], "the timed-out command (or its child) is still running"
+    with pytest.raises(InfraError, match="timeout"):
+        r.raise_for_infra()
+
+
+def test_cwd_is_the_workdir_and_exec_prefix_only_for_engine(t, farm) -> None:
+    assert t.run(["pwd", "-P"], 10).stdout.decode().strip() == str(Path(t.workdir).resolve())
+    dev = t.device.model_copy(update={"exec_prefix": ("env", "BMOE_PREFIXED=yes")})
+    with open_transport(dev) as tp:
+        engine = tp.run(["sh", "-c", "echo ${BMOE_PREFIXED:-no}"], 10, engine=True)
+        plain = tp.run(["sh", "-c", "echo ${BMOE_PREFIXED:-no}"], 10)
+    assert engine.stdout == b"yes\n" and engine.argv[:2] == ("env", "BMOE_PREFIXED=yes")
+    assert plain.stdout == b"no\n"
+
+
+# ------------------------------------------------------------------------------------------ files
+
+
+def test_put_get_and_traversal(t, tmp_path: Path) -> None:
+    src = tmp_path / "payload.bin"
+    src.write_bytes(bytes(range(256)) * 40)
+    assert t.put(src, "payload.bin") == 10240
+    results = tmp_path / "results"
+    got = t.get("payload.bin", "dev/artifacts/copy.bin", root=results)
+    assert got == (results / "dev" / "artifacts" / "copy.bin").resolve() and got.read_bytes() == src.read_bytes()
+    for bad in ("../escape.bin", str(tmp_path / "elsewhere.bin"), "a/../../escape.bin"):
+        with pytest.raises(ValueError, match="outside the results directory"):
+            t.get("payload.bin", bad, root=results)
+    (results / "link").symlink_to(tmp_path)
+    with pytest.raises(ValueError, match="outside the results directory"):
+        t.get("payload.bin", "link/escape.bin", root=results)
+    assert not (tmp_path / "escape.bin").exists() and not (tmp_path / "elsewhere.bin").exists()
+    with pytest.raises(InfraError) as ei:
+        t.get("does-not-exist", "x", root=results)
+    assert ei.value.kind == "transfer"
+
+
+def test_push_is_content_addressed_and_warm_push_sends_nothing(t, tmp_path: Path) -> None:
+    engine = tmp_path / "bmoe"
+    engine.write_text("#!/bin/sh\necho 'bmoe 0.1.0 build abc target x86_64-linux-musl'\n")
+    model = tmp_path / "m-00001-of-00002.gguf"
+    model.write_bytes(b"GGUF" + bytes(5000) + t.device.name.encode())
+    items = [PushItem(engine, executable=True), PushItem(model, name="fixtures/m-00001-of-00002.gguf")]
+    first = push(t, items)
+    assert first.bytes_pushed == engine.stat().st_size + model.stat().st_size and first.uploaded == 2
+    second = push(t, items)
+    assert second.bytes_pushed == 0 and second.uploaded == 0
+    eng = first.files[0]
+    assert eng.path == t.path(f"store/{eng.sha256}")
+    assert t.run([eng.path], 10).stdout.startswith(b"bmoe 0.1.0")  # executable
+    link = second.path_of("fixtures/m-00001-of-00002.gguf")
+    assert link == t.path("fixtures/m-00001-of-00002.gguf")
+    assert t.run(["cat", link], 10).stdout == model.read_bytes()
+    listing = t.run(["ls", "-a", t.path("store")], 10).stdout.decode().split()
+    assert not [n for n in listing if n.startswith(".tmp")]
+
+
+def test_hash_mismatch_is_detected(t, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    good = tmp_path / "model.gguf"
+    good.write_bytes(b"precious bytes " + t.device.name.encode() + str(time.time()).encode())
+    orig = t._put
+
+    def corrupting_put(local: Path, remote: str) -> int:
+        bad = tmp_path / "corrupt"
+        bad.write_bytes(b"X" + local.read_bytes()[1:])
+        return orig(bad, remote)
+
+    monkeypatch.setattr(t, "_put", corrupting_put)
+    with pytest.raises(InfraError) as ei:
+        push(t, [good])
+    assert ei.value.kind == "push" and "hash mismatch" in ei.value.reason
+    monkeypatch.undo()
+    listing = t.run(["ls", "-a", t.path("store")], 10).stdout.decode().split()
+    assert not [n for n in listing if n.startswith(".tmp")]
+    from bmoe_ci.farm import sha256_file
+
+    assert sha256_file(good) not in listing  # nothing half-verified was stored
+    assert push(t, [good]).bytes_pushed == good.stat().st_size
+
+
+# ------------------------------------------------------------------------------------------ ssh security
+
+
+def _keygen(path: Path) -> Path:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    return path
+
+
+def test_changed_host_key_is_refused(ssh_dev, tmp_path: Path) -> None:
+    other = _keygen(tmp_path / "impostor")
+    pub = other.with_suffix(".pub").read_text().split()
+    kh = tmp_path / "known_hosts"
+    kh.write_text(f"[{ssh_dev.host}]:{ssh_dev.port} {pub[0]} {pub[1]}\n")
+    before = kh.read_bytes()
+    dev = ssh_dev.model_copy(update={"known_hosts": str(kh)})
+    with pytest.raises(InfraError) as ei:
+        SshTransport(dev).connect()
+    assert ei.value.kind == "hostkey" and "HOST KEY CHANGED" in ei.value.reason
+    assert kh.read_bytes() == before  # nothing was added or replaced
+    r = SshTransport(dev).run(["true"], 10)  # run() reports instead of raising
+    assert r.outcome is Outcome.INFRA and r.infra.kind == "hostkey"
+
+
+def test_unknown_host_key_is_refused(ssh_dev, tmp_path: Path) -> None:
+    kh = tmp_path / "empty_known_hosts"
+    kh.write_text("")
+    dev = ssh_dev.model_copy(update={"known_hosts": str(kh)})
+    with pytest.raises(InfraError) as ei:
+        SshTransport(dev).connect()
+    assert ei.value.kind == "hostkey" and "not in the pinned known_hosts" in ei.value.reason
+    assert kh.read_text() == ""
+
+
+def test_wrong_key_is_an_auth_error(ssh_dev, tmp_path: Path) -> None:
+    dev = ssh_dev.model_copy(update={"key": str(_keygen(tmp_path / "stranger"))})
+    with pytest.raises(InfraError) as ei:
+        SshTransport(dev).connect()
+    assert ei.value.kind == "auth"
+    assert "stranger" in ei.value.reason and "BEGIN" not in ei.value.reason  # names the file, not the secret
+
+
+def test_unreachable_device(ssh_dev) -> None:
+    with socket.socket() as s:
+        s.bind((ssh_dev.host, 0))
+        port = s.getsockname()[1]
+    dev = ssh_dev.model_copy(update={"port": port})  # nothing listens there any more
+    start = time.monotonic()
+    r = SshTransport(dev).run(["true"], 10)
+    assert r.outcome is Outcome.INFRA and r.infra.kind == "unreachable", r.describe()
+    assert time.monotonic() - start < 5
+
+
+def test_silent_server_hits_the_connect_timeout(ssh_dev) -> None:
+    with socket.socket() as s:  # accepts TCP, never speaks SSH
+        s.bind((ssh_dev.host, 0))
+        s.listen(1)
+        dev = ssh_dev.model_copy(update={"port": s.getsockname()[1], "connect_timeout": 1.0})
+        start = time.monotonic()
+        with pytest.raises(InfraError) as ei:
+            SshTransport(dev).connect()
+    assert ei.value.kind == "unreachable" and time.monotonic() - start < 5
+
+
+def test_dropped_connection_is_infrastructure_and_recovers(ssh_dev) -> None:
+    tr = SshTransport(ssh_dev)
+    tr.connect()
+    try:
+        # the wrapper's parent is the sshd session process serving us: kill it mid-command
+        kill_session = "w=$(cut -d' ' -f4 /proc/$PPID/stat); s=$(cut -d' ' -f4 /proc/$w/stat); kill -9 $s; sleep 5"
+        r = tr.run(["sh", "-c", kill_session], 20)
+        assert r.outcome is Outcome.INFRA and r.infra.kind == "disconnect", r.describe()
+        assert r.signal is None and r.exit_code is None
+        again = tr.run(["echo", "back"], 10)  # the next command reconnects
+        assert again.ok and again.stdout == b"back\n"
+    finally:
+        tr.close()
+
+
+def test_remote_command_is_quoted() -> None:
+    cmd = build_remote_command(["bmoe", "-p", "a'b; rm -rf ~"], 30, "/w d", "M")
+    assert "'a'\"'\"'b; rm -rf ~'" in cmd and "'/w d'" in cmd and cmd.startswith("sh -c ")

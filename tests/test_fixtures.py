@@ -1,0 +1,461 @@
+"""The fixture generator: determinism, caching, spec validation, llama.cpp names, split layout."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from gguf import MODEL_ARCH_NAMES, MODEL_TENSORS, TENSOR_NAMES, GGMLQuantizationType, GGUFReader
+from gguf.quants import dequantize
+
+from bmoe_ci.fixtures import SpecError, generate, load_specs, parse_specs, read_manifest, sha256_files
+from bmoe_ci.fixtures.spec import default_specs_path
+
+DEFAULTS = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0"]
+VARIANTS = ["qwen3moe-sigmoid", "qwen3moe-softmax-sel", "qwen3moe-nonorm"]
+
+
+def _spec_doc() -> dict:
+    return yaml.safe_load(default_specs_path().read_text())
+
+
+def _reader_files(path: Path) -> list[GGUFReader]:
+    m = re.match(r"^(.+)-00001-of-(\d{5})\.gguf$", path.name)
+    if not m:
+        return [GGUFReader(path)]
+    n = int(m[2])
+    return [GGUFReader(path.with_name(f"{m[1]}-{i:05d}-of-{n:05d}.gguf")) for i in range(1, n + 1)]
+
+
+def _meta(path: Path) -> dict:
+    return {k: f.contents() for k, f in _reader_files(path)[0].fields.items()}
+
+
+def _tensors(path: Path) -> dict:
+    return {t.name: t for r in _reader_files(path) for t in r.tensors}
+
+
+@pytest.fixture(scope="module")
+def generated(fixture_dir: Path) -> dict:
+    return {f.name: f for f in generate(fixture_dir, names=DEFAULTS + VARIANTS)}
+
+
+# ------------------------------------------------------------------ specs
+
+
+def test_spec_file_defaults_are_the_five():
+    specs = load_specs()
+    assert specs.defaults == DEFAULTS
+    assert {"bench-large", *VARIANTS} <= set(specs.specs)
+    assert not specs.specs["bench-large"].default
+
+
+def test_generate_without_names_makes_the_defaults(fixture_dir: Path):
+    assert [f.name for f in generate(fixture_dir)] == DEFAULTS
+
+
+def test_unknown_fixture_name_lists_the_known(tmp_path: Path):
+    with pytest.raises(SpecError, match=r"unknown fixture 'nope'.*known: qwen3moe"):
+        generate(tmp_path, names=["nope"])
+
+
+def _bad(mutate) -> str:
+    doc = copy.deepcopy(_spec_doc())
+    mutate(doc)
+    with pytest.raises(SpecError) as info:
+        parse_specs(doc, "fixtures.yaml")
+    return str(info.value)
+
+
+def _first(doc: dict) -> dict:
+    return doc["fixtures"][0]
+
+
+@pytest.mark.parametrize(
+    ("mutate", "expected"),
+    [
+        (lambda d: _first(d)["dims"].update(top_k=9), r"'qwen3moe': dims\.top_k: .*<= experts"),
+        (lambda d: _first(d)["dims"].update(kv_heads=3), r"'qwen3moe': dims\.kv_heads: "),
+        (lambda d: _first(d)["dims"].pop("experts"), r"'qwen3moe': dims\.experts: required key missing"),
+        (lambda d: _first(d)["dims"].update(expertz=3), r"'qwen3moe': dims\.expertz: unknown key"),
+        (lambda d: _first(d).update(dtype="Q4_0"), r"'qwen3moe': dtype: "),
+        (lambda d: _first(d).update(seed=-1), r"'qwen3moe': seed: "),
+        (lambda d: _first(d).update(arch="llama"), r"'qwen3moe': arch: "),
+        (lambda d: _first(d)["gating"].update(func=4), r"'qwen3moe': gating\.func: "),
+        (lambda d: _first(d).update(name="Bad Name"), r"'Bad Name': name: "),
+        (lambda d: _first(d)["dims"].update(rope_dims=15), r"dims\.rope_dims: must be even"),
+        (
+            lambda d: d["fixtures"][3]["dims"].update(dense_layers=1),
+            r"'wide': dims\.ffn: required when dense",
+        ),
+        (lambda d: d["fixtures"][1].update(base="missing"), r"'qwen3moe-split4': base: unknown fixture"),
+        (lambda d: d["fixtures"].append(dict(_first(d))), r"fixtures\[\d+\]: name: duplicate"),
+        (lambda d: d.update(version=2), r"version: expected 1"),
+        (lambda d: d.update(extra=1), r"unknown top-level key 'extra'"),
+        (
+            lambda d: d["fixtures"][4]["dims"].update(expert_ffn=100),
+            r"'qwen3moe-q8_0': dims\.expert_ffn: 100 is not a multiple of 32",
+        ),
+    ],
+)
+def test_spec_validation_errors_name_the_key(mutate, expected: str):
+    msg = _bad(mutate)
+    assert msg.startswith("fixtures.yaml: "), msg
+    assert re.search(expected, msg), msg
+
+
+def test_spec_base_cycle_is_reported():
+    def cyc(d):
+        d["fixtures"][0]["base"] = "qwen3moe-split4"
+
+    assert "cycle" in _bad(cyc)
+
+
+def test_bad_yaml_file_names_the_file(tmp_path: Path):
+    p = tmp_path / "specs.yaml"
+    p.write_text("version: 1\nfixtures: [\n")
+    with pytest.raises(SpecError, match=re.escape(str(p)) + ": invalid YAML"):
+        load_specs(p)
+    with pytest.raises(SpecError, match="cannot read"):
+        load_specs(tmp_path / "absent.yaml")
+
+
+def test_split_shard_count_that_cannot_be_filled(tmp_path: Path):
+    doc = _spec_doc()
+    doc["fixtures"] = [f for f in doc["fixtures"] if f["name"] in ("qwen3moe", "qwen3moe-split4")]
+    doc["fixtures"][1]["shards"] = 40  # 51 tensors over 39 shards leaves some empty
+    p = tmp_path / "specs.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    with pytest.raises(SpecError, match="shards: 40 shards cannot be filled"):
+        generate(tmp_path / "out", names=["qwen3moe-split4"], specs_path=p)
+
+
+# ------------------------------------------------------------------ determinism and caching
+
+
+def test_same_spec_gives_the_same_bytes(generated: dict, tmp_path: Path):
+    again = {f.name: f for f in generate(tmp_path, names=list(generated))}
+    for name, f in generated.items():
+        g = again[name]
+        assert g.sha256 == f.sha256, name
+        assert [p.name for p in g.files] == [p.name for p in f.files]
+        for a, b in zip(f.files, g.files, strict=True):
+            assert a.read_bytes() == b.read_bytes(), a.name
+    # the manifest records the same hashes too (and has no timestamps)
+    m1, m2 = read_manifest(generated["qwen3moe"].path.parent), read_manifest(tmp_path)
+    for name in generated:
+        assert m1["fixtures"][name] == m2["fixtures"][name]
+
+
+def test_manifest_records_every_file(generated: dict):
+    manifest = read_manifest(generated["qwen3moe"].path.parent)
+    for name, f in generated.items():
+        entry = manifest["fixtures"][name]
+        whole, each = sha256_files(f.files)
+        assert entry["sha256"] == f.sha256 == whole
+        assert [e["sha256"] for e in entry["files"]] == each
+        assert [e["size"] for e in entry["files"]] == [p.stat().st_size for p in f.files]
+        assert entry["spec_hash"] == f.spec_hash
+        assert entry["path"] == f.path.name
+
+
+def test_cache_reuses_unchanged_and_regenerates_the_rest(tmp_path: Path, capsys):
+    names = ["qwen3moe", "wide"]
+    first = {f.name: f for f in generate(tmp_path, names=names)}
+    mtimes = {n: f.path.stat().st_mtime_ns for n, f in first.items()}
+    capsys.readouterr()
+
+    second = {f.name: f for f in generate(tmp_path, names=names)}
+    assert {n: f.path.stat().st_mtime_ns for n, f in second.items()} == mtimes
+    assert second == first
+    assert "generating" not in capsys.readouterr().err
+
+    # an altered file is regenerated, its neighbour is not
+    with open(first["wide"].path, "r+b") as fh:
+        fh.seek(-1, 2)
+        last = fh.read(1)
+        fh.seek(-1, 2)
+        fh.write(bytes([last[0] ^ 1]))
+    third = {f.name: f for f in generate(tmp_path, names=names)}
+    err = capsys.readouterr().err
+    assert "wide: generating (files missing or altered)" in err
+    assert "qwen3moe: generating" not in err
+    assert third["wide"].sha256 == first["wide"].sha256
+    assert first["qwen3moe"].path.stat().st_mtime_ns == mtimes["qwen3moe"]
+
+    # a changed spec is regenerated (different bytes, different spec hash)
+    doc = _spec_doc()
+    for f in doc["fixtures"]:
+        if f["name"] == "wide":
+            f["seed"] += 1
+    specs = tmp_path / "specs.yaml"
+    specs.write_text(yaml.safe_dump(doc))
+    fourth = {f.name: f for f in generate(tmp_path, names=names, specs_path=specs)}
+    err = capsys.readouterr().err
+    assert "wide: generating (spec or generator changed)" in err
+    assert fourth["wide"].sha256 != first["wide"].sha256
+    assert fourth["wide"].spec_hash != first["wide"].spec_hash
+    assert fourth["qwen3moe"] == first["qwen3moe"]
+
+
+def test_deleted_shard_is_regenerated(tmp_path: Path):
+    (f,) = generate(tmp_path, names=["qwen3moe-split4"])
+    f.files[2].unlink()
+    (g,) = generate(tmp_path, names=["qwen3moe-split4"])
+    assert g.sha256 == f.sha256 and all(p.exists() for p in g.files)
+
+
+# ------------------------------------------------------------------ format
+
+
+def test_split_layout_and_metadata(generated: dict):
+    f = generated["qwen3moe-split4"]
+    assert [p.name for p in f.files] == [f"qwen3moe-split4-{i:05d}-of-00004.gguf" for i in range(1, 5)]
+    assert f.path == f.files[0]
+    readers = [GGUFReader(p) for p in f.files]
+    total = sum(len(r.tensors) for r in readers)
+    assert len(readers[0].tensors) == 0  # metadata only
+    assert all(len(r.tensors) > 0 for r in readers[1:])
+    for i, r in enumerate(readers):
+        assert r.fields["split.no"].contents() == i  # counts from 0; names count from 1
+        assert r.fields["split.count"].contents() == 4
+        assert r.fields["split.tensors.count"].contents() == total
+        if i:
+            assert "general.architecture" not in r.fields  # only the first shard carries metadata
+    first = {k: v.contents() for k, v in readers[0].fields.items() if not k.startswith(("split.", "GGUF."))}
+    whole = {
+        k: v.contents()
+        for k, v in GGUFReader(generated["qwen3moe"].path).fields.items()
+        if not k.startswith("GGUF.")
+    }
+    first.pop("general.name")
+    whole.pop("general.name")
+    assert first == whole
+
+
+def test_split_holds_the_same_tensors_as_qwen3moe(generated: dict):
+    split = _tensors(generated["qwen3moe-split4"].path)
+    whole = _tensors(generated["qwen3moe"].path)
+    assert list(split) == list(whole)
+    for name, t in whole.items():
+        assert split[name].tensor_type == t.tensor_type
+        assert bytes(split[name].data) == bytes(t.data), name
+
+
+@pytest.mark.parametrize("name", DEFAULTS + VARIANTS)
+def test_tensor_names_are_llama_cpp_names_of_the_arch(generated: dict, name: str):
+    arch = _meta(generated[name].path)["general.architecture"]
+    (arch_enum,) = [a for a, n in MODEL_ARCH_NAMES.items() if n == arch]
+    patterns = [
+        re.escape(TENSOR_NAMES[t]).replace(r"\{bid\}", r"\d+") + r"\.weight" for t in MODEL_TENSORS[arch_enum]
+    ]
+    for tname in _tensors(generated[name].path):
+        assert any(re.fullmatch(p, tname) for p in patterns), f"{tname} is not a {arch} tensor"
+
+
+def _expected_shapes(meta: dict, arch: str, tensors: dict) -> dict[str, tuple[int, ...]]:
+    """GGUF ne of every tensor, from docs/model-math.md."""
+    g = lambda k: meta[f"{arch}.{k}"]  # noqa: E731
+    d, L, H, Hkv = (
+        g("embedding_length"),
+        g("block_count"),
+        g("attention.head_count"),
+        g("attention.head_count_kv"),
+    )
+    hd, hdv = g("attention.key_length"), g("attention.value_length")
+    E, f, V = g("expert_count"), g("expert_feed_forward_length"), len(meta["tokenizer.ggml.tokens"])
+    dense = meta.get(f"{arch}.leading_dense_block_count", 0)
+    out = {"token_embd.weight": (d, V), "output_norm.weight": (d,)}
+    if "output.weight" in tensors:
+        out["output.weight"] = (d, V)
+    for i in range(L):
+        b = f"blk.{i}."
+        out |= {
+            b + "attn_norm.weight": (d,),
+            b + "attn_q.weight": (d, H * hd),
+            b + "attn_k.weight": (d, Hkv * hd),
+            b + "attn_v.weight": (d, Hkv * hdv),
+            b + "attn_output.weight": (H * hdv, d),
+            b + "attn_q_norm.weight": (hd,),
+            b + "attn_k_norm.weight": (hd,),
+            b + "ffn_norm.weight": (d,),
+        }
+        if arch == "gemma4":
+            out[b + "post_attention_norm.weight"] = (d,)
+            out[b + "post_ffw_norm.weight"] = (d,)
+        if i < dense:
+            F = g("feed_forward_length")
+            out |= {b + "ffn_gate.weight": (d, F), b + "ffn_up.weight": (d, F), b + "ffn_down.weight": (F, d)}
+            continue
+        out[b + "ffn_gate_inp.weight"] = (d, E)
+        out[b + "ffn_down_exps.weight"] = (f, d, E)
+        if arch == "gemma4":
+            S = g("expert_shared_feed_forward_length")
+            out |= {
+                b + "ffn_gate_up_exps.weight": (d, 2 * f, E),
+                b + "ffn_gate.weight": (d, S),
+                b + "ffn_up.weight": (d, S),
+                b + "ffn_down.weight": (S, d),
+                b + "pre_ffw_norm_2.weight": (d,),
+                b + "post_ffw_norm_1.weight": (d,),
+                b + "post_ffw_norm_2.weight": (d,),
+            }
+        else:
+            out |= {b + "ffn_gate_exps.weight": (d, f, E), b + "ffn_up_exps.weight": (d, f, E)}
+    return out
+
+
+@pytest.mark.parametrize("name", DEFAULTS + VARIANTS)
+def test_shapes_follow_model_math(generated: dict, name: str):
+    meta = _meta(generated[name].path)
+    arch = meta["general.architecture"]
+    tensors = _tensors(generated[name].path)
+    expected = _expected_shapes(meta, arch, tensors)
+    assert {n: tuple(int(x) for x in t.shape) for n, t in tensors.items()} == expected
+
+
+REQUIRED_KEYS = [
+    "general.architecture",
+    "general.name",
+    "general.alignment",
+    "{a}.block_count",
+    "{a}.context_length",
+    "{a}.embedding_length",
+    "{a}.attention.head_count",
+    "{a}.attention.head_count_kv",
+    "{a}.attention.key_length",
+    "{a}.attention.value_length",
+    "{a}.attention.layer_norm_rms_epsilon",
+    "{a}.rope.freq_base",
+    "{a}.expert_count",
+    "{a}.expert_used_count",
+    "{a}.expert_feed_forward_length",
+    "tokenizer.ggml.model",
+    "tokenizer.ggml.pre",
+    "tokenizer.ggml.tokens",
+    "tokenizer.ggml.token_type",
+    "tokenizer.ggml.merges",
+    "tokenizer.ggml.eos_token_id",
+    "tokenizer.ggml.add_bos_token",
+]
+
+
+@pytest.mark.parametrize("name", DEFAULTS)
+def test_metadata_and_vocabulary(generated: dict, name: str):
+    meta = _meta(generated[name].path)
+    arch = meta["general.architecture"]
+    for key in REQUIRED_KEYS:
+        assert key.format(a=arch) in meta, key
+    assert meta["general.alignment"] == 32
+    assert meta["tokenizer.ggml.model"] == "gpt2" and meta["tokenizer.ggml.pre"] == "qwen2"
+    tokens = meta["tokenizer.ggml.tokens"]
+    assert len(tokens) == 256 + 3 and len(set(tokens)) == len(tokens)
+    assert tokens[ord("A")] == "A" and tokens[ord(" ")] == "Ġ" and tokens[ord("\n")] == "Ċ"
+    assert all(len(t) == 1 for t in tokens[:256])
+    assert tokens[meta["tokenizer.ggml.eos_token_id"]] == "<|endoftext|>"
+    assert meta["tokenizer.ggml.token_type"] == [1] * 256 + [3] * 3
+    assert meta["tokenizer.ggml.merges"] == []
+    assert meta["tokenizer.ggml.add_bos_token"] is False
+
+
+def test_gating_and_structure_keys(generated: dict):
+    q, g, w = (_meta(generated[n].path) for n in ("qwen3moe", "gemma4", "wide"))
+    assert q["qwen3moe.expert_gating_func"] == 1 and q["qwen3moe.expert_weights_norm"] is True
+    assert "qwen3moe.expert_weights_scale" not in q
+    assert g["gemma4.expert_weights_scale"] != 1.0
+    assert g["gemma4.leading_dense_block_count"] == 1
+    assert "gemma4.expert_shared_feed_forward_length" in g
+    assert (w["qwen3moe.expert_count"], w["qwen3moe.expert_used_count"]) == (16, 8)
+    assert "qwen3moe.expert_gating_func" not in w  # wide runs on the recipe's defaults
+    s = _meta(generated["qwen3moe-sigmoid"].path)
+    assert (
+        s["qwen3moe.expert_gating_func"],
+        s["qwen3moe.expert_weights_norm"],
+        s["qwen3moe.expert_weights_scale"],
+    ) == (2, True, 2.5)
+    x = _meta(generated["qwen3moe-softmax-sel"].path)
+    assert (x["qwen3moe.expert_gating_func"], x["qwen3moe.expert_weights_norm"]) == (3, False)
+
+
+def test_gemma4_structure(generated: dict):
+    t = _tensors(generated["gemma4"].path)
+    assert "output.weight" not in t  # tied to token_embd
+    assert "blk.0.ffn_gate_inp.weight" not in t and "blk.0.ffn_gate.weight" in t  # dense layer 0
+    assert "blk.1.ffn_gate_up_exps.weight" in t and "blk.1.ffn_gate_exps.weight" not in t
+    assert "blk.1.ffn_gate.weight" in t  # the shared expert
+
+
+def test_q8_0_types_and_values(generated: dict):
+    q8 = _tensors(generated["qwen3moe-q8_0"].path)
+    f32 = _tensors(generated["qwen3moe"].path)
+    assert _meta(generated["qwen3moe-q8_0"].path)["general.file_type"] == 7
+    for name, t in q8.items():
+        if len(t.shape) == 1 or "ffn_gate_inp" in name:
+            assert t.tensor_type == GGMLQuantizationType.F32, name
+        else:
+            assert t.tensor_type == GGMLQuantizationType.Q8_0, name
+    # tensors of the same name and shape hold qwen3moe's weights, up to Q8_0 rounding
+    for name in ("token_embd.weight", "blk.2.attn_q.weight", "output.weight"):
+        a = dequantize(np.asarray(q8[name].data), q8[name].tensor_type)
+        b = np.asarray(f32[name].data)
+        assert a.shape == b.shape
+        blocks_max = np.abs(b.reshape(-1, 32)).max(axis=1, keepdims=True)
+        bound = blocks_max / 127 * (0.5 + 127 * 2**-11) + 1e-6  # rounding + the f16 scale's rounding
+        assert np.all(np.abs(a - b).reshape(-1, 32) <= bound), name
+    np.testing.assert_array_equal(
+        np.asarray(q8["blk.0.ffn_gate_inp.weight"].data), np.asarray(f32["blk.0.ffn_gate_inp.weight"].data)
+    )
+
+
+def test_special_tokens_can_never_win(generated: dict):
+    for name in ("qwen3moe", "wide", "qwen3moe-q8_0"):
+        t = _tensors(generated[name].path)["output.weight"]
+        rows = dequantize(np.asarray(t.data), t.tensor_type)
+        assert not rows[256:].any() and rows[:256].any()
+    embd = np.asarray(_tensors(generated["gemma4"].path)["token_embd.weight"].data)
+    assert not embd[256:].any()
+
+
+@pytest.mark.parametrize("name", DEFAULTS)
+def test_experts_exceed_a_2_mib_cache(generated: dict, name: str):
+    """The gates run `--cache-mb 2`: every default fixture's experts must not all fit in it."""
+    total = sum(int(t.n_bytes) for n, t in _tensors(generated[name].path).items() if "_exps." in n)
+    assert 2.5 * 2**20 < total < 8 * 2**20, total
+
+
+def test_manifest_is_json_sorted(generated: dict):
+    text = (generated["qwen3moe"].path.parent / "manifest.json").read_text()
+    assert json.loads(text)["fixtures"]
+    assert list(json.loads(text)) == sorted(json.loads(text))
+
+
+def test_concurrent_generators_share_one_directory(tmp_path: Path):
+    """Two processes (e.g. xdist workers) generating into one directory: one generates, the other
+    waits on the lock and then finds everything cached; both report the same files."""
+    import subprocess
+    import sys
+
+    cmd = [
+        sys.executable,
+        "-m",
+        "bmoe_ci.fixtures",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "qwen3moe",
+        "--name",
+        "wide",
+    ]
+    procs = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert outs[0][0] == outs[1][0] and outs[0][0].count("\n") == 2
+    assert sum(err.count(": generating") for _, err in outs) == 2
+    assert not list(tmp_path.glob(".tmp-*"))

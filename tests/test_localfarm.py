@@ -1,0 +1,272 @@
+"""The embedded local farm (up/down/status/check), device locks and sessions (push + preflight) on it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from bmoe_ci.cli_farm import add_farm_commands
+from bmoe_ci.farm import (
+    DeviceBusy,
+    DeviceLock,
+    InfraError,
+    LockOwner,
+    MissingTool,
+    Outcome,
+    PushItem,
+    load_farm,
+    load_farm_file,
+    open_session,
+    open_transport,
+    read_lock,
+    select_devices,
+)
+from bmoe_ci.farm import localfarm
+from bmoe_ci.farm.lock import LOCK_DIR
+
+SSH = str(localfarm.layout()["SSH_HOST_NAME"])
+ARCH = localfarm.host_arch()
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory: pytest.TempPathFactory):
+    st = tmp_path_factory.mktemp("localfarm")
+    with localfarm.running(st):
+        yield st
+
+
+@pytest.fixture(scope="module")
+def farm(state: Path):
+    return load_farm_file(state / "farm.yaml")
+
+
+def stand_in(tmp_path: Path, target: str = f"{ARCH}-linux-musl", build: str = "abc", name: str = "bmoe") -> Path:
+    """A stand-in engine: answers --version like the real one, and can sleep or crash on request."""
+    p = tmp_path / name
+    p.write_text(
+        "#!/bin/sh\n"
+        f'case "$1" in --version) echo "bmoe 0.1.0 build {build} target {target}";;\n'
+        '  sleep) sleep "$2";; crash) kill -SEGV $$;; *) echo "ran: $*";; esac\n'
+    )
+    p.chmod(0o755)
+    return p
+
+
+def run_cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="bmoe-ci")
+    add_farm_commands(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(list(argv))
+    return args.func(args)
+
+
+# ------------------------------------------------------------------------------------------ up / down
+
+
+def test_up_is_idempotent_and_the_farm_is_complete(state: Path, farm) -> None:
+    record = json.loads((state / "farm.json").read_text())
+    again = localfarm.up(state)
+    assert json.loads((state / "farm.json").read_text())["sshd"] == record["sshd"]  # same pids, same ports
+    assert load_farm_file(again).devices == farm.devices
+    assert farm.names == ["host", "phone-emu", SSH, "ssh-arm64"]
+    phone = farm.devices["phone-emu"]
+    assert (phone.kind, phone.arch) == ("phone", "aarch64")
+    if ARCH != "aarch64":
+        assert phone.exec_prefix == ("qemu-aarch64-static",) and phone.timeout_scale == 8
+        assert farm.devices["ssh-arm64"].exec_prefix == ("qemu-aarch64-static",)
+    assert (farm.devices[SSH].host, farm.devices["ssh-arm64"].host) == ("127.0.0.2", "127.0.0.3")
+    assert [d.name for d in select_devices(farm, "pool:nightly")] == farm.names
+    kh = (state / "known_hosts").read_text()
+    assert f"[127.0.0.2]:{farm.devices[SSH].port} ssh-ed25519 " in kh
+    assert all(v["running"] and v["answering"] for v in localfarm.sshd_status(state).values())
+
+
+def test_status_and_check_commands(state: Path, farm, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    monkeypatch.setenv("BMOE_CI_STATE", str(state))
+    assert load_farm().names == farm.names  # the default farm is the local farm's state file
+    assert run_cli("farm", "check") == 0
+    out = capsys.readouterr().out
+    assert out.count(" ok ") == 4, out
+    assert run_cli("farm", "status", "--json") == 0
+    rows = json.loads(capsys.readouterr().out)["devices"]
+    assert [r["device"] for r in rows] == farm.names and all(r["reachable"] for r in rows)
+    assert run_cli("farm", "status", "--device", "nope") == 2
+    assert "unknown device 'nope'; known devices: host, phone-emu" in capsys.readouterr().err
+    assert run_cli("farm", "check", "--farm", str(state / "missing.yaml")) == 2
+    assert "cannot read farm file" in capsys.readouterr().err
+
+
+def test_check_reports_an_unreachable_device(farm, tmp_path: Path, capsys) -> None:
+    text = (farm.path).read_text().replace(f"port: {farm.devices[SSH].port}", "port: 1")
+    bad = farm.path.parent / "broken.yaml"
+    bad.write_text(text)
+    try:
+        assert run_cli("farm", "check", "--farm", str(bad), "--device", f"{SSH},host") == 1
+    finally:
+        bad.unlink()
+    out = capsys.readouterr()
+    assert f"{SSH}  FAIL  unreachable:" in out.out and "1 of 2 device(s) failed" in out.err
+
+
+def test_down_stops_only_what_up_started(tmp_path: Path) -> None:
+    st = tmp_path / "farm2"
+    localfarm.up(st)
+    record = json.loads((st / "farm.json").read_text())
+    pids = [v["pid"] for v in record["sshd"].values()]
+    decoy = subprocess.Popen(["sleep", "30"])
+    try:
+        # a recorded pid that is not (any more) our sshd must survive `down`
+        record["sshd"]["decoy"] = {"pid": decoy.pid, "port": 1, "address": "127.0.0.9", "pidfile": str(st / "x.pid")}
+        (st / "x.pid").write_text(str(decoy.pid))
+        (st / "farm.json").write_text(json.dumps(record))
+        stopped = localfarm.down(st)
+        assert sorted(stopped) == sorted(k for k in record["sshd"] if k != "decoy")
+        assert decoy.poll() is None
+        assert all(not localfarm._running(p) for p in pids)
+        assert not (st / "farm.yaml").exists()
+        from bmoe_ci.farm import FarmNotUp
+
+        with pytest.raises(FarmNotUp, match="run `bmoe-ci farm up`"):
+            localfarm.farm_file(st)
+        assert localfarm.down(st) == []  # twice is fine
+    finally:
+        decoy.kill()
+        decoy.wait()
+
+
+def test_missing_tools_name_the_debian_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(localfarm, "SSHD_CANDIDATES", ())
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(MissingTool, match="apt-get install openssh-server"):
+        localfarm.up(tmp_path / "s")
+    monkeypatch.undo()
+    monkeypatch.setattr(localfarm, "QEMU_AARCH64", "qemu-aarch64-static-absent")
+    monkeypatch.setattr(localfarm, "host_arch", lambda: "x86_64")
+    with pytest.raises(MissingTool, match="qemu-user-static"):
+        localfarm.up(tmp_path / "s")
+
+
+# ------------------------------------------------------------------------------------------ locks
+
+
+@pytest.fixture(params=["host", "ssh"])
+def device(request: pytest.FixtureRequest, farm):
+    return farm.devices["host" if request.param == "host" else SSH]
+
+
+def test_lock_busy_then_free(device) -> None:
+    with open_transport(device) as t1, open_transport(device) as t2:
+        a = DeviceLock(t1, "run-a").acquire()
+        b = DeviceLock(t2, "run-b")
+        with pytest.raises(DeviceBusy) as ei:
+            b.acquire()
+        msg = str(ei.value)
+        assert msg.startswith(f"{device.name}: busy: busy, held by run-a (pid {os.getpid()} on ") and " since " in msg
+        assert ei.value.kind == "busy"  # an infrastructure error: never a verdict
+        start = time.monotonic()
+        with pytest.raises(DeviceBusy):
+            b.acquire(wait=0.6, poll=0.2)
+        assert 0.5 < time.monotonic() - start < 5
+        assert read_lock(t2).run_id == "run-a"
+        b.release()  # not ours: must not remove a's lock
+        assert read_lock(t2).run_id == "run-a"
+        same_run = DeviceLock(t2, "run-a").acquire()  # an xdist worker of the same run adopts the lock
+        assert same_run.adopted
+        same_run.release()
+        assert read_lock(t2).run_id == "run-a"
+        a.release()
+        assert read_lock(t2) is None
+        b.acquire()
+        b.release()
+
+
+def test_stale_locks_expire(device) -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    with open_transport(device) as t:
+        lock_dir = t.path(LOCK_DIR)
+        now = time.time()
+        mine = LockOwner.mine("crashed")
+        owners = [
+            LockOwner(mine.host, mine.boot, dead.pid, None, "crashed", now, now, "t1"),  # its process is gone
+            LockOwner("other-host", "b", 1, None, "ancient", now - 9000, now - 9000, "t2"),  # past the TTL
+        ]
+        for owner in owners:
+            t.sh('mkdir -p "$1" && printf "%s\\n" "$2" > "$1/owner"', lock_dir, owner.to_json()).raise_for_infra()
+            lock = DeviceLock(t, "fresh", ttl=3600).acquire()
+            assert lock.held and lock.broke and owner.run_id in lock.broke[0]
+            lock.release()
+        # a live owner elsewhere, recent heartbeat: respected
+        live = LockOwner("other-host", "b", 1, None, "remote-run", now, now, "t3")
+        t.sh('mkdir -p "$1" && printf "%s\\n" "$2" > "$1/owner"', lock_dir, live.to_json()).raise_for_infra()
+        with pytest.raises(DeviceBusy, match="held by remote-run"):
+            DeviceLock(t, "fresh", ttl=3600).acquire()
+        t.sh('rm -rf "$1"', lock_dir).raise_for_infra()
+
+
+# ------------------------------------------------------------------------------------------ sessions
+
+
+def test_session_pushes_preflights_and_runs(device, tmp_path: Path) -> None:
+    engine = stand_in(tmp_path)
+    model = tmp_path / "tiny.gguf"
+    model.write_bytes(b"GGUF" + os.urandom(64))
+    results = tmp_path / "results" / device.name
+    with open_session(device, run_id="r1", results_dir=results, engine=engine, build_id="abc",
+                      files=[PushItem(model, name="fx/tiny.gguf")]) as s:
+        assert s.pushed_bytes == engine.stat().st_size + model.stat().st_size
+        assert s.engine_version.build == "abc" and s.preflight_report.arch_confirmed_by == "uname"
+        r = s.run_engine(["run", "-m", s.file("fx/tiny.gguf")], 10)
+        assert r.ok and r.stdout.decode().strip() == f"ran: run -m {s.file('fx/tiny.gguf')}"
+        crash = s.run_engine(["crash"], 10)
+        assert crash.outcome is Outcome.SIGNALED and crash.signal == 11
+        assert s.pull(s.file("fx/tiny.gguf"), "artifacts/tiny.gguf").read_bytes() == model.read_bytes()
+        assert read_lock(s.transport).run_id == "r1"
+    with open_transport(device) as t:
+        assert read_lock(t) is None  # released on close
+    warm = open_session(device, run_id="r2", engine=engine, build_id="abc")
+    try:
+        assert warm.pushed_bytes == 0
+    finally:
+        warm.close()
+
+
+def test_timeout_scale_applies_to_engine_runs(farm, tmp_path: Path) -> None:
+    dev = farm.devices["host"].model_copy(update={"timeout_scale": 0.5})
+    with open_session(dev, engine=stand_in(tmp_path), build_id="abc") as s:
+        r = s.run_engine(["sleep", "5"], 2)
+    assert r.outcome is Outcome.INFRA and r.infra.kind == "timeout" and r.timeout == 1.0 and r.duration < 3
+
+
+def test_preflight_failures_are_infrastructure(farm, tmp_path: Path) -> None:
+    host = farm.devices[SSH]
+    with pytest.raises(InfraError, match="reports build abc, expected xyz") as ei:
+        open_session(host, engine=stand_in(tmp_path), build_id="xyz")
+    assert ei.value.kind == "preflight"
+    with pytest.raises(InfraError, match=r"need 99999999 MiB \(min_free_mb\)"):
+        open_session(host.model_copy(update={"min_free_mb": 99999999}), engine=stand_in(tmp_path))
+    other = "riscv64" if ARCH != "riscv64" else "x86_64"
+    with pytest.raises(InfraError, match=f"declared arch {other} but 'uname -m' says {ARCH}"):
+        open_session(host.model_copy(update={"arch": other}))
+    with pytest.raises(InfraError, match="exec prefix 'qemu-nowhere-static' not found"):
+        open_session(host.model_copy(update={"exec_prefix": ("qemu-nowhere-static",)}))
+    with open_transport(host) as t:  # every failed open released its lock
+        assert read_lock(t) is None
+
+
+@pytest.mark.skipif(ARCH == "aarch64", reason="emulation is what is being tested")
+def test_emulated_device_arch_comes_from_the_engine(farm, tmp_path: Path) -> None:
+    """uname says x86_64 under qemu; the declared aarch64 is confirmed by the engine's target triple."""
+    fake_qemu = tmp_path / "qemu-aarch64"  # stands in for qemu: runs the (shell) stand-in natively
+    fake_qemu.write_text('#!/bin/sh\nexec "$@"\n')
+    fake_qemu.chmod(0o755)
+    dev = farm.devices["ssh-arm64"].model_copy(update={"exec_prefix": (str(fake_qemu),)})
+    with open_session(dev, engine=stand_in(tmp_path, target="aarch64-linux-musl"), build_id="abc") as s:
+        assert s.preflight_report.arch_confirmed_by == "engine" and s.engine_version.arch == "aarch64"
+    with pytest.raises(InfraError, match="declared arch aarch64 but the engine reports target x86_64-linux-musl"):
+        open_session(dev, engine=stand_in(tmp_path, name="bmoe-x86"), build_id="abc")
