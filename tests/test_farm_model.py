@@ -101,6 +101,9 @@ def test_good_farm_resolves(tmp_path: Path) -> None:
 
 def test_example_farm_is_valid(tmp_path: Path) -> None:
     shutil.copy(REPO / "devices" / "farm.example.yaml", tmp_path / "lab.yaml")
+    with pytest.raises(FarmConfigError) as ei:  # keys not there yet: one line per problem, not per device
+        load_farm_file(tmp_path / "lab.yaml")
+    assert [i.key for i in ei.value.issues] == ["defaults.key", "defaults.known_hosts"]
     (tmp_path / "keys").mkdir()
     (tmp_path / "keys" / "farm_ed25519").write_text("k")
     (tmp_path / "lab_known_hosts").write_text("")
@@ -123,7 +126,8 @@ def test_typo_top_level_and_defaults(tmp_path: Path) -> None:
 
 def test_wrong_types(tmp_path: Path) -> None:
     assert only(tmp_path, GOOD.replace("port: 2222", "port: twenty")).startswith(
-        "farm.yaml:18: devices[1].port: Input should be a valid integer")
+        "farm.yaml:18: devices[1].port: Input should be a valid integer"
+    )
     msg = only(tmp_path, GOOD.replace("kind: desktop", "kind: tablet"))
     assert msg.startswith("farm.yaml:7: devices[0].kind: Input should be 'phone' or 'desktop'"), msg
     msg = only(tmp_path, GOOD.replace("exec_prefix: [qemu-aarch64-static]", "exec_prefix: qemu-aarch64-static"))
@@ -144,6 +148,12 @@ def test_unknown_pool_member_lists_devices(tmp_path: Path) -> None:
     assert msg == "farm.yaml:29: pools.mixed[1]: selector 'label:gpu' matches no device"
     msg = only(tmp_path, GOOD.replace("pool:mixed", "pool:mixd"))
     assert "pools.nested[0]: unknown pool 'mixd' (did you mean 'mixed'?)" in msg
+
+
+def test_empty_pool(tmp_path: Path) -> None:
+    assert (
+        only(tmp_path, GOOD.replace("phones: [kind:phone]", "phones: []")) == "farm.yaml:30: pools.phones: empty pool"
+    )
 
 
 def test_block_style_pool_lines(tmp_path: Path) -> None:
@@ -179,8 +189,10 @@ def test_unreadable_key_permissions(tmp_path: Path) -> None:  # pragma: no cover
 
 
 def test_ssh_rules(tmp_path: Path) -> None:
-    assert only(tmp_path, GOOD.replace("    host: 127.0.0.9\n", "")) == \
-        "farm.yaml:12: devices[1]: missing required key 'host' (transport ssh)"
+    assert (
+        only(tmp_path, GOOD.replace("    host: 127.0.0.9\n", ""))
+        == "farm.yaml:12: devices[1]: missing required key 'host' (transport ssh)"
+    )
     msg = only(tmp_path, GOOD.replace("workdir: ~/bmoe", "workdir: bmoe"))
     assert msg.startswith("farm.yaml:19: devices[1].workdir: workdir of an ssh device must be absolute")
     msg = only(tmp_path, GOOD.replace("    workdir: wd/a\n", "    workdir: wd/a\n    host: x\n"))
@@ -197,8 +209,9 @@ def test_bad_names_and_yaml(tmp_path: Path) -> None:
 
 
 def test_all_issues_reported_at_once(tmp_path: Path) -> None:
-    got = issues(tmp_path, GOOD.replace("prot", "x").replace("port: 2222", "prot: 2222").replace(
-        "kind: desktop", "kind: laptop"))
+    got = issues(
+        tmp_path, GOOD.replace("prot", "x").replace("port: 2222", "prot: 2222").replace("kind: desktop", "kind: laptop")
+    )
     assert len(got) == 2 and got[0].startswith("farm.yaml:7:") and got[1].startswith("farm.yaml:18:")
 
 
@@ -258,8 +271,11 @@ def test_unknown_device_lists_known(farm) -> None:
 def test_selection_errors(farm) -> None:
     with pytest.raises(SelectionError, match="unknown pool 'nightly'; pools: mixed, phones, nested"):
         select_devices(farm, "pool:nightly")
-    with pytest.raises(SelectionError, match=r"'arch:riscv64' matches no device \(values of arch in this farm: "
-                                             r"aarch64, x86_64\)"):
+    with pytest.raises(
+        SelectionError,
+        match=r"'arch:riscv64' matches no device \(values of arch in this farm: "
+        r"aarch64, x86_64\)",
+    ):
         select_devices(farm, "arch:riscv64")
     with pytest.raises(SelectionError, match="'label:gpu' matches no device"):
         select_devices(farm, ["a", "label:gpu"])
@@ -295,3 +311,19 @@ def test_lock_owner_staleness() -> None:
     assert old.stale_reason(ttl=1000) is None  # another machine: only the TTL can expire it
     assert LockOwner.from_json(me.to_json()) == me
     assert LockOwner.from_json("garbage") is None
+
+
+def test_infra_errors_pickle_with_their_kind() -> None:
+    import pickle
+
+    from bmoe_ci.farm import DeviceBusy, InfraError
+
+    e = pickle.loads(pickle.dumps(InfraError("pixel8", "disconnect", "link lost")))
+    assert (e.device, e.kind, e.reason, str(e)) == (
+        "pixel8",
+        "disconnect",
+        "link lost",
+        "pixel8: disconnect: link lost",
+    )
+    b = pickle.loads(pickle.dumps(DeviceBusy("pixel8", "run-1 (pid 7 on ci)", "2026-01-01 00:00:00 UTC")))
+    assert isinstance(b, DeviceBusy) and b.kind == "busy" and "held by run-1" in str(b)

@@ -4,6 +4,7 @@ SshTransport."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import time
@@ -11,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bmoe_ci.farm import InfraError, Outcome, PushItem, load_farm_file, open_transport, push
-from bmoe_ci.farm import localfarm
+from bmoe_ci.farm import InfraError, Outcome, PushItem, load_farm_file, localfarm, open_transport, push
 from bmoe_ci.farm.transport import SshTransport, build_remote_command
 
 SSH = str(localfarm.layout()["SSH_HOST_NAME"])
@@ -61,8 +61,21 @@ def _wait_gone(pids: list[int], within: float = 5.0) -> list[int]:
 
 
 def test_every_argument_arrives_verbatim(t) -> None:
-    args = ["a b", "'q'", '"dq"', "$HOME", "`id`", "$(id)", "; rm -rf /tmp/nothing", "*", "new\nline", "", "-n",
-            "\\", "é"]
+    args = [
+        "a b",
+        "'q'",
+        '"dq"',
+        "$HOME",
+        "`id`",
+        "$(id)",
+        "; rm -rf /tmp/nothing",
+        "*",
+        "new\nline",
+        "",
+        "-n",
+        "\\",
+        "é",
+    ]
     r = t.run(["printf", "%s\\0", *args], 10)
     assert r.ok, r.describe()
     assert r.stdout.split(b"\0")[:-1] == [a.encode() for a in args]
@@ -253,3 +266,18 @@ def test_dropped_connection_is_infrastructure_and_recovers(ssh_dev) -> None:
 def test_remote_command_is_quoted() -> None:
     cmd = build_remote_command(["bmoe", "-p", "a'b; rm -rf ~"], 30, "/w d", "M")
     assert "'a'\"'\"'b; rm -rf ~'" in cmd and "'/w d'" in cmd and cmd.startswith("sh -c ")
+
+
+def test_home_relative_workdir_is_resolved_on_the_device(ssh_dev, tmp_path: Path) -> None:
+    name = f".cache/bmoe-ci-test-{os.getpid()}-{time.monotonic_ns()}"
+    dev = ssh_dev.model_copy(update={"workdir": f"~/{name}"})
+    src = tmp_path / "f.bin"
+    src.write_bytes(b"home")
+    with SshTransport(dev) as t:
+        try:
+            assert t.workdir == f"{Path.home()}/{name}"  # the local farm logs in as this user
+            rep = push(t, [PushItem(src, name="x/f.bin")])
+            assert rep.files[0].path == f"{t.workdir}/x/f.bin"
+            assert t.run(["cat", "x/f.bin"], 10).stdout == b"home"
+        finally:
+            t.run(["rm", "-rf", t.workdir], 10)

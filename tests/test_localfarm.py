@@ -22,12 +22,12 @@ from bmoe_ci.farm import (
     PushItem,
     load_farm,
     load_farm_file,
+    localfarm,
     open_session,
     open_transport,
     read_lock,
     select_devices,
 )
-from bmoe_ci.farm import localfarm
 from bmoe_ci.farm.lock import LOCK_DIR
 
 SSH = str(localfarm.layout()["SSH_HOST_NAME"])
@@ -116,7 +116,13 @@ def test_check_reports_an_unreachable_device(farm, tmp_path: Path, capsys) -> No
 def test_down_stops_only_what_up_started(tmp_path: Path) -> None:
     st = tmp_path / "farm2"
     localfarm.up(st)
+    first = json.loads((st / "farm.json").read_text())["sshd"][SSH]
+    localfarm._stop(first["pid"])  # an sshd that died: the next `up` restarts it on the same port
+    localfarm.up(st)
     record = json.loads((st / "farm.json").read_text())
+    again = record["sshd"][SSH]
+    assert again["pid"] != first["pid"] and again["port"] == first["port"]
+    assert localfarm.sshd_status(st)[SSH]["answering"]
     pids = [v["pid"] for v in record["sshd"].values()]
     decoy = subprocess.Popen(["sleep", "30"])
     try:
@@ -217,8 +223,14 @@ def test_session_pushes_preflights_and_runs(device, tmp_path: Path) -> None:
     model = tmp_path / "tiny.gguf"
     model.write_bytes(b"GGUF" + os.urandom(64))
     results = tmp_path / "results" / device.name
-    with open_session(device, run_id="r1", results_dir=results, engine=engine, build_id="abc",
-                      files=[PushItem(model, name="fx/tiny.gguf")]) as s:
+    with open_session(
+        device,
+        run_id="r1",
+        results_dir=results,
+        engine=engine,
+        build_id="abc",
+        files=[PushItem(model, name="fx/tiny.gguf")],
+    ) as s:
         assert s.pushed_bytes == engine.stat().st_size + model.stat().st_size
         assert s.engine_version.build == "abc" and s.preflight_report.arch_confirmed_by == "uname"
         r = s.run_engine(["run", "-m", s.file("fx/tiny.gguf")], 10)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import struct
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,8 +40,8 @@ class Outcome:
         return self.stderr.splitlines()
 
 
-def run_engine(binary: Path, *args: str | Path) -> Outcome:
-    env = dict(os.environ)
+def run_engine(binary: Path, *args: str | Path, env: dict[str, str] | None = None) -> Outcome:
+    env = {**os.environ, **(env or {})}
     env.setdefault("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
     env.setdefault("UBSAN_OPTIONS", "print_stacktrace=1")
     r = subprocess.run([str(binary), *map(str, args)], capture_output=True, timeout=TIMEOUT, env=env)
@@ -101,6 +102,33 @@ def test_truncation_points_cover_every_section() -> None:
                     "offset", "alignment padding", "tensor data"):
         assert section in labels, section
     assert len(BASE.cut_points()) > 200
+
+
+# -- counts that pass the size bound but are followed by garbage cost no memory -----------------------
+
+def _bomb(kind: str) -> bytes:
+    """The head of a 64 MiB file whose count claims as many entries as the size allows, one real entry,
+    then a string length no file could hold."""
+    size, q = 64 << 20, struct.pack
+    if kind == "kv":
+        head = b"GGUF" + q("<IQQ", 3, 0, (size - 24) // 14) + q("<Q", 1) + b"a" + q("<IB", gc.U8, 1)
+    elif kind == "string_array":
+        head = (b"GGUF" + q("<IQQ", 3, 0, 1) + q("<Q", 1) + b"t" + q("<I", gc.ARRAY)
+                + q("<IQ", gc.STRING, (size - 60) // 8) + q("<Q", 0))
+    else:
+        head = b"GGUF" + q("<IQQ", 3, (size - 24) // 33, 0) + q("<Q", 1) + b"w" + q("<IQIQ", 1, 4, 0, 0)
+    return head + q("<Q", 1 << 40)
+
+
+@pytest.mark.parametrize("kind", ["kv", "string_array", "tensor_info"])
+def test_count_bomb_allocates_only_what_was_parsed(engine_asan_bin: Path, tmp_path: Path, kind: str) -> None:
+    path = tmp_path / f"bomb_{kind}.gguf"
+    with path.open("wb") as f:
+        f.write(_bomb(kind))
+        f.truncate(64 << 20)  # sparse
+    env = {"ASAN_OPTIONS": "max_allocation_size_mb=16:allocator_may_return_null=1:detect_leaks=1"}
+    out = run_engine(engine_asan_bin, "info", "-m", path, env=env)
+    assert_rejected(out, 3, path, "length 1099511627776 exceeds")
 
 
 # -- unreadable files: exit 4 ------------------------------------------------------------------------

@@ -471,7 +471,12 @@ static int range_int(const char *flag, int v, long long lo, long long hi, char *
 static int range_unit(const char *flag, double v, char *err, size_t errlen) {
     char b[32];
     if (isnan(v)) return fail(err, errlen, "%s: NaN is not accepted", flag);
+#ifdef BMOE_FAULT_CFG_LOOSE_RANGE
+    /* Fault: the upper bound is forgotten (the CFG gate must notice). */
+    if (!(v >= 0.0))
+#else
     if (!(v >= 0.0 && v <= 1.0))
+#endif
         return fail(err, errlen, "%s: %s is outside [0, 1]", flag, config_fmt_real(v, b, sizeof b));
     return 0;
 }

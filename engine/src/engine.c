@@ -210,6 +210,12 @@ int engine_generate(bmoe_engine *e, bmoe_error *err) {
     int32_t tok = -1;
     if (c->n_predict > 0) {
         tok = argmax_first(last, V);
+#ifdef BMOE_FAULT_BATCH_STATE
+        {   /* Fault: state carried from one engine instance to the next in a process (DET-batch). */
+            static int instances;
+            if (instances++ > 0) tok = (tok + 1) % V;
+        }
+#endif
         e->out[e->n_out++] = tok;
         if (append_text(e, tok)) { rc = err_set(err, 1, NULL, "out of memory"); goto done; }
     }

@@ -97,6 +97,9 @@ static float act(bmoe_act a, float z) { return a == BMOE_ACT_SILU ? bm_silu(z) :
 
 /* ---- matmul: y[t, j] = row_j(W) . x[t], parallel over rows j ----------------------------------- */
 
+/* Below this many weight bytes touched, a matmul is not worth splitting across threads. */
+#define MM_PARALLEL_MIN_BYTES (16u * 1024u)
+
 typedef struct {
     const uint8_t *w;
     uint32_t type;
@@ -107,19 +110,26 @@ typedef struct {
 } mm_job;
 
 static void mm_rows(void *ctx, int j0, int j1, int tid) {
-    (void)tid;
     const mm_job *J = ctx;
     for (int j = j0; j < j1; j++) {
         const uint8_t *row = J->w + (size_t)j * J->row_bytes;
         for (int t = 0; t < J->T; t++)
             J->y[(size_t)t * J->n_out + j] = row_dot(J->type, row, J->x + (size_t)t * J->n_in, J->n_in);
+#ifdef BMOE_FAULT_THREAD_ORDER
+        /* Fault: the result depends on which thread computed the row (DET-threads must notice). */
+        if (tid > 0)
+            for (int t = 0; t < J->T; t++) J->y[(size_t)t * J->n_out + j] *= 1.25f;
+#endif
     }
 }
 
 static void matmul_raw(bmoe_forward *f, const void *w, uint32_t type, size_t row_bytes, size_t n_in, size_t n_out,
                        const float *x, int T, float *y) {
     mm_job J = { w, type, row_bytes, n_in, n_out, x, y, T };
-    pool_run(f->pool, (int)n_out, mm_rows, &J);
+    /* A matmul too small to amortise waking the pool runs on the caller. Same rows, same code, so
+     * the result is the same either way. */
+    if ((size_t)T * n_out * row_bytes < MM_PARALLEL_MIN_BYTES) mm_rows(&J, 0, (int)n_out, 0);
+    else pool_run(f->pool, (int)n_out, mm_rows, &J);
 }
 
 static void matmul(bmoe_forward *f, const bmoe_weight *W, const float *x, int T, float *y) {

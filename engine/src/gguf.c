@@ -98,30 +98,47 @@ typedef struct gguf_priv {
     const gguf_tensor **t_sorted;
 } gguf_priv;
 
-static void *arena_alloc(gguf_priv *pv, uint64_t n) {
-    if (n > (uint64_t)SIZE_MAX - 2 * ABLOCK_HDR - 16) return NULL;
-    size_t need = ((size_t)n + 15) & ~(size_t)15;
-    if (need == 0) need = 16;
+/* Links a full block into the arena without making it the current bump block. */
+static void arena_link(gguf_priv *pv, ablock *nb) {
     ablock *b = pv->blocks;
-    if (b && b->cap - b->used >= need) {
-        void *p = (char *)b + ABLOCK_HDR + b->used;
-        b->used += need;
-        return p;
-    }
-    size_t cap = need > ABLOCK_DEFAULT / 4 ? need : ABLOCK_DEFAULT;
-    ablock *nb = malloc(ABLOCK_HDR + cap);
-    if (!nb) return NULL;
-    nb->cap = cap;
-    nb->used = need;
-    if (b && cap == need) { /* a dedicated block: keep the current one current */
+    if (b) {
         nb->next = b->next;
         b->next = nb;
     } else {
-        nb->next = b;
+        nb->next = NULL;
         pv->blocks = nb;
     }
+}
+
+/* n bytes aligned to `align` (1 for string bytes, 16 for structs) */
+static void *arena_alloc_aligned(gguf_priv *pv, uint64_t n, size_t align) {
+    if (n > (uint64_t)SIZE_MAX - 2 * ABLOCK_HDR - 16) return NULL;
+    size_t need = (size_t)n ? (size_t)n : 1;
+    ablock *b = pv->blocks;
+    if (b) {
+        size_t at = (b->used + align - 1) & ~(align - 1);
+        if (at <= b->cap && b->cap - at >= need) {
+            b->used = at + need;
+            return (char *)b + ABLOCK_HDR + at;
+        }
+    }
+    if (need > ABLOCK_DEFAULT / 4) { /* a dedicated block: keep the current one current */
+        ablock *nb = malloc(ABLOCK_HDR + need);
+        if (!nb) return NULL;
+        nb->cap = nb->used = need;
+        arena_link(pv, nb);
+        return (char *)nb + ABLOCK_HDR;
+    }
+    ablock *nb = malloc(ABLOCK_HDR + ABLOCK_DEFAULT);
+    if (!nb) return NULL;
+    nb->cap = ABLOCK_DEFAULT;
+    nb->used = need;
+    nb->next = b;
+    pv->blocks = nb;
     return (char *)nb + ABLOCK_HDR;
 }
+
+static void *arena_alloc(gguf_priv *pv, uint64_t n) { return arena_alloc_aligned(pv, n, 16); }
 
 static void *arena_zalloc(gguf_priv *pv, uint64_t n) {
     void *p = arena_alloc(pv, n);
@@ -133,6 +150,47 @@ static void *arena_zalloc(gguf_priv *pv, uint64_t n) {
 static void *arena_array(gguf_priv *pv, uint64_t n, uint64_t size) {
     if (size && n > UINT64_MAX / size) return NULL;
     return arena_zalloc(pv, n * size);
+}
+
+/* A growable array of fixed-size elements in one malloc'd block, adopted by the arena when complete.
+ * Tables whose length the file claims (key-value pairs, tensor infos, string arrays) grow with what
+ * has actually been parsed, so a count that passes the size bound but is followed by garbage costs
+ * no more memory than the bytes read so far. */
+typedef struct gvec {
+    ablock *blk;
+    size_t es;
+    uint64_t n, cap, max;
+} gvec;
+
+static void *gvec_push(gvec *v) {
+    if (v->n == v->cap) {
+        uint64_t nc = v->cap ? v->cap * 2 : 16;
+        if (nc > v->max) nc = v->max;
+        if (nc <= v->n || nc > ((uint64_t)SIZE_MAX - ABLOCK_HDR) / v->es) return NULL;
+        ablock *nb = realloc(v->blk, ABLOCK_HDR + (size_t)nc * v->es);
+        if (!nb) return NULL;
+        v->blk = nb;
+        v->cap = nc;
+    }
+    void *p = (char *)v->blk + ABLOCK_HDR + (size_t)v->n * v->es;
+    memset(p, 0, v->es);
+    v->n++;
+    return p;
+}
+
+/* Hands the block to the arena; returns the elements (NULL when empty). */
+static void *gvec_adopt(gguf_priv *pv, gvec *v) {
+    if (!v->blk) return NULL;
+    ablock *b = v->blk;
+    b->cap = b->used = (size_t)v->cap * v->es;
+    arena_link(pv, b);
+    v->blk = NULL;
+    return (char *)b + ABLOCK_HDR;
+}
+
+static void gvec_free(gvec *v) {
+    free(v->blk);
+    v->blk = NULL;
 }
 
 static void priv_free(gguf_priv *pv) {
@@ -226,6 +284,7 @@ static uint64_t le_load(const uint8_t *p, unsigned n) {
 
 /* Reads an n-byte (1..8) little-endian field named `what`. */
 static int rd(cur *c, ectx *e, unsigned n, const char *what, uint64_t *out) {
+    *out = 0;
     if (cur_left(c) < n)
         return fail(e, BMOE_GGUF_EMALFORMED, "truncated in %s: %s needs %u bytes, %llu left", e->where,
                     what, n, (ull)cur_left(c));
@@ -253,7 +312,7 @@ static int rd_str(cur *c, ectx *e, gguf_priv *pv, const char *what, int is_name,
         if (memchr(c->b + c->pos, 0, (size_t)len))
             return fail(e, BMOE_GGUF_EMALFORMED, "%s: %s contains a NUL byte", e->where, what);
     }
-    char *p = arena_alloc(pv, len + 1);
+    char *p = arena_alloc_aligned(pv, len + 1, 1);
     if (!p) return fail(e, BMOE_GGUF_ENOMEM, "out of memory (%s of %llu bytes)", what, (ull)len);
     if (len) memcpy(p, c->b + c->pos, (size_t)len);
     p[len] = '\0';
@@ -393,15 +452,21 @@ static int parse_array(cur *c, ectx *e, gguf_priv *pv, gguf_kv *kv) {
                         "truncated in %s: array of %llu strings cannot fit in the %llu bytes left", e->where,
                         (ull)n, (ull)cur_left(c));
         if (n == 0) return 0;
-        gguf_str *s = arena_array(pv, n, sizeof(gguf_str));
-        if (!s) return fail(e, BMOE_GGUF_ENOMEM, "out of memory (array of %llu strings)", (ull)n);
+        gvec v = { NULL, sizeof(gguf_str), 0, 0, n };
         for (uint64_t j = 0; j < n; j++) {
             char what[48];
             snprintf(what, sizeof what, "element %llu: string", (ull)j);
-            rc = rd_str(c, e, pv, what, 0, &s[j]);
-            if (rc) return rc;
+            gguf_str *s = gvec_push(&v);
+            if (!s) {
+                gvec_free(&v);
+                return fail(e, BMOE_GGUF_ENOMEM, "out of memory (array of %llu strings)", (ull)n);
+            }
+            if ((rc = rd_str(c, e, pv, what, 0, s))) {
+                gvec_free(&v);
+                return rc;
+            }
         }
-        kv->data = s;
+        kv->data = gvec_adopt(pv, &v);
         return 0;
     }
     unsigned es = kv_type_size[at];
@@ -549,12 +614,17 @@ static int parse_image(const uint8_t *buf, uint64_t size, ectx *e, gguf_priv *pv
                     (ull)n_kv, (ull)rem, (ull)(rem / MIN_KV_BYTES));
 
     int rc;
-    if (n_kv) {
-        im->kv = arena_array(pv, n_kv, sizeof(gguf_kv));
-        if (!im->kv) return fail(e, BMOE_GGUF_ENOMEM, "out of memory (%llu key-value pairs)", (ull)n_kv);
+    gvec kvs = { NULL, sizeof(gguf_kv), 0, 0, n_kv };
+    for (uint64_t i = 0; i < n_kv; i++) {
+        gguf_kv *kv = gvec_push(&kvs);
+        if (!kv) rc = fail(e, BMOE_GGUF_ENOMEM, "out of memory (%llu key-value pairs)", (ull)n_kv);
+        else rc = parse_kv(&c, e, pv, i, kv);
+        if (rc) {
+            gvec_free(&kvs);
+            return rc;
+        }
     }
-    for (uint64_t i = 0; i < n_kv; i++)
-        if ((rc = parse_kv(&c, e, pv, i, &im->kv[i]))) return rc;
+    im->kv = gvec_adopt(pv, &kvs);
     im->n_kv = n_kv;
 
     /* duplicate keys */
@@ -598,12 +668,17 @@ static int parse_image(const uint8_t *buf, uint64_t size, ectx *e, gguf_priv *pv
         return fail(e, BMOE_GGUF_EMALFORMED,
                     "truncated: tensor count %llu cannot fit in the %llu bytes left after the metadata",
                     (ull)n_tensors, (ull)cur_left(&c));
-    if (n_tensors) {
-        im->tensors = arena_array(pv, n_tensors, sizeof(gguf_tensor));
-        if (!im->tensors) return fail(e, BMOE_GGUF_ENOMEM, "out of memory (%llu tensor infos)", (ull)n_tensors);
+    gvec tv = { NULL, sizeof(gguf_tensor), 0, 0, n_tensors };
+    for (uint64_t i = 0; i < n_tensors; i++) {
+        gguf_tensor *t = gvec_push(&tv);
+        if (!t) rc = fail(e, BMOE_GGUF_ENOMEM, "out of memory (%llu tensor infos)", (ull)n_tensors);
+        else rc = parse_tensor_info(&c, e, pv, i, t);
+        if (rc) {
+            gvec_free(&tv);
+            return rc;
+        }
     }
-    for (uint64_t i = 0; i < n_tensors; i++)
-        if ((rc = parse_tensor_info(&c, e, pv, i, &im->tensors[i]))) return rc;
+    im->tensors = gvec_adopt(pv, &tv);
     im->n_tensors = n_tensors;
 
     /* data section: aligned start; every tensor aligned and inside the file */

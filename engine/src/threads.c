@@ -1,9 +1,15 @@
-/* Persistent pthread pool: workers sleep on a condition variable between jobs; a job is published by
- * bumping a generation counter. No globals: everything lives in the pool object. */
+/* Persistent pthread pool. A job is published by bumping a generation counter; workers and the
+ * caller first spin briefly on atomics (a decode token issues a few hundred short jobs, and a
+ * futex round trip per job costs more than the job), then fall back to sleeping on a condition
+ * variable so idle pools cost nothing. No globals: everything lives in the pool object. */
 #include "threads.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+
+/* Spin iterations before sleeping: a few microseconds, the gap between two matmuls of a token. */
+#define POOL_SPIN 20000
 
 struct worker { bmoe_pool *pool; int tid; pthread_t th; };
 
@@ -13,10 +19,10 @@ struct bmoe_pool {
     int n_started;
     pthread_mutex_t mu;
     pthread_cond_t wake, done;
-    unsigned long generation;
-    int pending;            /* workers still busy with the current generation */
-    int quit;
-    /* the current job */
+    atomic_ulong generation;
+    atomic_int pending;     /* workers still busy with the current generation */
+    atomic_int quit;
+    /* the current job, written before generation is bumped */
     bmoe_pool_fn fn;
     void *ctx;
     int n;
@@ -32,17 +38,23 @@ static void *worker_main(void *arg) {
     struct worker *w = arg;
     bmoe_pool *p = w->pool;
     unsigned long seen = 0;
-    pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->quit && p->generation == seen) pthread_cond_wait(&p->wake, &p->mu);
-        if (p->quit) break;
-        seen = p->generation;
-        pthread_mutex_unlock(&p->mu);
+        for (int spin = 0; spin < POOL_SPIN && atomic_load(&p->generation) == seen && !atomic_load(&p->quit); spin++) {
+        }
+        if (atomic_load(&p->generation) == seen && !atomic_load(&p->quit)) {
+            pthread_mutex_lock(&p->mu);
+            while (!atomic_load(&p->quit) && atomic_load(&p->generation) == seen) pthread_cond_wait(&p->wake, &p->mu);
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (atomic_load(&p->quit)) break;
+        seen = atomic_load(&p->generation);
         run_share(p, w->tid);
-        pthread_mutex_lock(&p->mu);
-        if (--p->pending == 0) pthread_cond_signal(&p->done);
+        if (atomic_fetch_sub(&p->pending, 1) == 1) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->mu);
+        }
     }
-    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
@@ -51,6 +63,9 @@ bmoe_pool *pool_create(int n_threads) {
     bmoe_pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->n_threads = n_threads;
+    atomic_init(&p->generation, 0);
+    atomic_init(&p->pending, 0);
+    atomic_init(&p->quit, 0);
     if (pthread_mutex_init(&p->mu, NULL) != 0) { free(p); return NULL; }
     if (pthread_cond_init(&p->wake, NULL) != 0) { pthread_mutex_destroy(&p->mu); free(p); return NULL; }
     if (pthread_cond_init(&p->done, NULL) != 0) {
@@ -77,24 +92,28 @@ int pool_threads(const bmoe_pool *p) { return p->n_threads; }
 void pool_run(bmoe_pool *p, int n, bmoe_pool_fn fn, void *ctx) {
     if (n <= 0) return;
     if (p->n_threads == 1) { fn(ctx, 0, n, 0); return; }
-    pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->ctx = ctx;
     p->n = n;
-    p->pending = p->n_threads - 1;
-    p->generation++;
+    atomic_store(&p->pending, p->n_threads - 1);
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add(&p->generation, 1); /* seq_cst: the job fields above are visible to whoever sees it */
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     run_share(p, 0);
-    pthread_mutex_lock(&p->mu);
-    while (p->pending > 0) pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    for (int spin = 0; spin < POOL_SPIN && atomic_load(&p->pending) > 0; spin++) {
+    }
+    if (atomic_load(&p->pending) > 0) {
+        pthread_mutex_lock(&p->mu);
+        while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->done, &p->mu);
+        pthread_mutex_unlock(&p->mu);
+    }
 }
 
 void pool_destroy(bmoe_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
-    p->quit = 1;
+    atomic_store(&p->quit, 1);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->n_started; i++) pthread_join(p->workers[i].th, NULL);

@@ -19,48 +19,71 @@ from .farm import (
     InfraError,
     check_lite,
     load_farm,
+    localfarm,
     open_transport,
     read_lock,
     select_devices,
 )
-from .farm import localfarm
 
 
 def add_farm_commands(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``farm`` with its four subcommands to a top-level ``subparsers`` object."""
     farm = subparsers.add_parser(
-        "farm", help="start, stop and inspect device farms",
+        "farm",
+        help="start, stop and inspect device farms",
         description="Manage the embedded local farm (up/down) and inspect any farm (status/check).",
     )
     sub = farm.add_subparsers(dest="farm_command", metavar="{up,down,status,check}")
     sub.required = True
 
     def common(p: argparse.ArgumentParser, selection: bool) -> None:
-        p.add_argument("--farm", metavar="FILE", type=Path, default=None,
-                       help="farm file (default: the embedded local farm, started by `bmoe-ci farm up`)")
+        p.add_argument(
+            "--farm",
+            metavar="FILE",
+            type=Path,
+            default=None,
+            help="farm file (default: the embedded local farm, started by `bmoe-ci farm up`)",
+        )
         if selection:
-            p.add_argument("--device", metavar="SEL", action="append", default=None,
-                           help="devices to include: NAME, a,b, pool:NAME, arch:ARCH, label:X, kind:K, all "
-                                "(repeatable; default all)")
+            p.add_argument(
+                "--device",
+                metavar="SEL",
+                action="append",
+                default=None,
+                help="devices to include: NAME, a,b, pool:NAME, arch:ARCH, label:X, kind:K, all "
+                "(repeatable; default all)",
+            )
             p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
-    p = sub.add_parser("up", help="start the embedded local farm (sshd instances on 127.0.0.x)",
-                       description="Start the embedded local farm: keys, sshd on 127.0.0.2 and 127.0.0.3, "
-                                   "pinned known_hosts, the resolved farm file. State dir: $BMOE_CI_STATE "
-                                   "(default <repo>/.cache/bmoe-ci/farm). Idempotent.")
+    p = sub.add_parser(
+        "up",
+        help="start the embedded local farm (sshd instances on 127.0.0.x)",
+        description="Start the embedded local farm: keys, sshd on 127.0.0.2 and 127.0.0.3, "
+        "pinned known_hosts, the resolved farm file. State dir: $BMOE_CI_STATE "
+        "(default <repo>/.cache/bmoe-ci/farm). Idempotent.",
+    )
     common(p, selection=False)
     p.set_defaults(func=cmd_up)
-    p = sub.add_parser("down", help="stop the processes `farm up` started",
-                       description="Stop the sshd instances recorded by `farm up` (only if still ours).")
+    p = sub.add_parser(
+        "down",
+        help="stop the processes `farm up` started",
+        description="Stop the sshd instances recorded by `farm up` (only if still ours).",
+    )
     common(p, selection=False)
     p.set_defaults(func=cmd_down)
-    p = sub.add_parser("status", help="list devices and whether they are reachable",
-                       description="List the farm's devices, whether each answers, and who holds its lock.")
+    p = sub.add_parser(
+        "status",
+        help="list devices and whether they are reachable",
+        description="List the farm's devices, whether each answers, and who holds its lock.",
+    )
     common(p, selection=True)
     p.set_defaults(func=cmd_status)
-    p = sub.add_parser("check", help="preflight-lite: reachable and the declared arch",
-                       description="For each device: connect, `uname -m` against the declared arch (an "
-                                   "emulated device: its exec prefix must exist). Exit 1 if any fails.")
+    p = sub.add_parser(
+        "check",
+        help="preflight-lite: reachable and the declared arch",
+        description="For each device: connect, `uname -m` against the declared arch (an "
+        "emulated device: its exec prefix must exist). Exit 1 if any fails.",
+    )
     common(p, selection=True)
     p.set_defaults(func=cmd_check)
     return farm
@@ -89,8 +112,11 @@ def _local_only(cmd: str, args: argparse.Namespace) -> int | None:
         same = False
     if same:
         return None
-    print(f"bmoe-ci farm {cmd}: `farm {cmd}` manages the embedded local farm only; {args.farm} is a farm "
-          f"file (use `farm status --farm {args.farm}`)", file=sys.stderr)
+    print(
+        f"bmoe-ci farm {cmd}: `farm {cmd}` manages the embedded local farm only; {args.farm} is a farm "
+        f"file (use `farm status --farm {args.farm}`)",
+        file=sys.stderr,
+    )
     return 2
 
 
@@ -131,10 +157,16 @@ def _load(cmd: str, args: argparse.Namespace):
 
 def _probe(device, with_lock: bool) -> dict:
     t = open_transport(device)
-    row = {"device": device.name, "kind": device.kind, "os": device.os, "arch": device.arch,
-           "transport": device.transport,
-           "address": f"{device.host}:{device.port}" if device.is_ssh else "local",
-           "exec_prefix": list(device.exec_prefix), "labels": list(device.labels)}
+    row = {
+        "device": device.name,
+        "kind": device.kind,
+        "os": device.os,
+        "arch": device.arch,
+        "transport": device.transport,
+        "address": f"{device.host}:{device.port}" if device.is_ssh else "local",
+        "exec_prefix": list(device.exec_prefix),
+        "labels": list(device.labels),
+    }
     try:
         t.connect()
         row["reachable"] = True
@@ -157,8 +189,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     with ThreadPoolExecutor(max_workers=min(8, len(devices))) as pool:
         rows = list(pool.map(lambda d: _probe(d, True), devices))
     if args.json:
-        print(json.dumps({"farm": str(farm.path), "devices": rows, "pools": {k: list(v) for k, v in farm.pools.items()}},
-                         indent=2))
+        print(
+            json.dumps(
+                {"farm": str(farm.path), "devices": rows, "pools": {k: list(v) for k, v in farm.pools.items()}},
+                indent=2,
+            )
+        )
         return 0
     print(f"farm: {farm.path}")
     width = max(len(r["device"]) for r in rows)
@@ -198,7 +234,8 @@ def cmd_check(args: argparse.Namespace) -> int:
             print(f"{r['device']:<{width}}  {'ok  ' if r['ok'] else 'FAIL'}  {r['detail']}")
     failed = [r["device"] for r in rows if not r["ok"]]
     if failed:
-        print(f"bmoe-ci farm check: {len(failed)} of {len(rows)} device(s) failed: {', '.join(failed)}",
-              file=sys.stderr)
+        print(
+            f"bmoe-ci farm check: {len(failed)} of {len(rows)} device(s) failed: {', '.join(failed)}", file=sys.stderr
+        )
         return 1
     return 0

@@ -37,7 +37,8 @@ class FarmConfigError(FarmError):
     """A farm file is unreadable or invalid. ``issues`` lists every problem found, in file order."""
 
     def __init__(self, issues: list[ConfigIssue]):
-        self.issues = sorted(issues, key=lambda i: (i.file, i.line or 0, i.key))
+        # one line per problem: a bad value in `defaults` is reported once, not once per device
+        self.issues = sorted(dict.fromkeys(issues), key=lambda i: (i.file, i.line or 0, i.key))
         super().__init__("\n".join(str(i) for i in self.issues))
 
 
@@ -71,13 +72,24 @@ INFRA_KINDS = (
 class InfraError(FarmError):
     """An infrastructure problem with one device (see :data:`INFRA_KINDS`)."""
 
-    def __init__(self, device: str, kind: str, reason: str):
+    def __init__(self, device: str, kind: str | None = None, reason: str | None = None):
+        if kind is None and reason is None:
+            # InfraError("free-form message"): kept working for callers that only have a message
+            self.device, self.kind, self.reason = "", "setup", device
+            super().__init__(device)
+            return
+        kind = kind or "setup"
         if kind not in INFRA_KINDS:  # pragma: no cover - programming error
             raise ValueError(f"unknown infrastructure error kind {kind!r}")
         self.device = device
         self.kind = kind
-        self.reason = reason
-        super().__init__(f"{device}: {kind}: {reason}")
+        self.reason = reason or ""
+        super().__init__(f"{device}: {kind}: {self.reason}")
+
+    def __reduce__(self):  # survive pickling (xdist, multiprocessing) with device and kind intact
+        if not self.device:
+            return (self.__class__, (self.reason,))
+        return (self.__class__, (self.device, self.kind, self.reason))
 
 
 class DeviceBusy(InfraError):
@@ -87,3 +99,6 @@ class DeviceBusy(InfraError):
         self.owner = owner
         self.since = since
         super().__init__(device, "busy", f"busy, held by {owner} since {since}")
+
+    def __reduce__(self):
+        return (self.__class__, (self.device, self.owner, self.since))

@@ -51,6 +51,9 @@ RECORD = "farm.json"
 
 def repo_root() -> Path | None:
     """The checkout this package runs from (editable install), or one found from the cwd upwards."""
+    env = os.environ.get("BMOE_CI_REPO")
+    if env and (Path(env) / "devices" / "local.yaml").is_file():
+        return Path(env).resolve()
     here = Path(__file__).resolve()
     for cand in [*here.parents, *Path.cwd().resolve().parents, Path.cwd().resolve()]:
         if (cand / "devices" / "local.yaml").is_file() and (cand / "pyproject.toml").is_file():
@@ -162,8 +165,9 @@ def _keygen(keygen: str, path: Path, comment: str) -> None:
     for p in (path, path.with_suffix(".pub")):
         with contextlib.suppress(FileNotFoundError):
             p.unlink()
-    subprocess.run([keygen, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)], check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [keygen, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)], check=True, stdout=subprocess.DEVNULL
+    )
     path.chmod(0o600)
 
 
@@ -192,6 +196,9 @@ def _sshd_config(state: Path, spec: SshdSpec, port: int) -> str:
         "MaxSessions 64",
         "LogLevel INFO",
         "Subsystem sftp internal-sftp",
+        # bash reads ~/.bashrc for commands run by sshd when it is a top-level shell (SHLVL unset);
+        # SHLVL=1 spares every round trip the cost of the user's rc file (pyenv init and the like)
+        "SetEnv SHLVL=1",
     ]
     return "\n".join(lines) + "\n"
 
@@ -214,6 +221,33 @@ def _write(path: Path, text: str, mode: int | None = None) -> None:
 def _yaml_value(v: object) -> str:
     return json.dumps(v)  # JSON scalars and lists are valid YAML flow values
 
+
+def _start_sshd(sshd: str, state: Path, spec: SshdSpec, port: int, timeout: float) -> int | None:
+    """Start one sshd; its pid once it answers, None if the port was taken. FarmError otherwise."""
+    d = state / "sshd" / spec.device
+    cfg, pidfile, log = d / "sshd_config", d / "sshd.pid", d / "sshd.log"
+    _write(cfg, _sshd_config(state, spec, port))
+    test = subprocess.run([sshd, "-t", "-f", str(cfg)], capture_output=True, text=True)
+    if test.returncode != 0:
+        raise FarmError(f"sshd rejects {cfg}: {test.stderr.strip()}")
+    for stale in (pidfile, log):
+        with contextlib.suppress(FileNotFoundError):
+            stale.unlink()
+    start = subprocess.run([sshd, "-f", str(cfg), "-E", str(log)], capture_output=True, text=True)
+    if start.returncode != 0:
+        raise FarmError(f"sshd for {spec.device} did not start: {start.stderr.strip()} (see {log})")
+    deadline = time.monotonic() + timeout
+    while not (pidfile.is_file() and _ssh_banner(spec.address, port)):
+        text = log.read_text(errors="replace") if log.exists() else ""
+        if "Cannot bind any address" in text or "Address already in use" in text:
+            return None
+        if time.monotonic() > deadline:
+            raise FarmError(
+                f"sshd for {spec.device} is not answering on {spec.address}:{port} after {timeout:g}s: "
+                f"{text[-400:].strip()}"
+            )
+        time.sleep(0.05)
+    return int(pidfile.read_text().strip())
 
 
 def up(state: Path | None = None, *, log: Callable[[str], None] | None = None, timeout: float = 15.0) -> Path:
@@ -238,10 +272,12 @@ def up(state: Path | None = None, *, log: Callable[[str], None] | None = None, t
     privsep = Path("/run/sshd")
     if not privsep.is_dir():
         try:
-            privsep.mkdir(mode=0o755, parents=True)
+            privsep.mkdir(mode=0o755, parents=True, exist_ok=True)
         except OSError as exc:
-            raise FarmError(f"sshd needs its privilege separation directory {privsep}: {exc.strerror} "
-                            "(create it as root: mkdir -p /run/sshd)") from None
+            raise FarmError(
+                f"sshd needs its privilege separation directory {privsep}: {exc.strerror} "
+                "(create it as root: mkdir -p /run/sshd)"
+            ) from None
 
     record = _record(state)
     sshds = record.get("sshd", {})
@@ -255,35 +291,30 @@ def up(state: Path | None = None, *, log: Callable[[str], None] | None = None, t
         prev = sshds.get(spec.device, {})
         pid, port = prev.get("pid"), prev.get("port")
         pidfile = d / "sshd.pid"
-        if (pid and port and prev.get("address") == spec.address and _is_our_sshd(pid, pidfile, sshd)
-                and _ssh_banner(spec.address, port)):
+        if (
+            pid
+            and port
+            and prev.get("address") == spec.address
+            and _is_our_sshd(pid, pidfile, sshd)
+            and _ssh_banner(spec.address, port)
+        ):
             say(f"{spec.device}: sshd already running on {spec.address}:{port} (pid {pid})")
         else:
             if pid and _is_our_sshd(pid, pidfile, sshd):
                 _stop(pid)
             if not (port and _port_free(spec.address, port)):
                 port = _free_port(spec.address)
-            cfg = d / "sshd_config"
-            _write(cfg, _sshd_config(state, spec, port))
-            test = subprocess.run([sshd, "-t", "-f", str(cfg)], capture_output=True, text=True)
-            if test.returncode != 0:
-                raise FarmError(f"sshd rejects {cfg}: {test.stderr.strip()}")
-            with contextlib.suppress(FileNotFoundError):
-                pidfile.unlink()
-            start = subprocess.run([sshd, "-f", str(cfg), "-E", str(d / "sshd.log")], capture_output=True,
-                                   text=True)
-            if start.returncode != 0:
-                raise FarmError(f"sshd for {spec.device} did not start: {start.stderr.strip()} (see {d / 'sshd.log'})")
-            deadline = time.monotonic() + timeout
-            while not (pidfile.is_file() and _ssh_banner(spec.address, port)):
-                if time.monotonic() > deadline:
-                    tail = (d / "sshd.log").read_text(errors="replace")[-400:] if (d / "sshd.log").exists() else ""
-                    raise FarmError(f"sshd for {spec.device} is not answering on {spec.address}:{port} after "
-                                    f"{timeout:g}s: {tail.strip()}")
-                time.sleep(0.05)
-            pid = int(pidfile.read_text().strip())
+            for attempt in range(3):  # the free port may be taken between the probe and sshd's bind
+                pid = _start_sshd(sshd, state, spec, port, timeout)
+                if pid is not None:
+                    break
+                if attempt == 2:
+                    raise FarmError(f"sshd for {spec.device} could not bind {spec.address} (see {d / 'sshd.log'})")
+                port = _free_port(spec.address)
             say(f"{spec.device}: sshd started on {spec.address}:{port} (pid {pid})")
         sshds[spec.device] = {"pid": pid, "port": port, "address": spec.address, "pidfile": str(pidfile)}
+        # recorded at once: if a later step fails, `down` still finds what was started
+        _write(state / RECORD, json.dumps({**record, "state": str(state), "sshd": sshds}, indent=2) + "\n")
         ports[spec.device] = port
         pub = (d / "ssh_host_ed25519_key.pub").read_text().split()
         known.append(f"[{spec.address}]:{port} {pub[0]} {pub[1]}")
@@ -303,8 +334,12 @@ def up(state: Path | None = None, *, log: Callable[[str], None] | None = None, t
     }
     resolved = _render(template, values)
     _write(state / FARM_FILE, resolved)
-    record = {"state": str(state), "sshd": sshds, "started": record.get("started") or time.time(),
-              "updated": time.time()}
+    record = {
+        "state": str(state),
+        "sshd": sshds,
+        "started": record.get("started") or time.time(),
+        "updated": time.time(),
+    }
     _write(state / RECORD, json.dumps(record, indent=2) + "\n")
     # validate what we wrote: a broken template must fail here, not in the first test
     from .model import load_farm_file
@@ -319,7 +354,7 @@ def _render(template: str, values: dict[str, object]) -> str:
         # strings go inside the template's double quotes, JSON-escaped; lists and numbers as JSON
         rendered = json.dumps(v)[1:-1] if isinstance(v, str) else json.dumps(v)
         out = out.replace("${" + k + "}", rendered)
-    header = ("# GENERATED by `bmoe-ci farm up` from devices/local.yaml; edits are lost on the next up.\n")
+    header = "# GENERATED by `bmoe-ci farm up` from devices/local.yaml; edits are lost on the next up.\n"
     return header + out
 
 
@@ -381,8 +416,11 @@ def sshd_status(state: Path | None = None) -> dict[str, dict]:
     for name, info in _record(state).get("sshd", {}).items():
         pid = info.get("pid")
         running = bool(pid) and _is_our_sshd(int(pid), Path(info.get("pidfile", "")))
-        out[name] = {**info, "running": running,
-                     "answering": running and _ssh_banner(info["address"], int(info["port"]))}
+        out[name] = {
+            **info,
+            "running": running,
+            "answering": running and _ssh_banner(info["address"], int(info["port"])),
+        }
     return out
 
 

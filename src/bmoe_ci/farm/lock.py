@@ -52,7 +52,7 @@ def _pid_start(pid: int) -> str | None:
     except OSError:
         return None
     # the command name (field 2) may contain spaces and parentheses: split after its last ')'
-    rest = data[data.rfind(b")") + 2:].split()
+    rest = data[data.rfind(b")") + 2 :].split()
     return rest[19].decode() if len(rest) > 19 else None
 
 
@@ -80,8 +80,16 @@ class LockOwner:
     @classmethod
     def mine(cls, run_id: str) -> LockOwner:
         now = time.time()
-        return cls(socket.gethostname(), _boot_id(), os.getpid(), _pid_start(os.getpid()), run_id, now, now,
-                   secrets.token_hex(8))
+        return cls(
+            socket.gethostname(),
+            _boot_id(),
+            os.getpid(),
+            _pid_start(os.getpid()),
+            run_id,
+            now,
+            now,
+            secrets.token_hex(8),
+        )
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
@@ -90,8 +98,16 @@ class LockOwner:
     def from_json(cls, text: str) -> LockOwner | None:
         try:
             d = json.loads(text)
-            return cls(str(d["host"]), str(d.get("boot", "")), int(d["pid"]), d.get("pid_start"), str(d["run_id"]),
-                       float(d["since"]), float(d.get("beat", d["since"])), str(d.get("token", "")))
+            return cls(
+                str(d["host"]),
+                str(d.get("boot", "")),
+                int(d["pid"]),
+                d.get("pid_start"),
+                str(d["run_id"]),
+                float(d["since"]),
+                float(d.get("beat", d["since"])),
+                str(d.get("token", "")),
+            )
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -173,8 +189,11 @@ class DeviceLock:
     def _sh(self, script: str, *args: str):
         r = self.transport.sh(script, *args, timeout=60).raise_for_infra()
         if not r.ok:
-            raise InfraError(self.transport.device.name, "setup",
-                             f"lock {self.path}: {r.stderr.decode(errors='replace').strip() or r.describe()}")
+            raise InfraError(
+                self.transport.device.name,
+                "setup",
+                f"lock {self.path}: {r.stderr.decode(errors='replace').strip() or r.describe()}",
+            )
         return r.stdout.decode(errors="replace")
 
     def acquire(self, wait: float = 0.0, poll: float = 1.0) -> DeviceLock:
@@ -195,13 +214,16 @@ class DeviceLock:
             if out and out[0] == "NOWRITE":
                 raise InfraError(name, "setup", f"cannot write lock owner in {self.path}")
             old = len(out) > 1 and out[1] == "OLD"
-            raw = "\n".join(out[2 if old else 1:]).strip()
+            raw = "\n".join(out[2 if old else 1 :]).strip()
             holder = LockOwner.from_json(raw)
             if holder is not None and holder.run_id == self.run_id:
                 self.adopted = True
                 return self
-            reason = holder.stale_reason(self.ttl) if holder else (
-                f"unreadable owner, lock older than {self.ttl:.0f}s" if old else None)
+            reason = (
+                holder.stale_reason(self.ttl)
+                if holder
+                else (f"unreadable owner, lock older than {self.ttl:.0f}s" if old else None)
+            )
             if reason:
                 grave = f"{self.path}.stale-{secrets.token_hex(4)}"
                 if "BROKEN" in self._sh(_BREAK, self.path, raw, grave):

@@ -103,9 +103,7 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> LineDict:
         try:
             hash(key)
         except TypeError:
-            raise yaml.constructor.ConstructorError(
-                None, None, "unhashable key", key_node.start_mark
-            ) from None
+            raise yaml.constructor.ConstructorError(None, None, "unhashable key", key_node.start_mark) from None
         if key in first:
             out.duplicates.append((key, line, first[key]))
         else:
@@ -134,7 +132,7 @@ _LineLoader.add_constructor("tag:yaml.org,2002:seq", _construct_sequence)
 
 def load_yaml_with_lines(text: str) -> Any:
     """Parse YAML text into :class:`LineDict` / :class:`LineList` trees (``yaml.YAMLError`` on bad YAML)."""
-    return yaml.load(text, Loader=_LineLoader)  # noqa: S506 - a SafeLoader subclass
+    return yaml.load(text, Loader=_LineLoader)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -214,11 +212,12 @@ class Farm:
 
     def device(self, name: str) -> Device:
         """The device called ``name`` (a :class:`~bmoe_ci.farm.errors.SelectionError` lists the known)."""
-        from .select import select_devices
+        from .errors import SelectionError
 
         if name in self.devices:
             return self.devices[name]
-        return select_devices(self, [name])[0]  # raises, listing the known names
+        hint = _closest(name, list(self.devices))
+        raise SelectionError(f"unknown device '{name}'{hint}; known devices: {', '.join(self.devices)}")
 
     def select(self, specs: str | list[str] | tuple[str, ...]) -> list[Device]:
         """Devices matching ``--device`` expressions (see :func:`bmoe_ci.farm.select.select_devices`)."""
@@ -375,8 +374,10 @@ def load_farm_file(path: str | os.PathLike[str], variables: dict[str, str] | Non
     if isinstance(defaults, LineDict):
         for k in list(defaults):
             if k not in _DEVICE_KEYS or k == "name":
-                why = "'name' cannot have a default" if k == "name" else "unknown key" + _closest(
-                    str(k), [f for f in _DEVICE_KEYS if f != "name"]
+                why = (
+                    "'name' cannot have a default"
+                    if k == "name"
+                    else "unknown key" + _closest(str(k), [f for f in _DEVICE_KEYS if f != "name"])
                 )
                 issue(defaults.key_lines.get(k), ("defaults", k), why)
         devices_raw = raw.get("devices")
@@ -415,7 +416,11 @@ def load_farm_file(path: str | os.PathLike[str], variables: dict[str, str] | Non
 
         if dspec.name in devices:
             first = devices[dspec.name].source.rsplit(":", 1)[-1]
-            issue(key_line("name"), (*loc, "name"), f"duplicate device name '{dspec.name}' (first defined at line {first})")
+            issue(
+                key_line("name"),
+                (*loc, "name"),
+                f"duplicate device name '{dspec.name}' (first defined at line {first})",
+            )
             continue
         update: dict[str, Any] = {"arch": normalize_arch(dspec.arch), "source": f"{shown}:{draw.line}"}
         if dspec.transport == "ssh":
@@ -437,7 +442,11 @@ def load_farm_file(path: str | os.PathLike[str], variables: dict[str, str] | Non
                 update[k] = str(p)
             wd = dspec.workdir
             if not (wd.startswith("/") or wd == "~" or wd.startswith("~/")):
-                issue(key_line("workdir"), key_loc("workdir"), f"workdir of an ssh device must be absolute or start with '~/' (got {wd!r})")
+                issue(
+                    key_line("workdir"),
+                    key_loc("workdir"),
+                    f"workdir of an ssh device must be absolute or start with '~/' (got {wd!r})",
+                )
         else:
             for k in _SSH_ONLY:
                 if k in draw and k not in draw.inherited:
@@ -463,7 +472,9 @@ def match_selector(device: Device, field_name: str, value: str) -> bool:
     return getattr(device, field_name) == value
 
 
-def _resolve_pools(pools: dict[str, list[str]], raw: Any, devices: dict[str, Device], issue: Any) -> dict[str, tuple[str, ...]]:
+def _resolve_pools(
+    pools: dict[str, list[str]], raw: Any, devices: dict[str, Device], issue: Any
+) -> dict[str, tuple[str, ...]]:
     resolved: dict[str, tuple[str, ...]] = {}
     known = ", ".join(devices) or "(none)"
 
@@ -477,12 +488,16 @@ def _resolve_pools(pools: dict[str, list[str]], raw: Any, devices: dict[str, Dev
         if name in resolved:
             return resolved[name]
         names: list[str] = []
+        if not pools[name]:
+            issue(raw.key_lines.get(name) if isinstance(raw, LineDict) else None, ("pools", name), "empty pool")
         for i, member in enumerate(pools[name]):
             line, loc = member_line(name, i), ("pools", name, i)
             prefix, sep, value = member.partition(":")
             if sep and prefix == "pool":
                 if value not in pools:
-                    issue(line, loc, f"unknown pool '{value}'{_closest(value, list(pools))} (pools: {', '.join(pools)})")
+                    issue(
+                        line, loc, f"unknown pool '{value}'{_closest(value, list(pools))} (pools: {', '.join(pools)})"
+                    )
                     continue
                 if value in stack or value == name:
                     issue(line, loc, f"pool '{name}' includes itself through '{value}'")
@@ -493,7 +508,12 @@ def _resolve_pools(pools: dict[str, list[str]], raw: Any, devices: dict[str, Dev
                 if not hits:
                     issue(line, loc, f"selector '{member}' matches no device")
             elif sep:
-                issue(line, loc, f"unknown selector '{prefix}:' (use a device name, pool:, {', '.join(s + ':' for s in SELECTOR_FIELDS)})")
+                issue(
+                    line,
+                    loc,
+                    f"unknown selector '{prefix}:' (use a device name, pool:, "
+                    f"{', '.join(s + ':' for s in SELECTOR_FIELDS)})",
+                )
                 continue
             else:
                 if member not in devices:

@@ -92,8 +92,9 @@ def _probe(t: Transport) -> dict[str, str]:
     return out
 
 
-def check_lite(t: Transport, report: PreflightReport | None = None, probe: dict[str, str] | None = None
-               ) -> PreflightReport:
+def check_lite(
+    t: Transport, report: PreflightReport | None = None, probe: dict[str, str] | None = None
+) -> PreflightReport:
     """Reachability and arch (without the engine)."""
     d = t.device
     report = report or PreflightReport(d.name)
@@ -103,15 +104,21 @@ def check_lite(t: Transport, report: PreflightReport | None = None, probe: dict[
     report.uname = normalize_arch(probe["uname"])
     if d.exec_prefix and probe.get("prefix") != "ok":
         tool = d.exec_prefix[0]
-        raise _fail(t, f"exec prefix {tool!r} not found on the device"
-                    + (" (Debian: apt-get install qemu-user-static)" if "qemu-" in tool else ""))
+        raise _fail(
+            t,
+            f"exec prefix {tool!r} not found on the device"
+            + (" (Debian: apt-get install qemu-user-static)" if "qemu-" in tool else ""),
+        )
     if report.uname == d.arch:
         report.arch_confirmed_by = "uname"
     elif d.emulated_arch == d.arch:
         report.notes.append(f"{d.arch} emulated by {d.exec_prefix[0]} on {report.uname}")
     else:
-        raise _fail(t, f"declared arch {d.arch} but 'uname -m' says {report.uname}"
-                    + ("" if not d.emulated_arch else f" and the exec prefix emulates {d.emulated_arch}"))
+        raise _fail(
+            t,
+            f"declared arch {d.arch} but 'uname -m' says {report.uname}"
+            + ("" if not d.emulated_arch else f" and the exec prefix emulates {d.emulated_arch}"),
+        )
     return report
 
 
@@ -128,8 +135,9 @@ def check_free_space(t: Transport, report: PreflightReport, probe: dict[str, str
         raise _fail(t, f"only {report.free_mb} MiB free in {t.workdir}, need {d.min_free_mb} MiB (min_free_mb)")
 
 
-def check_engine(t: Transport, engine_path: str, build_id: str | None, report: PreflightReport,
-                 timeout: float = 60.0) -> EngineVersion:
+def check_engine(
+    t: Transport, engine_path: str, build_id: str | None, report: PreflightReport, timeout: float = 60.0
+) -> EngineVersion:
     d = t.device
     r = t.run([engine_path, "--version"], timeout * d.timeout_scale, engine=True).raise_for_infra()
     shown = shlex.join([*d.exec_prefix, engine_path, "--version"])

@@ -58,10 +58,14 @@ def select_devices(farm: Farm, specs: str | Iterable[str] | None) -> list[Device
                 raise SelectionError(f"'{term}': missing value after '{prefix}:'")
             hits = [d.name for d in farm.devices.values() if match_selector(d, prefix, value)]
             if not hits:
-                have = sorted({str(getattr(d, prefix)) for d in farm.devices.values()} if prefix != "label"
-                              else {lb for d in farm.devices.values() for lb in d.labels})
-                raise SelectionError(f"'{term}' matches no device (values of {prefix} in this farm: "
-                                     f"{', '.join(have) or '(none)'})")
+                have = sorted(
+                    {str(getattr(d, prefix)) for d in farm.devices.values()}
+                    if prefix != "label"
+                    else {lb for d in farm.devices.values() for lb in d.labels}
+                )
+                raise SelectionError(
+                    f"'{term}' matches no device (values of {prefix} in this farm: {', '.join(have) or '(none)'})"
+                )
         elif sep:
             raise SelectionError(
                 f"unknown selector '{prefix}:' in '{term}' (use NAME, pool:, "

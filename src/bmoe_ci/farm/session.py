@@ -32,9 +32,16 @@ class DeviceSession:
     ``pushed_bytes`` sums every push of the session; ``engine_seconds`` the duration of engine runs.
     """
 
-    def __init__(self, device: Device, *, run_id: str | None = None, results_dir: str | os.PathLike[str] | None = None,
-                 transport: Transport | None = None, lock_ttl: float = DEFAULT_TTL,
-                 progress: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        device: Device,
+        *,
+        run_id: str | None = None,
+        results_dir: str | os.PathLike[str] | None = None,
+        transport: Transport | None = None,
+        lock_ttl: float = DEFAULT_TTL,
+        progress: Callable[[str], None] | None = None,
+    ):
         self.device = device
         self.run_id = run_id or default_run_id()
         self.results_dir = Path(results_dir) if results_dir is not None else None
@@ -102,13 +109,26 @@ class DeviceSession:
         """The full command line an engine run uses on this device (exec prefix included)."""
         return [*self.device.exec_prefix, self._engine(), *map(str, args)]
 
-    def run_engine(self, args: Sequence[str], timeout: float, *, stdin: bytes | None = None,
-                   env: Mapping[str, str] | None = None, cwd: str | None = None) -> RunResult:
+    def run_engine(
+        self,
+        args: Sequence[str],
+        timeout: float,
+        *,
+        stdin: bytes | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> RunResult:
         """Run the pushed engine with ``args`` under the exec prefix; ``timeout`` is multiplied by the
         device's ``timeout_scale``. Never raises for infrastructure problems (see :class:`RunResult`)."""
         self._heartbeat()
-        r = self.transport.run([self._engine(), *map(str, args)], timeout * self.device.timeout_scale,
-                               engine=True, stdin=stdin, env=env, cwd=cwd)
+        r = self.transport.run(
+            [self._engine(), *map(str, args)],
+            timeout * self.device.timeout_scale,
+            engine=True,
+            stdin=stdin,
+            env=env,
+            cwd=cwd,
+        )
         self.engine_seconds += r.duration
         return r
 

@@ -172,7 +172,7 @@ def push(
         if sha not in present and sha not in uploaded:
             tmp = f".tmp-{sha}-{secrets.token_hex(4)}"
             if progress:
-                progress(f"{dev}: pushing {it.local.name} ({size / 1048576:.1f} MiB)")
+                progress(f"pushing {it.local.name} ({size / 1048576:.1f} MiB)")
             pushed = transport.put(it.local, posixpath.join(store, tmp))
             uploaded.add(sha)
             commit += ["put", tmp, sha, modes[sha]]

@@ -138,16 +138,30 @@ class Transport(ABC):
             self._connect()
             self._connected = True
             r = self._run(
-                ["sh", "-c", 'mkdir -p "$1" && command -v timeout >/dev/null 2>&1 && echo ready', "bmoe-ci",
-                 self.workdir], 60.0, cwd="/", env=None, stdin=None, argv_shown=None)
+                [
+                    "sh",
+                    "-c",
+                    'mkdir -p "$1" && command -v timeout >/dev/null 2>&1 && echo ready',
+                    "bmoe-ci",
+                    self.workdir,
+                ],
+                60.0,
+                cwd="/",
+                env=None,
+                stdin=None,
+                argv_shown=None,
+            )
             if r.outcome is Outcome.INFRA:
                 self.close()
                 raise r.infra  # type: ignore[misc]
             if b"ready" not in r.stdout:
                 self.close()
-                raise InfraError(self.device.name, "setup",
-                                 f"cannot create work directory {self.workdir} or no 'timeout' command on the "
-                                 f"device (coreutils, busybox or toybox): {_tail(r.stderr)}")
+                raise InfraError(
+                    self.device.name,
+                    "setup",
+                    f"cannot create work directory {self.workdir} or no 'timeout' command on the "
+                    f"device (coreutils, busybox or toybox): {_tail(r.stderr)}",
+                )
 
     @abstractmethod
     def _connect(self) -> None: ...
@@ -166,6 +180,8 @@ class Transport(ABC):
     # -- paths
     def path(self, *parts: str) -> str:
         """A path on the device: absolute parts as is, relative ones under the work directory."""
+        if self.workdir.startswith("~"):
+            self.connect()  # ``~`` is resolved on the device, at connect
         p = PurePosixPath(*parts) if parts else PurePosixPath(".")
         return str(p if p.is_absolute() else PurePosixPath(self.workdir) / p)
 
@@ -194,8 +210,9 @@ class Transport(ABC):
                     self.connect()
                 except InfraError as exc:
                     return RunResult(self.device.name, tuple(full), Outcome.INFRA, infra=exc, timeout=timeout)
-            r = self._run(full, timeout, cwd=self.path(cwd) if cwd else self.workdir, env=env, stdin=stdin,
-                          argv_shown=tuple(full))
+            r = self._run(
+                full, timeout, cwd=self.path(cwd) if cwd else self.workdir, env=env, stdin=stdin, argv_shown=tuple(full)
+            )
             self.stats.commands += 1
             self.stats.command_seconds += r.duration
             if r.outcome is Outcome.INFRA and r.infra is not None and r.infra.kind == "disconnect":
@@ -207,8 +224,16 @@ class Transport(ABC):
         return self.run(["sh", "-c", script, "bmoe-ci", *args], timeout)
 
     @abstractmethod
-    def _run(self, argv: list[str], timeout: float, *, cwd: str | None, env: Mapping[str, str] | None,
-             stdin: bytes | None, argv_shown: tuple[str, ...] | None) -> RunResult: ...
+    def _run(
+        self,
+        argv: list[str],
+        timeout: float,
+        *,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        stdin: bytes | None,
+        argv_shown: tuple[str, ...] | None,
+    ) -> RunResult: ...
 
     def _drop(self) -> None:
         """Forget a broken link so that the next call reconnects."""
@@ -287,28 +312,61 @@ class LocalTransport(Transport):
         start = time.monotonic()
         shown = argv_shown or tuple(argv)
         if cwd and not os.path.isdir(cwd):
-            return RunResult(self.device.name, shown, Outcome.INFRA, timeout=timeout,
-                             infra=InfraError(self.device.name, "setup", f"no such directory {cwd}"))
+            return RunResult(
+                self.device.name,
+                shown,
+                Outcome.INFRA,
+                timeout=timeout,
+                infra=InfraError(self.device.name, "setup", f"no such directory {cwd}"),
+            )
         try:
             proc = subprocess.Popen(
-                argv, cwd=cwd, env=full_env, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                argv,
+                cwd=cwd,
+                env=full_env,
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
             )
         except FileNotFoundError as exc:  # what a shell says for a missing command
-            return RunResult(self.device.name, shown, Outcome.EXITED, exit_code=127, stderr=f"{exc}\n".encode(),
-                             duration=time.monotonic() - start, timeout=timeout)
+            return RunResult(
+                self.device.name,
+                shown,
+                Outcome.EXITED,
+                exit_code=127,
+                stderr=f"{exc}\n".encode(),
+                duration=time.monotonic() - start,
+                timeout=timeout,
+            )
         except PermissionError as exc:
-            return RunResult(self.device.name, shown, Outcome.EXITED, exit_code=126, stderr=f"{exc}\n".encode(),
-                             duration=time.monotonic() - start, timeout=timeout)
+            return RunResult(
+                self.device.name,
+                shown,
+                Outcome.EXITED,
+                exit_code=126,
+                stderr=f"{exc}\n".encode(),
+                duration=time.monotonic() - start,
+                timeout=timeout,
+            )
         try:
             out, err = proc.communicate(stdin, timeout=timeout)
         except subprocess.TimeoutExpired:
             _killpg(proc.pid)
-            out, err = proc.communicate()
+            try:
+                out, err = proc.communicate(timeout=5)
+            except subprocess.TimeoutExpired:  # a descendant left the group and still holds our pipes
+                for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                    if pipe is not None:
+                        with contextlib.suppress(OSError):
+                            pipe.close()
+                proc.wait()
+                out, err = b"", b""
             dur = time.monotonic() - start
             exc = InfraError(self.device.name, "timeout", f"{shlex.join(shown)[:200]} ran past {timeout:g}s; killed")
-            return RunResult(self.device.name, shown, Outcome.INFRA, stdout=out, stderr=err, duration=dur,
-                             infra=exc, timeout=timeout)
+            return RunResult(
+                self.device.name, shown, Outcome.INFRA, stdout=out, stderr=err, duration=dur, infra=exc, timeout=timeout
+            )
         except BaseException:
             _killpg(proc.pid)
             proc.wait()
@@ -316,10 +374,19 @@ class LocalTransport(Transport):
         dur = time.monotonic() - start
         rc = proc.returncode
         if rc < 0:
-            return RunResult(self.device.name, shown, Outcome.SIGNALED, signal=-rc, stdout=out, stderr=err,
-                             duration=dur, timeout=timeout)
-        return RunResult(self.device.name, shown, Outcome.EXITED, exit_code=rc, stdout=out, stderr=err,
-                         duration=dur, timeout=timeout)
+            return RunResult(
+                self.device.name,
+                shown,
+                Outcome.SIGNALED,
+                signal=-rc,
+                stdout=out,
+                stderr=err,
+                duration=dur,
+                timeout=timeout,
+            )
+        return RunResult(
+            self.device.name, shown, Outcome.EXITED, exit_code=rc, stdout=out, stderr=err, duration=dur, timeout=timeout
+        )
 
     def _put(self, local: Path, remote: str) -> int:
         try:
@@ -347,13 +414,14 @@ def _killpg(pgid: int) -> None:
 _WRAPPER = (
     'm=$3; if cd "$1"; then t=$2; shift 3; timeout -s KILL "$t" "$@"; rc=$?; '
     "else rc=cd; fi; "
-    "printf '\\n%s %s\\n' \"$m\" \"$rc\" >&2; "
+    'printf \'\\n%s %s\\n\' "$m" "$rc" >&2; '
     'case $rc in cd) exit 125;; *) exit "$rc";; esac'
 )
 
 
-def build_remote_command(argv: Sequence[str], timeout_s: int, cwd: str, marker: str,
-                         env: Mapping[str, str] | None = None) -> str:
+def build_remote_command(
+    argv: Sequence[str], timeout_s: int, cwd: str, marker: str, env: Mapping[str, str] | None = None
+) -> str:
     """The exact command line sent to an SSH device (exposed for tests and for docs)."""
     full = list(argv)
     if env:
@@ -367,9 +435,10 @@ class _PinnedOnly:
     def __init__(self, device: Device):
         self.device = device
 
-    def missing_host_key(self, client, hostname, key):  # noqa: ANN001 - paramiko's signature
+    def missing_host_key(self, client, hostname, key):
         raise InfraError(
-            self.device.name, "hostkey",
+            self.device.name,
+            "hostkey",
             f"host key of {hostname} ({key.get_name()} {key.fingerprint}) is not in the pinned known_hosts "
             f"{self.device.known_hosts}; refusing to trust it on first use (check the fingerprint on the "
             f"device, then add the line to that file)",
@@ -397,10 +466,18 @@ class SshTransport(Transport):
         # farm file says (hosts, keys, host key policy).
         cfg = Config(lazy=True, ssh_config=SSHConfig())
         conn = Connection(
-            d.host, user=d.user, port=d.port, config=cfg,
+            d.host,
+            user=d.user,
+            port=d.port,
+            config=cfg,
             connect_kwargs={
-                "key_filename": [d.key], "look_for_keys": False, "allow_agent": False,
-                "timeout": ct, "banner_timeout": ct, "auth_timeout": ct, "channel_timeout": ct,
+                "key_filename": [d.key],
+                "look_for_keys": False,
+                "allow_agent": False,
+                "timeout": ct,
+                "banner_timeout": ct,
+                "auth_timeout": ct,
+                "channel_timeout": ct,
             },
         )
         # Fabric's Connection installs AutoAddPolicy: replace it, and load only the pinned file.
@@ -419,6 +496,9 @@ class SshTransport(Transport):
                 raise
             raise mapped from None
         conn.transport.set_keepalive(self.keepalive)
+        with contextlib.suppress(OSError, AttributeError):
+            # small request packets must not wait for a delayed ACK (Nagle): ~40 ms per command otherwise
+            conn.transport.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._conn = conn
         if self.workdir == "~" or self.workdir.startswith("~/"):
             r = self._run(["sh", "-c", 'printf %s "$HOME"'], 30.0, cwd="/", env=None, stdin=None, argv_shown=None)
@@ -436,13 +516,15 @@ class SshTransport(Transport):
             return exc
         if isinstance(exc, paramiko.BadHostKeyException):
             return InfraError(
-                d.name, "hostkey",
+                d.name,
+                "hostkey",
                 f"HOST KEY CHANGED for {where}: the device offered {exc.key.get_name()} {exc.key.fingerprint}, "
                 f"the pinned known_hosts {d.known_hosts} says {exc.expected_key.fingerprint}; refusing to connect",
             )
         if isinstance(exc, paramiko.PasswordRequiredException):
-            return InfraError(d.name, "auth", f"key {d.key} is passphrase-protected; the farm needs a key "
-                                              "without passphrase")
+            return InfraError(
+                d.name, "auth", f"key {d.key} is passphrase-protected; the farm needs a key without passphrase"
+            )
         if isinstance(exc, paramiko.AuthenticationException):
             return InfraError(d.name, "auth", f"{where} refused key {d.key} for user {user!r}: {exc}")
         if isinstance(exc, TimeoutError | socket.timeout):
@@ -482,8 +564,16 @@ class SshTransport(Transport):
         start = time.monotonic()
 
         def infra(kind: str, reason: str, out: bytes = b"", err: bytes = b"") -> RunResult:
-            return RunResult(name, shown, Outcome.INFRA, stdout=out, stderr=err,
-                             duration=time.monotonic() - start, infra=InfraError(name, kind, reason), timeout=timeout)
+            return RunResult(
+                name,
+                shown,
+                Outcome.INFRA,
+                stdout=out,
+                stderr=err,
+                duration=time.monotonic() - start,
+                infra=InfraError(name, kind, reason),
+                timeout=timeout,
+            )
 
         if not self._alive():
             return infra("disconnect", "the SSH connection is not open")
@@ -513,7 +603,11 @@ class SshTransport(Transport):
                 if now >= deadline:
                     timed_out = True
                     break
-                select.select([chan], [], [], min(0.5, deadline - now))
+                wait = min(0.5, deadline - now)
+                if chan.eof_received:  # output done (the pipe stays readable): wait for the status itself
+                    chan.status_event.wait(wait)
+                else:
+                    select.select([chan], [], [], wait)
             while chan.recv_ready():
                 out += chan.recv(1 << 16)
             while chan.recv_stderr_ready():
@@ -525,22 +619,43 @@ class SshTransport(Transport):
                 chan.close()
         dur = time.monotonic() - start
         if timed_out:
-            return infra("timeout", f"{shlex.join(shown)[:200]}: no answer {secs + DEADLINE_GRACE:g}s after start "
-                                    "(link hung; the device-side timeout kills the process)", bytes(out), bytes(err))
+            return infra(
+                "timeout",
+                f"{shlex.join(shown)[:200]}: no answer {secs + DEADLINE_GRACE:g}s after start "
+                "(link hung; the device-side timeout kills the process)",
+                bytes(out),
+                bytes(err),
+            )
         status, stderr = _split_marker(bytes(err), marker)
         if status is None:
             if not self._alive():
                 return infra("disconnect", "connection lost while the command ran", bytes(out), stderr)
-            return infra("disconnect", "the remote wrapper ended without reporting a status "
-                                       f"(channel status {chan.exit_status})", bytes(out), stderr)
+            return infra(
+                "disconnect",
+                f"the remote wrapper ended without reporting a status (channel status {chan.exit_status})",
+                bytes(out),
+                stderr,
+            )
         common = {"stdout": bytes(out), "stderr": stderr, "duration": dur, "timeout": timeout}
         if status == "cd":
-            return RunResult(name, shown, Outcome.INFRA, infra=InfraError(
-                name, "setup", f"cannot enter directory {cwd or self.workdir}: {_tail(stderr)}"), **common)
+            return RunResult(
+                name,
+                shown,
+                Outcome.INFRA,
+                infra=InfraError(name, "setup", f"cannot enter directory {cwd or self.workdir}: {_tail(stderr)}"),
+                **common,
+            )
         rc = int(status)
         if rc in (124, 137) and dur >= secs - 0.01:
-            return RunResult(name, shown, Outcome.INFRA, infra=InfraError(
-                name, "timeout", f"{shlex.join(shown)[:200]} ran past {timeout:g}s; killed on the device"), **common)
+            return RunResult(
+                name,
+                shown,
+                Outcome.INFRA,
+                infra=InfraError(
+                    name, "timeout", f"{shlex.join(shown)[:200]} ran past {timeout:g}s; killed on the device"
+                ),
+                **common,
+            )
         if 128 < rc < 128 + 65:
             return RunResult(name, shown, Outcome.SIGNALED, signal=rc - 128, **common)
         return RunResult(name, shown, Outcome.EXITED, exit_code=rc, **common)
@@ -587,7 +702,7 @@ def _split_marker(err: bytes, marker: str) -> tuple[str | None, bytes]:
     i = err.rfind(token)
     if i < 0:
         return None, err
-    rest = err[i + len(token):]
+    rest = err[i + len(token) :]
     line, _, after = rest.partition(b"\n")
     return line.decode("ascii", "replace").strip(), err[:i] + after
 

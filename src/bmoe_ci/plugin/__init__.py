@@ -39,6 +39,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--rebuild", action="store_true", help="ignore the engine build cache")
     group.addoption("--fixture", action="append", metavar="NAME",
                     help="only this fixture (repeatable; default: every default fixture)")
+    group.addoption("--fault", action="append", metavar="NAME",
+                    help="build the engine with fault BMOE_FAULT_<NAME> injected (to show a gate can fail)")
 
 
 def _gate_suite_requested(config: pytest.Config) -> bool:
@@ -93,6 +95,7 @@ class Controller:
                 run_id=run_id,
                 fixture_names=config.getoption("fixture"),
                 rebuild=config.getoption("rebuild"),
+                faults=config.getoption("fault") or (),
             )
         except FarmError as exc:
             raise pytest.UsageError(str(exc)) from exc
@@ -137,8 +140,7 @@ class GateState:
         if device.name not in self._runners:
             session = self._sessions.get(device.name)
             if session is None:  # an xdist worker: its own connection, the controller holds the lock
-                farm = load_farm(self.run.farm_file)
-                spec = next(d for d in farm.devices if d.name == device.name)
+                spec = load_farm(self.run.farm_file).device(device.name)
                 session = DeviceSession(spec, run_id=self.run.run_id,
                                         results_dir=Path(self.run.results_dir) / device.name)
                 session.connect()
@@ -146,6 +148,18 @@ class GateState:
                 session.build_id = device.build_id
             self._runners[device.name] = DeviceRunner(session)
         return self._runners[device.name]
+
+    def close_worker_sessions(self) -> None:
+        """Close the connections this process opened itself (the controller's are closed by it)."""
+        for name, r in self._runners.items():
+            if name not in self._sessions:
+                r.session.close()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    state = session.config.stash.get(STATE_KEY, None)
+    if state is not None:
+        state.close_worker_sessions()
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

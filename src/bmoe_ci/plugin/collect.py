@@ -124,7 +124,9 @@ class RecordCollector:
         built = ", ".join(self.run.compiled) or "nothing (every target from the cache)"
         pushed = sum(d.pushed_bytes for d in self.run.devices)
         engine = sum(self.engine_s.values())
-        lines.append(f"built: {built}; pushed: {pushed} bytes; engine time {engine:.1f} s, "
-                     f"session wall time {wall_s:.1f} s, orchestration overhead {wall_s - engine:.1f} s")
+        busiest = max(self.engine_s.values(), default=0.0)
+        lines.append(f"built: {built}; pushed: {pushed} bytes")
+        lines.append(f"time: session wall {wall_s:.1f} s; engine on the devices {engine:.1f} s in all, "
+                     f"{busiest:.1f} s on the busiest device (per-device overhead in summary.md)")
         lines.append(f"results: {self.run.results_dir}")
         return "\n".join(lines)

@@ -55,6 +55,7 @@ def prepare(
     run_id: str,
     fixture_names: Sequence[str] | None,
     rebuild: bool,
+    faults: Sequence[str] = (),
     say: Callable[[str], None] = _say,
 ) -> Prepared:
     """Raises FarmError (bad farm file, unknown device) — a usage problem that stops the session.
@@ -64,7 +65,8 @@ def prepare(
 
     builds: dict[str, Build] = {}
     for target in sorted({target_for(d) for d in devices}):
-        builds[target] = build(target, rebuild=rebuild, progress=say)
+        defines = [f"BMOE_FAULT_{name.upper()}=1" for name in faults]
+        builds[target] = build(target, defines=defines, rebuild=rebuild, progress=say)
     fixtures = generate(None, names=list(fixture_names) if fixture_names else None)
 
     def open_one(device: Device) -> tuple[DeviceContext, DeviceSession | None]:

@@ -1,0 +1,61 @@
+"""Running the real gate suite from the project's own tests: a subprocess `pytest gates` against a
+one-device local farm written into a temporary directory (no sshd needed), optionally with a fault
+built into the engine. Returns what the run wrote: summary.json, and the exit status."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class GateRunResult:
+    returncode: int
+    summary: dict[str, Any]
+    output: str
+
+    def gate(self, device: str, gate: str) -> str:
+        return self.summary["devices"][device]["gates"].get(gate, "absent")
+
+
+def host_farm(tmp_path: Path) -> Path:
+    arch = {"arm64": "aarch64", "amd64": "x86_64"}.get(platform.machine().lower(), platform.machine().lower())
+    farm = tmp_path / "farm.yaml"
+    farm.write_text(
+        "version: 1\n"
+        "devices:\n"
+        "  - name: host\n"
+        "    kind: desktop\n"
+        "    os: linux\n"
+        f"    arch: {arch}\n"
+        "    transport: local\n"
+        f"    workdir: {tmp_path / 'work'}\n"
+    )
+    return farm
+
+
+def run_gates(tmp_path: Path, *, faults: tuple[str, ...] = (), fixtures: tuple[str, ...] = ("qwen3moe",),
+              modules: tuple[str, ...] = ("gates",), select: tuple[str, ...] = (), farm: Path | None = None,
+              device: str = "host") -> GateRunResult:
+    """`modules`: gate module paths to run (default: the whole suite); `select`: pytest -k terms."""
+    results = tmp_path / "results"
+    cmd = [sys.executable, "-m", "pytest", *modules, "-p", "no:cacheprovider", "-q",
+           "--farm", str(farm or host_farm(tmp_path)), "--device", device, "--results", str(results)]
+    for name in faults:
+        cmd += ["--fault", name]
+    for name in fixtures:
+        cmd += ["--fixture", name]
+    if select:
+        cmd += ["-k", " or ".join(select)]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1200, check=False)
+    summary_file = results / "summary.json"
+    output = proc.stdout + proc.stderr
+    assert summary_file.is_file(), f"the gate run wrote no summary (exit {proc.returncode}):\n{output[-3000:]}"
+    return GateRunResult(proc.returncode, json.loads(summary_file.read_text()), output)
