@@ -43,9 +43,9 @@ def host_farm(tmp_path: Path) -> Path:
 
 def run_gates(tmp_path: Path, *, faults: tuple[str, ...] = (), fixtures: tuple[str, ...] = ("qwen3moe",),
               modules: tuple[str, ...] = ("gates",), select: tuple[str, ...] = (), farm: Path | None = None,
-              device: str = "host") -> GateRunResult:
+              device: str = "host", results: Path | None = None, extra: tuple[str, ...] = ()) -> GateRunResult:
     """`modules`: gate module paths to run (default: the whole suite); `select`: pytest -k terms."""
-    results = tmp_path / "results"
+    results = results or tmp_path / "results"
     cmd = [sys.executable, "-m", "pytest", *modules, "-p", "no:cacheprovider", "-q",
            "--farm", str(farm or host_farm(tmp_path)), "--device", device, "--results", str(results)]
     for name in faults:
@@ -54,6 +54,7 @@ def run_gates(tmp_path: Path, *, faults: tuple[str, ...] = (), fixtures: tuple[s
         cmd += ["--fixture", name]
     if select:
         cmd += ["-k", " or ".join(select)]
+    cmd += list(extra)
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1200, check=False)
     summary_file = results / "summary.json"
     output = proc.stdout + proc.stderr

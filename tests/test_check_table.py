@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from bmoe_ci.check_table import C_BEGIN, C_END, CASES, ERROR, OK, Case, c_table, expected_exit, expected_stdout
 
 REPO = Path(__file__).resolve().parents[1]

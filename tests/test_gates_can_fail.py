@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from gate_run import run_gates
 
 MODULES = {"DET": "gates/test_determinism.py", "CFG": "gates/test_config.py"}

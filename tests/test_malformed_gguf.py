@@ -19,8 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import gguf_corpus as gc
 import pytest
+
+import gguf_corpus as gc
 
 REPO = Path(__file__).resolve().parents[1]
 ENGINE = REPO / "engine"

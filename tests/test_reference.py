@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from reference import Generation, Model
 
 from bmoe_ci.fixtures import generate
+from reference import Generation, Model
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULTS = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0"]

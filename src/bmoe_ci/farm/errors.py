@@ -73,11 +73,6 @@ class InfraError(FarmError):
     """An infrastructure problem with one device (see :data:`INFRA_KINDS`)."""
 
     def __init__(self, device: str, kind: str | None = None, reason: str | None = None):
-        if kind is None and reason is None:
-            # InfraError("free-form message"): kept working for callers that only have a message
-            self.device, self.kind, self.reason = "", "setup", device
-            super().__init__(device)
-            return
         kind = kind or "setup"
         if kind not in INFRA_KINDS:  # pragma: no cover - programming error
             raise ValueError(f"unknown infrastructure error kind {kind!r}")
@@ -87,8 +82,6 @@ class InfraError(FarmError):
         super().__init__(f"{device}: {kind}: {self.reason}")
 
     def __reduce__(self):  # survive pickling (xdist, multiprocessing) with device and kind intact
-        if not self.device:
-            return (self.__class__, (self.reason,))
         return (self.__class__, (self.device, self.kind, self.reason))
 
 

@@ -86,7 +86,6 @@ class Controller:
         config = self.config
         run_id = default_run_id()
         results = Path(config.getoption("results") or Path("results") / run_id).resolve()
-        results.mkdir(parents=True, exist_ok=True)
         try:
             self.prepared = prepare(
                 selectors=config.getoption("device") or ["all"],
@@ -99,6 +98,7 @@ class Controller:
             )
         except FarmError as exc:
             raise pytest.UsageError(str(exc)) from exc
+        results.mkdir(parents=True, exist_ok=True)
         run = self.prepared.run
         config.stash[RUN_KEY] = run
         if not hasattr(config, "workerinput"):
@@ -136,7 +136,7 @@ class GateState:
 
     def runner(self, device: DeviceContext) -> DeviceRunner:
         if device.infra_error:
-            raise InfraError(f"{device.name}: {device.infra_error}")
+            raise InfraError(device.name, "setup", device.infra_error)
         if device.name not in self._runners:
             session = self._sessions.get(device.name)
             if session is None:  # an xdist worker: its own connection, the controller holds the lock

@@ -71,7 +71,7 @@ class DeviceRunner:
     def _checked(self, r: RunResult) -> RunResult:
         self.engine_s += r.duration
         if r.outcome is Outcome.INFRA:
-            raise r.infra or InfraError(f"{self.session.device.name}: {r.describe()}")
+            raise r.infra or InfraError(self.session.device.name, "disconnect", r.describe())
         return r
 
     def _run_batch(self, entries: Sequence[tuple[str, Sequence[str]]]) -> dict[str, EngineResult]:

@@ -1,0 +1,104 @@
+"""The gate suite end to end on real (local) devices: warm re-runs, cross-architecture outputs,
+infrastructure errors kept apart from verdicts, and bad selections."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import junitparser
+import pytest
+
+from gate_run import REPO, host_farm, run_gates
+
+CORE = ("gates/test_determinism.py", "gates/test_config.py")
+
+
+def test_warm_rerun_builds_nothing_and_pushes_nothing(tmp_path: Path) -> None:
+    farm = host_farm(tmp_path)
+    first = run_gates(tmp_path, farm=farm, modules=CORE, results=tmp_path / "r1")
+    second = run_gates(tmp_path, farm=farm, modules=CORE, results=tmp_path / "r2")
+    assert first.returncode == 0 and second.returncode == 0, second.output[-2000:]
+    assert second.summary["compiled"] == []
+    assert second.summary["devices"]["host"]["pushed_bytes"] == 0
+    assert first.summary["devices"]["host"]["pushed_bytes"] > 0 or first.summary["compiled"] == []
+    assert "pushed: 0 bytes" in second.output
+    # JUnit per device and merged, readable by junitparser, one testsuite named after the device.
+    merged = junitparser.JUnitXml.fromfile(str(tmp_path / "r2" / "junit.xml"))
+    suites = [s.name for s in merged]
+    assert suites == ["host"]
+    device = junitparser.JUnitXml.fromfile(str(tmp_path / "r2" / "host" / "junit.xml"))
+    assert sum(s.tests for s in device) == second.summary["devices"]["host"]["tests"] > 0
+
+
+@pytest.mark.skipif(shutil.which("qemu-aarch64-static") is None, reason="needs Debian's qemu-user-static")
+def test_same_output_bytes_on_x86_64_and_emulated_aarch64(tmp_path: Path) -> None:
+    farm = host_farm(tmp_path)
+    farm.write_text(
+        farm.read_text()
+        + "  - name: phone-emu\n    kind: phone\n    os: linux\n    arch: aarch64\n    transport: local\n"
+        f"    workdir: {tmp_path / 'phone'}\n    exec_prefix: [qemu-aarch64-static]\n    timeout_scale: 8\n"
+    )
+    run = run_gates(tmp_path, farm=farm, device="all", modules=("gates/test_determinism.py",),
+                    fixtures=("qwen3moe", "gemma4", "qwen3moe-q8_0"))
+    assert run.returncode == 0, run.output[-3000:]
+    host, phone = run.summary["devices"]["host"], run.summary["devices"]["phone-emu"]
+    assert phone["arch"] == "aarch64" and host["arch"] != "aarch64"
+    assert set(host["outputs"]) == {"qwen3moe", "gemma4", "qwen3moe-q8_0"}
+    assert host["outputs"] == phone["outputs"]
+    assert all(run.summary["outputs_agree"].values())
+
+
+def test_unreachable_device_is_an_error_and_the_others_still_pass(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(keys / "id")], check=True)
+    (tmp_path / "known_hosts").write_text("")
+    farm = host_farm(tmp_path)
+    farm.write_text(
+        farm.read_text()
+        + "  - name: gone\n    kind: phone\n    os: linux\n    arch: x86_64\n    transport: ssh\n"
+        f"    host: 127.0.0.1\n    port: 9\n    user: nobody\n    key: {keys / 'id'}\n"
+        f"    known_hosts: {tmp_path / 'known_hosts'}\n    workdir: /tmp/gone\n    connect_timeout: 2\n"
+    )
+    run = run_gates(tmp_path, farm=farm, device="all", modules=CORE)
+    assert run.returncode != 0
+    gone, host = run.summary["devices"]["gone"], run.summary["devices"]["host"]
+    assert host["failed"] == 0 and host["errors"] == 0 and host["passed"] > 0
+    assert gone["errors"] > 0 and gone["failed"] == 0 and gone["passed"] == 0
+    merged = junitparser.JUnitXml.fromfile(str(tmp_path / "results" / "junit.xml"))
+    errors = {s.name: s.errors for s in merged}
+    failures = {s.name: s.failures for s in merged}
+    assert errors["gone"] > 0 and failures["gone"] == 0
+
+
+def test_device_dying_mid_run_keeps_the_results_it_gave(tmp_path: Path) -> None:
+    # The device answers its first engine command, then hangs: a timeout, i.e. infrastructure.
+    wrapper = tmp_path / "dies.sh"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'n=$(cat {tmp_path}/count 2>/dev/null || echo 0); echo $((n + 1)) > {tmp_path}/count\n'
+        '[ "$n" -ge 2 ] && exec sleep 600\n'  # 0: --version at preflight, 1: the first plan
+        'exec "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    farm = host_farm(tmp_path)
+    farm.write_text(farm.read_text() + f"    exec_prefix: [{wrapper}]\n    timeout_scale: 0.05\n")
+    run = run_gates(tmp_path, farm=farm, modules=("gates/test_determinism.py",),
+                    fixtures=("qwen3moe",))
+    host = run.summary["devices"]["host"]
+    # DET-repeat and DET-threads come from the first plan (answered); DET-batch needs a second engine
+    # process, which hangs: an error, not a failure, and the verdicts already obtained stay.
+    assert host["passed"] == 2 and host["errors"] == 1 and host["failed"] == 0, run.output[-3000:]
+
+
+def test_unknown_device_lists_the_known_ones(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "gates", "-p", "no:cacheprovider", "--farm", str(host_farm(tmp_path)),
+         "--device", "pixel9", "--results", str(tmp_path / "r")],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert proc.returncode == 4  # pytest's usage error
+    assert "pixel9" in proc.stderr and "host" in proc.stderr
