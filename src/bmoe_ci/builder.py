@@ -110,18 +110,21 @@ def build(
     defines: Sequence[str] = (),
     rebuild: bool = False,
     progress: Callable[[str], None] | None = None,
+    engine_dir: Path | None = None,
+    cache: Path | None = None,
 ) -> Build:
     """Builds (or takes from the cache) the engine for `target`.
 
     `defines` are extra preprocessor definitions (`BMOE_FAULT_...=1`) for fault-injected builds;
     they are part of the build id, so a faulty binary can never be mistaken for the real one.
+    `engine_dir` and `cache` default to the checkout's engine/ and the bmoe-ci cache.
     """
     say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
     triple = resolve_target(target)
-    engine_dir = repo_root() / "engine"
+    engine_dir = engine_dir or repo_root() / "engine"
     zig = zig_version()
     build_id = compute_build_id(triple, defines, engine_dir, zig)
-    out_dir = cache_dir() / "engine" / triple / build_id
+    out_dir = (cache or cache_dir()) / "engine" / triple / build_id
     binary = out_dir / "bmoe"
     runnable = TARGETS[triple]
     if binary.is_file() and not rebuild:

@@ -47,7 +47,8 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--target",
         action="append",
-        help=f"host (default) or one of: {', '.join(TARGETS)}; repeatable",
+        choices=["host", *TARGETS],
+        help="the target to build (default host); repeatable",
     )
     p.add_argument("--rebuild", action="store_true", help="ignore the build cache")
     p.set_defaults(func=cmd_build)
