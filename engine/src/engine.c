@@ -4,8 +4,9 @@
  *   engine_generate  prompt → prefill (one batch) → greedy decode → text, counters, timings
  *
  * The seam is where streaming plugs in: in --mmap mode the expert source is the resident mapping and
- * there is no hook; a streaming source and its hook (cache, prefetch, lossy policies) are built in
- * build_seam() and nothing else here or in forward.c changes. */
+ * there is no hook; otherwise the streaming source and its hook (stream_hook.c: expert memory, cache,
+ * I/O lanes, prefetch, route trace, and the place the lossy policies plug in) are built in
+ * build_seam() and nothing else here or in forward.c knows about them. */
 #include "engine.h"
 
 #include <errno.h>
@@ -17,6 +18,7 @@
 #include "forward.h"
 #include "model.h"
 #include "seam.h"
+#include "stream_hook.h"
 #include "threads.h"
 #include "tokenizer.h"
 
@@ -30,6 +32,7 @@ struct bmoe_engine {
     int tok_loaded;
     bmoe_pool *pool;
     bmoe_resident resident;
+    bmoe_stream_hook *stream;    /* the streaming source + hook; NULL in --mmap mode */
     bmoe_seam seam;
     bmoe_forward *fwd;
     int top_k;                   /* effective top-k (0 for a model without MoE layers) */
@@ -92,8 +95,20 @@ static int build_seam(bmoe_engine *e, bmoe_error *err) {
         e->seam.hook = NULL; /* no policies in the resident reference */
         return 0;
     }
-    /* The streaming expert source and its hook plug in here (next issue). */
-    return err_set(err, 2, "config", "streaming mode is not built yet: pass --mmap");
+    /* Streaming: dense weights resident, experts read from the file into the expert memory of
+     * DESIGN 3.4, behind the hook. Routing policies plug into the hook (stream_hook_set_policy). */
+    int rc = stream_hook_create(&e->stream, e->model, &e->cfg, e->top_k, e->n_prompt, err);
+    if (rc) return rc;
+    e->seam.experts = stream_hook_source(e->stream);
+    e->seam.hook = stream_hook_fn;
+    e->seam.hook_user = e->stream;
+    return 0;
+}
+
+/* A forward pass stopped: the hook's own message when it was the hook that stopped it. */
+static int forward_failed(bmoe_engine *e, bmoe_error *err, int rc, const char *msg) {
+    const char *hm = e->stream ? stream_hook_error(e->stream) : "";
+    return err_set(err, rc, NULL, "%s", hm[0] ? hm : msg);
 }
 
 int engine_open(const bmoe_config *cfg, bmoe_engine **out, bmoe_error *err) {
@@ -103,8 +118,6 @@ int engine_open(const bmoe_config *cfg, bmoe_engine **out, bmoe_error *err) {
     int rc = config_validate(cfg, msg, sizeof msg);
     if (rc) return err_set(err, 2, "config", "%s", msg);
     if ((rc = config_require_run(cfg, msg, sizeof msg))) return err_set(err, 2, "usage", "%s", msg);
-    /* refuse what cannot run before touching the model */
-    if (!cfg->mmap) return err_set(err, 2, "config", "streaming mode is not built yet: pass --mmap");
 
     bmoe_engine *e = calloc(1, sizeof *e);
     if (!e) return err_set(err, 1, NULL, "out of memory");
@@ -203,7 +216,7 @@ int engine_generate(bmoe_engine *e, bmoe_error *err) {
     double t0 = now_s();
     int all = lf != NULL;
     rc = forward_eval(e->fwd, e->prompt, P, 0, 0, 0, all, e->logits, msg, sizeof msg);
-    if (rc) { err_set(err, rc, NULL, "%s", msg); goto done; }
+    if (rc) { forward_failed(e, err, rc, msg); goto done; }
     const float *last = e->logits + (all ? (size_t)(P - 1) * V : 0);
     if (lf && write_logits(lf, e->logits, (size_t)P * V)) goto write_failed;
     e->n_out = 0;
@@ -226,7 +239,7 @@ int engine_generate(bmoe_engine *e, bmoe_error *err) {
     int steps = 0;
     while (e->n_out < c->n_predict && tok != e->tok.eos) {
         rc = forward_eval(e->fwd, &tok, 1, P + steps, 1, steps, 0, e->logits, msg, sizeof msg);
-        if (rc) { err_set(err, rc, NULL, "%s", msg); goto done; }
+        if (rc) { forward_failed(e, err, rc, msg); goto done; }
         if (lf && write_logits(lf, e->logits, (size_t)V)) goto write_failed;
         steps++;
         tok = argmax_first(e->logits, V);
@@ -236,6 +249,10 @@ int engine_generate(bmoe_engine *e, bmoe_error *err) {
     e->timing.decode_s = now_s() - t1;
     e->timing.decode_tok_s = steps > 0 && e->timing.decode_s > 0 ? steps / e->timing.decode_s : 0.0;
 
+    if (e->stream) {
+        if ((rc = stream_hook_finish(e->stream, err))) goto done;
+        stream_hook_counters(e->stream, &e->counters);
+    }
     e->counters.experts_routed = forward_experts_routed(e->fwd);
     bmoe_result *r = &e->res;
     memset(r, 0, sizeof *r);
@@ -250,6 +267,8 @@ int engine_generate(bmoe_engine *e, bmoe_error *err) {
     r->text_len = e->text_len;
     r->counters = e->counters;
     r->timing = e->timing;
+    if (e->stream)
+        r->n_warnings += stream_hook_warnings(e->stream, r->warnings + r->n_warnings, BMOE_MAX_WARNINGS - r->n_warnings);
     goto done;
 write_failed:
     rc = err_set(err, 4, NULL, "--logits-out: cannot write %s: %s", c->logits_out, strerror(errno));
@@ -264,6 +283,7 @@ const bmoe_result *engine_result(const bmoe_engine *e) { return &e->res; }
 void engine_close(bmoe_engine *e) {
     if (!e) return;
     forward_free(e->fwd);
+    stream_hook_destroy(e->stream); /* before the model: it owns the dense weights' memory */
     pool_destroy(e->pool);
     if (e->tok_loaded) tok_free(&e->tok);
     model_close(e->model);

@@ -403,14 +403,14 @@ static void test_engine_threads(const char *dir) {
         }
     }
     free(b0);
-    /* streaming is not built yet: an honest refusal, before the model is touched */
+    /* streaming (the default without --mmap): a model that cannot be opened is an I/O error */
     bmoe_config c;
     config_defaults(&c);
     c.model = "/nonexistent.gguf";
     c.prompt = "x";
     bmoe_engine *e = NULL;
     bmoe_error err = { 0 };
-    CHECK(engine_open(&c, &e, &err) == 2 && e == NULL && strstr(err.msg, "pass --mmap") != NULL);
+    CHECK(engine_open(&c, &e, &err) == 4 && e == NULL && strstr(err.msg, "/nonexistent.gguf") != NULL);
     for (int i = 0; i < 3; i++) unlink(l[i]);
     unlink(model);
 }

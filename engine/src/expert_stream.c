@@ -1,0 +1,288 @@
+/* Expert memory: reserved ranges, committed slots, positioned reads (see expert_stream.h). */
+#include "expert_stream.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* Portability: MAP_NORESERVE is a Linux promise (elsewhere PROT_NONE alone keeps the range free);
+ * macOS spells the anonymous flag MAP_ANON and has F_NOCACHE instead of O_DIRECT. */
+#ifndef MAP_NORESERVE
+#define MAP_NORESERVE 0
+#endif
+#if !defined(MAP_ANONYMOUS) && defined(MAP_ANON)
+#define MAP_ANONYMOUS MAP_ANON
+#endif
+#ifndef O_CLOEXEC
+#define O_CLOEXEC 0
+#endif
+
+/* Far beyond any real model, far below what a 64-bit address space holds; keeps every product exact. */
+#define MAX_RANGE_BYTES ((uint64_t)1 << 46)
+
+struct bmoe_stream {
+    int n_layers, n_expert, shared;
+    bmoe_stream_part *parts;          /* [n_layers * BMOE_EXP_NPARTS] */
+    uint32_t n_shards;
+    char **paths;
+    int *fd_buf, *fd_dir;
+    int direct;                       /* direct descriptors open for every shard */
+    char note[320];
+    size_t part_base[BMOE_EXP_NPARTS];
+    size_t slot_bytes;
+    int n_ranges;                     /* n_layers (per-expert) or 1 (shared) */
+    size_t slots_per_range;           /* n_expert, or S + 1 (the last one is the guard) */
+    uint8_t **range;
+    uint8_t *committed;               /* [n_ranges * slots_per_range] */
+    bmoe_io_lanes *io;
+};
+
+static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+static int open_direct(const char *path) {
+#if defined(O_DIRECT)
+    return open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+#elif defined(F_NOCACHE)
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0 && fcntl(fd, F_NOCACHE, 1) == -1) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+#else
+    (void)path;
+    errno = EINVAL;
+    return -1;
+#endif
+}
+
+static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+uint64_t stream_expert_offset(const bmoe_stream *s, int layer, int e, int p) {
+    const bmoe_stream_part *P = &s->parts[(size_t)layer * BMOE_EXP_NPARTS + (size_t)p];
+#ifdef BMOE_FAULT_WRONG_OFFSET
+    /* injected fault: every slot is filled from its neighbour's bytes (an off-by-one-expert offset) */
+    e = (e + 1) % s->n_expert;
+#endif
+    return P->offset + (uint64_t)e * P->stride;
+}
+
+static size_t slot_index(const bmoe_stream *s, int layer, int slot) {
+    if (s->shared) return (size_t)slot;
+    return (size_t)layer * s->slots_per_range + (size_t)slot;
+}
+
+static uint8_t *slot_addr(const bmoe_stream *s, int layer, int slot) {
+    return s->range[s->shared ? 0 : layer] + (size_t)slot * s->slot_bytes;
+}
+
+int stream_open(const bmoe_stream_opts *o, bmoe_stream **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (o->n_layers < 0 || o->n_expert < 1 || o->n_shards < 1 || o->io_lanes < 1 || o->shared_slots < 0)
+        return fail(err, errlen, 1, "internal: bad stream options");
+    bmoe_stream *s = calloc(1, sizeof *s);
+    if (!s) return fail(err, errlen, 1, "out of memory");
+    int rc = 0;
+    s->n_layers = o->n_layers;
+    s->n_expert = o->n_expert;
+    s->shared = o->shared_slots > 0;
+    s->n_shards = o->n_shards;
+    size_t np = (size_t)(o->n_layers > 0 ? o->n_layers : 1) * BMOE_EXP_NPARTS;
+    s->parts = calloc(np, sizeof *s->parts);
+    s->paths = calloc(o->n_shards, sizeof *s->paths);
+    s->fd_buf = malloc(o->n_shards * sizeof *s->fd_buf);
+    s->fd_dir = malloc(o->n_shards * sizeof *s->fd_dir);
+    if (!s->parts || !s->paths || !s->fd_buf || !s->fd_dir) { rc = fail(err, errlen, 1, "out of memory"); goto fail; }
+    if (o->n_layers > 0) memcpy(s->parts, o->parts, (size_t)o->n_layers * BMOE_EXP_NPARTS * sizeof *s->parts);
+    for (uint32_t i = 0; i < o->n_shards; i++) s->fd_buf[i] = s->fd_dir[i] = -1;
+
+    /* descriptors: buffered always, direct when asked and the filesystem accepts it */
+    s->direct = o->odirect != 0;
+    for (uint32_t i = 0; i < o->n_shards; i++) {
+        s->paths[i] = strdup(o->shard_paths[i]);
+        if (!s->paths[i]) { rc = fail(err, errlen, 1, "out of memory"); goto fail; }
+        s->fd_buf[i] = open(s->paths[i], O_RDONLY | O_CLOEXEC);
+        if (s->fd_buf[i] < 0) { rc = fail(err, errlen, 4, "%s: cannot open for expert reads: %s", s->paths[i], strerror(errno)); goto fail; }
+        if (!s->direct) continue;
+        s->fd_dir[i] = open_direct(s->paths[i]);
+        if (s->fd_dir[i] < 0) {
+            snprintf(s->note, sizeof s->note, "O_DIRECT refused for %s (%s): expert reads go through the page cache",
+                     s->paths[i], strerror(errno));
+            s->direct = 0;
+        }
+    }
+    if (!s->direct)
+        for (uint32_t i = 0; i < o->n_shards; i++)
+            if (s->fd_dir[i] >= 0) { close(s->fd_dir[i]); s->fd_dir[i] = -1; }
+
+    /* slot geometry: per part, room for the largest slice of any layer at any in-block offset */
+    const size_t A = BMOE_STREAM_ALIGN;
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t page = pg > 0 ? (size_t)pg : 4096;
+    if (page < A) page = A;
+    uint64_t total = 0;
+    for (int p = 0; p < BMOE_EXP_NPARTS; p++) {
+        uint64_t mx = 0;
+        for (int l = 0; l < o->n_layers; l++) {
+            const bmoe_stream_part *P = &s->parts[(size_t)l * BMOE_EXP_NPARTS + (size_t)p];
+            if (!P->present) continue;
+            if (P->shard >= o->n_shards || P->bytes == 0 || P->bytes > MAX_RANGE_BYTES) {
+                rc = fail(err, errlen, 3, "%s: expert tensor layout out of range", P->name ? P->name : "?");
+                goto fail;
+            }
+            if (P->bytes > mx) mx = P->bytes;
+        }
+        s->part_base[p] = (size_t)total;
+        if (mx) total += round_up((size_t)mx + A - 1, A);
+    }
+    s->slot_bytes = round_up((size_t)(total ? total : A), page);
+    s->n_ranges = s->shared ? 1 : o->n_layers;
+    s->slots_per_range = s->shared ? (size_t)o->shared_slots + 1 : (size_t)o->n_expert;
+    if ((uint64_t)s->slots_per_range > MAX_RANGE_BYTES / s->slot_bytes) {
+        rc = fail(err, errlen, 1, "expert slots of %zu bytes x %zu do not fit the address space", s->slot_bytes,
+                  s->slots_per_range);
+        goto fail;
+    }
+    size_t range_bytes = s->slots_per_range * s->slot_bytes;
+    s->range = calloc((size_t)(s->n_ranges > 0 ? s->n_ranges : 1), sizeof *s->range);
+    s->committed = calloc((size_t)(s->n_ranges > 0 ? s->n_ranges : 1) * s->slots_per_range, 1);
+    if (!s->range || !s->committed) { rc = fail(err, errlen, 1, "out of memory"); goto fail; }
+    for (int r = 0; r < s->n_ranges; r++) {
+        void *p = mmap(NULL, range_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) {
+            rc = fail(err, errlen, 1, "cannot reserve %zu bytes of address space for the experts of layer %d: %s",
+                      range_bytes, r, strerror(errno));
+            goto fail;
+        }
+        s->range[r] = p;
+    }
+    s->io = io_create(o->io_lanes);
+    if (!s->io) { rc = fail(err, errlen, 1, "cannot start %d I/O lanes (--io-threads)", o->io_lanes); goto fail; }
+    *out = s;
+    return 0;
+fail:
+    stream_close(s);
+    return rc ? rc : 1;
+}
+
+void stream_close(bmoe_stream *s) {
+    if (!s) return;
+    io_destroy(s->io); /* no lane writes into a slot after this */
+    if (s->range) {
+        size_t range_bytes = s->slots_per_range * s->slot_bytes;
+        for (int r = 0; r < s->n_ranges; r++)
+            if (s->range[r]) munmap(s->range[r], range_bytes);
+    }
+    for (uint32_t i = 0; s->fd_buf && i < s->n_shards; i++) {
+        if (s->fd_buf[i] >= 0) close(s->fd_buf[i]);
+        if (s->fd_dir && s->fd_dir[i] >= 0) close(s->fd_dir[i]);
+    }
+    for (uint32_t i = 0; s->paths && i < s->n_shards; i++) free(s->paths[i]);
+    free(s->paths);
+    free(s->fd_buf);
+    free(s->fd_dir);
+    free(s->range);
+    free(s->committed);
+    free(s->parts);
+    free(s);
+}
+
+size_t stream_slot_bytes(const bmoe_stream *s) { return s->slot_bytes; }
+int stream_shared_slots(const bmoe_stream *s) { return s->shared ? (int)s->slots_per_range - 1 : 0; }
+int stream_direct(const bmoe_stream *s) { return s->direct && !io_direct_refused(s->io); }
+
+const char *stream_direct_note(const bmoe_stream *s) {
+    bmoe_stream *m = (bmoe_stream *)s; /* the note is filled lazily from the lanes' state */
+    if (!m->note[0] && m->direct && io_direct_refused(m->io))
+        snprintf(m->note, sizeof m->note, "O_DIRECT reads refused (EINVAL) for %s: expert reads go through the page cache",
+                 m->paths[0]);
+    return m->note[0] ? m->note : NULL;
+}
+
+int stream_load(bmoe_stream *s, int layer, int slot, int e, int prio, bmoe_io_group *g, char *err, size_t errlen) {
+    if (layer < 0 || layer >= s->n_layers || e < 0 || e >= s->n_expert || slot < 0 ||
+        (size_t)slot >= s->slots_per_range - (s->shared ? 1 : 0))
+        return fail(err, errlen, 1, "internal: expert load out of range (layer %d slot %d expert %d)", layer, slot, e);
+    uint8_t *base = slot_addr(s, layer, slot);
+    size_t si = slot_index(s, layer, slot);
+    if (!s->committed[si]) {
+        if (mprotect(base, s->slot_bytes, PROT_READ | PROT_WRITE) != 0)
+            return fail(err, errlen, 1, "cannot commit %zu bytes for an expert slot: %s", s->slot_bytes, strerror(errno));
+        s->committed[si] = 1;
+    }
+    int direct = stream_direct(s);
+    for (int p = 0; p < BMOE_EXP_NPARTS; p++) {
+        const bmoe_stream_part *P = &s->parts[(size_t)layer * BMOE_EXP_NPARTS + (size_t)p];
+        if (!P->present) continue;
+        uint64_t off = stream_expert_offset(s, layer, e, p);
+        bmoe_io_job j = {
+            .fd_direct = direct ? s->fd_dir[P->shard] : -1,
+            .fd_buffered = s->fd_buf[P->shard],
+            .off = off,
+            .len = (size_t)P->bytes,
+            .dst = base + s->part_base[p] + (size_t)(off % BMOE_STREAM_ALIGN),
+            .align = BMOE_STREAM_ALIGN,
+            .tag = (layer * s->n_expert + e) * BMOE_EXP_NPARTS + p,
+        };
+        if (io_submit(s->io, &j, g, prio) != 0) return fail(err, errlen, 1, "out of memory queueing an expert read");
+    }
+    return 0;
+}
+
+int stream_wait(bmoe_stream *s, bmoe_io_group *g, char *err, size_t errlen) {
+    if (io_wait(s->io, g) == 0) return 0;
+    int tag = g->err_tag;
+    int p = tag % BMOE_EXP_NPARTS, e = (tag / BMOE_EXP_NPARTS) % s->n_expert, layer = tag / BMOE_EXP_NPARTS / s->n_expert;
+    const bmoe_stream_part *P = &s->parts[(size_t)layer * BMOE_EXP_NPARTS + (size_t)p];
+    const char *path = s->paths[P->shard];
+    const char *name = P->name ? P->name : "expert tensor";
+    if (g->err_errno)
+        return fail(err, errlen, 4, "%s: cannot read %s expert %d (%zu bytes at offset %llu): %s", path, name, e,
+                    g->err_len, (unsigned long long)g->err_off, strerror(g->err_errno));
+    return fail(err, errlen, 4, "%s: %s expert %d: the file ends after %zu of its %zu bytes at offset %llu (truncated "
+                "since the model was opened?)", path, name, e, g->err_got, g->err_len, (unsigned long long)g->err_off);
+}
+
+int stream_busy(bmoe_stream *s, const bmoe_io_group *g) { return io_busy(s->io, g); }
+
+void stream_release(bmoe_stream *s, int layer, int slot) {
+    size_t si = slot_index(s, layer, slot);
+    if (!s->committed[si]) return;
+    uint8_t *base = slot_addr(s, layer, slot);
+#if defined(MADV_DONTNEED)
+    madvise(base, s->slot_bytes, MADV_DONTNEED);
+#endif
+    mprotect(base, s->slot_bytes, PROT_NONE);
+    s->committed[si] = 0;
+}
+
+int stream_committed(const bmoe_stream *s, int layer, int slot) {
+    if (slot < 0 || (size_t)slot >= s->slots_per_range || (!s->shared && (layer < 0 || layer >= s->n_layers))) return 0;
+    return s->committed[slot_index(s, layer, slot)];
+}
+
+void stream_view(const bmoe_stream *s, int layer, int slot, int e, bmoe_expert_view *out) {
+    memset(out, 0, sizeof *out);
+    if (layer < 0 || layer >= s->n_layers || e < 0 || e >= s->n_expert) return;
+    if (slot < 0) slot = s->shared ? (int)s->slots_per_range - 1 : e; /* the guard slot (never committed) */
+    const uint8_t *base = slot_addr(s, layer, slot);
+    const void **dst[BMOE_EXP_NPARTS] = { &out->gate, &out->up, &out->gate_up, &out->down };
+    for (int p = 0; p < BMOE_EXP_NPARTS; p++) {
+        const bmoe_stream_part *P = &s->parts[(size_t)layer * BMOE_EXP_NPARTS + (size_t)p];
+        if (!P->present) continue;
+        *dst[p] = base + s->part_base[p] + (size_t)(stream_expert_offset(s, layer, e, p) % BMOE_STREAM_ALIGN);
+    }
+}

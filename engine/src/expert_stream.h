@@ -1,0 +1,88 @@
+/* Expert memory of the streaming mode (DESIGN 3.4): reserved ranges, slots committed by a positioned
+ * read from the GGUF file, released on eviction.
+ *
+ * Two layouts:
+ *   per-expert slots (the cache): each streamed layer owns one reserved virtual range of
+ *     n_expert slots; slot e holds expert e of that layer when it is loaded;
+ *   shared slots (--cache-mb 0): one range of S slots that every layer reuses, plus one guard slot
+ *     that is never committed.
+ * A range is mapped with no access (PROT_NONE, MAP_NORESERVE): it costs address space, not memory.
+ * Loading commits a slot (read-write) and queues the reads of the expert's parts on the I/O lanes.
+ * Releasing returns its pages (MADV_DONTNEED) and removes access (PROT_NONE), so a later touch of
+ * an evicted or never-loaded slot faults instead of reading stale bytes.
+ *
+ * Slot geometry: each part (gate, up, gate_up, down) of an expert gets a sub-slot aligned to
+ * BMOE_STREAM_ALIGN; the part's bytes start at (file offset mod BMOE_STREAM_ALIGN) inside it, so an
+ * O_DIRECT read of the aligned covering range lands the slice exactly there, with no bounce buffer
+ * and no copy, and the data keeps the alignment it has in the file (F32 rows stay 4-aligned).
+ *
+ * Reads go through O_DIRECT (Linux and other systems that have it) or F_NOCACHE (macOS) unless
+ * `odirect` is 0; a filesystem that refuses (EINVAL at open or at read) falls back to the page cache
+ * and stream_direct() says so. Nothing here reads through a model mapping. */
+#ifndef BMOE_EXPERT_STREAM_H
+#define BMOE_EXPERT_STREAM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "io_lanes.h"
+#include "model.h"
+#include "seam.h"
+
+#define BMOE_STREAM_ALIGN 4096
+
+/* One expert tensor of one streamed layer: expert e is bytes [offset + e*stride, + bytes) of shard. */
+typedef struct bmoe_stream_part {
+    int present;
+    uint32_t shard;
+    uint64_t offset, stride, bytes;
+    const char *name;             /* tensor name, for messages (borrowed) */
+} bmoe_stream_part;
+
+typedef struct bmoe_stream_opts {
+    int n_layers;                       /* streamed layers (a model's MoE layers, in order) */
+    int n_expert;
+    const bmoe_stream_part *parts;      /* [n_layers][BMOE_EXP_NPARTS], copied */
+    uint32_t n_shards;
+    const char *const *shard_paths;     /* borrowed; opened by stream_open */
+    int shared_slots;                   /* 0: a slot per (layer, expert); S > 0: S slots for every layer */
+    int odirect;                        /* try O_DIRECT / F_NOCACHE */
+    int io_lanes;                       /* 1..8 */
+} bmoe_stream_opts;
+
+typedef struct bmoe_stream bmoe_stream;
+
+/* Opens the shards, reserves the ranges, starts the lanes. 0, or an exit code (1 memory/threads/address
+ * space, 4 a shard cannot be opened) with one line in err. */
+int stream_open(const bmoe_stream_opts *o, bmoe_stream **out, char *err, size_t errlen);
+void stream_close(bmoe_stream *s); /* joins the lanes first; NULL is fine */
+
+/* Bytes one committed slot holds (the parts' aligned sub-slots, rounded to pages): what the cache
+ * budget is charged per resident expert. */
+size_t stream_slot_bytes(const bmoe_stream *s);
+int stream_shared_slots(const bmoe_stream *s);  /* S, or 0 for per-expert slots */
+/* 1 while reads go through O_DIRECT/F_NOCACHE, 0 when off or refused by the filesystem. */
+int stream_direct(const bmoe_stream *s);
+/* When O_DIRECT was asked for but refused: a one-line explanation, else NULL. */
+const char *stream_direct_note(const bmoe_stream *s);
+
+/* Commits slot `slot` of `layer` (per-expert layout: slot == e; shared: 0..S-1, layer ignored) and
+ * queues the reads of expert e of `layer` into it, in group g at priority prio (io_lanes.h).
+ * 0, or an exit code with err set (1: cannot commit memory or queue). */
+int stream_load(bmoe_stream *s, int layer, int slot, int e, int prio, bmoe_io_group *g, char *err, size_t errlen);
+/* Waits for g. 0, or 4 with a one-line message naming the shard, tensor, expert and offset. */
+int stream_wait(bmoe_stream *s, bmoe_io_group *g, char *err, size_t errlen);
+/* 1 while g has reads queued or running. */
+int stream_busy(bmoe_stream *s, const bmoe_io_group *g);
+/* Returns the slot's pages and removes access. The caller makes sure no read into it is pending. */
+void stream_release(bmoe_stream *s, int layer, int slot);
+int stream_committed(const bmoe_stream *s, int layer, int slot);
+
+/* The addresses expert e's parts have in `slot` of `layer` (slot -1: the guard slot, shared layout
+ * only). Nothing is checked or waited for: an uncommitted slot faults when touched. */
+void stream_view(const bmoe_stream *s, int layer, int slot, int e, bmoe_expert_view *out);
+
+/* File offset of part p of expert e in `layer` (what stream_load reads). */
+uint64_t stream_expert_offset(const bmoe_stream *s, int layer, int e, int p);
+
+#endif

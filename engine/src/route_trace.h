@@ -1,0 +1,41 @@
+/* --route-trace FILE: one CSV row per routed slot (DESIGN 3.4, docs/streaming.md).
+ *
+ *   # route_trace v1
+ *   # model=<path>
+ *   # arch=<arch>
+ *   # layers=<block_count>
+ *   # experts=<n_expert>
+ *   # top_k=<effective top-k>
+ *   # layer=<il> expert_bytes=<n>          one line per MoE layer
+ *   turn,phase,step,layer,slot,expert,weight,residency,expert_bytes,dropped,substituted
+ *   0,0,0,0,0,5,0.612345695,0,98304,0,0
+ *
+ * Values written from the file (model path, arch) are shown with control bytes, commas and
+ * non-ASCII bytes as '?', so the preamble stays one line per key. Weights are printed with %.9g
+ * (enough digits to read the float back exactly; glibc and musl print them identically). */
+#ifndef BMOE_ROUTE_TRACE_H
+#define BMOE_ROUTE_TRACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+
+typedef struct bmoe_route_trace bmoe_route_trace;
+
+typedef struct bmoe_trace_row {
+    int turn, phase, step, layer, slot, expert;
+    float weight;
+    int residency;           /* 0 miss, 1 hit, 2 hit on a prefetched expert's first use */
+    uint64_t expert_bytes;   /* bytes read for this row (charged once per read expert), else 0 */
+    int dropped, substituted;
+} bmoe_trace_row;
+
+/* Opens (truncates) the file and writes the preamble. 0, or 4 with err set. */
+int trace_open(bmoe_route_trace **out, const char *path, const bmoe_model *m, int top_k, char *err, size_t errlen);
+void trace_row(bmoe_route_trace *t, const bmoe_trace_row *r);
+/* Flushes and closes. 0, or 4 when anything could not be written. NULL is fine (returns 0). */
+int trace_close(bmoe_route_trace *t, char *err, size_t errlen);
+uint64_t trace_rows(const bmoe_route_trace *t);
+
+#endif
