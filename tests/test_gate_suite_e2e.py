@@ -3,6 +3,7 @@ infrastructure errors kept apart from verdicts, and bad selections."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -102,3 +103,21 @@ def test_unknown_device_lists_the_known_ones(tmp_path: Path) -> None:
     )
     assert proc.returncode == 4  # pytest's usage error
     assert "pixel9" in proc.stderr and "host" in proc.stderr
+
+
+def test_engine_that_does_not_compile_stops_the_run_with_the_compiler_output(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    shutil.copytree(REPO / "engine" / "src", tree / "engine" / "src")
+    shutil.copytree(REPO / "fixtures", tree / "fixtures")
+    shutil.copy(REPO / "pyproject.toml", tree / "pyproject.toml")
+    (tree / "engine" / "src" / "zz_broken.c").write_text("int zz_broken(void) { return not_declared; }\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "gates", "-p", "no:cacheprovider", "--farm", str(host_farm(tmp_path)),
+         "--device", "host", "--results", str(tmp_path / "r")],
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
+        env={**os.environ, "BMOE_CI_REPO": str(tree), "BMOE_CI_CACHE": str(tmp_path / "cache")},
+    )
+    assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
+    out = proc.stdout + proc.stderr
+    assert "cannot prepare the gate run" in out and "not_declared" in out and "INTERNALERROR" not in out
+    assert not (tmp_path / "r").exists()

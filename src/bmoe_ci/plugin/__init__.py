@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from bmoe_ci.builder import BuildError
 from bmoe_ci.farm import DeviceSession, FarmError, InfraError, default_run_id, load_farm
+from bmoe_ci.fixtures import SpecError
 from bmoe_ci.paths import repo_root
 from bmoe_ci.plugin.collect import RecordCollector
 from bmoe_ci.plugin.context import DeviceContext, GateRun
@@ -98,6 +100,9 @@ class Controller:
             )
         except FarmError as exc:
             raise pytest.UsageError(str(exc)) from exc
+        except (BuildError, SpecError) as exc:
+            # Not a verdict on any device: the suite cannot start. Say why, without a traceback.
+            pytest.exit(f"bmoe-ci: cannot prepare the gate run: {exc}", returncode=3)
         results.mkdir(parents=True, exist_ok=True)
         run = self.prepared.run
         config.stash[RUN_KEY] = run
