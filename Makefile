@@ -10,7 +10,7 @@ setup:
 	@scripts/setup.sh
 
 lint: setup
-	$(PYTHON) -m ruff check src tests
+	$(PYTHON) -m ruff check src tests gates bench
 
 test: setup lint
 	$(MAKE) -s -C engine test

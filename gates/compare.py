@@ -5,8 +5,20 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 from bmoe_ci.plugin.runner import EngineResult
+
+
+def counters(r: EngineResult) -> dict[str, Any]:
+    return r.data["counters"]
+
+
+def check(cond: bool, message: str, artifacts: Path, **runs: EngineResult) -> None:
+    """A counter assertion with the runs it is about saved beside the failure."""
+    if not cond:
+        save(artifacts, **runs)
+        raise AssertionError(f"{message} (artifacts in {artifacts})")
 
 
 def require_ok(result: EngineResult, label: str) -> None:

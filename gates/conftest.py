@@ -10,11 +10,16 @@ from bmoe_ci.plugin.runner import DeviceRunner, EngineResult
 from gates.plan import fixture_plan
 
 
+def trace_path(runner: DeviceRunner, fixture: str) -> str:
+    """Device path (in the device's work directory) of the route trace G8r's plan entry writes."""
+    return runner.session.file(f"g8r-{fixture}.route-trace.csv")
+
+
 @pytest.fixture
 def runs(runner: DeviceRunner, device: DeviceContext, fixture: str) -> dict[str, EngineResult]:
     """Every engine run of the fixture's plan on this device (run once, then cached)."""
     model = device.models[fixture]
-    return runner.plan(f"fixture:{fixture}", fixture_plan(model))
+    return runner.plan(f"fixture:{fixture}", fixture_plan(model, fixture, trace_path(runner, fixture)))
 
 
 @pytest.fixture

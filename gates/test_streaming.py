@@ -16,18 +16,7 @@ from pathlib import Path
 import pytest
 
 from bmoe_ci.plugin.runner import EngineResult
-from gates.compare import assert_identical, save
-
-
-def counters(r: EngineResult) -> dict[str, int]:
-    return r.data["counters"]
-
-
-def check(cond: bool, message: str, artifacts: Path, **runs: EngineResult) -> None:
-    """A counter assertion with the runs it is about saved beside the failure."""
-    if not cond:
-        save(artifacts, **runs)
-        raise AssertionError(f"{message} (artifacts in {artifacts})")
+from gates.compare import assert_identical, check, counters
 
 
 @pytest.mark.gate("G1")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-DEFAULT_FIXTURES = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0"]
+DEFAULT_FIXTURES = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-nonorm"]
 
 
 def run(engine: Path, model: Path, threads: int, logits: Path) -> bytes:

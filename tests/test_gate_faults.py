@@ -1,7 +1,8 @@
-"""The streaming gates can fail: each fault built into the engine (`pytest gates --fault NAME`, i.e.
--DBMOE_FAULT_<NAME>=1) makes the gate that exists to catch it report a *failure* (not an error, not a
-pass), through the real gate suite on the host device; the clean build passes them all.
+"""The streaming and lossy-knob gates can fail: each fault built into the engine (`pytest gates --fault
+NAME`, i.e. -DBMOE_FAULT_<NAME>=1) makes the gate that exists to catch it report a *failure* (not an
+error, not a pass), through the real gate suite on the host device; the clean build passes them all.
 
+Streaming (gates/test_streaming.py):
   WRONG_OFFSET      every expert slot is filled from its neighbour's offset       -> G1 fails
                     (G2 and G5 compare streamed runs that read the same wrong bytes: they pass,
                     which is exactly why G1 compares against the resident reference)
@@ -10,6 +11,20 @@ pass), through the real gate suite on the host device; the clean build passes th
                     (SIGSEGV on the released slot: the engine crashes instead of reading stale bytes)
   SKIP_LOAD_ON_HIT  a prefetched expert is marked resident but never read: its    -> G5 fails
                     first use is a "hit" that was not one, on a never-committed slot (a fault again)
+
+Lossy knobs (gates/test_lossy.py):
+  NO_REPOINT          a dropped slot keeps the id of the expert it declined to read: the matmul
+                      touches that expert's released slot (SIGSEGV)                      -> G8b fails
+  NO_PIN              the top-weighted expert is droppable: on qwen3moe-nonorm at top-k 1 the
+                      only weight is a probability below F/k = 1, so the top goes (SIGSEGV)  -> G8c fails
+  SKIP_DEFERRED_LOAD  the load deferred to the terminal node never happens, and the
+                      EXPERTS backstop is skipped too: the matmul touches unloaded memory -> G8a fails
+  MODEL_TOPK          the threshold is F / the model's top-k, not the effective one: at
+                      --n-expert-used k+1 misses above F/(k+1) are dropped                 -> G8r fails
+  SUBST_INERT         substitution examines and never changes                           -> G8e fails
+  SUBST_COUNT_REORDER the re-ranked set is written back in id order and compared slot by
+                      slot, so re-orderings count (and are written) as substitutions      -> G8d fails
+  WARN_HARDCODED      the warning's evidence side says 12.5% whatever F                  -> G8w fails
 """
 
 from __future__ import annotations
@@ -20,28 +35,49 @@ import pytest
 
 from gate_run import run_gates
 
-MODULE = ("gates/test_streaming.py",)
-GATES = ("G1", "G2", "G5", "DET")
+STREAMING = ("gates/test_streaming.py",)
+LOSSY = ("gates/test_lossy.py",)
+STREAMING_GATES = ("G1", "G2", "G5", "DET")
+LOSSY_GATES = ("G8a", "G8a'", "G8b", "G8c", "G8d", "G8e", "G8w", "G8r")
 
 
 def test_clean_build_passes_the_streaming_gates(tmp_path: Path) -> None:
-    run = run_gates(tmp_path, modules=MODULE, fixtures=("qwen3moe", "qwen3moe-split4"))
+    run = run_gates(tmp_path, modules=STREAMING, fixtures=("qwen3moe", "qwen3moe-split4"))
     assert run.returncode == 0, run.output[-3000:]
-    for gate in GATES:
+    for gate in STREAMING_GATES:
         assert run.gate("host", gate) == "pass", (gate, run.output[-3000:])
 
 
-@pytest.mark.parametrize(
-    ("fault", "fails", "passes", "crash"),
-    [
-        ("WRONG_OFFSET", "G1", ("G2", "G5", "DET"), False),
-        ("EVICT_IN_USE", "G2", ("G1",), True),
-        ("SKIP_LOAD_ON_HIT", "G5", ("G1", "G2"), True),
-    ],
-)
-def test_fault_makes_its_gate_fail(tmp_path: Path, fault: str, fails: str, passes: tuple[str, ...],
-                                   crash: bool) -> None:
-    run = run_gates(tmp_path, faults=(fault,), modules=MODULE)
+def test_clean_build_passes_the_lossy_gates(tmp_path: Path) -> None:
+    # qwen3moe: G8r applies; qwen3moe-nonorm: the fixture G8c's faults need (G8r skips it, with the reason)
+    run = run_gates(tmp_path, modules=LOSSY, fixtures=("qwen3moe", "qwen3moe-nonorm"))
+    assert run.returncode == 0, run.output[-3000:]
+    for gate in LOSSY_GATES:
+        assert run.gate("host", gate) == "pass", (gate, run.output[-3000:])
+    counts = run.summary["devices"]["host"]["gate_counts"]
+    assert counts["G8r"]["pass"] == 1 and counts["G8r"]["skip"] == 1, counts
+
+
+FAULTS = [
+    ("WRONG_OFFSET", STREAMING, "qwen3moe", "G1", ("G2", "G5", "DET"), False),
+    ("EVICT_IN_USE", STREAMING, "qwen3moe", "G2", ("G1",), True),
+    ("SKIP_LOAD_ON_HIT", STREAMING, "qwen3moe", "G5", ("G1", "G2"), True),
+    ("NO_REPOINT", LOSSY, "qwen3moe", "G8b", ("G8a", "G8a'", "G8c", "G8d", "G8e", "G8w"), True),
+    ("NO_PIN", LOSSY, "qwen3moe-nonorm", "G8c", ("G8a", "G8a'", "G8d", "G8e", "G8w"), True),
+    ("SKIP_DEFERRED_LOAD", LOSSY, "qwen3moe", "G8a", ("G8d", "G8e", "G8w"), True),
+    ("MODEL_TOPK", LOSSY, "qwen3moe", "G8r", ("G8a", "G8a'", "G8b", "G8c", "G8d", "G8e", "G8w"), False),
+    ("SUBST_INERT", LOSSY, "qwen3moe", "G8e", ("G8a", "G8a'", "G8b", "G8c", "G8d", "G8w", "G8r"), False),
+    ("SUBST_COUNT_REORDER", LOSSY, "qwen3moe", "G8d", ("G8a", "G8a'", "G8b", "G8c", "G8e", "G8w", "G8r"),
+     False),
+    ("WARN_HARDCODED", LOSSY, "qwen3moe", "G8w", ("G8a", "G8a'", "G8b", "G8c", "G8d", "G8e", "G8r"), False),
+]
+
+
+@pytest.mark.parametrize(("fault", "modules", "fixture", "fails", "passes", "crash"), FAULTS,
+                         ids=[f"{f[0]}-{f[3]}" for f in FAULTS])
+def test_fault_makes_its_gate_fail(tmp_path: Path, fault: str, modules: tuple[str, ...], fixture: str, fails: str,
+                                   passes: tuple[str, ...], crash: bool) -> None:
+    run = run_gates(tmp_path, faults=(fault,), modules=modules, fixtures=(fixture,))
     assert run.returncode != 0
     assert run.gate("host", fails) == "fail", run.output[-3000:]
     for gate in passes:

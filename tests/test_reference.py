@@ -26,8 +26,8 @@ from bmoe_ci.fixtures import generate
 from reference import Generation, Model
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULTS = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0"]
-VARIANTS = ["qwen3moe-sigmoid", "qwen3moe-softmax-sel", "qwen3moe-nonorm"]
+DEFAULTS = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-nonorm"]
+VARIANTS = ["qwen3moe-sigmoid", "qwen3moe-softmax-sel"]
 Q8 = {"qwen3moe-q8_0"}
 
 #: max over rows of max_j |engine - ref| / max_j |ref|  (row-wise infinity norms)

@@ -6,7 +6,8 @@
  * The seam is where streaming plugs in: in --mmap mode the expert source is the resident mapping and
  * there is no hook; otherwise the streaming source and its hook (stream_hook.c: expert memory, cache,
  * I/O lanes, prefetch, route trace, and the place the lossy policies plug in) are built in
- * build_seam() and nothing else here or in forward.c knows about them. */
+ * build_seam(), which also builds the lossy knobs from the config (policies.c) and plugs them into
+ * the hook; nothing else here or in forward.c knows about them. */
 #include "engine.h"
 
 #include <errno.h>
@@ -17,6 +18,8 @@
 #include "expert_resident.h"
 #include "forward.h"
 #include "model.h"
+#include "policies.h"
+#include "policy_report.h"
 #include "seam.h"
 #include "stream_hook.h"
 #include "threads.h"
@@ -33,6 +36,8 @@ struct bmoe_engine {
     bmoe_pool *pool;
     bmoe_resident resident;
     bmoe_stream_hook *stream;    /* the streaming source + hook; NULL in --mmap mode */
+    bmoe_policies *policies;     /* the lossy knobs behind the hook; NULL when none is armed */
+    char warning[512];           /* the narrow-routing warning ("" when not due) */
     bmoe_seam seam;
     bmoe_forward *fwd;
     int top_k;                   /* effective top-k (0 for a model without MoE layers) */
@@ -90,6 +95,13 @@ static int build_prompt(bmoe_engine *e, bmoe_error *err) {
 /* Who provides expert weights and who sees the routing. */
 static int build_seam(bmoe_engine *e, bmoe_error *err) {
     memset(&e->seam, 0, sizeof e->seam);
+    /* The lossy knobs (policies.c). validate() has refused them with --mmap or without a cache;
+     * policies_create() refuses that again, so no path runs a knob that cannot consult the cache. */
+    if (e->top_k > 0) {
+        int rc = policies_create(&e->policies, &e->cfg, e->top_k, e->model->hp.n_expert_used, e->model->hp.n_expert,
+                                 e->n_prompt, err);
+        if (rc) return rc;
+    }
     if (e->cfg.mmap) {
         e->seam.experts = resident_source(&e->resident, e->model);
         e->seam.hook = NULL; /* no policies in the resident reference */
@@ -99,6 +111,10 @@ static int build_seam(bmoe_engine *e, bmoe_error *err) {
      * DESIGN 3.4, behind the hook. Routing policies plug into the hook (stream_hook_set_policy). */
     int rc = stream_hook_create(&e->stream, e->model, &e->cfg, e->top_k, e->n_prompt, err);
     if (rc) return rc;
+    if (e->policies) {
+        bmoe_route_policy p = policies_route_policy(e->policies);
+        stream_hook_set_policy(e->stream, &p);
+    }
     e->seam.experts = stream_hook_source(e->stream);
     e->seam.hook = stream_hook_fn;
     e->seam.hook_user = e->stream;
@@ -156,6 +172,8 @@ int engine_open(const bmoe_config *cfg, bmoe_engine **out, bmoe_error *err) {
     e->pool = pool_create(cfg->threads);
     if (!e->pool) { rc = err_set(err, 1, NULL, "cannot start %d threads (-t)", cfg->threads); goto fail; }
     if ((rc = build_seam(e, err))) goto fail;
+    /* DESIGN 3.2: due when dropping is armed and the EFFECTIVE top-k is 4 or less */
+    report_narrow_warning(e->warning, sizeof e->warning, cfg->drop_set, cfg->drop, e->top_k);
     rc = forward_create(&e->fwd, e->model, e->pool, &e->seam, e->cfg.ctx, e->n_prompt, e->top_k, msg, sizeof msg);
     if (rc) { err_set(err, rc, NULL, "%s", msg); goto fail; }
 
@@ -267,6 +285,7 @@ int engine_generate(bmoe_engine *e, bmoe_error *err) {
     r->text_len = e->text_len;
     r->counters = e->counters;
     r->timing = e->timing;
+    if (e->warning[0] && r->n_warnings < BMOE_MAX_WARNINGS) r->warnings[r->n_warnings++] = e->warning;
     if (e->stream)
         r->n_warnings += stream_hook_warnings(e->stream, r->warnings + r->n_warnings, BMOE_MAX_WARNINGS - r->n_warnings);
     goto done;
@@ -280,10 +299,13 @@ done:
 
 const bmoe_result *engine_result(const bmoe_engine *e) { return &e->res; }
 
+const char *engine_load_warning(const bmoe_engine *e) { return e && e->warning[0] ? e->warning : NULL; }
+
 void engine_close(bmoe_engine *e) {
     if (!e) return;
     forward_free(e->fwd);
     stream_hook_destroy(e->stream); /* before the model: it owns the dense weights' memory */
+    policies_destroy(e->policies);
     pool_destroy(e->pool);
     if (e->tok_loaded) tok_free(&e->tok);
     model_close(e->model);

@@ -3,7 +3,9 @@
  *   bmoe --version | run [options] | check [options] | info -m MODEL | batch PLAN.jsonl
  *
  * Exit codes: 0 ok, 2 invalid configuration or usage, 3 unreadable or malformed model, 4 I/O error,
- * 1 internal error. A failing command writes exactly one line `bmoe: error: <message>` to stderr. */
+ * 1 internal error. A failing command writes exactly one line `bmoe: error: <message>` to stderr.
+ * A single-process `run` with a lossy knob armed also writes, human or --json: the narrow-routing
+ * warning once at load (when due), and `moe-drop: ...` / `moe-subst: ...` at the end. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +15,7 @@
 #include "engine.h"
 #include "model.h"
 #include "plan.h"
+#include "policy_report.h"
 #include "result.h"
 
 static const char USAGE[] =
@@ -27,6 +30,19 @@ static const char USAGE[] =
     "  --expert-substitute L, --route-trace FILE, --logits-out FILE, --json  (docs/engine-flags.md)\n";
 
 static void say_error(const bmoe_error *e) { fprintf(stderr, "bmoe: error: %s\n", e->msg); }
+
+/* What the armed lossy knobs did, at the end of a single-process run (DESIGN 3.2's exact shapes). */
+static void report_policy_lines(const bmoe_config *cfg, const bmoe_counters *c) {
+    char line[256];
+    if (cfg->drop_set) {
+        report_drop_line(line, sizeof line, c->experts_dropped, c->experts_routed, cfg->drop);
+        fprintf(stderr, "%s\n", line);
+    }
+    if (cfg->subst_set) {
+        report_subst_line(line, sizeof line, c->subst_changed, c->subst_examined, cfg->subst);
+        fprintf(stderr, "%s\n", line);
+    }
+}
 
 /* The end of a failed single command: JSON object on stdout when asked for, one line on stderr. */
 static int failed(const bmoe_error *e, int json) {
@@ -49,6 +65,8 @@ static int do_run(int argc, char **argv, int batch, const char *id) {
     if (rc) err_set(&err, 2, "usage", "%s", msg);
     bmoe_engine *e = NULL;
     if (!rc) rc = engine_open(&cfg, &e, &err);
+    /* the narrow-routing warning, once, at load (single process only: batch carries it in the JSON) */
+    if (!rc && !batch && engine_load_warning(e)) fprintf(stderr, "%s\n", engine_load_warning(e));
     if (!rc) rc = engine_generate(e, &err);
     if (rc) {
         if (batch) result_write_error(stdout, 1, id, &err);
@@ -63,6 +81,7 @@ static int do_run(int argc, char **argv, int batch, const char *id) {
             fprintf(stderr, "bmoe: %d prompt tokens, %d generated; prefill %.3f s, decode %.2f tok/s\n",
                     r->n_prompt_tokens, r->n_tokens, r->timing.prefill_s, r->timing.decode_tok_s);
         }
+        if (!batch) report_policy_lines(&cfg, &r->counters);
     }
     fflush(stdout);
     engine_close(e);

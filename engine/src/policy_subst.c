@@ -91,14 +91,20 @@ int subst_row(const float *scores, int scores_are_probs, const uint8_t *resident
     int changed = 0;
     for (int s = 0; s < k; s++) changed += !in_set(ids, k, fresh[s]);
 #ifdef BMOE_FAULT_SUBST_COUNT_REORDER
-    /* fault: a slot counts as substituted whenever its id differs, so a re-ordering of the router's own
-     * set is counted and written */
+    /* fault: the re-ranked set is written back in expert-id order instead of score order and compared
+     * with the router's ids slot by slot, so a plain re-ordering of the router's own set is counted
+     * (and written) as substitutions */
+    for (int s = 1; s < k; s++)
+        for (int r = s; r > 0 && fresh[r - 1] > fresh[r]; r--) {
+            int32_t x = fresh[r];
+            fresh[r] = fresh[r - 1];
+            fresh[r - 1] = x;
+        }
     changed = 0;
     for (int s = 0; s < k; s++) changed += fresh[s] != ids[s];
     if (changed) {
-        for (int s = 0; s < k; s++) {
+        for (int s = 0; s < k; s++)
             if (substituted) substituted[s] = fresh[s] != ids[s];
-        }
         for (int s = 0; s < k; s++) ids[s] = fresh[s];
     }
     if (counts) counts->changed = changed;

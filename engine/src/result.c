@@ -73,6 +73,8 @@ static void write_counters(json_writer *w, const bmoe_counters *c) {
     json_uint(w, "flash_reads", c->flash_reads);
     json_uint(w, "prefetch_issued", c->prefetch_issued);
     json_uint(w, "prefetch_used", c->prefetch_used);
+    json_num(w, "weight_routed", c->weight_routed);
+    json_num(w, "weight_dropped", c->weight_dropped);
     json_end_object(w);
 }
 

@@ -18,10 +18,13 @@
 #define BMOE_TARGET "unknown"
 #endif
 
-/* Exact, always on. In --mmap mode only experts_routed moves. */
+/* Exact, always on. In --mmap mode only experts_routed moves. The ten integer counters are DESIGN
+ * 3.2's; weight_routed / weight_dropped are measurement extras (router weight mass examined and
+ * discarded by --drop-cold-experts, defined exactly in policies.h; 0 with dropping off). */
 typedef struct bmoe_counters {
     uint64_t experts_routed, experts_dropped, subst_examined, subst_changed, cache_hits, cache_misses,
         flash_bytes, flash_reads, prefetch_issued, prefetch_used;
+    double weight_routed, weight_dropped;
 } bmoe_counters;
 
 typedef struct bmoe_timing {

@@ -14,6 +14,7 @@
 #include "io_lanes.h"
 #include "prefetch.h"
 #include "route_trace.h"
+#include "weight_chain.h"
 
 #define MIB ((uint64_t)1 << 20)
 
@@ -36,14 +37,15 @@ struct bmoe_stream_hook {
     int *spec_keys;             /* issued by the last prefetch round (for --prefetch-sync) */
     int *plan_l, *plan_e;
     /* the layer in progress */
-    int cur_li, cur_loaded, cur_deferred, chain_last;
+    int cur_li, cur_loaded;
+    int cur_terminal;           /* the node the load is deferred to, CHAIN_UNKNOWN: loaded at topk */
     int *pinned, n_pinned;
     int32_t *pre_ids;           /* [max_batch * k] ids after substitution, before any drop repointing */
     uint8_t *dropped, *changed, *row_res;
     uint64_t *row_bytes;
     uint8_t *res0, *resident, *seen, *charged; /* [E] */
     int *uniq;                  /* [E] */
-    int *terminal;              /* [n_layers] learned terminal weight node, -1 unknown */
+    chain_learner *chain;       /* each layer's weight chain, learned from the graph (weight_chain.h) */
     bmoe_route_policy policy;
     int has_policy;
     bmoe_route_trace *trace;
@@ -220,10 +222,13 @@ static int load_layer(bmoe_stream_hook *h, bmoe_moe_result *r) {
         h->seen[e] = 0;
         h->charged[e] = 0;
     }
-    /* the experts that execute, once each, in order of first appearance */
+    /* the experts that execute, once each, in order of first appearance. A dropped slot executes
+     * nothing of its own: the policy repointed it at a kept slot's expert (policy_drop.h), so it is
+     * not loaded for it (it costs no read); the matmul touches whatever its id names. */
     int nu = 0;
     for (int i = 0; i < n; i++) {
         int e = r->ids[i];
+        if (h->dropped[i]) continue;
         if (!h->seen[e]) { h->seen[e] = 1; h->uniq[nu++] = e; }
     }
     /* every routed slot is a hit or a miss, taken before the load, for the expert it routed */
@@ -319,13 +324,16 @@ int stream_hook_fn(void *user, bmoe_moe_result *r) {
         return hfail(h, 1, "%s-%d: a batch of %d x %d does not match the hook (%d x %d)", bmoe_node_name(r->node),
                      r->layer, r->n_tokens, r->n_cols, h->max_batch, k);
 
+    /* the learner sees every node (it ignores LOGITS and PROBS); a node that breaks its protocol
+     * only makes the layer unknown again, which loads it at topk, undropped */
+    (void)chain_observe(h->chain, li, r->node, r->n_expert, r->n_cols);
+
     switch (r->node) {
     case BMOE_NODE_LOGITS:
         unpin_layer(h);
         h->cur_li = li;
         h->cur_loaded = 0;
-        h->cur_deferred = 0;
-        h->chain_last = -1;
+        h->cur_terminal = CHAIN_UNKNOWN;
         break;
     case BMOE_NODE_PROBS:
         break;
@@ -333,12 +341,13 @@ int stream_hook_fn(void *user, bmoe_moe_result *r) {
         if (li != h->cur_li) { /* a pass that did not start at LOGITS */
             unpin_layer(h);
             h->cur_li = li;
-            h->cur_loaded = 0;
-            h->chain_last = -1;
         }
+        h->cur_loaded = 0;
+        h->cur_terminal = CHAIN_UNKNOWN;
         memset(h->changed, 0, (size_t)n);
         memset(h->dropped, 0, (size_t)n);
-        if (h->has_policy && h->policy.at_topk) {
+        /* 1. re-ranking (substitution), before residency is taken for the load and before any drop */
+        if (h->has_policy && h->policy.at_topk && (r->phase == 1 || h->policy.topk_in_prefill)) {
             int rc = stream_query_residency(h, r->layer, h->resident);
             if (rc) return rc;
             rc = h->policy.at_topk(h->policy.self, r, h->resident, h->changed, &h->c);
@@ -350,27 +359,37 @@ int stream_hook_fn(void *user, bmoe_moe_result *r) {
             if (h->pre_ids[i] < 0 || h->pre_ids[i] >= h->E)
                 return hfail(h, 1, "ffn_moe_topk-%d: expert id %d out of range [0, %d)", r->layer, (int)h->pre_ids[i], h->E);
         if (h->pf) prefetch_record(h->pf, li, h->pre_ids + (size_t)(r->n_tokens - 1) * k, k);
-        h->cur_deferred = h->has_policy && h->policy.at_terminal && h->terminal[li] >= 0 &&
-                          (r->phase == 1 || h->policy.terminal_in_prefill);
-        if (!h->cur_deferred && load_layer(h, r)) return h->rc;
+        /* 2. a deferring policy (dropping) waits for the terminal node of this layer's shape, once the
+         * learner knows it; an unseen shape loads here, undropped */
+        if (h->has_policy && h->policy.at_terminal && (r->phase == 1 || h->policy.terminal_in_prefill))
+            h->cur_terminal = chain_terminal(h->chain, li, r->n_expert, r->n_cols);
+        if (h->cur_terminal == CHAIN_UNKNOWN && load_layer(h, r)) return h->rc;
         break;
     }
     case BMOE_NODE_WEIGHTS:
     case BMOE_NODE_WEIGHTS_SOFTMAX:
     case BMOE_NODE_WEIGHTS_NORM:
     case BMOE_NODE_WEIGHTS_SCALED:
-        h->chain_last = (int)r->node;
-        if (h->cur_deferred && !h->cur_loaded && (int)r->node == h->terminal[li]) {
+        /* 3. the terminal node: the final weights exist; decide, then load the kept slots */
+        if (!h->cur_loaded && h->cur_terminal != CHAIN_UNKNOWN && (int)r->node == h->cur_terminal) {
+            if (!r->weights) return hfail(h, 1, "%s-%d: no weights at the terminal node", bmoe_node_name(r->node), r->layer);
             int rc = stream_query_residency(h, r->layer, h->resident);
             if (rc) return rc;
             rc = h->policy.at_terminal(h->policy.self, r, h->resident, h->dropped, &h->c);
             if (rc) return hfail(h, rc, "%s-%d: the drop policy failed (code %d)", bmoe_node_name(r->node), r->layer, rc);
             for (int i = 0; i < n; i++) h->c.experts_dropped += h->dropped[i] ? 1 : 0;
+#ifndef BMOE_FAULT_SKIP_DEFERRED_LOAD
             if (load_layer(h, r)) return h->rc;
+#endif
+            /* (injected fault SKIP_DEFERRED_LOAD: the deferred load never happens) */
         }
         break;
     case BMOE_NODE_EXPERTS:
-        h->terminal[li] = h->chain_last; /* learned for the next pass of this layer */
+        /* backstop: a layer deferred to a terminal node that never came (its chain changed shape
+         * since it was learned) loads now, undropped */
+#ifdef BMOE_FAULT_SKIP_DEFERRED_LOAD
+        if (h->cur_terminal != CHAIN_UNKNOWN) h->cur_loaded = 1; /* fault: and no backstop either */
+#endif
         if (!h->cur_loaded && load_layer(h, r)) return h->rc;
         if (h->trace) write_trace(h, r);
         break;
@@ -438,6 +457,8 @@ void stream_hook_counters(const bmoe_stream_hook *h, bmoe_counters *c) {
     c->flash_reads += h->c.flash_reads;
     c->prefetch_issued += h->c.prefetch_issued;
     c->prefetch_used += h->c.prefetch_used;
+    c->weight_routed += h->c.weight_routed;
+    c->weight_dropped += h->c.weight_dropped;
 }
 
 const char *stream_hook_error(const bmoe_stream_hook *h) { return h && h->rc ? h->msg : ""; }
@@ -476,6 +497,7 @@ int stream_hook_create(bmoe_stream_hook **out, bmoe_model *m, const bmoe_config 
     h->k = top_k;
     h->max_batch = max_batch;
     h->cur_li = -1;
+    h->cur_terminal = CHAIN_UNKNOWN;
     h->shared_layer = -1;
     if ((rc = make_dense_resident(h, err))) goto fail;
     h->li_of = malloc((size_t)m->hp.n_layer * sizeof *h->li_of);
@@ -555,19 +577,18 @@ int stream_hook_create(bmoe_stream_hook **out, bmoe_model *m, const bmoe_config 
     h->resident = calloc(E, 1);
     h->seen = calloc(E, 1);
     h->charged = calloc(E, 1);
-    h->terminal = malloc((size_t)h->n_layers * sizeof *h->terminal);
+    h->chain = chain_new(h->n_layers);
     h->pre_ids = calloc(rows, sizeof *h->pre_ids);
     h->dropped = calloc(rows, 1);
     h->changed = calloc(rows, 1);
     h->row_res = calloc(rows, 1);
     h->row_bytes = calloc(rows, sizeof *h->row_bytes);
     if (!h->prefetched || !h->shared_of || !h->pinned || !h->uniq || !h->res0 || !h->resident || !h->seen ||
-        !h->charged || !h->terminal || !h->pre_ids || !h->dropped || !h->changed || !h->row_res || !h->row_bytes) {
+        !h->charged || !h->chain || !h->pre_ids || !h->dropped || !h->changed || !h->row_res || !h->row_bytes) {
         rc = err_set(err, 1, NULL, "out of memory");
         goto fail;
     }
     for (size_t e = 0; e < E; e++) h->shared_of[e] = -1;
-    for (int i = 0; i < h->n_layers; i++) h->terminal[i] = -1;
 
     /* last: the trace file (opening a FIFO blocks until a reader comes, and nothing is read before) */
     if (cfg->route_trace) {
@@ -595,7 +616,8 @@ void stream_hook_destroy(bmoe_stream_hook *h) {
     free(h->li_of); free(h->eb); free(h->shared_of); free(h->groups); free(h->prefetched); free(h->spec_keys);
     free(h->plan_l); free(h->plan_e); free(h->pinned); free(h->pre_ids); free(h->dropped); free(h->changed);
     free(h->row_res); free(h->row_bytes); free(h->res0); free(h->resident); free(h->seen); free(h->charged);
-    free(h->uniq); free(h->terminal);
+    free(h->uniq);
+    chain_free(h->chain);
     free(h->dense);
     free(h);
 }

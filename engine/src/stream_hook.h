@@ -9,20 +9,23 @@
  *   ffn_moe_logits   a new layer begins: the previous layer's experts are unpinned (the cache may
  *                    evict them now) and the cache is trimmed back to its budget
  *   ffn_moe_topk     [policy->at_topk: may re-rank the ids (substitution); residency is queried
- *                    for it after pending speculation on the layer settles]
+ *                    for it after pending speculation on the layer settles, BEFORE residency is
+ *                    taken for the load and before any drop]
  *                    the routing is recorded for prefetch; then, unless a policy defers it, the
  *                    layer's routed experts are LOADED: residency is taken per expert, each unique
  *                    expert is looked up once (hit: refresh the LRU; miss: evict/commit/read), all of
  *                    them are pinned, speculative reads for the next layers are issued, and the
  *                    demand reads are waited for
- *   weight nodes     the layer's weight chain; the last one before the matmuls is LEARNED per layer
- *                    from the previous pass (no per-architecture table). With a deferring policy
+ *   weight nodes     the layer's weight chain. Its last node before the matmuls (the TERMINAL node)
+ *                    is learned by weight_chain.c, keyed by the layer's shape (E, k, the chain), from
+ *                    the first pass of that shape: no per-architecture table. With a deferring policy
  *                    the load happens at that terminal node instead: policy->at_terminal sees the
  *                    final weights and the residency and may drop slots (zero weight, repoint the
- *                    id at a routed expert that is loaded); dropped slots cost no read. A layer
- *                    whose terminal node is not known yet loads at topk, undropped.
- *   EXPERTS          the learned terminal node is recorded; the route-trace rows are written
- *                    with the weights as finally applied
+ *                    id at a kept slot's expert); dropped slots are not loaded and cost no read. A
+ *                    layer whose shape has not been seen yet loads at topk, undropped.
+ *   EXPERTS          closes the layer's chain for the learner; backstop: a deferred layer whose
+ *                    terminal node never came (its chain changed shape) loads here, undropped; the
+ *                    route-trace rows are written with the weights as finally applied
  *
  * Counters: cache_hits + cache_misses == experts_routed (every routed slot, residency taken before
  * the load); flash_reads / flash_bytes count every expert read, demand and speculative, with the
@@ -39,10 +42,10 @@
 
 typedef struct bmoe_stream_hook bmoe_stream_hook;
 
-/* A routing policy (the lossy knobs of DESIGN 3.5) plugged into the hook. Both callbacks are
- * optional; flag arrays are [T * k], zeroed by the hook before the call, rank order per token.
- * `resident[e]` is 1 when expert e of the layer is in the cache (after its pending speculative
- * reads settled); all zeros with the cache off. */
+/* A routing policy (the lossy knobs of DESIGN 3.5; policies.c builds the real one from the config)
+ * plugged into the hook. Both callbacks are optional; flag arrays are [T * k], zeroed by the hook
+ * before the call, rank order per token. `resident[e]` is 1 when expert e of the layer is in the
+ * cache (after its pending speculative reads settled); all zeros with the cache off. */
 typedef struct bmoe_route_policy {
     void *self;
     /* At ffn_moe_topk, before residency is taken for the load. May rewrite r->ids (each id in
@@ -52,9 +55,12 @@ typedef struct bmoe_route_policy {
     int (*at_topk)(void *self, bmoe_moe_result *r, const uint8_t *resident, uint8_t *changed, bmoe_counters *c);
     /* Non-NULL: the layer's load is deferred to its terminal weight node, where this runs with the
      * final weights (r->weights, mutable) and ids (mutable). Sets dropped[i] = 1 for each dropped
-     * slot, whose id it must repoint at an expert that another, kept slot of the same token loads.
-     * The hook counts experts_dropped from the flags and charges dropped slots no read. */
+     * slot, whose id it must repoint at an expert that another, kept slot of the same token loads:
+     * the hook does not load a dropped slot's expert (it costs no read), so a slot left pointing at
+     * an expert that is not resident makes the matmul touch uncommitted memory (a fault, by design:
+     * DESIGN 3.4). The hook counts experts_dropped from the flags. */
     int (*at_terminal)(void *self, bmoe_moe_result *r, const uint8_t *resident, uint8_t *dropped, bmoe_counters *c);
+    int topk_in_prefill;      /* 0: at_topk runs on decode batches only */
     int terminal_in_prefill;  /* 0: prefill batches load at topk and are never dropped */
 } bmoe_route_policy;
 

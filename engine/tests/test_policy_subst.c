@@ -49,6 +49,11 @@ static const subst_case CASES[] = {
     /* a re-ordering of the router's own set is not a substitution: ids stay as the router gave them */
     {"re-ordering is not counted", 8, 2, 0, 0.5, {5, 4, 3, 2, 1, 0, -1, -2}, {0, 1}, {0, 1}, {0, 1}, 0, {0, 0}},
     {"re-ordering, k = 3", 8, 3, 0, 1.0, {5, 4, 3, 2, 1, 0, -1, -2}, {0, 1, 1}, {0, 1, 2}, {0, 1, 2}, 0, {0, 0, 0}},
+    /* the router's rank order is not the id order: nothing to substitute leaves it exactly as it is */
+    {"router order is not id order", 8, 2, 0, 0.0, {-2, -1, 0, 1, 2, 3, 4, 5}, {0, 0, 0, 0, 0, 0, 0, 0}, {7, 6},
+     {7, 6}, 0, {0, 0}},
+    {"re-ordering in score order, not id order", 8, 3, 0, 1.0, {-2, -1, 0, 1, 2, 3, 4, 5}, {0, 0, 0, 0, 0, 1, 1, 0},
+     {7, 6, 5}, {7, 6, 5}, 0, {0, 0, 0}},
 
     /* substitutions */
     {"L = 1: one resident takes a slot", 8, 2, 0, 1.0, {5, 4, 3, 2, 1, 0, -1, -2}, {0, 0, 0, 1}, {0, 1}, {3, 0}, 1,

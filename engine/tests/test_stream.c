@@ -456,7 +456,7 @@ static void test_hook_policy_and_trace(fake *f) {
     CHECK(h != NULL);
     if (!h) return;
     toy t = {0};
-    bmoe_route_policy pol = { &t, toy_topk, toy_terminal, 0 };
+    bmoe_route_policy pol = { &t, toy_topk, toy_terminal, 1, 0 };
     stream_hook_set_policy(h, &pol);
     drive d = {0};
     /* prefill: substitution runs, the drop does not (terminal unknown, and prefill is excluded) */
@@ -490,6 +490,75 @@ static void test_hook_policy_and_trace(fake *f) {
     CHECK(txt && strstr(txt, "\n0,1,0,1,0,0,0.75,0,306004,0,0\n0,1,0,1,1,4,0.25,1,0,0,1\n"));
     CHECK(txt && strstr(txt, "\n0,1,1,1,0,4,0.75,1,0,0,0\n0,1,1,1,1,2,0,0,0,1,0\n"));
     unlink(trace);
+}
+
+/* The terminal node comes from weight_chain.c, keyed by the layer's shape: a chain that changes shape
+ * after it was learned defers to a node that never comes, and EXPERTS loads the layer undropped (the
+ * backstop); the next pass defers to the newly learned terminal. */
+typedef struct toy_node { int calls; bmoe_node last; } toy_node;
+
+static int toy_node_terminal(void *self, bmoe_moe_result *r, const uint8_t *resident, uint8_t *dropped,
+                             bmoe_counters *c) {
+    toy_node *t = self;
+    t->calls++;
+    t->last = r->node;
+    (void)resident; (void)dropped; (void)c;
+    return 0;
+}
+
+static int pass_chain(bmoe_stream_hook *h, drive *d, int il, int phase, int step, int pos0, int with_norm) {
+    bmoe_moe_result r = { .layer = il, .n_tokens = 1, .n_expert = NE, .phase = phase, .step = step, .pos0 = pos0 };
+    bmoe_node order[6] = { BMOE_NODE_LOGITS, BMOE_NODE_PROBS, BMOE_NODE_TOPK, BMOE_NODE_WEIGHTS,
+                           BMOE_NODE_WEIGHTS_NORM, BMOE_NODE_EXPERTS };
+    int n = 6;
+    if (!with_norm) { order[4] = BMOE_NODE_EXPERTS; n = 5; }
+    for (int i = 0; i < n; i++) {
+        r.node = order[i];
+        r.n_cols = r.node <= BMOE_NODE_PROBS ? NE : 2;
+        r.f32 = r.node == BMOE_NODE_LOGITS ? d->logits : r.node == BMOE_NODE_PROBS ? d->probs : NULL;
+        r.ids = r.node >= BMOE_NODE_TOPK ? d->ids : NULL;
+        r.scores = r.node == BMOE_NODE_TOPK ? d->probs : NULL;
+        r.weights = r.node >= BMOE_NODE_WEIGHTS ? d->w : NULL;
+        int rc = stream_hook_fn(h, &r);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static void test_hook_learned_terminal(fake *f) {
+    bmoe_config c;
+    bmoe_stream_hook *h = open_hook(f, &c, 1, 0, NULL);
+    CHECK(h != NULL);
+    if (!h) return;
+    toy_node t = { 0, BMOE_NODE_COUNT };
+    bmoe_route_policy pol = { &t, NULL, toy_node_terminal, 0, 1 }; /* dropping in prefill too */
+    stream_hook_set_policy(h, &pol);
+    drive d = {0};
+    set_row(&d, 0, 0, 1);
+    /* the first pass of the shape: unknown, loaded at topk, the policy not called */
+    CHECK(pass_chain(h, &d, 1, 0, 0, 0, 1) == 0 && t.calls == 0 && views_ok(h, &d, 1, 1));
+    /* learned weights>weights_norm: deferred to weights_norm */
+    set_row(&d, 0, 2, 3);
+    CHECK(pass_chain(h, &d, 1, 1, 0, 1, 1) == 0 && t.calls == 1 && t.last == BMOE_NODE_WEIGHTS_NORM);
+    CHECK(views_ok(h, &d, 1, 1));
+    /* the chain loses its norm node: the deferral waits for weights_norm, which never comes; EXPERTS
+     * loads the layer undropped (no call), and the shape is re-learned */
+    set_row(&d, 0, 4, 0);
+    CHECK(pass_chain(h, &d, 1, 1, 1, 2, 0) == 0 && t.calls == 1);
+    CHECK(views_ok(h, &d, 1, 1));
+    /* from now on the terminal is ffn_moe_weights */
+    set_row(&d, 0, 1, 2);
+    CHECK(pass_chain(h, &d, 1, 1, 2, 3, 0) == 0 && t.calls == 2 && t.last == BMOE_NODE_WEIGHTS);
+    CHECK(views_ok(h, &d, 1, 1));
+    /* another layer has its own record: unseen, loaded at topk */
+    set_row(&d, 0, 3, 4);
+    CHECK(pass_chain(h, &d, 2, 1, 2, 3, 0) == 0 && t.calls == 2 && views_ok(h, &d, 2, 1));
+    bmoe_counters k = {0};
+    stream_hook_counters(h, &k);
+    CHECK(k.cache_hits + k.cache_misses == 10 && k.experts_dropped == 0);
+    bmoe_error err = {0};
+    CHECK(stream_hook_finish(h, &err) == 0);
+    stream_hook_destroy(h);
 }
 
 /* Prefetch with a cache of three slots (both layers share it):
@@ -548,6 +617,7 @@ int main(void) {
     test_hook_cache(&f);
     test_hook_budget_refused(f0, f1);
     test_hook_policy_and_trace(&f);
+    test_hook_learned_terminal(&f);
     test_hook_prefetch(&f);
     unlink(f0);
     unlink(f1);

@@ -58,6 +58,7 @@ GATE_ORDER: tuple[str, ...] = (
     "G8d",
     "G8e",
     "G8w",
+    "G8r",
     "CFG",
     "DET",
 )
