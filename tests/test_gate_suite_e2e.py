@@ -121,3 +121,21 @@ def test_engine_that_does_not_compile_stops_the_run_with_the_compiler_output(tmp
     out = proc.stdout + proc.stderr
     assert "cannot prepare the gate run" in out and "not_declared" in out and "INTERNALERROR" not in out
     assert not (tmp_path / "r").exists()
+
+
+def test_xdist_keeps_each_device_on_one_worker(tmp_path: Path) -> None:
+    farm = host_farm(tmp_path)
+    farm.write_text(farm.read_text() + farm.read_text().split("devices:\n", 1)[1]
+                    .replace("name: host", "name: host2").replace("/work", "/work2"))
+    run = run_gates(tmp_path, farm=farm, device="all", modules=CORE, extra=("-n", "2", "-vv"))
+    assert run.returncode == 0, run.output[-3000:]
+    workers: dict[str, set[str]] = {}
+    for line in run.output.splitlines():
+        if line.startswith("[gw") and "PASSED" in line:
+            worker = line.split("]", 1)[0].lstrip("[")
+            nodeid = line.split("PASSED", 1)[1].strip().split("@", 1)[0]
+            device = nodeid.rsplit("[", 1)[1].rstrip("]").split("-", 1)[0]
+            workers.setdefault(device, set()).add(worker)
+    assert set(workers) == {"host", "host2"}
+    assert all(len(w) == 1 for w in workers.values()), workers
+    assert "@" not in (tmp_path / "results" / "junit.xml").read_text()  # no xdist group suffix in names

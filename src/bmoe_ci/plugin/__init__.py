@@ -67,6 +67,9 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.dist = "loadgroup"  # one device's tests on one worker, in order
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
+        # xdist decided the worker's `loadgroup` flag from the command line before any plugin ran;
+        # the controller schedules by group (set above), so the worker must tag node ids by group too.
+        config.option.loadgroup = True
         config.stash[STATE_KEY] = GateState(GateRun.from_json(workerinput["bmoe_gate_run"]))
     else:
         config.pluginmanager.register(Controller(config), "bmoe-controller")
