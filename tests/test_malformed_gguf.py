@@ -132,28 +132,28 @@ def test_count_bomb_allocates_only_what_was_parsed(engine_asan_bin: Path, tmp_pa
     assert_rejected(out, 3, path, "length 1099511627776 exceeds")
 
 
-# -- unreadable files: exit 4 ------------------------------------------------------------------------
+# -- unreadable files: exit 3 ------------------------------------------------------------------------
 
 def test_missing_file(engine_asan_bin: Path, tmp_path: Path) -> None:
     path = tmp_path / "nope.gguf"
-    assert_rejected(info(engine_asan_bin, path), 4, path, "No such file")
+    assert_rejected(info(engine_asan_bin, path), 3, path, "No such file")
 
 
 def test_directory(engine_asan_bin: Path, tmp_path: Path) -> None:
-    assert_rejected(info(engine_asan_bin, tmp_path), 4, tmp_path, "directory")
+    assert_rejected(info(engine_asan_bin, tmp_path), 3, tmp_path, "directory")
 
 
 def test_fifo_does_not_hang(engine_asan_bin: Path, tmp_path: Path) -> None:
     path = tmp_path / "pipe.gguf"
     os.mkfifo(path)
-    assert_rejected(info(engine_asan_bin, path), 4, path, "not a regular file")
+    assert_rejected(info(engine_asan_bin, path), 3, path, "not a regular file")
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
 def test_permission_denied(engine_asan_bin: Path, tmp_path: Path) -> None:
     path = gc.small_model().write(tmp_path / "locked.gguf")
     path.chmod(0)
-    assert_rejected(info(engine_asan_bin, path), 4, path, "Permission denied")
+    assert_rejected(info(engine_asan_bin, path), 3, path, "Permission denied")
 
 
 # -- split models ---------------------------------------------------------------------------------------
@@ -171,7 +171,7 @@ def test_split_corpus_is_accepted_by_the_reader(engine_asan_bin: Path, tmp_path:
 def test_split_missing_shard(engine_asan_bin: Path, tmp_path: Path) -> None:
     paths = _split(tmp_path)
     paths[2].unlink()
-    assert_rejected(info(engine_asan_bin, paths[0]), 4, paths[2], "shard 3 of 4", "No such file")
+    assert_rejected(info(engine_asan_bin, paths[0]), 3, paths[2], "shard 3 of 4", "No such file")
 
 
 def test_split_given_a_later_shard(engine_asan_bin: Path, tmp_path: Path) -> None:
@@ -234,7 +234,7 @@ def test_split_fixture_missing_and_swapped_shards(engine_asan_bin: Path, fixture
     fourth = gc.shard_path(tmp_path, stem, 4, 4)
     saved = third.read_bytes()
     third.unlink()
-    assert_rejected(info(engine_asan_bin, head), 4, third, "No such file")
+    assert_rejected(info(engine_asan_bin, head), 3, third, "No such file")
     shutil.copy(fourth, third)  # the right count, the wrong split.no
     assert_rejected(info(engine_asan_bin, head), 3, third, "split.no is 3, expected 2")
     third.write_bytes(saved)
