@@ -1,6 +1,11 @@
-"""The streaming and lossy-knob gates can fail: each fault built into the engine (`pytest gates --fault
+"""Every gate can fail: each fault built into the engine (`pytest gates --fault
 NAME`, i.e. -DBMOE_FAULT_<NAME>=1) makes the gate that exists to catch it report a *failure* (not an
 error, not a pass), through the real gate suite on the host device; the clean build passes them all.
+
+Core (gates/test_determinism.py, gates/test_config.py):
+  THREAD_ORDER      a row's value depends on the thread that computed it          -> DET fails
+  BATCH_STATE       an engine instance inherits state from the previous one        -> DET fails
+  CFG_LOOSE_RANGE   validate() forgets the upper bound of F and L                 -> CFG fails
 
 Streaming (gates/test_streaming.py):
   WRONG_OFFSET      every expert slot is filled from its neighbour's offset       -> G1 fails
@@ -35,10 +40,18 @@ import pytest
 
 from gate_run import run_gates
 
+DETERMINISM = ("gates/test_determinism.py",)
+CONFIG = ("gates/test_config.py",)
 STREAMING = ("gates/test_streaming.py",)
 LOSSY = ("gates/test_lossy.py",)
 STREAMING_GATES = ("G1", "G2", "G5", "DET")
 LOSSY_GATES = ("G8a", "G8a'", "G8b", "G8c", "G8d", "G8e", "G8w", "G8r")
+
+
+def test_clean_build_passes_det_and_cfg(tmp_path: Path) -> None:
+    run = run_gates(tmp_path, modules=DETERMINISM + CONFIG)
+    assert run.returncode == 0, run.output[-3000:]
+    assert run.gate("host", "DET") == "pass" and run.gate("host", "CFG") == "pass"
 
 
 def test_clean_build_passes_the_streaming_gates(tmp_path: Path) -> None:
@@ -59,6 +72,9 @@ def test_clean_build_passes_the_lossy_gates(tmp_path: Path) -> None:
 
 
 FAULTS = [
+    ("THREAD_ORDER", DETERMINISM, "qwen3moe", "DET", (), False),
+    ("BATCH_STATE", DETERMINISM, "qwen3moe", "DET", (), False),
+    ("CFG_LOOSE_RANGE", CONFIG, "qwen3moe", "CFG", (), False),
     ("WRONG_OFFSET", STREAMING, "qwen3moe", "G1", ("G2", "G5", "DET"), False),
     ("EVICT_IN_USE", STREAMING, "qwen3moe", "G2", ("G1",), True),
     ("SKIP_LOAD_ON_HIT", STREAMING, "qwen3moe", "G5", ("G1", "G2"), True),
