@@ -29,11 +29,20 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_fixtures(args: argparse.Namespace) -> int:
-    from bmoe_ci.fixtures import generate
+    from bmoe_ci.fixtures import SpecError, generate, load_specs
 
-    out = Path(args.out) if args.out else None
-    for fixture in generate(out, names=args.name or None):
-        print(f"{fixture.name}\t{fixture.path}\t{fixture.sha256}")
+    try:
+        specs = load_specs(args.specs)
+        if args.list:
+            for spec in specs.specs.values():
+                flag = "default" if spec.default else "-"
+                print(f"{spec.name}\t{spec.arch}\t{spec.dtype}\t{flag}\t{spec.description}")
+            return 0
+        names = list(specs.specs) if args.all else args.name or None
+        for fixture in generate(Path(args.out) if args.out else None, names=names, specs_path=args.specs):
+            print(f"{fixture.name}\t{fixture.path}\t{fixture.sha256}")
+    except SpecError as exc:
+        raise UsageError(str(exc)) from exc
     return 0
 
 
@@ -56,6 +65,9 @@ def make_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("fixtures", help="generate the fixture models; prints name, path, sha256")
     p.add_argument("--out", help="output directory (default: the cache)")
     p.add_argument("--name", action="append", help="only this fixture; repeatable")
+    p.add_argument("--all", action="store_true", help="every specified fixture, not only the defaults")
+    p.add_argument("--list", action="store_true", help="list the specified fixtures and exit")
+    p.add_argument("--specs", help="specification file (default: <repo>/fixtures/fixtures.yaml)")
     p.set_defaults(func=cmd_fixtures)
 
     add_farm_commands(sub)
