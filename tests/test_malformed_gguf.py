@@ -15,6 +15,7 @@ import re
 import shutil
 import struct
 import subprocess
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,11 +150,29 @@ def test_fifo_does_not_hang(engine_asan_bin: Path, tmp_path: Path) -> None:
     assert_rejected(info(engine_asan_bin, path), 3, path, "not a regular file")
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
 def test_permission_denied(engine_asan_bin: Path, tmp_path: Path) -> None:
-    path = gc.small_model().write(tmp_path / "locked.gguf")
-    path.chmod(0)
-    assert_rejected(info(engine_asan_bin, path), 3, path, "Permission denied")
+    if os.geteuid() != 0:
+        path = gc.small_model().write(tmp_path / "locked.gguf")
+        path.chmod(0)
+        assert_rejected(info(engine_asan_bin, path), 3, path, "Permission denied")
+        return
+    # Root reads any file: run the engine as `nobody` instead (CI runs as root), from a directory
+    # nobody may enter, on a file nobody may read.
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv (util-linux) to drop privileges")
+    shared = Path(tempfile.mkdtemp(prefix="bmoe-perm-"))
+    try:
+        shared.chmod(0o755)
+        binary = Path(shutil.copy(engine_asan_bin, shared / "bmoe-asan"))
+        binary.chmod(0o755)
+        path = gc.small_model().write(shared / "locked.gguf")
+        path.chmod(0)
+        out = run_engine(Path(setpriv), "--reuid=65534", "--regid=65534", "--clear-groups", binary, "info", "-m",
+                         path)
+        assert_rejected(out, 3, path, "Permission denied")
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 # -- split models ---------------------------------------------------------------------------------------
