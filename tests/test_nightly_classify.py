@@ -200,3 +200,10 @@ def test_output_change_with_and_without_an_engine_build_change() -> None:
     }
     # The most recent earlier output is the reference, not the oldest.
     assert output_changes([out("r2", "phone", "new")], [*previous, *tonight]) == []
+
+
+def test_a_device_not_reached_has_one_new_error_not_one_per_test() -> None:
+    tonight = [row("r1", "error", gate="INFRA", fixture="", name="infrastructure"), row("r1", "error", gate="G1"),
+               row("r1", "error", device="alive", gate="G1")]
+    c = classify(tonight, [], [dev("r1", reached=False), dev("r1", "alive")], {})
+    assert sorted((f.device, f.gate) for f in c.new_errors) == [("alive", "G1"), ("pixel8", "INFRA")]

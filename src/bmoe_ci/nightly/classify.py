@@ -9,7 +9,7 @@ Each test of tonight (device, gate, fixture and test name) gets at most one clas
                    the same engine build, or flipped between pass and fail at least ``flips`` times
                    between runs of the same engine build
 ``new error``      an infrastructure error tonight (kept apart from failures) that was not an error the
-                   last time
+                   last time; for a device not reached at all, only its ``infrastructure`` case
 and each device of the pool that gave no verdict tonight is ``device missing``.
 
 Cross-device agreement: tonight's disagreements (devices whose output for a fixture and entry differs
@@ -140,11 +140,14 @@ def classify(tonight: list[ResultRow], previous: list[ResultRow], devices: list[
     for row in previous:
         past[_key(row)].append(row)
     out = Classification()
+    missing = {d.device for d in devices if not d.reached}
     for row in sorted(tonight, key=lambda r: (r.device, r.gate, r.fixture, r.name)):
         before = past.get(_key(row), [])
         last = before[-1] if before else None
         last_outcome = last.outcome if last else None
         if row.outcome == "error":
+            if row.device in missing and not is_infra(row.gate):
+                continue  # a device that was not reached: its one infrastructure case says it all
             if last_outcome != "error":
                 out.new_errors.append(_finding(row, last_outcome=last_outcome))
             continue

@@ -178,6 +178,12 @@ class RunSummary:
     mutation: tuple[int, int] | None  # (caught, total) summed over devices, None when not measured
 
 
+def gave_verdict(run: DeviceRun) -> bool:
+    """A device was reached when it gave at least one verdict (pass or fail), or had no infrastructure
+    error at all. One that failed preflight reports every test as an error: it was not reached."""
+    return run.infra_error is None or any(r.outcome in ("pass", "fail") for r in run.records)
+
+
 def device_facts(run: DeviceRun) -> dict[str, Any]:
     """The per-device facts the report shows: what preflight confirmed and what the session moved."""
     return {
@@ -277,7 +283,7 @@ class History:
                     "INSERT INTO device_state (run, device, arch, in_pool, reached, infra_error, engine_build_id,"
                     " engine_s, wall_s, facts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (run.id, dev.device, dev.arch, int(dev.device in run.pool_devices),
-                     int(dev.infra_error is None or bool(dev.records)), dev.infra_error, dev.engine_build_id,
+                     int(gave_verdict(dev)), dev.infra_error, dev.engine_build_id,
                      dev.engine_s, dev.wall_s, json.dumps(device_facts(dev), sort_keys=True)),
                 )
                 conn.executemany(

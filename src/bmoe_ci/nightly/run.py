@@ -244,7 +244,7 @@ def run_nightly(opts: NightlyOptions) -> NightlyResult:
             scores, problem = _run_mutants(opts, run_dir, reached)
             if problem:
                 _log(f"mutation score incomplete: {problem}")
-        verdicts = summary is not None and any(r.records for r in runs)
+        verdicts = summary is not None and any(r.outcome in ("pass", "fail") for d in runs for r in d.records)
         if summary is not None and not verdicts:
             n["no_verdict_reason"] = "no device of the pool gave a verdict"
         hist.record(run_record(meta, runs, pool=opts.pool, pool_devices=pool_devices, git_commit=n["git_commit"],
