@@ -119,7 +119,7 @@ def test_killed_device_is_missing_not_failing_and_shards_merge(tmp_path: Path, f
     (farm.parent / "killed").touch()
     try:
         # One device of the pool is gone: it is missing and a new error; the other still gives verdicts.
-        code, nk, report_k, err = nightly(tmp_path / "both", farm, "--pool", "both")
+        code, nk, report_k, err = nightly(tmp_path / "both", farm, "--pool", "both", "--workers", "1")
         assert code == 0, err[-3000:]
         assert [(d["device"], d["since"]) for d in nk["devices_missing"]] == [("spare", nk["run"])]
         assert "spare: powered off" in nk["devices_missing"][0]["reason"]

@@ -124,14 +124,23 @@ def sections(n: dict[str, Any]) -> list[Section]:
 # ---------------------------------------------------------------------------- trend chart
 
 
+def import_matplotlib() -> tuple[Any, Any]:
+    """matplotlib's SVG canvas and Figure. Importing matplotlib takes about a second: the nightly calls
+    this in a thread while the gate run works, so the report does not wait for it."""
+    from matplotlib.backends.backend_svg import FigureCanvasSVG
+    from matplotlib.figure import Figure
+
+    return FigureCanvasSVG, Figure
+
+
 def trend_svg(runs: list[RunSummary]) -> str:
     """Pass rate, engine time per device and mutation score over *runs* (oldest first), as SVG.
 
     matplotlib's object API (no pyplot): no global figure state, nothing shown."""
-    from matplotlib.backends.backend_svg import FigureCanvasSVG
-    from matplotlib.figure import Figure
+    FigureCanvasSVG, Figure = import_matplotlib()
 
-    fig = Figure(figsize=(9, 5.4), layout="constrained")
+    fig = Figure(figsize=(9, 5.4))
+    fig.subplots_adjust(left=0.08, right=0.98, top=0.94, bottom=0.2, hspace=0.08)  # fixed: layout engines are slow
     FigureCanvasSVG(fig)
     rate_ax, time_ax = fig.subplots(2, 1, sharex=True)
     xs = list(range(len(runs)))

@@ -11,6 +11,7 @@ import hashlib
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -31,6 +32,7 @@ from bmoe_ci.nightly.report import (
     NIGHTLY_JSON,
     NIGHTLY_SCHEMA,
     TREND_RUNS,
+    import_matplotlib,
     verdict_line,
     write_index,
     write_report,
@@ -214,7 +216,10 @@ def run_nightly(opts: NightlyOptions) -> NightlyResult:
     cmd = gate_command(opts, run_dir, len(pool_devices))
     _log(f"run {run_id}: {' '.join(cmd)}")
     t0 = time.monotonic()
+    warm = threading.Thread(target=import_matplotlib, name="import-matplotlib", daemon=True)
+    warm.start()  # overlaps the gate run: the report's chart then costs only its drawing
     proc = subprocess.run(cmd, stdout=sys.stderr, check=False, cwd=repo_root())
+    warm.join()
     _log(f"gate run exited {proc.returncode} after {time.monotonic() - t0:.1f} s")
     if proc.returncode == 4:
         raise NightlyUsageError(f"the gate suite refused the options (pytest exit 4); see above; run dir {run_dir}")
