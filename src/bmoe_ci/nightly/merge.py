@@ -99,7 +99,10 @@ def merged_nightly(run: str, shards: list[dict[str, Any]], summary: dict[str, An
     else:
         n["disagreement_source"] = "summary.json disagreements"
     n["disagreements"] = [d.to_dict() for d in found]
-    n["exit_code"] = decide_exit(n) if shards else (EXIT_OK if summary["totals"]["failed"] == 0 else EXIT_NEW)
-    if shards and all(s["exit_code"] == EXIT_NO_VERDICT for s in shards):
+    if not shards:  # plain gate runs: no history to compare with, so every failure counts
+        n["exit_code"] = EXIT_NEW if summary["totals"]["failed"] or n["disagreements"] else EXIT_OK
+    elif all(s["exit_code"] == EXIT_NO_VERDICT for s in shards):
         n["exit_code"] = EXIT_NO_VERDICT
+    else:
+        n["exit_code"] = decide_exit(n)
     return n
