@@ -27,7 +27,7 @@ from bmoe_ci.nightly.classify import (
     disagreements_from_summary,
     output_changes,
 )
-from bmoe_ci.nightly.history import History, MutationScore, run_record
+from bmoe_ci.nightly.history import History, MutationScore, gave_verdict, run_record
 from bmoe_ci.nightly.report import (
     NIGHTLY_JSON,
     NIGHTLY_SCHEMA,
@@ -136,6 +136,7 @@ def _run_mutants(opts: NightlyOptions, run_dir: Path, devices: dict[str, str]) -
             scores.append(read_mutants(out / MUTANTS_JSON))
         else:
             problems.append(f"{device}: bmoe-ci mutants exited {proc.returncode}")
+            _log(f"mutation score incomplete: {problems[-1]}")
     return scores, "; ".join(problems)
 
 
@@ -163,7 +164,7 @@ def _empty_nightly(run_id: str, opts: NightlyOptions) -> dict[str, Any]:
         "totals": {"devices": 0, "tests": 0, "passed": 0, "failed": 0, "errors": 0, "skipped": 0},
         "new_failures": [], "fixed": [], "flaky": [], "still_failing": [], "new_errors": [],
         "devices_missing": [], "disagreements": [], "disagreement_source": "none", "output_changes": [],
-        "changed_archs": {}, "mutation_score": None, "devices": {},
+        "changed_archs": {}, "mutation_score": None, "mutation_problem": "", "devices": {},
         "flaky_policy": {"window": opts.flaky.window, "flips": opts.flaky.flips},
     }
 
@@ -209,46 +210,17 @@ def run_nightly(opts: NightlyOptions) -> NightlyResult:
     pool_devices = list(farm.pools[opts.pool])
     run_id = default_run_id()
     run_dir = opts.history / run_id
-    opts.history.mkdir(parents=True, exist_ok=True)
-    n = _empty_nightly(run_id, opts)
-    n["git_commit"], n["git_dirty"] = _git_state(repo_root())
-    n["farm_sha256"] = hashlib.sha256(farm_path.read_bytes()).hexdigest()
-    cmd = gate_command(opts, run_dir, len(pool_devices))
-    _log(f"run {run_id}: {' '.join(cmd)}")
-    t0 = time.monotonic()
-    warm = threading.Thread(target=import_matplotlib, name="import-matplotlib", daemon=True)
-    warm.start()  # overlaps the gate run: the report's chart then costs only its drawing
-    proc = subprocess.run(cmd, stdout=sys.stderr, check=False, cwd=repo_root())
-    warm.join()
-    _log(f"gate run exited {proc.returncode} after {time.monotonic() - t0:.1f} s")
-    if proc.returncode == 4:
-        raise NightlyUsageError(f"the gate suite refused the options (pytest exit 4); see above; run dir {run_dir}")
-    summary: dict[str, Any] | None = None
-    meta: RunMeta | None = RunMeta(run=run_id)
-    runs: list[DeviceRun] = []
-    if proc.returncode in (0, 1) and (run_dir / SUMMARY_JSON).is_file():
-        try:
-            meta, runs = load_results(run_dir)
-            summary = read_json(run_dir / SUMMARY_JSON)
-        except ReportError as exc:
-            n["no_verdict_reason"] = str(exc)
-    else:
-        n["no_verdict_reason"] = f"the gate run exited {proc.returncode} without a summary"
-    run_dir.mkdir(parents=True, exist_ok=True)
-
-    with History(opts.history) as hist:
+    with History(opts.history) as hist:  # opened first: an unusable history stops us before the gates run
+        n = _empty_nightly(run_id, opts)
+        n["git_commit"], n["git_dirty"] = _git_state(repo_root())
+        n["farm_sha256"] = hashlib.sha256(farm_path.read_bytes()).hexdigest()
+        meta, runs, summary = _gate_run(opts, run_dir, len(pool_devices), n)
         # The history knows a run by its directory name (retention and links rely on it); the gate
         # suite's own run id, in run.json, is chosen by its process and differs.
-        meta = replace(meta, run=run_id) if meta else RunMeta(run=run_id)
+        meta = replace(meta, run=run_id)
         scores: list[MutationScore] = []
         if opts.mutants and summary is not None:
-            reached: dict[str, str] = {}
-            for r in sorted(runs, key=lambda r: r.device):
-                if r.infra_error is None:
-                    reached.setdefault(r.arch, r.device)
-            scores, problem = _run_mutants(opts, run_dir, reached)
-            if problem:
-                _log(f"mutation score incomplete: {problem}")
+            scores, n["mutation_problem"] = _run_mutants(opts, run_dir, _one_device_per_arch(runs))
         verdicts = summary is not None and any(r.outcome in ("pass", "fail") for d in runs for r in d.records)
         if summary is not None and not verdicts:
             n["no_verdict_reason"] = "no device of the pool gave a verdict"
@@ -260,20 +232,7 @@ def run_nightly(opts: NightlyOptions) -> NightlyResult:
         if summary is not None:
             n["totals"] = summary["totals"]
             n["devices"] = device_facts_table(summary, run_dir)
-        previous = hist.run_ids(opts.pool, before=run_id)
-        tonight_rows = hist.results([run_id])
-        fill_classification(n, classify(
-            tonight_rows, hist.results(previous), hist.devices(run_id),
-            {rid: hist.devices(rid) for rid in previous}, opts.flaky,
-        ))
-        outs_now = hist.outputs([run_id])
-        from_summary = disagreements_from_summary(summary) if summary is not None else None
-        disagreements = from_summary if from_summary is not None else disagreements_from_outputs(outs_now)
-        n["disagreement_source"] = "summary.json disagreements" if from_summary is not None else "per-device outputs"
-        n["disagreements"] = [d.to_dict() for d in disagreements]
-        changes = output_changes(outs_now, hist.outputs(previous))
-        n["output_changes"] = [c.to_dict() for c in changes]
-        n["changed_archs"] = changed_archs(changes)
+        _compare_with_history(n, hist, opts, summary)
         if scores:
             n["mutation_score"] = {"caught": sum(s.caught for s in scores), "total": sum(s.total for s in scores),
                                    "devices": [vars(s) for s in scores]}
@@ -286,6 +245,61 @@ def run_nightly(opts: NightlyOptions) -> NightlyResult:
         write_index(opts.history, report, _runs_on_disk(opts.history, hist))
     _log(verdict_line(n))
     return NightlyResult(n["exit_code"], report, n)
+
+
+def _gate_run(opts: NightlyOptions, run_dir: Path, n_devices: int,
+              n: dict[str, Any]) -> tuple[RunMeta, list[DeviceRun], dict[str, Any] | None]:
+    """Run the gate suite into *run_dir*; returns what it wrote (summary None: no verdicts, and
+    ``n["no_verdict_reason"]`` says why)."""
+    cmd = gate_command(opts, run_dir, n_devices)
+    _log(f"run {run_dir.name}: {' '.join(cmd)}")
+    t0 = time.monotonic()
+    warm = threading.Thread(target=import_matplotlib, name="import-matplotlib", daemon=True)
+    warm.start()  # overlaps the gate run: the report's chart then costs only its drawing
+    proc = subprocess.run(cmd, stdout=sys.stderr, check=False, cwd=repo_root())
+    warm.join()
+    _log(f"gate run exited {proc.returncode} after {time.monotonic() - t0:.1f} s")
+    if proc.returncode == 4:
+        raise NightlyUsageError(f"the gate suite refused the options (pytest exit 4, see above); run dir {run_dir}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if proc.returncode not in (0, 1) or not (run_dir / SUMMARY_JSON).is_file():
+        n["no_verdict_reason"] = f"the gate run exited {proc.returncode} without a summary"
+        return RunMeta(run=run_dir.name), [], None
+    try:
+        meta, runs = load_results(run_dir)
+        summary = read_json(run_dir / SUMMARY_JSON)
+    except ReportError as exc:
+        n["no_verdict_reason"] = str(exc)
+        return RunMeta(run=run_dir.name), [], None
+    return meta or RunMeta(run=run_dir.name), runs, summary
+
+
+def _one_device_per_arch(runs: list[DeviceRun]) -> dict[str, str]:
+    """The first reached device (by name) of each architecture: where the mutation catalogue runs."""
+    chosen: dict[str, str] = {}
+    for r in sorted(runs, key=lambda r: r.device):
+        if gave_verdict(r):
+            chosen.setdefault(r.arch, r.device)
+    return chosen
+
+
+def _compare_with_history(n: dict[str, Any], hist: History, opts: NightlyOptions,
+                          summary: dict[str, Any] | None) -> None:
+    """Classification and cross-device agreement of run ``n["run"]`` against the pool's earlier runs."""
+    run_id = n["run"]
+    previous = hist.run_ids(opts.pool, before=run_id)
+    fill_classification(n, classify(
+        hist.results([run_id]), hist.results(previous), hist.devices(run_id),
+        {rid: hist.devices(rid) for rid in previous}, opts.flaky,
+    ))
+    outs_now = hist.outputs([run_id])
+    from_summary = disagreements_from_summary(summary) if summary is not None else None
+    disagreements = from_summary if from_summary is not None else disagreements_from_outputs(outs_now)
+    n["disagreement_source"] = "summary.json disagreements" if from_summary is not None else "per-device outputs"
+    n["disagreements"] = [d.to_dict() for d in disagreements]
+    changes = output_changes(outs_now, hist.outputs(previous))
+    n["output_changes"] = [c.to_dict() for c in changes]
+    n["changed_archs"] = changed_archs(changes)
 
 
 def _runs_on_disk(history_dir: Path, hist: History) -> list[tuple[str, str]]:
