@@ -4,7 +4,8 @@ farm (fixture qwen3moe to stay fast):
 * three nights in a row (clean, an engine fault injected, clean) classify as nothing new, new failures,
   fixed, with exit codes 0, 1, 0, and nightly.json, report.md and report.html agree;
 * a device that stops answering is `device missing` and `new error`, never a failure;
-* two pools run as two nightly processes (shards) merge into one report whose counts are the sums.
+* two pools run as two nightly processes (shards: the last clean night and a second pool) merge into one
+  report whose counts are the sums.
 """
 
 from __future__ import annotations
@@ -50,19 +51,26 @@ def farm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     text = path.read_text()
     spare = text.split("devices:\n", 1)[1].replace("name: host", "name: spare").replace("/work", "/spare")
     path.write_text(text + spare + f"    exec_prefix: [{wrapper}]\n"
-                    "pools:\n  nightly: [host]\n  shard-a: [host]\n  shard-b: [spare]\n  both: [host, spare]\n")
+                    "pools:\n  nightly: [host]\n  shard-b: [spare]\n  both: [host, spare]\n")
     return path
 
 
-def test_three_nights_clean_fault_clean(tmp_path: Path, farm: Path) -> None:
-    history = tmp_path / "nightly"
-    code1, n1, _, err1 = nightly(history, farm)
+@pytest.fixture(scope="module")
+def three_nights(tmp_path_factory: pytest.TempPathFactory, farm: Path) -> list[tuple[int, dict[str, Any], Path, str]]:
+    """Clean, an engine fault injected, clean again (with --keep 2), in one history."""
+    history = tmp_path_factory.mktemp("nightly")
+    return [nightly(history, farm), nightly(history, farm, "--fault", "THREAD_ORDER"),
+            nightly(history, farm, "--keep", "2")]
+
+
+def test_three_nights_clean_fault_clean(three_nights: list[tuple[int, dict[str, Any], Path, str]]) -> None:
+    (code1, n1, _, err1), (code2, n2, report2, err2), (code3, n3, report3, err3) = three_nights
+    history = report3.parent.parent
     assert code1 == 0, err1[-3000:]
     assert n1["verdicts"] and n1["totals"]["failed"] == 0 and n1["totals"]["passed"] > 0
     assert all(not n1[k] for k in ("new_failures", "fixed", "flaky", "still_failing", "new_errors",
                                     "devices_missing", "disagreements"))
 
-    code2, n2, report2, err2 = nightly(history, farm, "--fault", "THREAD_ORDER")
     assert code2 == 1, err2[-3000:]
     assert n2["faults"] == ["THREAD_ORDER"]
     assert keys(n2["new_failures"]) == {("host", "DET-threads[qwen3moe]")}
@@ -70,7 +78,6 @@ def test_three_nights_clean_fault_clean(tmp_path: Path, farm: Path) -> None:
     assert n2["totals"]["failed"] == 1 and not n2["flaky"] and not n2["new_errors"]
     assert n2["engine_builds"] != n1["engine_builds"]
 
-    code3, n3, report3, err3 = nightly(history, farm, "--keep", "2")
     assert code3 == 0, err3[-3000:]
     assert keys(n3["fixed"]) == keys(n2["new_failures"])
     assert not n3["new_failures"] and not n3["flaky"] and not n3["still_failing"]
@@ -91,10 +98,11 @@ def test_three_nights_clean_fault_clean(tmp_path: Path, farm: Path) -> None:
     assert "history.sqlite" in {p.name for p in history.iterdir()}
 
 
-def test_killed_device_is_missing_not_failing_and_shards_merge(tmp_path: Path, farm: Path) -> None:
-    a, b = tmp_path / "a", tmp_path / "b"
-    code_a, na, report_a, err = nightly(a, farm, "--pool", "shard-a")
-    assert code_a == 0, err[-3000:]
+def test_killed_device_is_missing_not_failing_and_shards_merge(
+        tmp_path: Path, farm: Path, three_nights: list[tuple[int, dict[str, Any], Path, str]]) -> None:
+    # Shard A is the last clean night (pool nightly = host); shard B the pool of the other device.
+    _, na, report_a, _ = three_nights[2]
+    b = tmp_path / "b"
     code_b, nb, report_b, err = nightly(b, farm, "--pool", "shard-b")
     assert code_b == 0, err[-3000:]
 
@@ -108,7 +116,7 @@ def test_killed_device_is_missing_not_failing_and_shards_merge(tmp_path: Path, f
     for key in ("devices", "tests", "passed", "failed", "errors", "skipped"):
         assert m["totals"][key] == na["totals"][key] + nb["totals"][key], key
     assert m["totals"]["devices"] == 2 and set(m["devices"]) == {"host", "spare"}
-    assert m["pool"] == "shard-a+shard-b" and not m["disagreements"]  # host and spare agree byte for byte
+    assert m["pool"] == "nightly+shard-b" and not m["disagreements"]  # host and spare agree byte for byte
     assert (merged / "junit.xml").is_file() and (merged / "host" / "junit.xml").is_file()
     # A device in two shards cannot be merged (its counts would be taken twice).
     proc = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "report", "--merge", str(report_a.parent),
