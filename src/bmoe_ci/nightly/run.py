@@ -210,11 +210,14 @@ def run_nightly(opts: NightlyOptions) -> NightlyResult:
     pool_devices = list(farm.pools[opts.pool])
     run_id = default_run_id()
     run_dir = opts.history / run_id
+    started = time.monotonic()
     with History(opts.history) as hist:  # opened first: an unusable history stops us before the gates run
         n = _empty_nightly(run_id, opts)
         n["git_commit"], n["git_dirty"] = _git_state(repo_root())
         n["farm_sha256"] = hashlib.sha256(farm_path.read_bytes()).hexdigest()
+        gate_started = time.monotonic()
         meta, runs, summary = _gate_run(opts, run_dir, len(pool_devices), n)
+        gate_s = time.monotonic() - gate_started
         # The history knows a run by its directory name (retention and links rely on it); the gate
         # suite's own run id, in run.json, is chosen by its process and differs.
         meta = replace(meta, run=run_id)
@@ -243,6 +246,8 @@ def run_nightly(opts: NightlyOptions) -> NightlyResult:
             for removed in apply_retention(opts.history, hist, opts.keep):
                 _log(f"retention: removed {removed}")
         write_index(opts.history, report, _runs_on_disk(opts.history, hist))
+    total_s = time.monotonic() - started
+    _log(f"wall time: gate run {gate_s:.2f} s, the nightly's own work {total_s - gate_s:.2f} s")
     _log(verdict_line(n))
     return NightlyResult(n["exit_code"], report, n)
 
@@ -253,12 +258,11 @@ def _gate_run(opts: NightlyOptions, run_dir: Path, n_devices: int,
     ``n["no_verdict_reason"]`` says why)."""
     cmd = gate_command(opts, run_dir, n_devices)
     _log(f"run {run_dir.name}: {' '.join(cmd)}")
-    t0 = time.monotonic()
     warm = threading.Thread(target=import_matplotlib, name="import-matplotlib", daemon=True)
     warm.start()  # overlaps the gate run: the report's chart then costs only its drawing
     proc = subprocess.run(cmd, stdout=sys.stderr, check=False, cwd=repo_root())
     warm.join()
-    _log(f"gate run exited {proc.returncode} after {time.monotonic() - t0:.1f} s")
+    _log(f"gate run exited {proc.returncode}")
     if proc.returncode == 4:
         raise NightlyUsageError(f"the gate suite refused the options (pytest exit 4, see above); run dir {run_dir}")
     run_dir.mkdir(parents=True, exist_ok=True)
