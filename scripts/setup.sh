@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what bmoe-ci needs on a fresh Debian machine, idempotently: the farm's OpenSSH server and
-# the arm64 emulator from Debian, the project and its pinned Python dependencies from PyPI.
+# Installs what bmoe-ci needs on a fresh Debian machine, idempotently: the farm's OpenSSH server, the
+# arm64 emulator and a headless browser (for the report tests) from Debian, the project and its pinned
+# Python dependencies from PyPI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +11,7 @@ command -v qemu-aarch64-static >/dev/null 2>&1 || need_apt+=(qemu-user-static)
 command -v ssh-keygen >/dev/null 2>&1 || need_apt+=(openssh-client)
 command -v make >/dev/null 2>&1 || need_apt+=(make)
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc)
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)  # the tests render the nightly report in it
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "setup: installing ${need_apt[*]} (Debian)" >&2
     SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -15,7 +15,27 @@ from typing import Any
 from bmoe_ci.reports import ReportError, console_matrix, exit_code, markdown, rebuild
 
 
+def cmd_merge(args: argparse.Namespace) -> int:
+    from bmoe_ci.nightly.merge import merge_shards
+
+    if args.results_dir is not None or not args.out:
+        print("bmoe-ci: error: --merge takes shard directories and --out DIR, no RESULTS_DIR", file=sys.stderr)
+        return 2
+    try:
+        code, report = merge_shards([Path(d) for d in args.merge], Path(args.out))
+    except ReportError as exc:
+        print(f"bmoe-ci: error: {exc}", file=sys.stderr)
+        return 2
+    print(report)
+    return code
+
+
 def cmd_report(args: argparse.Namespace) -> int:
+    if args.merge:
+        return cmd_merge(args)
+    if args.results_dir is None:
+        print("bmoe-ci: error: give RESULTS_DIR, or --merge SHARD... --out DIR", file=sys.stderr)
+        return 2
     results_dir = Path(args.results_dir)
     try:
         data = rebuild(results_dir)
@@ -43,7 +63,15 @@ def add_report_command(subparsers: Any) -> argparse.ArgumentParser:
             "everything passed, 1 on any failure or error, 2 on a bad directory."
         ),
     )
-    p.add_argument("results_dir", metavar="RESULTS_DIR", help="one run's directory, e.g. results/<run-id>")
+    p.add_argument("results_dir", metavar="RESULTS_DIR", nargs="?", help="one run's directory, e.g. results/<run-id>")
+    p.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="SHARD",
+        help="merge these shards' run directories (nightly or gate runs) into one report in --out; prints "
+        "the report's path; exit as a nightly (0, 1 new failure or disagreement, 2 bad shard, 3 no verdicts)",
+    )
+    p.add_argument("--out", metavar="DIR", help="with --merge: the merged run's directory (new or empty)")
     p.add_argument(
         "--format",
         choices=("matrix", "markdown", "json"),

@@ -1,0 +1,143 @@
+"""`bmoe-ci nightly` end to end through the real gate suite, on local devices written into a temporary
+farm (fixture qwen3moe to stay fast):
+
+* three nights in a row (clean, an engine fault injected, clean) classify as nothing new, new failures,
+  fixed, with exit codes 0, 1, 0, and nightly.json, report.md and report.html agree;
+* a device that stops answering is `device missing` and `new error`, never a failure;
+* two pools run as two nightly processes (shards: the last clean night and a second pool) merge into one
+  report whose counts are the sums.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gate_run import REPO, host_farm
+
+FIXTURE = ("--fixture", "qwen3moe")
+
+
+def nightly(history: Path, farm: Path, *args: str) -> tuple[int, dict[str, Any], Path, str]:
+    proc = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "nightly", "--farm", str(farm), "--history",
+                           str(history), *FIXTURE, *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=900, check=False)
+    lines = proc.stdout.strip().splitlines()
+    assert lines, f"no report path printed (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
+    report = Path(lines[-1])
+    assert report.name == "report.html" and report.is_file(), proc.stderr[-3000:]
+    data = json.loads((report.parent / "nightly.json").read_text())
+    return proc.returncode, data, report, proc.stderr
+
+
+def keys(items: list[dict[str, Any]]) -> set[tuple[str, str]]:
+    return {(i["device"], i["name"]) for i in items}
+
+
+@pytest.fixture(scope="module")
+def farm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two local devices: `host`, and `spare`, whose exec prefix stops answering once a kill file exists."""
+    tmp = tmp_path_factory.mktemp("farm")
+    wrapper = tmp / "spare.sh"
+    wrapper.write_text(f'#!/bin/sh\n[ -e {tmp}/killed ] && {{ echo "spare: powered off" >&2; exit 255; }}\n'
+                       'exec "$@"\n')
+    wrapper.chmod(0o755)
+    path = host_farm(tmp)
+    text = path.read_text()
+    spare = text.split("devices:\n", 1)[1].replace("name: host", "name: spare").replace("/work", "/spare")
+    path.write_text(text + spare + f"    exec_prefix: [{wrapper}]\n"
+                    "pools:\n  nightly: [host]\n  shard-b: [spare]\n  both: [host, spare]\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def three_nights(tmp_path_factory: pytest.TempPathFactory, farm: Path) -> list[tuple[int, dict[str, Any], Path, str]]:
+    """Clean, an engine fault injected, clean again (with --keep 2), in one history."""
+    history = tmp_path_factory.mktemp("nightly")
+    return [nightly(history, farm), nightly(history, farm, "--fault", "THREAD_ORDER"),
+            nightly(history, farm, "--keep", "2")]
+
+
+def test_three_nights_clean_fault_clean(three_nights: list[tuple[int, dict[str, Any], Path, str]]) -> None:
+    (code1, n1, _, err1), (code2, n2, report2, err2), (code3, n3, report3, err3) = three_nights
+    history = report3.parent.parent
+    assert code1 == 0, err1[-3000:]
+    assert n1["verdicts"] and n1["totals"]["failed"] == 0 and n1["totals"]["passed"] > 0
+    assert all(not n1[k] for k in ("new_failures", "fixed", "flaky", "still_failing", "new_errors",
+                                    "devices_missing", "disagreements"))
+
+    assert code2 == 1, err2[-3000:]
+    assert n2["faults"] == ["THREAD_ORDER"]
+    assert keys(n2["new_failures"]) == {("host", "DET-threads[qwen3moe]")}
+    assert n2["new_failures"][0]["last_outcome"] == "pass" and n2["new_failures"][0]["gate"] == "DET"
+    assert n2["totals"]["failed"] == 1 and not n2["flaky"] and not n2["new_errors"]
+    assert n2["engine_builds"] != n1["engine_builds"]
+
+    assert code3 == 0, err3[-3000:]
+    assert keys(n3["fixed"]) == keys(n2["new_failures"])
+    assert not n3["new_failures"] and not n3["flaky"] and not n3["still_failing"]
+
+    # nightly.json, report.md and report.html agree (the fault night).
+    md = (report2.parent / "report.md").read_text()
+    page = report2.read_text()
+    assert "FAIL: 1 new failures" in md.splitlines()[2] and "FAIL: 1 new failures" in page
+    assert "## New failures (1)" in md and ">New failures (1)</h2>" in page
+    assert "DET-threads[qwen3moe]" in md and "DET-threads[qwen3moe]" in page
+    assert "OK: 1 fixed" in (report3.parent / "report.md").read_text() and ">Fixed (1)</h2>" in report3.read_text()
+    assert '<figure id="matrix"><svg' in page and '<figure id="trend"><svg' in page and "<script" not in page
+    # Retention kept the last two runs' directories; the history keeps all three.
+    runs = sorted(p.name for p in history.iterdir() if p.is_dir())
+    assert runs == sorted([n2["run"], n3["run"]])
+    index = (history / "index.html").read_text()
+    assert f'href="{n3["run"]}/report.html"' in index and n1["run"] not in index
+    assert "history.sqlite" in {p.name for p in history.iterdir()}
+
+
+def test_killed_device_is_missing_not_failing_and_shards_merge(
+        tmp_path: Path, farm: Path, three_nights: list[tuple[int, dict[str, Any], Path, str]]) -> None:
+    # Shard A is the last clean night (pool nightly = host); shard B the pool of the other device.
+    _, na, report_a, _ = three_nights[2]
+    b = tmp_path / "b"
+    code_b, nb, report_b, err = nightly(b, farm, "--pool", "shard-b")
+    assert code_b == 0, err[-3000:]
+
+    merged = tmp_path / "merged"
+    proc = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "report", "--merge", str(report_a.parent),
+                           str(report_b.parent), "--out", str(merged)], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == str(merged / "report.html")
+    m = json.loads((merged / "nightly.json").read_text())
+    for key in ("devices", "tests", "passed", "failed", "errors", "skipped"):
+        assert m["totals"][key] == na["totals"][key] + nb["totals"][key], key
+    assert m["totals"]["devices"] == 2 and set(m["devices"]) == {"host", "spare"}
+    assert m["pool"] == "nightly+shard-b" and not m["disagreements"]  # host and spare agree byte for byte
+    assert (merged / "junit.xml").is_file() and (merged / "host" / "junit.xml").is_file()
+    # A device in two shards cannot be merged (its counts would be taken twice).
+    proc = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "report", "--merge", str(report_a.parent),
+                           str(report_a.parent), "--out", str(tmp_path / "twice")], cwd=REPO,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 2 and "device 'host' is also in shard" in proc.stderr
+
+    (farm.parent / "killed").touch()
+    try:
+        # One device of the pool is gone: it is missing and a new error; the other still gives verdicts.
+        code, nk, report_k, err = nightly(tmp_path / "both", farm, "--pool", "both", "--workers", "1")
+        assert code == 0, err[-3000:]
+        assert [(d["device"], d["since"]) for d in nk["devices_missing"]] == [("spare", nk["run"])]
+        assert "spare: powered off" in nk["devices_missing"][0]["reason"]
+        assert [(e["device"], e["gate"]) for e in nk["new_errors"]] == [("spare", "INFRA")]
+        assert not nk["new_failures"] and nk["totals"]["failed"] == 0 and nk["totals"]["passed"] > 0
+        assert ">Devices missing (1)</h2>" in report_k.read_text()
+        # The only device of the pool is gone: no verdicts at all (3), and the report says why.
+        code, n0, report_0, err = nightly(b, farm, "--pool", "shard-b")
+        assert code == 3, err[-3000:]
+        assert [d["device"] for d in n0["devices_missing"]] == ["spare"] and not n0["verdicts"]
+        assert "NO VERDICT: no device of the pool gave a verdict" in report_0.read_text()
+    finally:
+        (farm.parent / "killed").unlink()
