@@ -163,6 +163,7 @@ class DeviceSpec(BaseModel):
     labels: tuple[Name, ...] = ()
     connect_timeout: Annotated[float, Field(gt=0, le=600)] = 10.0
     min_free_mb: Annotated[StrictInt, Field(ge=0)] = 256
+    keep_runs: Annotated[StrictInt, Field(ge=1, le=10000)] = 10
 
 
 class Device(DeviceSpec):

@@ -13,7 +13,7 @@ from .errors import InfraError
 from .lock import DEFAULT_TTL, DeviceLock
 from .model import Device
 from .preflight import EngineVersion, PreflightReport, check_engine, preflight
-from .store import PushItem, PushReport, push
+from .store import RUNS, GcReport, Mismatch, PushItem, PushReport, gc, push
 from .transport import RunResult, Transport, open_transport
 
 
@@ -68,8 +68,18 @@ class DeviceSession:
         return self
 
     def push_files(self, items: Iterable[PushItem | str | os.PathLike[str]]) -> PushReport:
-        """Push into the device store (named items also get ``<workdir>/<name>`` links)."""
-        report = push(self.transport, items, progress=self.progress)
+        """Push into the device's verified store (named items also get ``<workdir>/<name>`` links).
+
+        While the session holds the lock, leftover upload temporaries are swept and the files are
+        added to this run's use list (what :meth:`gc` keeps)."""
+        locked = self.device_lock.owner is not None
+        report = push(
+            self.transport,
+            items,
+            progress=self.progress,
+            sweep=locked,
+            uses=self.transport.path(RUNS, self.run_id) if locked else None,
+        )
         self.pushes.append(report)
         return report
 
@@ -92,9 +102,26 @@ class DeviceSession:
         return self.engine_version
 
     # -- use
+    def gc(self, keep_runs: int | None = None) -> GcReport:
+        """Remove stored files not used by the device's last ``keep_runs`` runs (default: the
+        device's ``keep_runs``). Needs the lock."""
+        if self.device_lock.owner is None:
+            raise RuntimeError("gc needs the device lock")
+        return gc(self.transport, keep_runs or self.device.keep_runs)
+
     @property
     def pushed_bytes(self) -> int:
         return sum(p.bytes_pushed for p in self.pushes)
+
+    @property
+    def verified_files(self) -> int:
+        """Distinct stored files whose hash was checked on the device in this session."""
+        return len({f.sha256 for p in self.pushes for f in p.files})
+
+    @property
+    def mismatches(self) -> list[Mismatch]:
+        """Every stored or uploaded file found corrupted (and re-pushed) in this session."""
+        return [m for p in self.pushes for m in p.mismatches]
 
     def file(self, name: str) -> str:
         """Device path of a pushed item's link name (or any path relative to the work directory)."""
@@ -189,6 +216,8 @@ def open_session(
         files = list(files)
         if files:
             s.push_files(files)
+        if lock and (engine is not None or files):
+            s.gc()
         if check:
             s.preflight()
     except BaseException:

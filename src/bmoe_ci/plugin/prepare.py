@@ -94,6 +94,10 @@ def prepare(
         ctx.engine = session.engine
         ctx.models = {f.name: session.file(f"fixtures/{f.path.name}") for f in fixtures}
         ctx.pushed_bytes = session.pushed_bytes
+        ctx.verified_files = session.verified_files
+        ctx.repushed = [str(m) for m in session.mismatches]
+        for m in session.mismatches:
+            say(f"{device.name}: hash mismatch, re-pushed: {m}")
         ctx.setup_s = time.monotonic() - started
         return ctx, session
 

@@ -174,6 +174,8 @@ def build_summary(meta: RunMeta, runs: list[DeviceRun]) -> dict[str, Any]:
             "errors": counts.errors,
             "skipped": counts.skipped,
             "pushed_bytes": run.pushed_bytes,
+            "verified_files": run.verified_files,
+            "repushed": list(run.repushed),
             "engine_s": round(run.engine_s, 3),
             "wall_s": round(run.wall_s, 3),
             "overhead_s": round(run.wall_s - run.engine_s, 3),
@@ -339,6 +341,12 @@ def markdown(s: dict[str, Any]) -> str:
         dev_rows,
     )
     lines += ["", "Overhead is the wall time of the device's session minus the engine's own time on it.", ""]
+    verified = ", ".join(f"{n} {d.get('verified_files', 0)}" for n, d in s["devices"].items())
+    lines += [f"Stored files verified on the device (sha256) before use: {verified}.", ""]
+    repushed = [(n, what) for n, d in s["devices"].items() for what in d.get("repushed", [])]
+    if repushed:
+        lines += ["Found corrupted on the device, re-pushed and verified again:", ""]
+        lines += [f"- {n}: {what}" for n, what in repushed] + [""]
     if s["problems"]:
         lines += ["## Failures and errors", ""]
         rows_p = [
