@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -246,6 +247,31 @@ def test_session_pushes_preflights_and_runs(device, tmp_path: Path) -> None:
         assert warm.pushed_bytes == 0
     finally:
         warm.close()
+
+
+def test_farm_gc_keeps_what_the_last_runs_used(state: Path, device, tmp_path: Path, capsys) -> None:
+    engine = stand_in(tmp_path)
+    old, new = tmp_path / "old.gguf", tmp_path / "new.gguf"
+    old.write_bytes(b"old " + os.urandom(32))
+    new.write_bytes(b"new " + os.urandom(32))
+    with open_session(device, run_id="gc-r1", engine=engine, build_id="abc", files=[old]) as s:
+        old_path = s.pushes[-1].files[0].store_path
+    time.sleep(1.05)  # use lists are ordered by modification time
+    with open_session(device, run_id="gc-r2", engine=engine, build_id="abc", files=[new]) as s:
+        new_path = s.pushes[-1].files[0].store_path
+        engine_path = s.engine
+        s.transport.sh('echo half > "$1/.tmp-x-1"', s.transport.path("store")).raise_for_infra()
+    capsys.readouterr()
+    assert run_cli("farm", "gc", "--farm", str(state / "farm.yaml"), "--device", device.name, "--keep", "1") == 0
+    out = capsys.readouterr().out
+    line = rf"^{re.escape(device.name)}  ok    removed [1-9][0-9]* file\(s\), [1-9][0-9]* bytes$"
+    assert re.search(line, out, re.M), out
+    with open_transport(device) as t:
+        listing = t.run(["ls", "-a", t.path("store")], 10).stdout.decode().split()
+        assert old_path.rsplit("/", 1)[1] not in listing and ".tmp-x-1" not in listing
+        assert new_path.rsplit("/", 1)[1] in listing and engine_path.rsplit("/", 1)[1] in listing
+        assert read_lock(t) is None  # gc took the lock and gave it back
+    assert run_cli("farm", "gc", "--farm", str(state / "farm.yaml"), "--keep", "0") == 2
 
 
 def test_timeout_scale_applies_to_engine_runs(farm, tmp_path: Path) -> None:

@@ -14,10 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .farm import (
+    DeviceSession,
     FarmConfigError,
     FarmError,
     InfraError,
     check_lite,
+    default_run_id,
     load_farm,
     localfarm,
     open_transport,
@@ -33,7 +35,7 @@ def add_farm_commands(subparsers: argparse._SubParsersAction) -> argparse.Argume
         help="start, stop and inspect device farms",
         description="Manage the embedded local farm (up/down) and inspect any farm (status/check).",
     )
-    sub = farm.add_subparsers(dest="farm_command", metavar="{up,down,status,check}")
+    sub = farm.add_subparsers(dest="farm_command", metavar="{up,down,status,check,gc}")
     sub.required = True
 
     def common(p: argparse.ArgumentParser, selection: bool) -> None:
@@ -86,6 +88,15 @@ def add_farm_commands(subparsers: argparse._SubParsersAction) -> argparse.Argume
     )
     common(p, selection=True)
     p.set_defaults(func=cmd_check)
+    p = sub.add_parser(
+        "gc",
+        help="remove stored engines and fixtures the last runs did not use",
+        description="For each device (taking its lock): remove files of WORKDIR/store that none of the "
+        "device's last N runs used (N: --keep, else the device's keep_runs) and leftover upload temporaries.",
+    )
+    common(p, selection=True)
+    p.add_argument("--keep", metavar="N", type=int, default=None, help="runs whose files are kept (>= 1)")
+    p.set_defaults(func=cmd_gc)
     return farm
 
 
@@ -239,3 +250,35 @@ def cmd_check(args: argparse.Namespace) -> int:
         )
         return 1
     return 0
+
+
+def _gc(device, keep: int | None) -> dict:
+    row: dict = {"device": device.name, "ok": False, "removed": 0, "freed_bytes": 0}
+    try:
+        with DeviceSession(device, run_id=f"gc-{default_run_id()}") as session:
+            session.connect().lock()
+            rep = session.gc(keep)
+            row.update(ok=True, removed=len(rep.removed), freed_bytes=rep.freed,
+                       detail=f"removed {len(rep.removed)} file(s), {rep.freed} bytes")
+    except InfraError as exc:
+        row["detail"] = f"{exc.kind}: {exc.reason}"
+    return row
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    if args.keep is not None and args.keep < 1:
+        print("bmoe-ci farm gc: --keep must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        _farm, devices = _load("gc", args)
+    except FarmError as exc:
+        return _err("gc", exc)
+    with ThreadPoolExecutor(max_workers=min(8, len(devices))) as pool:
+        rows = list(pool.map(lambda d: _gc(d, args.keep), devices))
+    if args.json:
+        print(json.dumps({"devices": rows}, indent=2))
+    else:
+        width = max(len(r["device"]) for r in rows)
+        for r in rows:
+            print(f"{r['device']:<{width}}  {'ok  ' if r['ok'] else 'FAIL'}  {r['detail']}")
+    return 0 if all(r["ok"] for r in rows) else 1

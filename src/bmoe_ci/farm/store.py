@@ -274,7 +274,7 @@ def push(
 RUNS = "runs"
 
 # $1 store, $2 runs dir, $3 how many use lists to keep. Newest use lists (by mtime) are kept; every
-# stored file none of them names is removed, and printed with its size.
+# stored file none of them names is removed, and printed with its size; upload temporaries too.
 _GC = r"""
 s=$1; r=$2; keep=$3
 mkdir -p "$r" "$s" || exit 3
@@ -282,6 +282,7 @@ n=0
 for f in $(ls -t "$r"); do
   n=$((n+1)); [ "$n" -gt "$keep" ] && rm -f "$r/$f"
 done
+for f in "$s"/.tmp-*; do [ -e "$f" ] || [ -L "$f" ] || continue; rm -f "$f" && echo "swept"; done
 for f in "$s"/*; do
   [ -f "$f" ] || continue
   b=${f##*/}
@@ -296,6 +297,7 @@ done
 class GcReport:
     device: str
     removed: list[tuple[str, int]] = field(default_factory=list)  #: (sha256, bytes)
+    swept: int = 0  #: leftover upload temporaries removed
 
     @property
     def freed(self) -> int:
@@ -303,7 +305,8 @@ class GcReport:
 
 
 def gc(transport: Transport, keep_runs: int, *, timeout: float = 120.0) -> GcReport:
-    """Remove stored files that none of the last ``keep_runs`` runs used (hold the lock to call this).
+    """Remove stored files that none of the last ``keep_runs`` runs used, and upload temporaries
+    (hold the lock to call this).
 
     A run's use list ``<workdir>/runs/<run id>`` is written by :func:`push` (``uses=``)."""
     if keep_runs < 1:
@@ -318,4 +321,6 @@ def gc(transport: Transport, keep_runs: int, *, timeout: float = 120.0) -> GcRep
         w = line.split()
         if len(w) == 3 and w[0] == "removed":
             report.removed.append((w[1], int(w[2])))
+        elif w == ["swept"]:
+            report.swept += 1
     return report
