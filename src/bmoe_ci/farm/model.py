@@ -164,6 +164,7 @@ class DeviceSpec(BaseModel):
     connect_timeout: Annotated[float, Field(gt=0, le=600)] = 10.0
     min_free_mb: Annotated[StrictInt, Field(ge=0)] = 256
     keep_runs: Annotated[StrictInt, Field(ge=1, le=10000)] = 10
+    entry_timeout: Annotated[float, Field(gt=0, le=86400)] = 120.0
 
 
 class Device(DeviceSpec):

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
+from .deadline import IDLE_GRACE, result_file_name, watched_argv
 from .errors import InfraError
 from .lock import DEFAULT_TTL, DeviceLock
 from .model import Device
@@ -155,6 +156,25 @@ class DeviceSession:
             stdin=stdin,
             env=env,
             cwd=cwd,
+        )
+        self.engine_seconds += r.duration
+        return r
+
+    @property
+    def entry_deadline(self) -> float:
+        """Seconds one plan entry may run without a result: ``entry_timeout`` x ``timeout_scale``."""
+        return self.device.entry_timeout * self.device.timeout_scale
+
+    def run_plan(self, args: Sequence[str], entries: int, *, stdin: bytes) -> RunResult:
+        """Run an engine plan (``bmoe batch``) of ``entries`` entries under the device-side watcher
+        (:mod:`~bmoe_ci.farm.deadline`): an entry that gives no result within :attr:`entry_deadline` is
+        killed on the device. The controller gives up when nothing at all arrives for the deadline + 30 s
+        (link or device hung) and the whole plan has ``entries`` deadlines at most."""
+        self._heartbeat()
+        deadline = self.entry_deadline
+        argv = watched_argv(self.engine_argv(args), deadline, self.transport.path(result_file_name()))
+        r = self.transport.run(
+            argv, deadline * max(1, entries) + 30.0, stdin=stdin, idle_timeout=deadline + IDLE_GRACE
         )
         self.engine_seconds += r.duration
         return r
