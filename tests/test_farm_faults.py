@@ -3,7 +3,10 @@ asserts the verdicts, the counts, a time bound and what is left on the device.""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import threading
 import time
 from pathlib import Path
 
@@ -65,3 +68,78 @@ def test_a_file_that_keeps_arriving_corrupted_is_an_infrastructure_error(tmp_pat
     assert host["status"] != "pass" and host["passed"] == 0 and host["failed"] == 0
     assert "hash mismatch again" in host["infra_error"] and "expected" in host["infra_error"]
     assert not [p for p in _store(tmp_path).iterdir() if p.name.startswith(".tmp-")]
+
+
+def _two_device_farm(tmp_path: Path, entry_timeout: float) -> Path:
+    base = host_farm(tmp_path).read_text().split("devices:\n", 1)
+    one = base[1]
+    two = one.replace("name: host", "name: host-b").replace(str(tmp_path / "work"), str(tmp_path / "work-b"))
+    farm = tmp_path / "farm2.yaml"
+    farm.write_text(f"{base[0]}defaults:\n  entry_timeout: {entry_timeout}\ndevices:\n{one}{two}")
+    return farm
+
+
+def _engines_under(store: Path) -> list[int]:
+    """Pids of engine processes started from `store` (the watcher's sh names it too: not counted)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].startswith(str(store).encode()) and b"batch" in argv:
+            pids.append(int(proc.name))
+    return pids
+
+
+def test_a_stopped_engine_is_one_named_timeout_and_the_other_device_finishes(tmp_path: Path) -> None:
+    deadline = 8.0
+    farm = _two_device_farm(tmp_path, deadline)
+    start = time.monotonic()
+    healthy = run_gates(tmp_path, farm=farm, device="all", modules=DET, results=tmp_path / "r1")
+    healthy_s = time.monotonic() - start
+    assert healthy.returncode == 0, healthy.output[-3000:]
+
+    stopped: set[int] = set()
+    done = threading.Event()
+
+    def stop_engines() -> None:  # SIGSTOP every engine batch on device `host`, as it starts
+        while not done.is_set():
+            for pid in _engines_under(tmp_path / "work" / "store"):
+                if pid not in stopped:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGSTOP)
+                    stopped.add(pid)
+            time.sleep(0.02)
+
+    stopper = threading.Thread(target=stop_engines, daemon=True)
+    stopper.start()
+    start = time.monotonic()
+    try:
+        run = run_gates(tmp_path, farm=farm, device="all", modules=DET, results=tmp_path / "r2")
+    finally:
+        done.set()
+        stopper.join()
+    took = time.monotonic() - start
+    host, other = run.summary["devices"]["host"], run.summary["devices"]["host-b"]
+    assert run.returncode == 1, run.output[-3000:]
+    assert other["status"] == "pass" and other["tests"] == other["passed"] > 0
+    # every test of `host` needs the one plan: one timeout, one engine stopped, no re-run, no verdict
+    assert len(stopped) == 1
+    assert host["errors"] == host["tests"] == other["tests"] and host["failed"] == host["passed"] == 0
+    problems = [p for p in run.summary["problems"] if p["device"] == "host"]
+    assert len(problems) == host["tests"]
+    assert all("timeout" in p["message"] and "'fixture:qwen3moe' entry" in p["message"] for p in problems)
+    assert took <= healthy_s + deadline + 60, (took, healthy_s)
+    # what is left: the stopped engine was killed on the device, no result file behind
+    assert all(not Path(f"/proc/{pid}").exists() or "Z" in _state(pid) for pid in stopped)
+    assert not [p for p in (tmp_path / "work" / "store").iterdir() if p.name.startswith(".tmp-")]
+
+
+def _state(pid: int) -> str:
+    try:
+        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0])
+    except OSError:
+        return "Z"
