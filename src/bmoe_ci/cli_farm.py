@@ -8,7 +8,10 @@ missing tool).
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
+import os
+import socket
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -20,6 +23,7 @@ from .farm import (
     InfraError,
     check_lite,
     default_run_id,
+    force_unlock,
     load_farm,
     localfarm,
     open_transport,
@@ -35,7 +39,7 @@ def add_farm_commands(subparsers: argparse._SubParsersAction) -> argparse.Argume
         help="start, stop and inspect device farms",
         description="Manage the embedded local farm (up/down) and inspect any farm (status/check).",
     )
-    sub = farm.add_subparsers(dest="farm_command", metavar="{up,down,status,check,gc}")
+    sub = farm.add_subparsers(dest="farm_command", metavar="{up,down,status,check,gc,unlock}")
     sub.required = True
 
     def common(p: argparse.ArgumentParser, selection: bool) -> None:
@@ -97,6 +101,17 @@ def add_farm_commands(subparsers: argparse._SubParsersAction) -> argparse.Argume
     common(p, selection=True)
     p.add_argument("--keep", metavar="N", type=int, default=None, help="runs whose files are kept (>= 1)")
     p.set_defaults(func=cmd_gc)
+    p = sub.add_parser(
+        "unlock",
+        help="break a device's lease (needs --force)",
+        description="Break DEVICE's lease whoever holds it, say what was broken, and append an audit line "
+        "to WORKDIR/.bmoe-ci-audit.log. A stale lease is broken by the next run anyway; use this for a "
+        "live one only when you know its run is gone.",
+    )
+    common(p, selection=False)
+    p.add_argument("device", metavar="DEVICE", help="device name")
+    p.add_argument("--force", action="store_true", help="required: you know the holder is gone")
+    p.set_defaults(func=cmd_unlock)
     return farm
 
 
@@ -183,7 +198,7 @@ def _probe(device, with_lock: bool) -> dict:
         row["reachable"] = True
         if with_lock:
             owner = read_lock(t)
-            row["lock"] = f"{owner.describe()} since {owner.since_iso}" if owner else None
+            row["lock"] = f"{owner.describe()} since {owner.since_iso}; {owner.lease_state()}" if owner else None
     except InfraError as exc:
         row["reachable"] = False
         row["error"] = f"{exc.kind}: {exc.reason}"
@@ -282,3 +297,31 @@ def cmd_gc(args: argparse.Namespace) -> int:
         for r in rows:
             print(f"{r['device']:<{width}}  {'ok  ' if r['ok'] else 'FAIL'}  {r['detail']}")
     return 0 if all(r["ok"] for r in rows) else 1
+
+
+def cmd_unlock(args: argparse.Namespace) -> int:
+    try:
+        farm = load_farm(args.farm)
+        device = farm.device(args.device)
+    except FarmError as exc:
+        return _err("unlock", exc)
+    if not args.force:
+        print(f"bmoe-ci farm unlock: breaking {device.name}'s lease can let two runs share it; "
+              "add --force if its holder is gone", file=sys.stderr)
+        return 2
+    actor = f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}"
+    t = open_transport(device)
+    try:
+        t.connect()
+        broke = force_unlock(t, actor=actor)
+    except InfraError as exc:
+        print(f"bmoe-ci farm unlock: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        t.close()
+    if broke is None:
+        print(f"{device.name}: no lease held; nothing broken")
+    else:
+        print(f"{device.name}: broke the lease of {broke.describe()} since {broke.since_iso}; {broke.lease_state()} "
+              f"(audit line in {device.workdir}/.bmoe-ci-audit.log)")
+    return 0

@@ -54,7 +54,7 @@ from .errors import (
     MissingTool,
     SelectionError,
 )
-from .lock import DeviceLock, LockOwner, read_lock
+from .lock import DeviceLock, Heartbeat, LockOwner, force_unlock, read_lock
 from .model import Device, Farm, load_farm_file, normalize_arch, triple_arch
 from .preflight import EngineVersion, PreflightReport, check_lite, parse_version, preflight
 from .select import select_devices
@@ -84,6 +84,7 @@ __all__ = [
     "FarmError",
     "FarmNotUp",
     "GcReport",
+    "Heartbeat",
     "InfraError",
     "LocalTransport",
     "LockOwner",
@@ -99,6 +100,7 @@ __all__ = [
     "Transport",
     "check_lite",
     "default_run_id",
+    "force_unlock",
     "gc",
     "load_farm",
     "load_farm_file",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .deadline import IDLE_GRACE, result_file_name, watched_argv
 from .errors import InfraError
-from .lock import DEFAULT_TTL, DeviceLock
+from .lock import DeviceLock, Heartbeat
 from .model import Device
 from .preflight import EngineVersion, PreflightReport, check_engine, preflight
 from .store import RUNS, GcReport, Mismatch, PushItem, PushReport, gc, push
@@ -40,22 +40,28 @@ class DeviceSession:
         run_id: str | None = None,
         results_dir: str | os.PathLike[str] | None = None,
         transport: Transport | None = None,
-        lock_ttl: float = DEFAULT_TTL,
+        lock_ttl: float | None = None,
         progress: Callable[[str], None] | None = None,
     ):
         self.device = device
         self.run_id = run_id or default_run_id()
         self.results_dir = Path(results_dir) if results_dir is not None else None
         self.transport = transport or open_transport(device)
-        self.device_lock = DeviceLock(self.transport, self.run_id, ttl=lock_ttl)
         self.progress = progress
+        self.device_lock = DeviceLock(
+            self.transport, self.run_id, ttl=lock_ttl or device.lease_ttl, progress=self._say
+        )
+        self.heartbeat: Heartbeat | None = None
         self.engine: str | None = None  #: device path of the pushed engine
         self.build_id: str | None = None
         self.engine_version: EngineVersion | None = None
         self.preflight_report: PreflightReport | None = None
         self.pushes: list[PushReport] = []
         self.engine_seconds = 0.0
-        self._last_beat = time.monotonic()
+
+    def _say(self, msg: str) -> None:
+        if self.progress:
+            self.progress(msg)
 
     # -- steps
     def connect(self) -> DeviceSession:
@@ -63,9 +69,11 @@ class DeviceSession:
         return self
 
     def lock(self, wait: float = 0.0) -> DeviceSession:
-        """Take the device lock (:class:`~bmoe_ci.farm.errors.DeviceBusy` if held elsewhere)."""
+        """Take the device's lease (:class:`~bmoe_ci.farm.errors.DeviceBusy` if held elsewhere after
+        ``wait`` seconds) and start renewing it from a background thread until :meth:`close`."""
         self.device_lock.acquire(wait=wait)
-        self._last_beat = time.monotonic()
+        if self.device_lock.owner is not None and self.heartbeat is None:
+            self.heartbeat = Heartbeat(self.device_lock, progress=self._say).start()
         return self
 
     def push_files(self, items: Iterable[PushItem | str | os.PathLike[str]]) -> PushReport:
@@ -148,7 +156,6 @@ class DeviceSession:
     ) -> RunResult:
         """Run the pushed engine with ``args`` under the exec prefix; ``timeout`` is multiplied by the
         device's ``timeout_scale``. Never raises for infrastructure problems (see :class:`RunResult`)."""
-        self._heartbeat()
         r = self.transport.run(
             [self._engine(), *map(str, args)],
             timeout * self.device.timeout_scale,
@@ -170,7 +177,6 @@ class DeviceSession:
         (:mod:`~bmoe_ci.farm.deadline`): an entry that gives no result within :attr:`entry_deadline` is
         killed on the device. The controller gives up when nothing at all arrives for the deadline + 30 s
         (link or device hung) and the whole plan has ``entries`` deadlines at most."""
-        self._heartbeat()
         deadline = self.entry_deadline
         argv = watched_argv(self.engine_argv(args), deadline, self.transport.path(result_file_name()))
         r = self.transport.run(
@@ -189,13 +195,11 @@ class DeviceSession:
             raise RuntimeError("this session has no results_dir")
         return self.transport.get(remote_path, local_name, root=self.results_dir)
 
-    def _heartbeat(self) -> None:
-        if self.device_lock.owner is not None and time.monotonic() - self._last_beat > self.device_lock.ttl / 4:
-            self._last_beat = time.monotonic()
-            self.device_lock.refresh()
-
     def close(self) -> None:
-        """Release the lock (if we took it) and close the transport. Never raises."""
+        """Stop the heartbeat, release the lock (if we took it) and close the transport. Never raises."""
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+            self.heartbeat = None
         with contextlib.suppress(InfraError, OSError):
             self.device_lock.release()
         with contextlib.suppress(Exception):
@@ -218,7 +222,7 @@ def open_session(
     files: Iterable[PushItem | str | os.PathLike[str]] = (),
     lock: bool = True,
     lock_wait: float = 0.0,
-    lock_ttl: float = DEFAULT_TTL,
+    lock_ttl: float | None = None,
     check: bool = True,
     progress: Callable[[str], None] | None = None,
 ) -> DeviceSession:

@@ -41,6 +41,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--rebuild", action="store_true", help="ignore the engine build cache")
     group.addoption("--fixture", action="append", metavar="NAME",
                     help="only this fixture (repeatable; default: every default fixture)")
+    group.addoption("--lock-wait", type=float, default=0.0, metavar="SECONDS",
+                    help="wait up to SECONDS for a device another run holds (default 0: busy is an error)")
     group.addoption("--fault", action="append", metavar="NAME",
                     help="build the engine with fault BMOE_FAULT_<NAME> injected (to show a gate can fail)")
 
@@ -100,6 +102,7 @@ class Controller:
                 fixture_names=config.getoption("fixture"),
                 rebuild=config.getoption("rebuild"),
                 faults=config.getoption("fault") or (),
+                lock_wait=config.getoption("lock_wait"),
             )
         except FarmError as exc:
             raise pytest.UsageError(str(exc)) from exc

@@ -56,6 +56,7 @@ def prepare(
     fixture_names: Sequence[str] | None,
     rebuild: bool,
     faults: Sequence[str] = (),
+    lock_wait: float = 0.0,
     say: Callable[[str], None] = _say,
 ) -> Prepared:
     """Raises FarmError (bad farm file, unknown device) — a usage problem that stops the session.
@@ -84,6 +85,7 @@ def prepare(
                 engine=b.path,
                 build_id=b.build_id,
                 files=_fixture_items(fixtures),
+                lock_wait=lock_wait,
                 progress=lambda m: say(f"{device.name}: {m}"),
             )
         except InfraError as exc:
