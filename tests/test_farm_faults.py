@@ -4,13 +4,18 @@ asserts the verdicts, the counts, a time bound and what is left on the device.""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
-from gate_run import host_farm, run_gates
+import junitparser
+
+from gate_run import REPO, host_farm, run_gates
 
 DET = ("gates/test_determinism.py",)
 
@@ -143,3 +148,57 @@ def _state(pid: int) -> str:
         return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0])
     except OSError:
         return "Z"
+
+
+def test_a_killed_controller_leaves_results_that_add_up_and_the_next_run_starts(tmp_path: Path) -> None:
+    ttl = 6.0
+    farm = _two_device_farm(tmp_path, 60.0)
+    farm.write_text(farm.read_text().replace("defaults:\n", f"defaults:\n  lease_ttl: {ttl}\n"))
+    killed = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "pytest", *DET, "-p", "no:cacheprovider", "-q", "-n", "2", "--farm", str(farm),
+           "--device", "all", "--results", str(killed), "--fixture", "qwen3moe", "--fixture", "gemma4"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and proc.poll() is None:
+            if _finished_records(killed) >= 1:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run ended before it could be killed"
+        os.killpg(proc.pid, signal.SIGKILL)  # the controller and its xdist workers
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finished = _finished_records(killed)
+    assert not (killed / "summary.json").exists() and (killed / "plan.json").is_file()
+    time.sleep(1.5)  # local engines die with their controller (parent-death signal, watcher)
+    for work in ("work", "work-b"):
+        assert _engines_under(tmp_path / work / "store") == []
+
+    start = time.monotonic()
+    nxt = run_gates(tmp_path, farm=farm, device="all", modules=DET, results=tmp_path / "next")
+    assert nxt.returncode == 0, nxt.output[-3000:]
+    assert time.monotonic() - start < ttl + 10 + 120
+    assert "broke stale lock" in nxt.output
+
+    out = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "report", str(killed), "--format", "json"],
+                         cwd=REPO, capture_output=True, text=True, check=False)
+    assert out.returncode == 1, out.stderr
+    summary = json.loads(out.stdout)
+    plan = json.loads((killed / "plan.json").read_text())["tests"]
+    merged = junitparser.JUnitXml.fromfile(str(killed / "junit.xml"))
+    cases = [c for suite in merged for c in suite]
+    assert len(cases) == len(plan) == 12 == summary["totals"]["tests"]
+    interrupted = [c for c in cases if c.result and "run interrupted" in (c.result[0].message or "")]
+    assert len(interrupted) == len(plan) - finished > 0
+    assert summary["totals"]["passed"] == finished and summary["totals"]["failed"] == 0
+
+
+def _finished_records(results: Path) -> int:
+    n = 0
+    for dev in ("host", "host-b"):
+        with contextlib.suppress(OSError, ValueError):
+            n += len(json.loads((results / dev / "device.json").read_text())["records"])
+    return n

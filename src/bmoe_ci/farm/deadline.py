@@ -13,6 +13,8 @@ device even if the controller or the link is gone. So a plan runs under a small 
   which the controller's no-progress watchdog sees) and restarts the clock; ``DEADLINE`` seconds without
   growth kill the engine process with ``SIGKILL`` (a ``bmoe``, under ``qemu-*`` or ``taskset`` which
   exec it, is one process) and print :data:`DEADLINE_MARK` on stderr;
+* the loop also kills the engine when the watcher's own shell is gone (killed with its controller, or
+  by the command's deadline);
 * when the engine ends the results are copied to stdout and the file removed; the exit status is the
   engine's (137 when the watcher killed it: :func:`deadline_hit` tells that from a crash).
 
@@ -32,6 +34,7 @@ PROGRESS_MARK = "__bmoe_ci_progress__"
 # $1 deadline (whole seconds), $2 result file, then the engine's argv (exec prefix included).
 WATCH = r"""
 d=$1; f=$2; shift 2
+parent=$$
 exec 3<&0
 "$@" <&3 3<&- >"$f" &
 pid=$!
@@ -40,6 +43,7 @@ exec 3<&-
   last=0; idle=0
   while kill -0 "$pid" 2>/dev/null; do
     sleep 1 </dev/null >/dev/null 2>&1
+    if ! kill -0 "$parent" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null; exit 0; fi
     n=$(wc -c <"$f" 2>/dev/null) || n=0
     if [ "$n" -ne "$last" ]; then last=$n; idle=0; echo "__bmoe_ci_progress__ $n" >&2
     else idle=$((idle + 1)); fi

@@ -309,7 +309,14 @@ def _tail(data: bytes, n: int = 300) -> str:
 
 
 class LocalTransport(Transport):
-    """Commands run as subprocesses of this process; files are copied."""
+    """Commands run as subprocesses of this process; files are copied.
+
+    Each command runs in its own process group, and, where util-linux's ``setpriv`` exists, with a
+    parent-death signal (``SIGKILL``): a controller that dies takes its local engines with it."""
+
+    def __init__(self, device: Device):
+        super().__init__(device)
+        self._pdeathsig = shutil.which("setpriv")
 
     def _connect(self) -> None:
         Path(self.workdir).mkdir(parents=True, exist_ok=True)
@@ -331,7 +338,7 @@ class LocalTransport(Transport):
             )
         try:
             proc = subprocess.Popen(
-                argv,
+                [self._pdeathsig, "--pdeathsig", "KILL", "--", *argv] if self._pdeathsig else argv,
                 cwd=cwd,
                 env=full_env,
                 stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,

@@ -27,6 +27,7 @@ from bmoe_ci.paths import repo_root
 from bmoe_ci.plugin.collect import RecordCollector
 from bmoe_ci.plugin.context import DeviceContext, GateRun
 from bmoe_ci.plugin.runner import DeviceRunner
+from bmoe_ci.reports.plan import PlannedTest, write_plan
 
 RUN_KEY = pytest.StashKey[GateRun]()
 STATE_KEY = pytest.StashKey["GateState"]()
@@ -165,6 +166,26 @@ class GateState:
         for name, r in self._runners.items():
             if name not in self._sessions:
                 r.session.close()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Write the run's plan (every selected gate test) before any test runs. Under xdist each worker
+    collects the same items and writes the same plan; the controller collects nothing and writes none."""
+    state = session.config.stash.get(STATE_KEY, None)
+    xdist_controller = bool(getattr(session.config.option, "numprocesses", None)) and not hasattr(
+        session.config, "workerinput"
+    )
+    if state is None or xdist_controller:
+        return
+    planned = []
+    for item in session.items:
+        props = {str(k): str(v) for k, v in item.user_properties if str(k).startswith("bmoe.")}
+        if "bmoe.device" in props:
+            planned.append(PlannedTest(
+                device=props["bmoe.device"], gate=props["bmoe.gate"], fixture=props.get("bmoe.fixture") or None,
+                name=props["bmoe.name"], classname=props.get("bmoe.classname", "gates"),
+            ))
+    write_plan(state.run.results_dir, state.run.run_id, planned)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

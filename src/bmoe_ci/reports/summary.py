@@ -24,6 +24,7 @@ from bmoe_ci.reports.junit import (
     read_junit,
     write_device_junit,
 )
+from bmoe_ci.reports.plan import read_plan, reconcile
 from bmoe_ci.reports.records import (
     DEVICE_JSON,
     INFRA_GATE,
@@ -487,6 +488,10 @@ def rebuild(results_dir: Path | str) -> dict[str, Any]:
     """What ``bmoe-ci report`` does: re-merge and re-summarise from the directory alone."""
     root = Path(results_dir)
     meta, runs = load_results(root)
+    plan = read_plan(root)
+    if plan is not None:  # a killed run: what never finished is an error, and counts add up to the plan
+        for name in reconcile(runs, plan):
+            write_device_junit(root, next(r for r in runs if r.device == name))
     merge(root)
     return _write(root, meta or derive_run_meta(root, runs), runs)
 
