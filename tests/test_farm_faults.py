@@ -202,3 +202,35 @@ def _finished_records(results: Path) -> int:
         with contextlib.suppress(OSError, ValueError):
             n += len(json.loads((results / dev / "device.json").read_text())["records"])
     return n
+
+
+def _gates(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "pytest", *DET, "-p", "no:cacheprovider", "-q", "--fixture", "qwen3moe", *args]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_bad_options_are_refused_before_any_device_is_touched(tmp_path: Path) -> None:
+    farm = host_farm(tmp_path)
+    a_file = tmp_path / "results-file"
+    a_file.write_text("not a directory\n")
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    read_only.chmod(0o555)
+    cases = [
+        (("--results", str(a_file)), "exists and is not a directory"),
+        (("--results", str(a_file / "sub")), "is not a directory"),
+        (("--lock-wait", "-1"), "--lock-wait -1: must be 0 or more seconds"),
+    ]
+    if os.geteuid() != 0:  # root writes anywhere
+        cases.append((("--results", str(read_only / "r")), "is not writable"))
+    mips = tmp_path / "mips.yaml"
+    mips.write_text(farm.read_text().replace("arch: x86_64", "arch: mips").replace("arch: aarch64", "arch: mips"))
+    cases.append((("--farm", str(mips), "--results", str(tmp_path / "r")), f"{mips}:6: devices[0].arch: unknown arch"))
+    for args, expected in cases:
+        full = args if "--farm" in args else ("--farm", str(farm), *args)
+        r = _gates(tmp_path, "--device", "host", *full)
+        out = r.stdout + r.stderr
+        assert r.returncode == 4 and expected in out, (args, out[-2000:])
+        assert "Traceback" not in out
+        assert not (tmp_path / "work").exists()  # the device's work directory was never created
+    assert a_file.read_text() == "not a directory\n"

@@ -244,7 +244,8 @@ def test_busy_names_the_lease_and_a_dead_holders_lease_expires_within_its_ttl(de
 
 def test_the_heartbeat_keeps_a_lease_while_an_engine_command_holds_the_session(device, tmp_path: Path) -> None:
     dev = device.model_copy(update={"lease_ttl": 4.0})
-    with open_session(dev, run_id="long-run", engine=stand_in(tmp_path), build_id="abc") as s:
+    engine = stand_in(tmp_path, build="lease")  # its own content: later tests count first pushes
+    with open_session(dev, run_id="long-run", engine=engine, build_id="lease") as s:
         worker = threading.Thread(target=s.run_engine, args=(["sleep", "7"], 30))
         worker.start()
         time.sleep(6)  # past the TTL, while the session's own connection runs the engine
@@ -347,8 +348,14 @@ def test_preflight_failures_are_infrastructure(farm, tmp_path: Path) -> None:
     with pytest.raises(InfraError, match="reports build abc, expected xyz") as ei:
         open_session(host, engine=stand_in(tmp_path), build_id="xyz")
     assert ei.value.kind == "preflight"
+    full = host.model_copy(update={"min_free_mb": 99999999})
+    with pytest.raises(InfraError, match=r"99999999 MiB must stay free \(min_free_mb\): nothing was uploaded") as ei:
+        open_session(full, engine=stand_in(tmp_path, build="full"))  # refused before the upload
+    assert ei.value.kind == "preflight"
+    with open_transport(host) as t:
+        assert b".tmp-" not in t.run(["ls", "-a", t.path("store")], 10).stdout
     with pytest.raises(InfraError, match=r"need 99999999 MiB \(min_free_mb\)"):
-        open_session(host.model_copy(update={"min_free_mb": 99999999}), engine=stand_in(tmp_path))
+        open_session(full)  # nothing to push: the preflight's own check
     other = "riscv64" if ARCH != "riscv64" else "x86_64"
     with pytest.raises(InfraError, match=f"declared arch {other} but 'uname -m' says {ARCH}"):
         open_session(host.model_copy(update={"arch": other}))

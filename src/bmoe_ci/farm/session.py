@@ -88,6 +88,7 @@ class DeviceSession:
             progress=self.progress,
             sweep=locked,
             uses=self.transport.path(RUNS, self.run_id) if locked else None,
+            min_free_mb=self.device.min_free_mb,
         )
         self.pushes.append(report)
         return report

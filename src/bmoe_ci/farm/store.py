@@ -133,6 +133,7 @@ if [ "$sweep" = 1 ]; then
   for f in "$d"/.tmp-*; do [ -e "$f" ] || [ -L "$f" ] || continue; rm -f "$f" && echo swept; done
 fi
 if [ "$uses" != - ]; then mkdir -p "$(dirname "$uses")" || exit 3; : >> "$uses" || exit 3; fi
+df -Pk "$d" 2>/dev/null | tail -n 1 | sed 's/^/df /'
 while [ $# -ge 2 ]; do
   [ "$uses" != - ] && echo "$1" >> "$uses"
   if [ -f "$d/$1" ]; then
@@ -183,11 +184,14 @@ def push(
     timeout: float = 600.0,
     sweep: bool = False,
     uses: str | None = None,
+    min_free_mb: int | None = None,
 ) -> PushReport:
     """Push files into the device's verified store; see the module docstring.
 
     ``sweep``: remove leftover upload temporaries first (only safe while holding the device lock).
     ``uses``: a device path to append the manifest's hashes to (the run's use list, for :func:`gc`).
+    ``min_free_mb``: refuse (InfraError ``preflight``) before uploading anything when the uploads would
+    leave less free space than that in the store's filesystem.
     Raises :class:`InfraError` (``push``, ``transfer``, ``disconnect``, ...) on any failure.
     """
     dev = transport.device.name
@@ -222,13 +226,28 @@ def push(
         if w[0] == "corrupt":
             report.mismatches.append(Mismatch(first[w[1]].local.name, w[1], w[2].strip("-"), "store"))
 
+    missing = [sha for sha in modes if sha not in present]
+    if min_free_mb is not None:
+        need = sum(size for sha, size in {s: z for _, s, z in entries}.items() if sha in missing)
+        fields = next((w[1:] for w in lines if w[0] == "df"), [])
+        try:
+            avail_kb = int(fields[3] if len(fields) == 6 else fields[-3])
+        except (IndexError, ValueError):
+            raise InfraError(dev, "preflight", f"cannot read free space of {store} from 'df -Pk'") from None
+        if avail_kb * 1024 - need < min_free_mb * 1048576:
+            raise InfraError(
+                dev,
+                "preflight",
+                f"only {avail_kb // 1024} MiB free in {store}; the push needs {need / 1048576:.1f} MiB and "
+                f"{min_free_mb} MiB must stay free (min_free_mb): nothing was uploaded",
+            )
+
     pushed: dict[str, int] = {}
     links: list[str] = []
     for it, sha, _size in entries:
         if it.name is not None:
             path = transport.path(it.name)
             links += ["link", path, posixpath.relpath(posixpath.join(store, sha), posixpath.dirname(path)), "-"]
-    missing = [sha for sha in modes if sha not in present]
     while missing or links:
         commit: list[str] = [store]
         for sha in missing:

@@ -15,6 +15,7 @@ Tests are parametrised over (device, fixture) and grouped per device (`xdist_gro
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -94,6 +95,12 @@ class Controller:
         config = self.config
         run_id = default_run_id()
         results = Path(config.getoption("results") or Path("results") / run_id).resolve()
+        # bad options are refused before any device is touched
+        problem = results_dir_problem(results)
+        if problem:
+            raise pytest.UsageError(f"--results {config.getoption('results') or results}: {problem}")
+        if config.getoption("lock_wait") < 0:
+            raise pytest.UsageError(f"--lock-wait {config.getoption('lock_wait'):g}: must be 0 or more seconds")
         try:
             self.prepared = prepare(
                 selectors=config.getoption("device") or ["all"],
@@ -136,6 +143,24 @@ class Controller:
         if summary is not None:
             terminalreporter.write_sep("=", "bmoe-ci gate matrix")
             terminalreporter.write_line(summary)
+
+
+def results_dir_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be the results directory (it is created later, after the devices are
+    ready), or None."""
+    if path.exists():
+        if not path.is_dir():
+            return "exists and is not a directory"
+        probe = path
+    else:
+        probe = path.parent
+        while not probe.exists():
+            probe = probe.parent
+        if not probe.is_dir():
+            return f"{probe} is not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable"
+    return None
 
 
 class GateState:
