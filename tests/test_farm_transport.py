@@ -254,6 +254,34 @@ def test_leftover_temporaries_are_swept_and_gc_keeps_the_last_runs(t, tmp_path: 
     assert f"removed {sha256_file(files[0])} {files[0].stat().st_size}" in r.stdout.decode()
 
 
+def test_an_interrupted_upload_is_retried_and_verified(
+    ssh_dev, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = SshTransport(ssh_dev)
+    t.connect()
+    f = tmp_path / "big.bin"
+    f.write_bytes(os.urandom(4 << 20))
+    (tmp_path / "small").write_bytes(b"opens the SFTP session")
+    t.put(tmp_path / "small", "small.bin")
+    orig, calls = t._put, []
+
+    def drop_first(local: Path, remote: str) -> int:
+        calls.append(remote)
+        if len(calls) == 1:
+            t._conn.transport.close()  # the link drops under the upload: the real error path
+        return orig(local, remote)
+
+    monkeypatch.setattr(t, "_put", drop_first)
+    try:
+        rep = push(t, [f], sweep=True)
+        assert len(calls) == 2 and rep.bytes_pushed == f.stat().st_size and rep.mismatches == []
+        assert len(t.retries) == 1 and "upload of big.bin failed (disconnect" in t.retries[0]
+        listing = t.run(["ls", "-a", t.path("store")], 10).stdout.decode().split()
+        assert sha256_file(f) in listing and not [n for n in listing if n.startswith(".tmp-")]
+    finally:
+        t.close()
+
+
 # ------------------------------------------------------------------------------------------ ssh security
 
 
@@ -299,18 +327,25 @@ def test_unreachable_device(ssh_dev) -> None:
     with socket.socket() as s:
         s.bind((ssh_dev.host, 0))
         port = s.getsockname()[1]
-    dev = ssh_dev.model_copy(update={"port": port})  # nothing listens there any more
+    dev = ssh_dev.model_copy(update={"port": port, "retries": 0})  # nothing listens there any more
     start = time.monotonic()
     r = SshTransport(dev).run(["true"], 10)
     assert r.outcome is Outcome.INFRA and r.infra.kind == "unreachable", r.describe()
     assert time.monotonic() - start < 5
+    # refused is transient: retried with backoff (1 s, 2 s), each retry noted, the error says how many
+    t = SshTransport(dev.model_copy(update={"retries": 2}))
+    start = time.monotonic()
+    r = t.run(["true"], 10)
+    took = time.monotonic() - start
+    assert r.outcome is Outcome.INFRA and r.infra.kind == "unreachable" and "(3 attempts)" in r.infra.reason
+    assert 3 <= took < 8 and len(t.retries) == 2 and "retry 2 of 2 in 2s" in t.retries[1]
 
 
 def test_silent_server_hits_the_connect_timeout(ssh_dev) -> None:
     with socket.socket() as s:  # accepts TCP, never speaks SSH
         s.bind((ssh_dev.host, 0))
         s.listen(1)
-        dev = ssh_dev.model_copy(update={"port": s.getsockname()[1], "connect_timeout": 1.0})
+        dev = ssh_dev.model_copy(update={"port": s.getsockname()[1], "connect_timeout": 1.0, "retries": 0})
         start = time.monotonic()
         with pytest.raises(InfraError) as ei:
             SshTransport(dev).connect()

@@ -217,6 +217,7 @@ class DeviceSpec(BaseModel):
     keep_runs: Annotated[StrictInt, Field(ge=1, le=10000)] = 10
     entry_timeout: Annotated[float, Field(gt=0, le=86400)] = 120.0
     lease_ttl: Annotated[float, Field(ge=4, le=86400)] = 180.0
+    retries: Annotated[StrictInt, Field(ge=0, le=10)] = 2
 
 
 class Device(DeviceSpec):

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import logging
 import math
 import os
 import secrets
@@ -51,6 +52,32 @@ from .model import Device
 
 #: Extra seconds the controller waits past a command's own timeout before declaring the link dead.
 DEADLINE_GRACE = 10.0
+#: First wait before retrying a transient connect or upload failure; doubled at each retry.
+RETRY_BACKOFF = 1.0
+
+log = logging.getLogger("bmoe_ci.farm")
+
+
+def retrying(device: Device, what: str, kinds: tuple[str, ...], notes: list[str], call):
+    """``call()``, retried up to ``device.retries`` times with backoff (1 s, 2 s, 4 s, ...) while it
+    raises an :class:`InfraError` of one of ``kinds`` (transient: refused, reset, banner timeout, a
+    dropped upload). Each retry is logged and noted in ``notes``; the last error names the attempts."""
+    for attempt in range(device.retries + 1):
+        try:
+            return call()
+        except InfraError as exc:
+            if exc.kind not in kinds:
+                raise
+            if attempt == device.retries:
+                if attempt == 0:
+                    raise
+                raise InfraError(exc.device, exc.kind, f"{exc.reason} ({attempt + 1} attempts)") from None
+            wait = RETRY_BACKOFF * 2**attempt
+            note = f"{what} failed ({exc.kind}: {exc.reason}); retry {attempt + 1} of {device.retries} in {wait:g}s"
+            notes.append(note)
+            log.warning("%s: %s", device.name, note)
+            time.sleep(wait)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 class Outcome(enum.StrEnum):
@@ -126,6 +153,7 @@ class Transport(ABC):
         self.stats = _Stats()
         self._connected = False
         self._lock = threading.RLock()
+        self.retries: list[str] = []  #: every transient failure that was retried (connect, upload)
 
     # -- lifecycle
     def connect(self) -> None:
@@ -135,7 +163,7 @@ class Transport(ABC):
         with self._lock:
             if self._connected:
                 return
-            self._connect()
+            retrying(self.device, "connect", ("unreachable",), self.retries, self._connect)
             self._connected = True
             r = self._run(
                 [
@@ -252,10 +280,15 @@ class Transport(ABC):
 
     # -- files
     def put(self, local_path: str | os.PathLike[str], remote_path: str) -> int:
-        """Upload a file; returns the bytes sent. Raises :class:`InfraError` (transfer, disconnect)."""
-        with self._lock:
+        """Upload a file (a dropped upload is retried, see :func:`retrying`); returns the bytes sent.
+        Raises :class:`InfraError` (transfer, disconnect)."""
+
+        def once() -> int:
             self.connect()
-            n = self._put(Path(local_path), self.path(remote_path))
+            return self._put(Path(local_path), self.path(remote_path))
+
+        with self._lock:
+            n = retrying(self.device, f"upload of {Path(local_path).name}", ("disconnect",), self.retries, once)
             self.stats.bytes_up += n
             return n
 

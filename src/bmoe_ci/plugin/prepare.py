@@ -93,6 +93,8 @@ def prepare(
             ctx.setup_s = time.monotonic() - started
             say(f"{device.name}: unavailable: {exc}")
             return ctx, None
+        for note in session.transport.retries:
+            say(f"{device.name}: {note}")
         ctx.engine = session.engine
         ctx.models = {f.name: session.file(f"fixtures/{f.path.name}") for f in fixtures}
         ctx.pushed_bytes = session.pushed_bytes
