@@ -234,3 +234,35 @@ def test_bad_options_are_refused_before_any_device_is_touched(tmp_path: Path) ->
         assert "Traceback" not in out
         assert not (tmp_path / "work").exists()  # the device's work directory was never created
     assert a_file.read_text() == "not a directory\n"
+
+
+def test_a_device_failing_its_health_check_is_quarantined_skipped_and_released(tmp_path: Path) -> None:
+    farm = host_farm(tmp_path)
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    farm.write_text(farm.read_text() + "  - name: broken\n    kind: phone\n    arch: x86_64\n    transport: local\n"
+                    f"    workdir: {blocker}/work\n    quarantine_after: 1\n    quarantine_hours: 1\n")
+    start = time.monotonic()
+    first = run_gates(tmp_path, farm=farm, device="all", modules=DET, select=("test_same_config_twice",),
+                      results=tmp_path / "r1")
+    broken = first.summary["devices"]["broken"]
+    assert first.returncode == 1 and broken["errors"] == 2 and broken["passed"] == broken["failed"] == 0
+    assert "broken: quarantined until" in first.output and first.summary["notes"] == []
+    second = run_gates(tmp_path, farm=farm, device="all", modules=DET, select=("test_same_config_twice",),
+                       results=tmp_path / "r2")
+    assert time.monotonic() - start < 240
+    assert second.returncode == 0, second.output[-2000:]
+    assert list(second.summary["devices"]) == ["host"] and second.summary["devices"]["host"]["status"] == "pass"
+    [note] = second.summary["notes"]
+    assert note.startswith("broken skipped: quarantined until ")
+    assert "failed its health check on 1 consecutive runs" in note and "cannot create work directory" in note
+    assert "broken skipped: quarantined" in (tmp_path / "r2" / "summary.md").read_text()
+    status = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "farm", "status", "--farm", str(farm)],
+                            cwd=REPO, capture_output=True, text=True, check=False)
+    assert "QUARANTINED (quarantined until" in status.stdout
+    rel = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "farm", "release", "broken", "--farm", str(farm)],
+                         cwd=REPO, capture_output=True, text=True, check=False)
+    assert rel.returncode == 0 and rel.stdout.startswith("broken: released (was quarantined until")
+    status = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "farm", "status", "--farm", str(farm), "--json"],
+                            cwd=REPO, capture_output=True, text=True, check=False)
+    assert [d["quarantine"] for d in json.loads(status.stdout)["devices"]] == [None, None]

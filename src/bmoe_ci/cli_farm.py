@@ -30,6 +30,7 @@ from .farm import (
     read_lock,
     select_devices,
 )
+from .farm.health import HealthBook
 
 
 def add_farm_commands(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -39,7 +40,7 @@ def add_farm_commands(subparsers: argparse._SubParsersAction) -> argparse.Argume
         help="start, stop and inspect device farms",
         description="Manage the embedded local farm (up/down) and inspect any farm (status/check).",
     )
-    sub = farm.add_subparsers(dest="farm_command", metavar="{up,down,status,check,gc,unlock}")
+    sub = farm.add_subparsers(dest="farm_command", metavar="{up,down,status,check,gc,unlock,release}")
     sub.required = True
 
     def common(p: argparse.ArgumentParser, selection: bool) -> None:
@@ -112,6 +113,15 @@ def add_farm_commands(subparsers: argparse._SubParsersAction) -> argparse.Argume
     p.add_argument("device", metavar="DEVICE", help="device name")
     p.add_argument("--force", action="store_true", help="required: you know the holder is gone")
     p.set_defaults(func=cmd_unlock)
+    p = sub.add_parser(
+        "release",
+        help="lift a device's quarantine",
+        description="Lift DEVICE's quarantine (and reset its count of failed health checks), so that the "
+        "next run selects it again.",
+    )
+    common(p, selection=False)
+    p.add_argument("device", metavar="DEVICE", help="device name")
+    p.set_defaults(func=cmd_release)
     return farm
 
 
@@ -214,6 +224,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         return _err("status", exc)
     with ThreadPoolExecutor(max_workers=min(8, len(devices))) as pool:
         rows = list(pool.map(lambda d: _probe(d, True), devices))
+    health = HealthBook(farm.path)
+    for r in rows:
+        h = health.get(r["device"])
+        r["quarantine"] = h.quarantine.describe() if h.quarantine else None
+        r["failed_checks"] = h.failures
     if args.json:
         print(
             json.dumps(
@@ -227,6 +242,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     for r in rows:
         state = "up" if r["reachable"] else f"DOWN ({r['error']})"
         lock = f"  locked by {r['lock']}" if r.get("lock") else ""
+        lock += f"  QUARANTINED ({r['quarantine']})" if r["quarantine"] else ""
         prefix = f" via {' '.join(r['exec_prefix'])}" if r["exec_prefix"] else ""
         print(f"{r['device']:<{width}}  {r['kind']:<7} {r['arch']:<8} {r['address']:<20} {state}{prefix}{lock}")
     for name, members in farm.pools.items():
@@ -324,4 +340,18 @@ def cmd_unlock(args: argparse.Namespace) -> int:
     else:
         print(f"{device.name}: broke the lease of {broke.describe()} since {broke.since_iso}; {broke.lease_state()} "
               f"(audit line in {device.workdir}/.bmoe-ci-audit.log)")
+    return 0
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    try:
+        farm = load_farm(args.farm)
+        device = farm.device(args.device)
+    except FarmError as exc:
+        return _err("release", exc)
+    before = HealthBook(farm.path).release(device.name)
+    if before.quarantine is not None:
+        print(f"{device.name}: released (was {before.quarantine.describe()})")
+    else:
+        print(f"{device.name}: not quarantined ({before.failures} failed health check(s) in a row, now reset)")
     return 0

@@ -352,7 +352,10 @@ class LocalTransport(Transport):
         self._pdeathsig = shutil.which("setpriv")
 
     def _connect(self) -> None:
-        Path(self.workdir).mkdir(parents=True, exist_ok=True)
+        try:
+            Path(self.workdir).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # an infrastructure error of this device, never a traceback
+            raise InfraError(self.device.name, "setup", f"cannot create work directory {self.workdir}: {exc}") from None
 
     def close(self) -> None:
         self._connected = False

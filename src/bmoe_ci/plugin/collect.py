@@ -126,7 +126,7 @@ class RecordCollector:
         meta = RunMeta(
             run=self.run.run_id, started=self.run.started,
             finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), engine_builds=self.run.engine_builds,
-            compiled=self.run.compiled, fixtures=self.run.fixtures,
+            compiled=self.run.compiled, fixtures=self.run.fixtures, notes=list(self.run.notes),
         )
         data = finalize(self.run.results_dir, runs, meta)
         lines = [console_matrix(data)]

@@ -33,6 +33,7 @@ class GateRun:
     engine_builds: dict[str, str]  # target -> build id
     compiled: list[str]  # targets compiled (not taken from the cache) in this run
     started: str = ""
+    notes: list[str] = field(default_factory=list)  # devices skipped by the selection, and why
 
     def device(self, name: str) -> DeviceContext:
         for d in self.devices:

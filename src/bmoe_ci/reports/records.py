@@ -203,6 +203,7 @@ class RunMeta:
     engine_builds: dict[str, str] = field(default_factory=dict)
     compiled: list[str] = field(default_factory=list)
     fixtures: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # e.g. devices the selection skipped (quarantined)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": RUN_SCHEMA, **asdict(self)}

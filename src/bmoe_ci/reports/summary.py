@@ -208,6 +208,7 @@ def build_summary(meta: RunMeta, runs: list[DeviceRun]) -> dict[str, Any]:
         "totals": {"devices": len(runs), **vars(totals)},
         "engine_builds": dict(sorted(meta.engine_builds.items())),
         "compiled": sorted(meta.compiled),
+        "notes": list(meta.notes),
         "fixtures": dict(sorted(meta.fixtures.items())),
         "gates": sorted(gates - {INFRA_GATE}, key=gate_sort_key),
         "devices": devices,
@@ -269,6 +270,7 @@ def console_matrix(s: dict[str, Any]) -> str:
     if len(s["problems"]) > _MAX_LISTED:
         lines.append(f"  ... and {len(s['problems']) - _MAX_LISTED} more (see {SUMMARY_MD})")
     lines.append(_agreement_line(s))
+    lines += [f"note: {n}" for n in s.get("notes", [])]
     return "\n".join(lines)
 
 
@@ -291,6 +293,8 @@ def markdown(s: dict[str, Any]) -> str:
     lines = [f"# bmoe-ci results: run {s['run']}", "", f"**{_headline(s)}**", ""]
     if s["started"] or s["finished"]:
         lines += [f"Started {s['started'] or '?'}, finished {s['finished'] or '?'}.", ""]
+    if s.get("notes"):
+        lines += [f"- {_md(n)}" for n in s["notes"]] + [""]
     lines += [f"![device x gate matrix]({MATRIX_SVG})", "", "## Device x gate", ""]
     header, rows = _matrix_rows(s)
     emph = [[c if c in (_NOT_RUN, "PASS") or c[0].isdigit() else f"**{c}**" for c in r[2:]] for r in rows]
