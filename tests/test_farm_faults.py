@@ -15,6 +15,7 @@ from pathlib import Path
 
 import junitparser
 
+from bmoe_ci.farm import localfarm
 from gate_run import REPO, host_farm, run_gates
 
 DET = ("gates/test_determinism.py",)
@@ -266,3 +267,57 @@ def test_a_device_failing_its_health_check_is_quarantined_skipped_and_released(t
     status = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "farm", "status", "--farm", str(farm), "--json"],
                             cwd=REPO, capture_output=True, text=True, check=False)
     assert [d["quarantine"] for d in json.loads(status.stdout)["devices"]] == [None, None]
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(proc.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def test_a_device_whose_sshd_dies_mid_run_gives_errors_and_the_other_passes(tmp_path: Path) -> None:
+    state = tmp_path / "farm"
+    with localfarm.running(state) as resolved:
+        ssh_name = str(localfarm.layout()["SSH_HOST_NAME"])
+        farm = state / "faults.yaml"  # beside the resolved file: its relative paths still hold
+        farm.write_text(resolved.read_text().replace("  min_free_mb: 64\n", "  min_free_mb: 64\n  retries: 1\n"))
+        sshd = json.loads((state / "farm.json").read_text())["sshd"][ssh_name]["pid"]
+        results = tmp_path / "r"
+        killed: list[int] = []
+
+        def kill_when_one_test_finished() -> None:
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline and not killed:
+                with contextlib.suppress(OSError, ValueError):
+                    if json.loads((results / ssh_name / "device.json").read_text())["records"]:
+                        for pid in [sshd, *_descendants(sshd)]:  # the listener and every session under it
+                            with contextlib.suppress(ProcessLookupError):
+                                os.kill(pid, signal.SIGKILL)
+                            killed.append(pid)
+                time.sleep(0.05)
+
+        killer = threading.Thread(target=kill_when_one_test_finished, daemon=True)
+        killer.start()
+        start = time.monotonic()
+        run = run_gates(tmp_path, farm=farm, device=f"host,{ssh_name}", modules=DET, results=results)
+        took = time.monotonic() - start
+        killer.join()
+        assert killed, "the ssh device never finished a test"
+        host, dead = run.summary["devices"]["host"], run.summary["devices"][ssh_name]
+        assert run.returncode == 1, run.output[-3000:]
+        assert host["status"] == "pass" and host["passed"] == host["tests"] == 3
+        assert dead["failed"] == 0 and dead["passed"] >= 1 and dead["errors"] >= 1
+        assert dead["passed"] + dead["errors"] == dead["tests"] == 3
+        problems = [p for p in run.summary["problems"] if p["device"] == ssh_name]
+        assert problems and all(any(k in p["message"] for k in ("unreachable", "disconnect")) for p in problems)
+        assert took < 240
+        assert _engines_under(state / "devices" / ssh_name / "store") == []
