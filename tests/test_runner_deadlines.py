@@ -26,6 +26,8 @@ if sys.argv[1] == "batch":
             log.write(entry["id"] + "\\n")
         if "hang" in entry["argv"]:
             time.sleep(3600)
+        if "crash" in entry["argv"]:
+            os.kill(os.getpid(), 11)
         print(json.dumps({{"id": entry["id"], "ok": True}}), flush=True)
         time.sleep(float(os.environ.get("ENTRY_S", "0")))
     sys.exit(0)
@@ -79,3 +81,10 @@ def test_a_hang_is_one_named_timeout_then_the_device_is_out(runner: DeviceRunner
     with pytest.raises(InfraError, match="taken out of the run") as out:
         runner.plan("p3", [("e", ["run", "5"])])
     assert out.value.kind == "timeout" and "e" not in _ran(tmp_path)
+
+
+def test_a_crash_under_the_watcher_is_a_crash_verdict(runner: DeviceRunner, tmp_path: Path) -> None:
+    res = runner.plan("crashy", [("a", ["run", "1"]), ("b", ["run", "crash"]), ("c", ["run", "3"])])
+    assert res["a"].ok and res["c"].ok  # the rest of the plan was sent again
+    assert res["b"].crashed == "SIGSEGV" and "engine crashed (SIGSEGV)" in res["b"].describe()
+    assert runner.timeouts == [] and _ran(tmp_path) == ["a", "b", "c"]
