@@ -43,8 +43,10 @@ def host_farm(tmp_path: Path) -> Path:
 
 def run_gates(tmp_path: Path, *, faults: tuple[str, ...] = (), fixtures: tuple[str, ...] = ("qwen3moe",),
               modules: tuple[str, ...] = ("gates",), select: tuple[str, ...] = (), farm: Path | None = None,
-              device: str = "host", results: Path | None = None, extra: tuple[str, ...] = ()) -> GateRunResult:
-    """`modules`: gate module paths to run (default: the whole suite); `select`: pytest -k terms."""
+              device: str = "host", results: Path | None = None, extra: tuple[str, ...] = (),
+              env: dict[str, str] | None = None) -> GateRunResult:
+    """`modules`: gate module paths to run (default: the whole suite); `select`: pytest -k terms;
+    `env`: the controller's environment (local devices inherit it)."""
     results = results or tmp_path / "results"
     cmd = [sys.executable, "-m", "pytest", *modules, "-p", "no:cacheprovider", "-q",
            "--farm", str(farm or host_farm(tmp_path)), "--device", device, "--results", str(results)]
@@ -55,7 +57,7 @@ def run_gates(tmp_path: Path, *, faults: tuple[str, ...] = (), fixtures: tuple[s
     if select:
         cmd += ["-k", " or ".join(select)]
     cmd += list(extra)
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1200, check=False)
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=1200, check=False, env=env)
     summary_file = results / "summary.json"
     output = proc.stdout + proc.stderr
     assert summary_file.is_file(), f"the gate run wrote no summary (exit {proc.returncode}):\n{output[-3000:]}"

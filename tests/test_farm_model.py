@@ -327,3 +327,39 @@ def test_infra_errors_pickle_with_their_kind() -> None:
     )
     b = pickle.loads(pickle.dumps(DeviceBusy("pixel8", "run-1 (pid 7 on ci)", "2026-01-01 00:00:00 UTC")))
     assert isinstance(b, DeviceBusy) and b.kind == "busy" and "held by run-1" in str(b)
+
+
+def test_unknown_arch_is_refused_at_its_line(tmp_path: Path) -> None:
+    msg = only(tmp_path, GOOD.replace("    arch: aarch64\n", "    arch: mips\n"))
+    assert msg.startswith("farm.yaml:24: devices[2].arch: unknown arch 'mips': the engine is built for aarch64, x86_64")
+    msg = only(tmp_path, GOOD.replace("  known_hosts: known\n", "  known_hosts: known\n  arch: riscv64\n")
+               .replace("    arch: x86_64\n", "").replace("    arch: arm64\n", "").replace("    arch: aarch64\n", ""))
+    assert msg.startswith("farm.yaml:5: defaults.arch: unknown arch 'riscv64'"), msg  # once, at its line
+
+
+def test_new_keys_are_validated(tmp_path: Path) -> None:
+    bad = GOOD.replace("    workdir: /tmp/c\n", "    workdir: /tmp/c\n    entry_timeout: 0\n")
+    assert only(tmp_path, bad).startswith("farm.yaml:27: devices[2].entry_timeout: Input should be greater than 0")
+    bad = GOOD.replace("    workdir: /tmp/c\n", "    workdir: /tmp/c\n    lease_ttl: 1\n")
+    assert only(tmp_path, bad).startswith("farm.yaml:27: devices[2].lease_ttl: Input should be greater than or equal")
+    bad = GOOD.replace("    workdir: /tmp/c\n", "    workdir: /tmp/c\n    keep_runs: 0\n")
+    assert only(tmp_path, bad).startswith("farm.yaml:27: devices[2].keep_runs: Input should be greater than or equal")
+    good = GOOD.replace("defaults:\n", "defaults:\n  entry_timeout: 30\n  lease_ttl: 60\n  keep_runs: 3\n")
+    farm = load_farm_file(write(tmp_path, good))
+    assert {(d.entry_timeout, d.lease_ttl, d.keep_runs) for d in farm.devices.values()} == {(30.0, 60.0, 3)}
+
+
+def test_alias_bombs_and_huge_files_are_bounded(tmp_path: Path) -> None:
+    rows = ['a: &a ["x","x","x","x","x","x","x","x","x"]']
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
+        rows.append(f"{name}: &{name} [{','.join(['*' + prev] * 9)}]")
+    bomb = "\n".join(rows) + "\nversion: 1\n"  # under 1 KB, 9**9 strings once expanded
+    assert len(bomb) < 1024
+    start = time.monotonic()
+    msg = only(tmp_path, bomb)
+    assert time.monotonic() - start < 5
+    assert "aliases expand to more than 100000 nodes" in msg and msg.startswith("farm.yaml:")
+    assert "larger than 1048576 bytes" in only(tmp_path, "version: 1\n#" + "x" * (1 << 20) + "\n")
+    anchors = GOOD.replace("    labels: [fast]\n", "    labels: &l [fast]\n").replace(
+        "    workdir: /tmp/c\n", "    workdir: /tmp/c\n    labels: *l\n")
+    assert load_farm_file(write(tmp_path, anchors)).devices["c"].labels == ("fast",)  # ordinary aliases work

@@ -12,7 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from bmoe_ci.farm import InfraError, Outcome, PushItem, load_farm_file, localfarm, open_transport, push
+from bmoe_ci.farm import (
+    InfraError,
+    Outcome,
+    PushItem,
+    load_farm_file,
+    localfarm,
+    open_transport,
+    push,
+    sha256_file,
+)
 from bmoe_ci.farm.transport import SshTransport, build_remote_command
 
 SSH = str(localfarm.layout()["SSH_HOST_NAME"])
@@ -175,14 +184,102 @@ def test_hash_mismatch_is_detected(t, tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(t, "_put", corrupting_put)
     with pytest.raises(InfraError) as ei:
         push(t, [good])
-    assert ei.value.kind == "push" and "hash mismatch" in ei.value.reason
+    assert ei.value.kind == "push" and "hash mismatch again" in ei.value.reason and "model.gguf" in ei.value.reason
     monkeypatch.undo()
     listing = t.run(["ls", "-a", t.path("store")], 10).stdout.decode().split()
     assert not [n for n in listing if n.startswith(".tmp")]
-    from bmoe_ci.farm import sha256_file
-
     assert sha256_file(good) not in listing  # nothing half-verified was stored
     assert push(t, [good]).bytes_pushed == good.stat().st_size
+
+
+def test_upload_corrupted_once_is_repushed_and_recorded(t, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    good = tmp_path / "once.gguf"
+    good.write_bytes(b"arrives bad once " + t.device.name.encode() + str(time.time()).encode())
+    orig, calls = t._put, []
+
+    def corrupt_first(local: Path, remote: str) -> int:
+        calls.append(remote)
+        if len(calls) > 1:
+            return orig(local, remote)
+        bad = tmp_path / "corrupt"
+        bad.write_bytes(b"X" + local.read_bytes()[1:])
+        return orig(bad, remote)
+
+    monkeypatch.setattr(t, "_put", corrupt_first)
+    rep = push(t, [good])
+    assert len(calls) == 2 and rep.verified == 1
+    [m] = rep.mismatches
+    assert (m.name, m.where, m.expected) == ("once.gguf", "upload", sha256_file(good)) and m.found != m.expected
+    assert t.run(["cat", rep.files[0].path], 10).stdout == good.read_bytes()
+
+
+def test_flipped_byte_in_the_store_is_found_and_repushed(t, tmp_path: Path) -> None:
+    f = tmp_path / "stored.bin"
+    f.write_bytes(b"stored content " + t.device.name.encode() + str(time.time()).encode())
+    sha = sha256_file(f)
+    stored = push(t, [f]).files[0].store_path
+    t.run(["sh", "-c", 'chmod u+w "$1" && printf Z | dd of="$1" bs=1 seek=3 conv=notrunc 2>/dev/null',
+           "x", stored], 10)
+    again = push(t, [f])
+    [m] = again.mismatches
+    assert (m.where, m.expected) == ("store", sha) and m.found not in ("", sha)
+    assert again.bytes_pushed == f.stat().st_size and again.verified == 1
+    assert t.run(["cat", stored], 10).stdout == f.read_bytes()
+    assert push(t, [f]).mismatches == []  # and intact again
+
+
+def test_leftover_temporaries_are_swept_and_gc_keeps_the_last_runs(t, tmp_path: Path) -> None:
+    store = t.path("store")
+    t.run(["sh", "-c", 'mkdir -p "$1" && echo half > "$1/.tmp-deadbeef-0000"', "x", store], 10)
+    files = []
+    for i in range(3):
+        f = tmp_path / f"run{i}.bin"
+        f.write_bytes(f"content of run {i} {time.time()} {t.device.name}".encode())
+        files.append(f)
+    runs = t.path("runs-gc-test")
+    rep = push(t, [files[0]], sweep=True, uses=runs + "/r0")
+    assert rep.swept >= 1
+    assert ".tmp-deadbeef-0000" not in t.run(["ls", "-a", store], 10).stdout.decode().split()
+    for i in (1, 2):
+        time.sleep(1.05)  # use lists are ordered by modification time
+        push(t, [files[i]], uses=f"{runs}/r{i}")
+    from bmoe_ci.farm.store import _GC
+
+    r = t.sh(_GC, store, runs, "2")
+    assert r.ok, r.stderr
+    listing = t.run(["ls", store], 10).stdout.decode().split()
+    assert sha256_file(files[0]) not in listing
+    assert sha256_file(files[1]) in listing and sha256_file(files[2]) in listing
+    assert sorted(t.run(["ls", runs], 10).stdout.decode().split()) == ["r1", "r2"]
+    assert f"removed {sha256_file(files[0])} {files[0].stat().st_size}" in r.stdout.decode()
+
+
+def test_an_interrupted_upload_is_retried_and_verified(
+    ssh_dev, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = SshTransport(ssh_dev)
+    t.connect()
+    f = tmp_path / "big.bin"
+    f.write_bytes(os.urandom(4 << 20))
+    (tmp_path / "small").write_bytes(b"opens the SFTP session")
+    t.put(tmp_path / "small", "small.bin")
+    orig, calls = t._put, []
+
+    def drop_first(local: Path, remote: str) -> int:
+        calls.append(remote)
+        if len(calls) == 1:
+            t._conn.transport.close()  # the link drops under the upload: the real error path
+        return orig(local, remote)
+
+    monkeypatch.setattr(t, "_put", drop_first)
+    try:
+        rep = push(t, [f], sweep=True)
+        assert len(calls) == 2 and rep.bytes_pushed == f.stat().st_size and rep.mismatches == []
+        assert len(t.retries) == 1 and "upload of big.bin failed (disconnect" in t.retries[0]
+        listing = t.run(["ls", "-a", t.path("store")], 10).stdout.decode().split()
+        assert sha256_file(f) in listing and not [n for n in listing if n.startswith(".tmp-")]
+    finally:
+        t.close()
 
 
 # ------------------------------------------------------------------------------------------ ssh security
@@ -230,18 +327,25 @@ def test_unreachable_device(ssh_dev) -> None:
     with socket.socket() as s:
         s.bind((ssh_dev.host, 0))
         port = s.getsockname()[1]
-    dev = ssh_dev.model_copy(update={"port": port})  # nothing listens there any more
+    dev = ssh_dev.model_copy(update={"port": port, "retries": 0})  # nothing listens there any more
     start = time.monotonic()
     r = SshTransport(dev).run(["true"], 10)
     assert r.outcome is Outcome.INFRA and r.infra.kind == "unreachable", r.describe()
     assert time.monotonic() - start < 5
+    # refused is transient: retried with backoff (1 s, 2 s), each retry noted, the error says how many
+    t = SshTransport(dev.model_copy(update={"retries": 2}))
+    start = time.monotonic()
+    r = t.run(["true"], 10)
+    took = time.monotonic() - start
+    assert r.outcome is Outcome.INFRA and r.infra.kind == "unreachable" and "(3 attempts)" in r.infra.reason
+    assert 3 <= took < 8 and len(t.retries) == 2 and "retry 2 of 2 in 2s" in t.retries[1]
 
 
 def test_silent_server_hits_the_connect_timeout(ssh_dev) -> None:
     with socket.socket() as s:  # accepts TCP, never speaks SSH
         s.bind((ssh_dev.host, 0))
         s.listen(1)
-        dev = ssh_dev.model_copy(update={"port": s.getsockname()[1], "connect_timeout": 1.0})
+        dev = ssh_dev.model_copy(update={"port": s.getsockname()[1], "connect_timeout": 1.0, "retries": 0})
         start = time.monotonic()
         with pytest.raises(InfraError) as ei:
             SshTransport(dev).connect()

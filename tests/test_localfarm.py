@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -215,6 +217,67 @@ def test_stale_locks_expire(device) -> None:
         t.sh('rm -rf "$1"', lock_dir).raise_for_infra()
 
 
+def _plant(t, owner: LockOwner) -> None:
+    t.sh('mkdir -p "$1" && printf "%s\\n" "$2" > "$1/owner"', t.path(LOCK_DIR), owner.to_json()).raise_for_infra()
+
+
+def test_busy_names_the_lease_and_a_dead_holders_lease_expires_within_its_ttl(device) -> None:
+    now = time.time()
+    gone = LockOwner("other-host", "b", 4242, None, "dead-run", now - 1, now - 1, "t4", 4.0)
+    with open_transport(device) as t:
+        _plant(t, gone)
+        with pytest.raises(DeviceBusy) as ei:
+            DeviceLock(t, "next-run").acquire()
+        msg = str(ei.value)
+        assert "held by dead-run (pid 4242 on other-host) since " in msg
+        assert re.search(r"heartbeat [0-9]+s ago, expires in [0-9]+s \(ttl 4s\)", msg), msg
+        said: list[str] = []
+        start = time.monotonic()
+        lock = DeviceLock(t, "next-run", progress=said.append).acquire(wait=15, poll=0.2)
+        took = time.monotonic() - start
+        assert 1.5 < took < 4 + 10  # the holder's TTL, not ours (180 s)
+        assert lock.broke and "dead-run (pid 4242 on other-host)" in lock.broke[0]
+        assert re.search(r"no heartbeat for [0-9]+s \(ttl 4s\), held since ", lock.broke[0])
+        assert said[0].startswith("waiting up to ") and "held by dead-run" in said[0] and said[-1] == lock.broke[0]
+        lock.release()
+
+
+def test_the_heartbeat_keeps_a_lease_while_an_engine_command_holds_the_session(device, tmp_path: Path) -> None:
+    dev = device.model_copy(update={"lease_ttl": 4.0})
+    engine = stand_in(tmp_path, build="lease")  # its own content: later tests count first pushes
+    with open_session(dev, run_id="long-run", engine=engine, build_id="lease") as s:
+        worker = threading.Thread(target=s.run_engine, args=(["sleep", "7"], 30))
+        worker.start()
+        time.sleep(6)  # past the TTL, while the session's own connection runs the engine
+        with open_transport(dev) as t:
+            with pytest.raises(DeviceBusy, match="held by long-run"):
+                DeviceLock(t, "intruder", ttl=4.0).acquire()
+            assert time.time() - read_lock(t).beat < 4.0
+        worker.join()
+        assert s.heartbeat is not None and s.heartbeat.lost is None
+    with open_transport(dev) as t:
+        assert read_lock(t) is None
+
+
+def test_farm_unlock_needs_force_and_leaves_an_audit_line(state: Path, device, capsys) -> None:
+    now = time.time()
+    with open_transport(device) as t:
+        _plant(t, LockOwner("lab-pc", "b", 77, None, "stuck-run", now, now, "t5", 180.0))
+        farm_file = str(state / "farm.yaml")
+        assert run_cli("farm", "unlock", "--farm", farm_file, device.name) == 2
+        assert read_lock(t).run_id == "stuck-run"
+        capsys.readouterr()
+        assert run_cli("farm", "unlock", "--farm", farm_file, device.name, "--force") == 0
+        out = capsys.readouterr().out
+        assert f"{device.name}: broke the lease of stuck-run (pid 77 on lab-pc) since " in out
+        assert read_lock(t) is None
+        audit = t.run(["cat", t.path(".bmoe-ci-audit.log")], 10).stdout.decode().splitlines()
+        assert "force-unlock by " in audit[-1] and "broke the lease of stuck-run (pid 77 on lab-pc)" in audit[-1]
+        assert run_cli("farm", "unlock", "--farm", farm_file, device.name, "--force") == 0
+        assert "no lease held" in capsys.readouterr().out
+    assert run_cli("farm", "unlock", "--farm", farm_file, "no-such-device", "--force") == 2
+
+
 # ------------------------------------------------------------------------------------------ sessions
 
 
@@ -248,6 +311,31 @@ def test_session_pushes_preflights_and_runs(device, tmp_path: Path) -> None:
         warm.close()
 
 
+def test_farm_gc_keeps_what_the_last_runs_used(state: Path, device, tmp_path: Path, capsys) -> None:
+    engine = stand_in(tmp_path)
+    old, new = tmp_path / "old.gguf", tmp_path / "new.gguf"
+    old.write_bytes(b"old " + os.urandom(32))
+    new.write_bytes(b"new " + os.urandom(32))
+    with open_session(device, run_id="gc-r1", engine=engine, build_id="abc", files=[old]) as s:
+        old_path = s.pushes[-1].files[0].store_path
+    time.sleep(1.05)  # use lists are ordered by modification time
+    with open_session(device, run_id="gc-r2", engine=engine, build_id="abc", files=[new]) as s:
+        new_path = s.pushes[-1].files[0].store_path
+        engine_path = s.engine
+        s.transport.sh('echo half > "$1/.tmp-x-1"', s.transport.path("store")).raise_for_infra()
+    capsys.readouterr()
+    assert run_cli("farm", "gc", "--farm", str(state / "farm.yaml"), "--device", device.name, "--keep", "1") == 0
+    out = capsys.readouterr().out
+    line = rf"^{re.escape(device.name)}  ok    removed [1-9][0-9]* file\(s\), [1-9][0-9]* bytes$"
+    assert re.search(line, out, re.M), out
+    with open_transport(device) as t:
+        listing = t.run(["ls", "-a", t.path("store")], 10).stdout.decode().split()
+        assert old_path.rsplit("/", 1)[1] not in listing and ".tmp-x-1" not in listing
+        assert new_path.rsplit("/", 1)[1] in listing and engine_path.rsplit("/", 1)[1] in listing
+        assert read_lock(t) is None  # gc took the lock and gave it back
+    assert run_cli("farm", "gc", "--farm", str(state / "farm.yaml"), "--keep", "0") == 2
+
+
 def test_timeout_scale_applies_to_engine_runs(farm, tmp_path: Path) -> None:
     dev = farm.devices["host"].model_copy(update={"timeout_scale": 0.5})
     with open_session(dev, engine=stand_in(tmp_path), build_id="abc") as s:
@@ -260,8 +348,14 @@ def test_preflight_failures_are_infrastructure(farm, tmp_path: Path) -> None:
     with pytest.raises(InfraError, match="reports build abc, expected xyz") as ei:
         open_session(host, engine=stand_in(tmp_path), build_id="xyz")
     assert ei.value.kind == "preflight"
+    full = host.model_copy(update={"min_free_mb": 99999999})
+    with pytest.raises(InfraError, match=r"99999999 MiB must stay free \(min_free_mb\): nothing was uploaded") as ei:
+        open_session(full, engine=stand_in(tmp_path, build="full"))  # refused before the upload
+    assert ei.value.kind == "preflight"
+    with open_transport(host) as t:
+        assert b".tmp-" not in t.run(["ls", "-a", t.path("store")], 10).stdout
     with pytest.raises(InfraError, match=r"need 99999999 MiB \(min_free_mb\)"):
-        open_session(host.model_copy(update={"min_free_mb": 99999999}), engine=stand_in(tmp_path))
+        open_session(full)  # nothing to push: the preflight's own check
     other = "riscv64" if ARCH != "riscv64" else "x86_64"
     with pytest.raises(InfraError, match=f"declared arch {other} but 'uname -m' says {ARCH}"):
         open_session(host.model_copy(update={"arch": other}))

@@ -89,6 +89,8 @@ def phone_run() -> DeviceRun:
         target="aarch64-linux-musl",
         fixtures=dict(FX_SHA),
         pushed_bytes=1234,
+        verified_files=3,
+        repushed=["m.gguf: stored copy has sha256 aa, expected bb", "bmoe: upload has sha256 cc, expected dd"],
         engine_s=3.0,
         wall_s=4.5,
         outputs=dict(OUT_SHA),
@@ -190,7 +192,8 @@ def test_device_junit_shape(results: Path) -> None:
     p = props(suite)
     assert p["device"] == "pixel8" and p["arch"] == "aarch64" and p["os"] == "android"
     assert p["kind"] == "phone" and p["engine_build_id"] == "bid-arm" and p["target"] == "aarch64-linux-musl"
-    assert p["pushed_bytes"] == "1234"
+    assert p["pushed_bytes"] == "1234" and p["verified_files"] == "3"
+    assert p["repushed.0"].startswith("m.gguf: stored copy") and p["repushed.1"].startswith("bmoe: upload")
     assert {k: v for k, v in p.items() if k.startswith("fixture.")} == {
         f"fixture.{f}.sha256": sha for f, sha in FX_SHA.items()
     }
@@ -416,6 +419,9 @@ def test_report_rebuilds_from_the_directory_alone(results: Path) -> None:
         assert after[key] == before[key]
     assert after["devices"]["pixel8"]["gates"] == before["devices"]["pixel8"]["gates"]
     assert after["devices"]["pixel8"]["pushed_bytes"] == 1234
+    assert after["devices"]["pixel8"]["verified_files"] == 3
+    assert after["devices"]["pixel8"]["repushed"] == before["devices"]["pixel8"]["repushed"]
+    assert len(after["devices"]["pixel8"]["repushed"]) == 2
     problems = {p["name"]: p for p in after["problems"]}
     assert problems["G1[gemma4]"]["artifacts"] == ["pixel8/G1-gemma4/stdout.txt"]
     assert after["engine_builds"] == META.engine_builds  # derived from the devices without run.json

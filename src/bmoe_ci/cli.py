@@ -6,6 +6,8 @@ Every command exits non-zero with a one-line reason on bad input and shows progr
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -81,7 +83,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = make_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args))
+        status = int(args.func(args))
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        # `bmoe-ci farm status | head`: the reader left; stop quietly, like a tool killed by SIGPIPE
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except (UsageError, BuildError, ValueError, FileNotFoundError) as exc:
         print(f"bmoe-ci: error: {exc}", file=sys.stderr)
         return 2 if not isinstance(exc, BuildError) else 1

@@ -8,22 +8,29 @@ missing tool).
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
+import os
+import socket
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .farm import (
+    DeviceSession,
     FarmConfigError,
     FarmError,
     InfraError,
     check_lite,
+    default_run_id,
+    force_unlock,
     load_farm,
     localfarm,
     open_transport,
     read_lock,
     select_devices,
 )
+from .farm.health import HealthBook
 
 
 def add_farm_commands(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -33,7 +40,7 @@ def add_farm_commands(subparsers: argparse._SubParsersAction) -> argparse.Argume
         help="start, stop and inspect device farms",
         description="Manage the embedded local farm (up/down) and inspect any farm (status/check).",
     )
-    sub = farm.add_subparsers(dest="farm_command", metavar="{up,down,status,check}")
+    sub = farm.add_subparsers(dest="farm_command", metavar="{up,down,status,check,gc,unlock,release}")
     sub.required = True
 
     def common(p: argparse.ArgumentParser, selection: bool) -> None:
@@ -86,6 +93,35 @@ def add_farm_commands(subparsers: argparse._SubParsersAction) -> argparse.Argume
     )
     common(p, selection=True)
     p.set_defaults(func=cmd_check)
+    p = sub.add_parser(
+        "gc",
+        help="remove stored engines and fixtures the last runs did not use",
+        description="For each device (taking its lock): remove files of WORKDIR/store that none of the "
+        "device's last N runs used (N: --keep, else the device's keep_runs) and leftover upload temporaries.",
+    )
+    common(p, selection=True)
+    p.add_argument("--keep", metavar="N", type=int, default=None, help="runs whose files are kept (>= 1)")
+    p.set_defaults(func=cmd_gc)
+    p = sub.add_parser(
+        "unlock",
+        help="break a device's lease (needs --force)",
+        description="Break DEVICE's lease whoever holds it, say what was broken, and append an audit line "
+        "to WORKDIR/.bmoe-ci-audit.log. A stale lease is broken by the next run anyway; use this for a "
+        "live one only when you know its run is gone.",
+    )
+    common(p, selection=False)
+    p.add_argument("device", metavar="DEVICE", help="device name")
+    p.add_argument("--force", action="store_true", help="required: you know the holder is gone")
+    p.set_defaults(func=cmd_unlock)
+    p = sub.add_parser(
+        "release",
+        help="lift a device's quarantine",
+        description="Lift DEVICE's quarantine (and reset its count of failed health checks), so that the "
+        "next run selects it again.",
+    )
+    common(p, selection=False)
+    p.add_argument("device", metavar="DEVICE", help="device name")
+    p.set_defaults(func=cmd_release)
     return farm
 
 
@@ -172,7 +208,7 @@ def _probe(device, with_lock: bool) -> dict:
         row["reachable"] = True
         if with_lock:
             owner = read_lock(t)
-            row["lock"] = f"{owner.describe()} since {owner.since_iso}" if owner else None
+            row["lock"] = f"{owner.describe()} since {owner.since_iso}; {owner.lease_state()}" if owner else None
     except InfraError as exc:
         row["reachable"] = False
         row["error"] = f"{exc.kind}: {exc.reason}"
@@ -188,6 +224,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         return _err("status", exc)
     with ThreadPoolExecutor(max_workers=min(8, len(devices))) as pool:
         rows = list(pool.map(lambda d: _probe(d, True), devices))
+    health = HealthBook(farm.path)
+    for r in rows:
+        h = health.get(r["device"])
+        r["quarantine"] = h.quarantine.describe() if h.quarantine else None
+        r["failed_checks"] = h.failures
     if args.json:
         print(
             json.dumps(
@@ -201,6 +242,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     for r in rows:
         state = "up" if r["reachable"] else f"DOWN ({r['error']})"
         lock = f"  locked by {r['lock']}" if r.get("lock") else ""
+        lock += f"  QUARANTINED ({r['quarantine']})" if r["quarantine"] else ""
         prefix = f" via {' '.join(r['exec_prefix'])}" if r["exec_prefix"] else ""
         print(f"{r['device']:<{width}}  {r['kind']:<7} {r['arch']:<8} {r['address']:<20} {state}{prefix}{lock}")
     for name, members in farm.pools.items():
@@ -238,4 +280,78 @@ def cmd_check(args: argparse.Namespace) -> int:
             f"bmoe-ci farm check: {len(failed)} of {len(rows)} device(s) failed: {', '.join(failed)}", file=sys.stderr
         )
         return 1
+    return 0
+
+
+def _gc(device, keep: int | None) -> dict:
+    row: dict = {"device": device.name, "ok": False, "removed": 0, "freed_bytes": 0}
+    try:
+        with DeviceSession(device, run_id=f"gc-{default_run_id()}") as session:
+            session.connect().lock()
+            rep = session.gc(keep)
+            row.update(ok=True, removed=len(rep.removed), freed_bytes=rep.freed,
+                       detail=f"removed {len(rep.removed)} file(s), {rep.freed} bytes")
+    except InfraError as exc:
+        row["detail"] = f"{exc.kind}: {exc.reason}"
+    return row
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    if args.keep is not None and args.keep < 1:
+        print("bmoe-ci farm gc: --keep must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        _farm, devices = _load("gc", args)
+    except FarmError as exc:
+        return _err("gc", exc)
+    with ThreadPoolExecutor(max_workers=min(8, len(devices))) as pool:
+        rows = list(pool.map(lambda d: _gc(d, args.keep), devices))
+    if args.json:
+        print(json.dumps({"devices": rows}, indent=2))
+    else:
+        width = max(len(r["device"]) for r in rows)
+        for r in rows:
+            print(f"{r['device']:<{width}}  {'ok  ' if r['ok'] else 'FAIL'}  {r['detail']}")
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+def cmd_unlock(args: argparse.Namespace) -> int:
+    try:
+        farm = load_farm(args.farm)
+        device = farm.device(args.device)
+    except FarmError as exc:
+        return _err("unlock", exc)
+    if not args.force:
+        print(f"bmoe-ci farm unlock: breaking {device.name}'s lease can let two runs share it; "
+              "add --force if its holder is gone", file=sys.stderr)
+        return 2
+    actor = f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}"
+    t = open_transport(device)
+    try:
+        t.connect()
+        broke = force_unlock(t, actor=actor)
+    except InfraError as exc:
+        print(f"bmoe-ci farm unlock: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        t.close()
+    if broke is None:
+        print(f"{device.name}: no lease held; nothing broken")
+    else:
+        print(f"{device.name}: broke the lease of {broke.describe()} since {broke.since_iso}; {broke.lease_state()} "
+              f"(audit line in {device.workdir}/.bmoe-ci-audit.log)")
+    return 0
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    try:
+        farm = load_farm(args.farm)
+        device = farm.device(args.device)
+    except FarmError as exc:
+        return _err("release", exc)
+    before = HealthBook(farm.path).release(device.name)
+    if before.quarantine is not None:
+        print(f"{device.name}: released (was {before.quarantine.describe()})")
+    else:
+        print(f"{device.name}: not quarantined ({before.failures} failed health check(s) in a row, now reset)")
     return 0

@@ -54,12 +54,12 @@ from .errors import (
     MissingTool,
     SelectionError,
 )
-from .lock import DeviceLock, LockOwner, read_lock
+from .lock import DeviceLock, Heartbeat, LockOwner, force_unlock, read_lock
 from .model import Device, Farm, load_farm_file, normalize_arch, triple_arch
 from .preflight import EngineVersion, PreflightReport, check_lite, parse_version, preflight
 from .select import select_devices
 from .session import DeviceSession, default_run_id, open_session
-from .store import PushItem, PushReport, push, sha256_file
+from .store import GcReport, Mismatch, PushItem, PushReport, gc, push, sha256_file
 from .transport import LocalTransport, Outcome, RunResult, SshTransport, Transport, open_transport
 
 
@@ -83,9 +83,12 @@ __all__ = [
     "FarmConfigError",
     "FarmError",
     "FarmNotUp",
+    "GcReport",
+    "Heartbeat",
     "InfraError",
     "LocalTransport",
     "LockOwner",
+    "Mismatch",
     "MissingTool",
     "Outcome",
     "PreflightReport",
@@ -97,6 +100,8 @@ __all__ = [
     "Transport",
     "check_lite",
     "default_run_id",
+    "force_unlock",
+    "gc",
     "load_farm",
     "load_farm_file",
     "normalize_arch",

@@ -86,12 +86,14 @@ class InfraError(FarmError):
 
 
 class DeviceBusy(InfraError):
-    """The device lock is held by someone else (``owner`` describes them, ``since`` is ISO time)."""
+    """The device lock is held by someone else (``owner`` describes them, ``since`` is ISO time,
+    ``lease`` the heartbeat age and expiry)."""
 
-    def __init__(self, device: str, owner: str, since: str):
+    def __init__(self, device: str, owner: str, since: str, lease: str = ""):
         self.owner = owner
         self.since = since
-        super().__init__(device, "busy", f"busy, held by {owner} since {since}")
+        self.lease = lease
+        super().__init__(device, "busy", f"busy, held by {owner} since {since}" + (f"; {lease}" if lease else ""))
 
     def __reduce__(self):
-        return (self.__class__, (self.device, self.owner, self.since))
+        return (self.__class__, (self.device, self.owner, self.since, self.lease))

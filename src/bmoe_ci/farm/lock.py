@@ -1,16 +1,22 @@
-"""A per-device lock held for a whole test session.
+"""A per-device lease held for a whole test session.
 
-The lock is the directory ``<workdir>/.bmoe-ci-lock`` (``mkdir`` is atomic on every POSIX filesystem,
+The lease is the directory ``<workdir>/.bmoe-ci-lock`` (``mkdir`` is atomic on every POSIX filesystem,
 local or on the device) holding one file, ``owner``: a JSON line with the controller's host name and
-boot id, its pid (and that pid's start time), the run id, the start time and a heartbeat.
+boot id, its pid (and that pid's start time), the run id, the start time, a heartbeat and the lease's
+TTL. While held, :class:`Heartbeat` renews it from a background thread of the controller, through its
+own connection (so an engine command running on the session's connection never delays it), every
+TTL/4. A controller that dies stops renewing it: the lease expires within its TTL.
 
 * A second run gets :class:`~bmoe_ci.farm.errors.DeviceBusy`: ``busy, held by <run> (pid <pid> on
-  <host>) since <time>``, or polls until ``wait`` seconds have passed.
-* A lock is *stale*, and is broken, when its heartbeat is older than ``ttl`` seconds, or when its owner
+  <host>) since <time>; heartbeat <n>s ago, expires in <m>s``, or polls until ``wait`` seconds have
+  passed (saying so every 10 s).
+* A lock is *stale*, and is broken, when its heartbeat is older than its TTL, or when its owner
   ran on this very machine (same host name and boot id) and that process is gone (pid dead, or reused
-  by another process). Breaking renames the directory away only if its owner is still the stale one
-  read a moment before (a narrow race remains between that read and the rename; the rename itself is
-  atomic).
+  by another process). Every break is recorded in :attr:`DeviceLock.broke` with the holder and its
+  age. Breaking renames the directory away only if its owner is still the stale one read a moment
+  before (a narrow race remains between that read and the rename; the rename itself is atomic).
+* :func:`force_unlock` (``bmoe-ci farm unlock DEVICE --force``) breaks a lease whatever its state and
+  appends an audit line to ``<workdir>/.bmoe-ci-audit.log``.
 * A run that finds a lock of its *own* run id (an xdist worker of the controller that locked the
   device) adopts it without taking it over: it will not release it.
 * :meth:`DeviceLock.release` removes the lock only if it is still ours; an ``atexit`` hook releases
@@ -25,15 +31,19 @@ import json
 import os
 import secrets
 import socket
+import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from .errors import DeviceBusy, InfraError
 from .transport import Transport
 
 LOCK_DIR = ".bmoe-ci-lock"
-DEFAULT_TTL = 2 * 3600.0
+#: Seconds a lease lives without a heartbeat (a farm file can set ``lease_ttl`` per device).
+DEFAULT_TTL = 180.0
+AUDIT_LOG = ".bmoe-ci-audit.log"
 
 
 def _boot_id() -> str:
@@ -76,9 +86,10 @@ class LockOwner:
     since: float
     beat: float
     token: str
+    ttl: float = DEFAULT_TTL
 
     @classmethod
-    def mine(cls, run_id: str) -> LockOwner:
+    def mine(cls, run_id: str, ttl: float = DEFAULT_TTL) -> LockOwner:
         now = time.time()
         return cls(
             socket.gethostname(),
@@ -89,6 +100,7 @@ class LockOwner:
             now,
             now,
             secrets.token_hex(8),
+            ttl,
         )
 
     def to_json(self) -> str:
@@ -107,6 +119,7 @@ class LockOwner:
                 float(d["since"]),
                 float(d.get("beat", d["since"])),
                 str(d.get("token", "")),
+                float(d.get("ttl", DEFAULT_TTL)),
             )
         except (ValueError, KeyError, TypeError):
             return None
@@ -118,11 +131,24 @@ class LockOwner:
     def since_iso(self) -> str:
         return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(self.since))
 
-    def stale_reason(self, ttl: float, now: float | None = None) -> str | None:
-        """Why this lock may be broken, or None if it must be respected."""
+    def lease_state(self, now: float | None = None) -> str:
+        """``heartbeat 12s ago, expires in 168s`` (or ``expired 5s ago``)."""
         now = time.time() if now is None else now
+        age = now - self.beat
+        left = self.ttl - age
+        expiry = f"expires in {left:.0f}s" if left >= 0 else f"expired {-left:.0f}s ago"
+        return f"heartbeat {age:.0f}s ago, {expiry} (ttl {self.ttl:.0f}s)"
+
+    def stale_reason(self, ttl: float | None = None, now: float | None = None) -> str | None:
+        """Why this lock may be broken, or None if it must be respected. The TTL is the holder's own
+        (recorded in the lock) unless ``ttl`` is given for a lock written before leases had one."""
+        now = time.time() if now is None else now
+        ttl = self.ttl if ttl is None else ttl
         if now - self.beat > ttl:
-            return f"no heartbeat for {now - self.beat:.0f}s (ttl {ttl:.0f}s)"
+            return (
+                f"no heartbeat for {now - self.beat:.0f}s (ttl {ttl:.0f}s), held since {self.since_iso} "
+                f"({now - self.since:.0f}s)"
+            )
         if self.host == socket.gethostname() and self.boot and self.boot == _boot_id():
             if not _pid_alive(self.pid):
                 return f"its process {self.pid} on this machine is gone"
@@ -170,13 +196,22 @@ def _release_all() -> None:  # pragma: no cover - exercised at interpreter exit
 class DeviceLock:
     """The session lock of one device, taken through its transport."""
 
-    def __init__(self, transport: Transport, run_id: str, *, ttl: float = DEFAULT_TTL):
+    def __init__(
+        self,
+        transport: Transport,
+        run_id: str,
+        *,
+        ttl: float = DEFAULT_TTL,
+        progress: Callable[[str], None] | None = None,
+    ):
         self.transport = transport
+        self.progress = progress
         self.run_id = run_id
         self.ttl = ttl
         self.owner: LockOwner | None = None  #: set while we hold the lock
         self.adopted = False  #: True when the lock belonged to our run id already (we will not release it)
         self.broke: list[str] = []  #: reasons of stale locks we broke
+        self._refreshing = threading.Lock()  # a heartbeat never rewrites a lease being released
 
     @property
     def path(self) -> str:
@@ -204,8 +239,9 @@ class DeviceLock:
             return self
         deadline = time.monotonic() + wait
         name = self.transport.device.name
+        said = 0.0
         while True:
-            me = LockOwner.mine(self.run_id)
+            me = LockOwner.mine(self.run_id, self.ttl)
             out = self._sh(_ACQUIRE, self.path, me.to_json(), str(max(1, int(self.ttl // 60)))).splitlines()
             if out and out[0] == "ACQUIRED":
                 self.owner = me
@@ -220,7 +256,7 @@ class DeviceLock:
                 self.adopted = True
                 return self
             reason = (
-                holder.stale_reason(self.ttl)
+                holder.stale_reason()
                 if holder
                 else (f"unreadable owner, lock older than {self.ttl:.0f}s" if old else None)
             )
@@ -229,29 +265,43 @@ class DeviceLock:
                 if "BROKEN" in self._sh(_BREAK, self.path, raw, grave):
                     who = holder.describe() if holder else "unknown owner"
                     self.broke.append(f"broke stale lock of {who}: {reason}")
+                    if self.progress:
+                        self.progress(self.broke[-1])
                 continue  # retry at once (someone else may have broken it first: fine)
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            if now >= deadline:
                 if holder is None:
                     raise DeviceBusy(name, "an unknown owner (lock being created, or owner file unreadable)", "now")
-                raise DeviceBusy(name, holder.describe(), holder.since_iso)
+                raise DeviceBusy(name, holder.describe(), holder.since_iso, holder.lease_state())
+            if self.progress and now - said >= 10:
+                said = now
+                who = holder.describe() if holder else "an unknown owner"
+                state = f"; {holder.lease_state()}" if holder else ""
+                self.progress(f"waiting up to {deadline - now:.0f}s more for the lock held by {who}{state}")
             time.sleep(min(poll, max(0.05, deadline - time.monotonic())))
 
-    def refresh(self) -> None:
-        """Renew the heartbeat (call at least every ``ttl`` seconds on very long sessions)."""
-        if self.owner is None:
-            return
-        new = LockOwner(**{**asdict(self.owner), "beat": time.time()})
-        out = self._sh(_REWRITE, self.path, self.owner.to_json(), new.to_json())
-        if "REFRESHED" in out:
-            self.owner = new
-        else:
-            self.owner = None
-            raise InfraError(self.transport.device.name, "busy", "our lock was taken over by another run")
+    def refresh(self, transport: Transport | None = None) -> None:
+        """Renew the heartbeat (through ``transport`` if given: the heartbeat thread's own link)."""
+        with self._refreshing:
+            owner = self.owner
+            if owner is None:
+                return
+            new = LockOwner(**{**asdict(owner), "beat": time.time()})
+            t = transport or self.transport
+            r = t.sh(_REWRITE, self.path, owner.to_json(), new.to_json(), timeout=60).raise_for_infra()
+            out = r.stdout.decode(errors="replace")
+            if "REFRESHED" in out:
+                if self.owner is owner:  # not released meanwhile
+                    self.owner = new
+            elif self.owner is owner:
+                self.owner = None
+                raise InfraError(self.transport.device.name, "busy", "our lock was taken over by another run")
 
     def release(self) -> None:
         """Remove the lock if it is still ours (adopted locks are left to their owner)."""
         self.adopted = False
-        owner, self.owner = self.owner, None
+        with self._refreshing:
+            owner, self.owner = self.owner, None
         _live_locks.discard(self)
         if owner is not None:
             self._sh(_REWRITE, self.path, owner.to_json(), "-")
@@ -267,3 +317,77 @@ def read_lock(transport: Transport) -> LockOwner | None:
     """The current holder of a device's lock, if any (for ``farm status``)."""
     r = transport.sh('cat "$1/owner" 2>/dev/null', transport.path(LOCK_DIR), timeout=30).raise_for_infra()
     return LockOwner.from_json(r.stdout.decode(errors="replace").strip()) if r.ok else None
+
+
+class Heartbeat:
+    """Renews one lease every ``ttl / 4`` seconds from a daemon thread, through its own transport
+    (opened lazily; never the session's, which an engine command may hold for minutes).
+
+    A failed renewal is retried at the next beat; ``lost`` says why the lease is gone if another run
+    took it over."""
+
+    def __init__(self, lock: DeviceLock, *, progress: Callable[[str], None] | None = None):
+        self.lock = lock
+        self.progress = progress
+        self.lost: str | None = None
+        self._stop = threading.Event()
+        self._transport: Transport | None = None
+        self._thread = threading.Thread(
+            target=self._loop, name=f"bmoe-ci-heartbeat-{lock.transport.device.name}", daemon=True
+        )
+
+    def start(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        from .transport import open_transport
+
+        interval = max(0.5, self.lock.ttl / 4)
+        while not self._stop.wait(interval):
+            if self.lock.owner is None:
+                return
+            try:
+                if self._transport is None:
+                    self._transport = open_transport(self.lock.transport.device)
+                    self._transport.workdir = self.lock.transport.workdir
+                self.lock.refresh(self._transport)
+            except InfraError as exc:
+                if exc.kind == "busy":
+                    self.lost = exc.reason
+                    if self.progress:
+                        self.progress(f"lease lost: {exc.reason}")
+                    return
+                if self.progress:
+                    self.progress(f"heartbeat failed (retrying in {interval:.0f}s): {exc}")
+                if self._transport is not None:
+                    self._transport.close()
+                    self._transport = None
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=70)
+        if self._transport is not None:
+            with contextlib.suppress(Exception):
+                self._transport.close()
+
+
+def force_unlock(transport: Transport, *, actor: str) -> LockOwner | None:
+    """Break the device's lease whatever its state; append an audit line naming ``actor`` and what
+    was broken to ``<workdir>/.bmoe-ci-audit.log``. Returns the owner it broke (None: no lease)."""
+    path = transport.path(LOCK_DIR)
+    r = transport.sh('cat "$1/owner" 2>/dev/null', path, timeout=30).raise_for_infra()
+    raw = r.stdout.decode(errors="replace").strip()
+    holder = LockOwner.from_json(raw)
+    if not raw and not transport.sh('[ -d "$1" ]', path, timeout=30).raise_for_infra().ok:
+        return None
+    what = f"{holder.describe()} since {holder.since_iso}, {holder.lease_state()}" if holder else "unreadable owner"
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    line = f"{stamp} force-unlock by {actor}: broke the lease of {what}"
+    grave = f"{path}.forced-{secrets.token_hex(4)}"
+    script = 'mv "$1" "$2" 2>/dev/null && rm -rf "$2"; printf "%s\\n" "$3" >> "$4"'
+    r = transport.sh(script, path, grave, line, transport.path(AUDIT_LOG), timeout=30).raise_for_infra()
+    if not r.ok:
+        raise InfraError(transport.device.name, "setup", f"cannot write {AUDIT_LOG}: {r.stderr.decode().strip()}")
+    return holder or LockOwner("?", "", 0, None, "unreadable owner", 0.0, 0.0, "")

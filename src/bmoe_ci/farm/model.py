@@ -38,10 +38,19 @@ ARCH_ALIASES = {"arm64": "aarch64", "armv8": "aarch64", "amd64": "x86_64", "x64"
 SELECTOR_FIELDS = ("arch", "label", "kind", "os")
 
 
+def _known_arches() -> tuple[str, ...]:
+    from bmoe_ci.builder import TARGETS  # the engine's targets decide which arches a device may have
+
+    return tuple(sorted({t.split("-", 1)[0] for t in TARGETS}))
+
+
 def normalize_arch(arch: str) -> str:
     """``arm64`` -> ``aarch64``, ``amd64`` -> ``x86_64``; anything else lower-cased as is."""
     a = arch.strip().lower()
     return ARCH_ALIASES.get(a, a)
+
+
+KNOWN_ARCHES: tuple[str, ...] = _known_arches()
 
 
 def triple_arch(triple: str) -> str:
@@ -130,9 +139,51 @@ _LineLoader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
 _LineLoader.add_constructor("tag:yaml.org,2002:seq", _construct_sequence)
 
 
+#: Bounds on a farm file: its size, and the number of nodes it expands to once every alias is
+#: followed (a 1 KB "billion laughs" file of nested aliases expands to billions).
+MAX_FARM_BYTES = 1 << 20
+MAX_EXPANDED_NODES = 100_000
+
+
+class YamlTooLarge(yaml.YAMLError):
+    def __init__(self, problem: str, problem_mark: yaml.Mark | None):
+        super().__init__(problem)
+        self.problem = problem
+        self.problem_mark = problem_mark
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
+    """Nodes ``node`` stands for with every alias expanded (aliases are shared nodes: memoised)."""
+    key = id(node)
+    if key not in memo:
+        memo[key] = 0  # a recursive alias counts once (the constructor rejects or shares it)
+        if isinstance(node, yaml.MappingNode):
+            n = 1 + sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            n = 1 + sum(_expanded_size(c, memo) for c in node.value)
+        else:
+            n = 1
+        memo[key] = min(n, MAX_EXPANDED_NODES + 1)
+    return memo[key]
+
+
 def load_yaml_with_lines(text: str) -> Any:
-    """Parse YAML text into :class:`LineDict` / :class:`LineList` trees (``yaml.YAMLError`` on bad YAML)."""
-    return yaml.load(text, Loader=_LineLoader)
+    """Parse YAML text into :class:`LineDict` / :class:`LineList` trees (``yaml.YAMLError`` on bad YAML,
+    on a text over :data:`MAX_FARM_BYTES`, or on aliases expanding past :data:`MAX_EXPANDED_NODES`)."""
+    if len(text.encode("utf-8", "replace")) > MAX_FARM_BYTES:
+        raise YamlTooLarge(f"farm file larger than {MAX_FARM_BYTES} bytes", None)
+    loader = _LineLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if _expanded_size(node, {}) > MAX_EXPANDED_NODES:
+            raise YamlTooLarge(
+                f"aliases expand to more than {MAX_EXPANDED_NODES} nodes (anchor/alias bomb?)", node.start_mark
+            )
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -163,6 +214,12 @@ class DeviceSpec(BaseModel):
     labels: tuple[Name, ...] = ()
     connect_timeout: Annotated[float, Field(gt=0, le=600)] = 10.0
     min_free_mb: Annotated[StrictInt, Field(ge=0)] = 256
+    keep_runs: Annotated[StrictInt, Field(ge=1, le=10000)] = 10
+    entry_timeout: Annotated[float, Field(gt=0, le=86400)] = 120.0
+    lease_ttl: Annotated[float, Field(ge=4, le=86400)] = 180.0
+    retries: Annotated[StrictInt, Field(ge=0, le=10)] = 2
+    quarantine_after: Annotated[StrictInt, Field(ge=0, le=1000)] = 3
+    quarantine_hours: Annotated[float, Field(gt=0, le=8760)] = 24.0
 
 
 class Device(DeviceSpec):
@@ -423,6 +480,13 @@ def load_farm_file(path: str | os.PathLike[str], variables: dict[str, str] | Non
             )
             continue
         update: dict[str, Any] = {"arch": normalize_arch(dspec.arch), "source": f"{shown}:{draw.line}"}
+        if update["arch"] not in KNOWN_ARCHES:
+            issue(
+                key_line("arch"),
+                key_loc("arch"),
+                f"unknown arch {dspec.arch!r}: the engine is built for {', '.join(KNOWN_ARCHES)} "
+                "(arm64 is accepted for aarch64, amd64/x64 for x86_64)" + _closest(update["arch"], KNOWN_ARCHES),
+            )
         if dspec.transport == "ssh":
             for k in ("host", "key", "known_hosts"):
                 if getattr(dspec, k) is None:

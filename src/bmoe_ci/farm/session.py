@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import socket
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
+from .deadline import IDLE_GRACE, result_file_name, watched_argv
 from .errors import InfraError
-from .lock import DEFAULT_TTL, DeviceLock
+from .lock import DeviceLock, Heartbeat
 from .model import Device
 from .preflight import EngineVersion, PreflightReport, check_engine, preflight
-from .store import PushItem, PushReport, push
-from .transport import RunResult, Transport, open_transport
+from .store import RUNS, GcReport, Mismatch, PushItem, PushReport, gc, push
+from .transport import Outcome, RunResult, Transport, open_transport
 
 
 def default_run_id() -> str:
@@ -39,22 +41,28 @@ class DeviceSession:
         run_id: str | None = None,
         results_dir: str | os.PathLike[str] | None = None,
         transport: Transport | None = None,
-        lock_ttl: float = DEFAULT_TTL,
+        lock_ttl: float | None = None,
         progress: Callable[[str], None] | None = None,
     ):
         self.device = device
         self.run_id = run_id or default_run_id()
         self.results_dir = Path(results_dir) if results_dir is not None else None
         self.transport = transport or open_transport(device)
-        self.device_lock = DeviceLock(self.transport, self.run_id, ttl=lock_ttl)
         self.progress = progress
+        self.device_lock = DeviceLock(
+            self.transport, self.run_id, ttl=lock_ttl or device.lease_ttl, progress=self._say
+        )
+        self.heartbeat: Heartbeat | None = None
         self.engine: str | None = None  #: device path of the pushed engine
         self.build_id: str | None = None
         self.engine_version: EngineVersion | None = None
         self.preflight_report: PreflightReport | None = None
         self.pushes: list[PushReport] = []
         self.engine_seconds = 0.0
-        self._last_beat = time.monotonic()
+
+    def _say(self, msg: str) -> None:
+        if self.progress:
+            self.progress(msg)
 
     # -- steps
     def connect(self) -> DeviceSession:
@@ -62,14 +70,27 @@ class DeviceSession:
         return self
 
     def lock(self, wait: float = 0.0) -> DeviceSession:
-        """Take the device lock (:class:`~bmoe_ci.farm.errors.DeviceBusy` if held elsewhere)."""
+        """Take the device's lease (:class:`~bmoe_ci.farm.errors.DeviceBusy` if held elsewhere after
+        ``wait`` seconds) and start renewing it from a background thread until :meth:`close`."""
         self.device_lock.acquire(wait=wait)
-        self._last_beat = time.monotonic()
+        if self.device_lock.owner is not None and self.heartbeat is None:
+            self.heartbeat = Heartbeat(self.device_lock, progress=self._say).start()
         return self
 
     def push_files(self, items: Iterable[PushItem | str | os.PathLike[str]]) -> PushReport:
-        """Push into the device store (named items also get ``<workdir>/<name>`` links)."""
-        report = push(self.transport, items, progress=self.progress)
+        """Push into the device's verified store (named items also get ``<workdir>/<name>`` links).
+
+        While the session holds the lock, leftover upload temporaries are swept and the files are
+        added to this run's use list (what :meth:`gc` keeps)."""
+        locked = self.device_lock.owner is not None
+        report = push(
+            self.transport,
+            items,
+            progress=self.progress,
+            sweep=locked,
+            uses=self.transport.path(RUNS, self.run_id) if locked else None,
+            min_free_mb=self.device.min_free_mb,
+        )
         self.pushes.append(report)
         return report
 
@@ -92,9 +113,26 @@ class DeviceSession:
         return self.engine_version
 
     # -- use
+    def gc(self, keep_runs: int | None = None) -> GcReport:
+        """Remove stored files not used by the device's last ``keep_runs`` runs (default: the
+        device's ``keep_runs``). Needs the lock."""
+        if self.device_lock.owner is None:
+            raise RuntimeError("gc needs the device lock")
+        return gc(self.transport, keep_runs or self.device.keep_runs)
+
     @property
     def pushed_bytes(self) -> int:
         return sum(p.bytes_pushed for p in self.pushes)
+
+    @property
+    def verified_files(self) -> int:
+        """Distinct stored files whose hash was checked on the device in this session."""
+        return len({f.sha256 for p in self.pushes for f in p.files})
+
+    @property
+    def mismatches(self) -> list[Mismatch]:
+        """Every stored or uploaded file found corrupted (and re-pushed) in this session."""
+        return [m for p in self.pushes for m in p.mismatches]
 
     def file(self, name: str) -> str:
         """Device path of a pushed item's link name (or any path relative to the work directory)."""
@@ -120,7 +158,6 @@ class DeviceSession:
     ) -> RunResult:
         """Run the pushed engine with ``args`` under the exec prefix; ``timeout`` is multiplied by the
         device's ``timeout_scale``. Never raises for infrastructure problems (see :class:`RunResult`)."""
-        self._heartbeat()
         r = self.transport.run(
             [self._engine(), *map(str, args)],
             timeout * self.device.timeout_scale,
@@ -130,6 +167,28 @@ class DeviceSession:
             cwd=cwd,
         )
         self.engine_seconds += r.duration
+        return r
+
+    @property
+    def entry_deadline(self) -> float:
+        """Seconds one plan entry may run without a result: ``entry_timeout`` x ``timeout_scale``."""
+        return self.device.entry_timeout * self.device.timeout_scale
+
+    def run_plan(self, args: Sequence[str], entries: int, *, stdin: bytes) -> RunResult:
+        """Run an engine plan (``bmoe batch``) of ``entries`` entries under the device-side watcher
+        (:mod:`~bmoe_ci.farm.deadline`): an entry that gives no result within :attr:`entry_deadline` is
+        killed on the device. The controller gives up when nothing at all arrives for the deadline + 30 s
+        (link or device hung) and the whole plan has ``entries`` deadlines at most."""
+        deadline = self.entry_deadline
+        argv = watched_argv(self.engine_argv(args), deadline, self.transport.path(result_file_name()))
+        r = self.transport.run(
+            argv, deadline * max(1, entries) + 30.0, stdin=stdin, idle_timeout=deadline + IDLE_GRACE
+        )
+        self.engine_seconds += r.duration
+        if r.outcome is Outcome.EXITED and r.exit_code is not None and 128 < r.exit_code < 128 + 65:
+            # the watcher's shell reports an engine killed by signal N as status 128+N (the engine's
+            # own exit codes are 0-4), as the ssh wrapper does for every command
+            r = dataclasses.replace(r, outcome=Outcome.SIGNALED, signal=r.exit_code - 128, exit_code=None)
         return r
 
     def run(self, argv: Sequence[str], timeout: float, **kw) -> RunResult:
@@ -142,13 +201,11 @@ class DeviceSession:
             raise RuntimeError("this session has no results_dir")
         return self.transport.get(remote_path, local_name, root=self.results_dir)
 
-    def _heartbeat(self) -> None:
-        if self.device_lock.owner is not None and time.monotonic() - self._last_beat > self.device_lock.ttl / 4:
-            self._last_beat = time.monotonic()
-            self.device_lock.refresh()
-
     def close(self) -> None:
-        """Release the lock (if we took it) and close the transport. Never raises."""
+        """Stop the heartbeat, release the lock (if we took it) and close the transport. Never raises."""
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+            self.heartbeat = None
         with contextlib.suppress(InfraError, OSError):
             self.device_lock.release()
         with contextlib.suppress(Exception):
@@ -171,7 +228,7 @@ def open_session(
     files: Iterable[PushItem | str | os.PathLike[str]] = (),
     lock: bool = True,
     lock_wait: float = 0.0,
-    lock_ttl: float = DEFAULT_TTL,
+    lock_ttl: float | None = None,
     check: bool = True,
     progress: Callable[[str], None] | None = None,
 ) -> DeviceSession:
@@ -189,6 +246,8 @@ def open_session(
         files = list(files)
         if files:
             s.push_files(files)
+        if lock and (engine is not None or files):
+            s.gc()
         if check:
             s.preflight()
     except BaseException:

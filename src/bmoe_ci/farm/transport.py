@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import logging
 import math
 import os
 import secrets
@@ -51,6 +52,32 @@ from .model import Device
 
 #: Extra seconds the controller waits past a command's own timeout before declaring the link dead.
 DEADLINE_GRACE = 10.0
+#: First wait before retrying a transient connect or upload failure; doubled at each retry.
+RETRY_BACKOFF = 1.0
+
+log = logging.getLogger("bmoe_ci.farm")
+
+
+def retrying(device: Device, what: str, kinds: tuple[str, ...], notes: list[str], call):
+    """``call()``, retried up to ``device.retries`` times with backoff (1 s, 2 s, 4 s, ...) while it
+    raises an :class:`InfraError` of one of ``kinds`` (transient: refused, reset, banner timeout, a
+    dropped upload). Each retry is logged and noted in ``notes``; the last error names the attempts."""
+    for attempt in range(device.retries + 1):
+        try:
+            return call()
+        except InfraError as exc:
+            if exc.kind not in kinds:
+                raise
+            if attempt == device.retries:
+                if attempt == 0:
+                    raise
+                raise InfraError(exc.device, exc.kind, f"{exc.reason} ({attempt + 1} attempts)") from None
+            wait = RETRY_BACKOFF * 2**attempt
+            note = f"{what} failed ({exc.kind}: {exc.reason}); retry {attempt + 1} of {device.retries} in {wait:g}s"
+            notes.append(note)
+            log.warning("%s: %s", device.name, note)
+            time.sleep(wait)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 class Outcome(enum.StrEnum):
@@ -126,6 +153,7 @@ class Transport(ABC):
         self.stats = _Stats()
         self._connected = False
         self._lock = threading.RLock()
+        self.retries: list[str] = []  #: every transient failure that was retried (connect, upload)
 
     # -- lifecycle
     def connect(self) -> None:
@@ -135,7 +163,7 @@ class Transport(ABC):
         with self._lock:
             if self._connected:
                 return
-            self._connect()
+            retrying(self.device, "connect", ("unreachable",), self.retries, self._connect)
             self._connected = True
             r = self._run(
                 [
@@ -195,11 +223,14 @@ class Transport(ABC):
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         stdin: bytes | None = None,
+        idle_timeout: float | None = None,
     ) -> RunResult:
         """Run ``argv`` on the device, killing it after ``timeout`` seconds.
 
         ``engine=True`` prepends the device's exec prefix (e.g. ``qemu-aarch64-static``). ``cwd`` defaults
-        to the work directory. Never raises for infrastructure problems: see :class:`RunResult`.
+        to the work directory. ``idle_timeout``: the controller's no-progress watchdog, giving up (a
+        ``timeout``) when no output at all arrives for that long. Never raises for infrastructure
+        problems: see :class:`RunResult`.
         """
         if timeout <= 0:
             raise ValueError("timeout must be positive")
@@ -211,7 +242,13 @@ class Transport(ABC):
                 except InfraError as exc:
                     return RunResult(self.device.name, tuple(full), Outcome.INFRA, infra=exc, timeout=timeout)
             r = self._run(
-                full, timeout, cwd=self.path(cwd) if cwd else self.workdir, env=env, stdin=stdin, argv_shown=tuple(full)
+                full,
+                timeout,
+                cwd=self.path(cwd) if cwd else self.workdir,
+                env=env,
+                stdin=stdin,
+                argv_shown=tuple(full),
+                idle_timeout=idle_timeout,
             )
             self.stats.commands += 1
             self.stats.command_seconds += r.duration
@@ -233,6 +270,7 @@ class Transport(ABC):
         env: Mapping[str, str] | None,
         stdin: bytes | None,
         argv_shown: tuple[str, ...] | None,
+        idle_timeout: float | None = None,
     ) -> RunResult: ...
 
     def _drop(self) -> None:
@@ -242,10 +280,15 @@ class Transport(ABC):
 
     # -- files
     def put(self, local_path: str | os.PathLike[str], remote_path: str) -> int:
-        """Upload a file; returns the bytes sent. Raises :class:`InfraError` (transfer, disconnect)."""
-        with self._lock:
+        """Upload a file (a dropped upload is retried, see :func:`retrying`); returns the bytes sent.
+        Raises :class:`InfraError` (transfer, disconnect)."""
+
+        def once() -> int:
             self.connect()
-            n = self._put(Path(local_path), self.path(remote_path))
+            return self._put(Path(local_path), self.path(remote_path))
+
+        with self._lock:
+            n = retrying(self.device, f"upload of {Path(local_path).name}", ("disconnect",), self.retries, once)
             self.stats.bytes_up += n
             return n
 
@@ -299,15 +342,25 @@ def _tail(data: bytes, n: int = 300) -> str:
 
 
 class LocalTransport(Transport):
-    """Commands run as subprocesses of this process; files are copied."""
+    """Commands run as subprocesses of this process; files are copied.
+
+    Each command runs in its own process group, and, where util-linux's ``setpriv`` exists, with a
+    parent-death signal (``SIGKILL``): a controller that dies takes its local engines with it."""
+
+    def __init__(self, device: Device):
+        super().__init__(device)
+        self._pdeathsig = shutil.which("setpriv")
 
     def _connect(self) -> None:
-        Path(self.workdir).mkdir(parents=True, exist_ok=True)
+        try:
+            Path(self.workdir).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # an infrastructure error of this device, never a traceback
+            raise InfraError(self.device.name, "setup", f"cannot create work directory {self.workdir}: {exc}") from None
 
     def close(self) -> None:
         self._connected = False
 
-    def _run(self, argv, timeout, *, cwd, env, stdin, argv_shown):  # type: ignore[override]
+    def _run(self, argv, timeout, *, cwd, env, stdin, argv_shown, idle_timeout=None):  # type: ignore[override]
         full_env = {**os.environ, **env} if env else None
         start = time.monotonic()
         shown = argv_shown or tuple(argv)
@@ -321,7 +374,7 @@ class LocalTransport(Transport):
             )
         try:
             proc = subprocess.Popen(
-                argv,
+                [self._pdeathsig, "--pdeathsig", "KILL", "--", *argv] if self._pdeathsig else argv,
                 cwd=cwd,
                 env=full_env,
                 stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
@@ -350,7 +403,23 @@ class LocalTransport(Transport):
                 timeout=timeout,
             )
         try:
-            out, err = proc.communicate(stdin, timeout=timeout)
+            if idle_timeout is None:
+                out, err = proc.communicate(stdin, timeout=timeout)
+            else:
+                out, err, silent = _pump(proc, stdin, start + timeout, idle_timeout)
+                if silent:
+                    _killpg(proc.pid)
+                    proc.wait()
+                    exc = InfraError(
+                        self.device.name,
+                        "timeout",
+                        f"{shlex.join(shown)[:200]}: no progress for {idle_timeout:g}s; killed",
+                    )
+                    dur = time.monotonic() - start
+                    return RunResult(
+                        self.device.name, shown, Outcome.INFRA, stdout=out, stderr=err, duration=dur, infra=exc,
+                        timeout=timeout,
+                    )
         except subprocess.TimeoutExpired:
             _killpg(proc.pid)
             try:
@@ -401,6 +470,40 @@ class LocalTransport(Transport):
         except OSError as exc:
             raise InfraError(self.device.name, "transfer", f"copy {remote} -> {local}: {exc}") from None
         return local.stat().st_size
+
+
+def _pump(
+    proc: subprocess.Popen, stdin: bytes | None, deadline_at: float, idle: float
+) -> tuple[bytes, bytes, bool]:
+    """Like ``communicate`` with a deadline, plus a watchdog: returns (stdout, stderr, silent) where
+    ``silent`` means nothing arrived for ``idle`` seconds. Raises TimeoutExpired at the deadline."""
+    if proc.stdin is not None:
+        def feed() -> None:
+            with contextlib.suppress(OSError):
+                if stdin:
+                    proc.stdin.write(stdin)
+                proc.stdin.close()
+
+        threading.Thread(target=feed, daemon=True).start()
+    bufs: dict[int, bytearray] = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    open_fds = set(bufs)
+    last = time.monotonic()
+    while open_fds:
+        now = time.monotonic()
+        if now >= deadline_at:
+            raise subprocess.TimeoutExpired(proc.args, deadline_at)
+        if now - last >= idle:
+            return bytes(bufs[proc.stdout.fileno()]), bytes(bufs[proc.stderr.fileno()]), True
+        ready, _, _ = select.select(list(open_fds), [], [], min(0.5, deadline_at - now, idle - (now - last)))
+        for fd in ready:
+            data = os.read(fd, 1 << 16)
+            if data:
+                bufs[fd] += data
+                last = time.monotonic()
+            else:
+                open_fds.discard(fd)
+    proc.wait(timeout=max(0.01, deadline_at - time.monotonic()))  # TimeoutExpired at the deadline
+    return bytes(bufs[proc.stdout.fileno()]), bytes(bufs[proc.stderr.fileno()]), False
 
 
 def _killpg(pgid: int) -> None:
@@ -553,7 +656,7 @@ class SshTransport(Transport):
         return bool(t is not None and t.is_active())
 
     # -- commands
-    def _run(self, argv, timeout, *, cwd, env, stdin, argv_shown):  # type: ignore[override]
+    def _run(self, argv, timeout, *, cwd, env, stdin, argv_shown, idle_timeout=None):  # type: ignore[override]
         import paramiko
 
         name = self.device.name
@@ -588,13 +691,17 @@ class SshTransport(Transport):
 
         out, err = bytearray(), bytearray()
         deadline = start + secs + DEADLINE_GRACE
-        timed_out = False
+        timed_out = silent = False
+        last = start
         try:
             while True:
+                seen = len(out) + len(err)
                 while chan.recv_ready():
                     out += chan.recv(1 << 16)
                 while chan.recv_stderr_ready():
                     err += chan.recv_stderr(1 << 16)
+                if len(out) + len(err) != seen:
+                    last = time.monotonic()
                 if chan.exit_status_ready() and (chan.eof_received or chan.closed):
                     break
                 if chan.closed or not self._alive():
@@ -602,6 +709,9 @@ class SshTransport(Transport):
                 now = time.monotonic()
                 if now >= deadline:
                     timed_out = True
+                    break
+                if idle_timeout is not None and now - last >= idle_timeout:
+                    silent = True
                     break
                 wait = min(0.5, deadline - now)
                 if chan.eof_received:  # output done (the pipe stays readable): wait for the status itself
@@ -618,6 +728,14 @@ class SshTransport(Transport):
             with contextlib.suppress(Exception):
                 chan.close()
         dur = time.monotonic() - start
+        if silent:
+            return infra(
+                "timeout",
+                f"{shlex.join(shown)[:200]}: no progress for {idle_timeout:g}s (the device-side deadline "
+                "should have answered; device or link hung)",
+                bytes(out),
+                bytes(err),
+            )
         if timed_out:
             return infra(
                 "timeout",

@@ -15,6 +15,7 @@ Tests are parametrised over (device, fixture) and grouped per device (`xdist_gro
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from bmoe_ci.paths import repo_root
 from bmoe_ci.plugin.collect import RecordCollector
 from bmoe_ci.plugin.context import DeviceContext, GateRun
 from bmoe_ci.plugin.runner import DeviceRunner
+from bmoe_ci.reports.plan import PlannedTest, write_plan
 
 RUN_KEY = pytest.StashKey[GateRun]()
 STATE_KEY = pytest.StashKey["GateState"]()
@@ -41,6 +43,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--rebuild", action="store_true", help="ignore the engine build cache")
     group.addoption("--fixture", action="append", metavar="NAME",
                     help="only this fixture (repeatable; default: every default fixture)")
+    group.addoption("--lock-wait", type=float, default=0.0, metavar="SECONDS",
+                    help="wait up to SECONDS for a device another run holds (default 0: busy is an error)")
     group.addoption("--fault", action="append", metavar="NAME",
                     help="build the engine with fault BMOE_FAULT_<NAME> injected (to show a gate can fail)")
 
@@ -91,6 +95,12 @@ class Controller:
         config = self.config
         run_id = default_run_id()
         results = Path(config.getoption("results") or Path("results") / run_id).resolve()
+        # bad options are refused before any device is touched
+        problem = results_dir_problem(results)
+        if problem:
+            raise pytest.UsageError(f"--results {config.getoption('results') or results}: {problem}")
+        if config.getoption("lock_wait") < 0:
+            raise pytest.UsageError(f"--lock-wait {config.getoption('lock_wait'):g}: must be 0 or more seconds")
         try:
             self.prepared = prepare(
                 selectors=config.getoption("device") or ["all"],
@@ -100,6 +110,7 @@ class Controller:
                 fixture_names=config.getoption("fixture"),
                 rebuild=config.getoption("rebuild"),
                 faults=config.getoption("fault") or (),
+                lock_wait=config.getoption("lock_wait"),
             )
         except FarmError as exc:
             raise pytest.UsageError(str(exc)) from exc
@@ -134,6 +145,24 @@ class Controller:
             terminalreporter.write_line(summary)
 
 
+def results_dir_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be the results directory (it is created later, after the devices are
+    ready), or None."""
+    if path.exists():
+        if not path.is_dir():
+            return "exists and is not a directory"
+        probe = path
+    else:
+        probe = path.parent
+        while not probe.exists():
+            probe = probe.parent
+        if not probe.is_dir():
+            return f"{probe} is not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable"
+    return None
+
+
 class GateState:
     """Per-process state of the gate suite: the run context and one runner per device."""
 
@@ -162,6 +191,26 @@ class GateState:
         for name, r in self._runners.items():
             if name not in self._sessions:
                 r.session.close()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Write the run's plan (every selected gate test) before any test runs. Under xdist each worker
+    collects the same items and writes the same plan; the controller collects nothing and writes none."""
+    state = session.config.stash.get(STATE_KEY, None)
+    xdist_controller = bool(getattr(session.config.option, "numprocesses", None)) and not hasattr(
+        session.config, "workerinput"
+    )
+    if state is None or xdist_controller:
+        return
+    planned = []
+    for item in session.items:
+        props = {str(k): str(v) for k, v in item.user_properties if str(k).startswith("bmoe.")}
+        if "bmoe.device" in props:
+            planned.append(PlannedTest(
+                device=props["bmoe.device"], gate=props["bmoe.gate"], fixture=props.get("bmoe.fixture") or None,
+                name=props["bmoe.name"], classname=props.get("bmoe.classname", "gates"),
+            ))
+    write_plan(state.run.results_dir, state.run.run_id, planned)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

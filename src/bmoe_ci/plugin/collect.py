@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from bmoe_ci.plugin.context import GateRun
-from bmoe_ci.reports import DeviceRun, RunMeta, TestRecord, console_matrix, finalize
+from bmoe_ci.reports import DeviceRun, RunMeta, TestRecord, console_matrix, finalize, write_device_junit
+from bmoe_ci.reports.plan import read_plan, reconcile
 
 
 @dataclass
@@ -49,6 +50,8 @@ class RecordCollector:
         self.engine_s: dict[str, float] = {d.name: 0.0 for d in run.devices}
         self.wall_s: dict[str, float] = {d.name: d.setup_s for d in run.devices}
         self.outputs: dict[str, dict[str, str]] = {d.name: {} for d in run.devices}
+        for d in run.devices:  # on disk from the start: a run killed now still has every device
+            write_device_junit(run.results_dir, self._device_run(d.name))
 
     def add(self, report: pytest.TestReport) -> None:
         props = _props(report)
@@ -97,27 +100,33 @@ class RecordCollector:
                 artifacts=artifacts,
             )
         )
+        write_device_junit(self.run.results_dir, self._device_run(device))  # each finished test on disk
+
+    def _device_run(self, name: str) -> DeviceRun:
+        d = self.run.device(name)
+        return DeviceRun(
+            device=d.name, arch=d.arch, os=d.os, kind=d.kind, engine_build_id=d.build_id,
+            target=d.target, fixtures=dict(self.run.fixtures), pushed_bytes=d.pushed_bytes,
+            verified_files=d.verified_files, repushed=list(d.repushed),
+            engine_s=round(self.engine_s.get(d.name, 0.0), 3),
+            wall_s=round(self.wall_s.get(d.name, 0.0), 3),
+            outputs=self.outputs.get(d.name, {}), infra_error=d.infra_error,
+            started=self.run.started, records=self.records.get(d.name, []),
+        )
 
     def finish(self, wall_s: float) -> str:
         for nodeid in list(self.pending):  # phases that never completed
             self.pending[nodeid].outcome = "error"
             self.pending[nodeid].message = "the test did not finish"
             self._finish(nodeid)
-        runs = [
-            DeviceRun(
-                device=d.name, arch=d.arch, os=d.os, kind=d.kind, engine_build_id=d.build_id,
-                target=d.target, fixtures=dict(self.run.fixtures), pushed_bytes=d.pushed_bytes,
-                engine_s=round(self.engine_s.get(d.name, 0.0), 3),
-                wall_s=round(self.wall_s.get(d.name, 0.0), 3),
-                outputs=self.outputs.get(d.name, {}), infra_error=d.infra_error,
-                started=self.run.started, records=self.records.get(d.name, []),
-            )
-            for d in self.run.devices
-        ]
+        runs = [self._device_run(d.name) for d in self.run.devices]
+        plan = read_plan(self.run.results_dir)
+        if plan is not None:  # tests that never ran (stopped session) are errors, not absent
+            reconcile(runs, plan)
         meta = RunMeta(
             run=self.run.run_id, started=self.run.started,
             finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), engine_builds=self.run.engine_builds,
-            compiled=self.run.compiled, fixtures=self.run.fixtures,
+            compiled=self.run.compiled, fixtures=self.run.fixtures, notes=list(self.run.notes),
         )
         data = finalize(self.run.results_dir, runs, meta)
         lines = [console_matrix(data)]

@@ -18,6 +18,8 @@ class DeviceContext:
     models: dict[str, str] = field(default_factory=dict)  # fixture name -> device path for -m
     infra_error: str | None = None  # why this device cannot give verdicts (its tests are errors)
     pushed_bytes: int = 0
+    verified_files: int = 0  # stored files whose hash the device checked in this run
+    repushed: list[str] = field(default_factory=list)  # corrupted files found and re-pushed
     setup_s: float = 0.0  # connect + lock + push + preflight, on the controller
 
 
@@ -31,6 +33,7 @@ class GateRun:
     engine_builds: dict[str, str]  # target -> build id
     compiled: list[str]  # targets compiled (not taken from the cache) in this run
     started: str = ""
+    notes: list[str] = field(default_factory=list)  # devices skipped by the selection, and why
 
     def device(self, name: str) -> DeviceContext:
         for d in self.devices:

@@ -21,6 +21,7 @@ from bmoe_ci.farm import (
     open_session,
     select_devices,
 )
+from bmoe_ci.farm.health import HealthBook
 from bmoe_ci.fixtures import FixtureFile, generate
 from bmoe_ci.plugin.context import DeviceContext, GateRun
 
@@ -56,12 +57,24 @@ def prepare(
     fixture_names: Sequence[str] | None,
     rebuild: bool,
     faults: Sequence[str] = (),
+    lock_wait: float = 0.0,
     say: Callable[[str], None] = _say,
 ) -> Prepared:
     """Raises FarmError (bad farm file, unknown device) — a usage problem that stops the session.
     A device that cannot be reached or fails preflight does NOT raise: it gets an infra_error."""
     farm = load_farm(farm_file)
-    devices = select_devices(farm, list(selectors))
+    selected = select_devices(farm, list(selectors))
+    health = HealthBook(farm.path)
+    devices, notes = [], []
+    for device in selected:
+        q = health.get(device.name).quarantine
+        if q is None:
+            devices.append(device)
+        else:
+            notes.append(f"{device.name} skipped: {q.describe()} (`bmoe-ci farm release {device.name}` lifts it)")
+            say(notes[-1])
+    if not devices:
+        raise FarmError("every selected device is quarantined:\n" + "\n".join(notes))
 
     builds: dict[str, Build] = {}
     for target in sorted({target_for(d) for d in devices}):
@@ -84,16 +97,28 @@ def prepare(
                 engine=b.path,
                 build_id=b.build_id,
                 files=_fixture_items(fixtures),
+                lock_wait=lock_wait,
                 progress=lambda m: say(f"{device.name}: {m}"),
             )
         except InfraError as exc:
             ctx.infra_error = str(exc)
             ctx.setup_s = time.monotonic() - started
             say(f"{device.name}: unavailable: {exc}")
+            if exc.kind != "busy":  # another run's lease says nothing about the device's health
+                h = health.record(device, f"{exc.kind}: {exc.reason}")
+                if h.quarantine is not None:
+                    say(f"{device.name}: {h.quarantine.describe()}")
             return ctx, None
+        health.record(device, None)
+        for note in session.transport.retries:
+            say(f"{device.name}: {note}")
         ctx.engine = session.engine
         ctx.models = {f.name: session.file(f"fixtures/{f.path.name}") for f in fixtures}
         ctx.pushed_bytes = session.pushed_bytes
+        ctx.verified_files = session.verified_files
+        ctx.repushed = [str(m) for m in session.mismatches]
+        for m in session.mismatches:
+            say(f"{device.name}: hash mismatch, re-pushed: {m}")
         ctx.setup_s = time.monotonic() - started
         return ctx, session
 
@@ -109,6 +134,7 @@ def prepare(
         engine_builds={t: b.build_id for t, b in builds.items()},
         compiled=[t for t, b in builds.items() if b.compiled],
         started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        notes=notes,
     )
     return Prepared(run, {ctx.name: s for ctx, s in opened if s is not None})
 

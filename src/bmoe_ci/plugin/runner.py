@@ -5,6 +5,12 @@ A plan is a list of (id, argv) entries. It goes to the device in ONE round trip 
 entry, the batch process dies: the lines already printed are kept, the entry that was running is
 recorded as a crash (a gate verdict: the engine is wrong), and the rest of the plan is sent again.
 An infrastructure problem (unreachable, timeout, disconnect) is raised as InfraError: no verdict.
+
+Hangs cost one deadline, once. Each entry has the device's entry deadline (`entry_timeout` x
+`timeout_scale`), enforced on the device (`farm/deadline.py`); an entry that passes it is a `timeout`
+error naming the entry. That error is remembered for the plan: every later test of the device that
+needs the same plan gets it again without re-running anything. After two timeouts the device is
+taken out of the run: its remaining tests are errors with that reason, the other devices go on.
 """
 
 from __future__ import annotations
@@ -15,10 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bmoe_ci.farm import DeviceSession, InfraError, Outcome, RunResult
+from bmoe_ci.farm.deadline import deadline_hit, strip_marks
 
-# Seconds per plan entry before the device's timeout_scale; generous: the fixtures are tiny and a
-# timeout is an infrastructure verdict, which must not stand in for a slow-but-correct engine.
-ENTRY_TIMEOUT_S = 60.0
+#: Timeouts after which a device is taken out of the run.
+MAX_TIMEOUTS = 2
 
 
 @dataclass
@@ -50,23 +56,51 @@ class DeviceRunner:
 
     session: DeviceSession
     engine_s: float = 0.0  # engine time on the device not yet attributed to a test
-    _cache: dict[str, dict[str, EngineResult]] = field(default_factory=dict)
+    timeouts: list[str] = field(default_factory=list)  # every timeout of this device, in order
+    retired: str | None = None  # why the device is out of the run
+    _cache: dict[str, dict[str, EngineResult] | InfraError] = field(default_factory=dict)
 
     def take_engine_seconds(self) -> float:
         spent, self.engine_s = self.engine_s, 0.0
         return spent
 
     def plan(self, key: str, entries: Sequence[tuple[str, Sequence[str]]]) -> dict[str, EngineResult]:
-        """Results of every entry, by id; runs the plan the first time `key` is asked for."""
+        """Results of every entry, by id; runs the plan the first time `key` is asked for. A plan that
+        timed out raises the same InfraError every time it is asked for."""
         if key not in self._cache:
-            self._cache[key] = self._run_batch(entries)
-        return self._cache[key]
+            self._check_in_run()
+            try:
+                self._cache[key] = self._run_batch(key, entries)
+            except InfraError as exc:
+                if exc.kind == "timeout":
+                    self._cache[key] = self._timed_out(exc)
+                raise
+        cached = self._cache[key]
+        if isinstance(cached, InfraError):
+            raise cached
+        return cached
 
     def single(self, argv: Sequence[str]) -> EngineResult:
         """One engine process for one command (the batch == single-process identity needs this)."""
-        r = self._checked(self.session.run_engine(list(argv), timeout=ENTRY_TIMEOUT_S))
+        self._check_in_run()
+        try:
+            r = self._checked(self.session.run_engine(list(argv), timeout=self.session.device.entry_timeout))
+        except InfraError as exc:
+            if exc.kind == "timeout":
+                raise self._timed_out(exc) from None
+            raise
         data = _parse_json(r.stdout.decode(errors="replace").strip() or "{}")
         return EngineResult(tuple(argv), data, _crash(r), r.exit_code, r.stderr.decode(errors="replace"))
+
+    def _check_in_run(self) -> None:
+        if self.retired is not None:
+            raise InfraError(self.session.device.name, "timeout", self.retired)
+
+    def _timed_out(self, exc: InfraError) -> InfraError:
+        self.timeouts.append(exc.reason)
+        if len(self.timeouts) >= MAX_TIMEOUTS and self.retired is None:
+            self.retired = f"taken out of the run after {len(self.timeouts)} timeouts: " + "; ".join(self.timeouts)
+        return exc
 
     def _checked(self, r: RunResult) -> RunResult:
         self.engine_s += r.duration
@@ -74,17 +108,18 @@ class DeviceRunner:
             raise r.infra or InfraError(self.session.device.name, "disconnect", r.describe())
         return r
 
-    def _run_batch(self, entries: Sequence[tuple[str, Sequence[str]]]) -> dict[str, EngineResult]:
+    def _run_batch(self, key: str, entries: Sequence[tuple[str, Sequence[str]]]) -> dict[str, EngineResult]:
         results: dict[str, EngineResult] = {}
         pending = list(entries)
+        device = self.session.device.name
         while pending:
             plan = "".join(json.dumps({"id": i, "argv": list(a)}) + "\n" for i, a in pending)
-            r = self._checked(
-                self.session.run_engine(
-                    ["batch", "/dev/stdin"], timeout=ENTRY_TIMEOUT_S * len(pending), stdin=plan.encode()
-                )
-            )
-            stderr = r.stderr.decode(errors="replace")
+            r = self.session.run_plan(["batch", "/dev/stdin"], len(pending), stdin=plan.encode())
+            if r.outcome is Outcome.INFRA and r.infra is not None and r.infra.kind == "timeout":
+                first_id = pending[0][0]
+                raise InfraError(device, "timeout", f"plan {key!r}, from entry {first_id!r}: {r.infra.reason}")
+            r = self._checked(r)
+            stderr = strip_marks(r.stderr.decode(errors="replace"))
             for line in r.stdout.decode(errors="replace").splitlines():
                 if not line.strip():
                     continue
@@ -96,12 +131,19 @@ class DeviceRunner:
             pending = [(i, a) for i, a in pending if i not in results]
             if not pending:
                 break
+            first_id, first_argv = pending[0]
+            if deadline_hit(r.stderr):
+                raise InfraError(
+                    device,
+                    "timeout",
+                    f"plan {key!r} entry {first_id!r} gave no result within its deadline of "
+                    f"{self.session.entry_deadline:g}s; killed on the device ({' '.join(map(str, first_argv))[:160]})",
+                )
             crashed = _crash(r)
             if crashed is None:
                 # The batch ended by itself without answering every entry: the engine broke its
                 # contract. Record that as a verdict on the first unanswered entry.
                 crashed = f"batch exited {r.exit_code} without a result"
-            first_id, first_argv = pending[0]
             results[first_id] = EngineResult(tuple(first_argv), {}, crashed, r.exit_code, stderr)
             pending = pending[1:]
         return results

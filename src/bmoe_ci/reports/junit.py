@@ -116,10 +116,12 @@ def device_suite(run: DeviceRun, dev_dir: Path) -> TestSuite:
     props += [(f"fixture.{name}.sha256", sha) for name, sha in sorted(run.fixtures.items())]
     props += [
         ("pushed_bytes", str(run.pushed_bytes)),
+        ("verified_files", str(run.verified_files)),
         ("engine_s", f"{run.engine_s:.3f}"),
         ("wall_s", f"{run.wall_s:.3f}"),
     ]
     props += [(f"output.{name}.sha256", sha) for name, sha in sorted(run.outputs.items())]
+    props += [(f"repushed.{i}", what) for i, what in enumerate(run.repushed)]
     if run.infra_error is not None:
         props.append(("infra_error", run.infra_error))
     for name, value in props:
@@ -316,6 +318,12 @@ def device_run_from_junit(path: Path) -> DeviceRun:
     except ValueError:
         pushed = 0
     try:
+        verified = int(props.get("verified_files", "0") or 0)
+    except ValueError:
+        verified = 0
+    numbered = {int(k[9:]): v for k, v in props.items() if k.startswith("repushed.") and k[9:].isdigit()}
+    repushed = [numbered[i] for i in sorted(numbered)]
+    try:
         return DeviceRun(
             device=device,
             arch=props.get("arch", ""),
@@ -325,6 +333,8 @@ def device_run_from_junit(path: Path) -> DeviceRun:
             target=props.get("target", ""),
             fixtures=_prefixed(props, "fixture."),
             pushed_bytes=pushed,
+            verified_files=verified,
+            repushed=repushed,
             engine_s=_float("engine_s"),
             wall_s=_float("wall_s"),
             outputs=_prefixed(props, "output."),

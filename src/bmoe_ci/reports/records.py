@@ -143,6 +143,8 @@ class DeviceRun:
     target: str = ""
     fixtures: dict[str, str] = field(default_factory=dict)
     pushed_bytes: int = 0
+    verified_files: int = 0  # distinct stored files whose hash the device checked
+    repushed: list[str] = field(default_factory=list)  # files found corrupted, then re-pushed
     engine_s: float = 0.0
     wall_s: float = 0.0
     outputs: dict[str, str] = field(default_factory=dict)
@@ -201,6 +203,7 @@ class RunMeta:
     engine_builds: dict[str, str] = field(default_factory=dict)
     compiled: list[str] = field(default_factory=list)
     fixtures: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # e.g. devices the selection skipped (quarantined)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": RUN_SCHEMA, **asdict(self)}

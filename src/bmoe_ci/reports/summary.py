@@ -24,6 +24,7 @@ from bmoe_ci.reports.junit import (
     read_junit,
     write_device_junit,
 )
+from bmoe_ci.reports.plan import read_plan, reconcile
 from bmoe_ci.reports.records import (
     DEVICE_JSON,
     INFRA_GATE,
@@ -174,6 +175,8 @@ def build_summary(meta: RunMeta, runs: list[DeviceRun]) -> dict[str, Any]:
             "errors": counts.errors,
             "skipped": counts.skipped,
             "pushed_bytes": run.pushed_bytes,
+            "verified_files": run.verified_files,
+            "repushed": list(run.repushed),
             "engine_s": round(run.engine_s, 3),
             "wall_s": round(run.wall_s, 3),
             "overhead_s": round(run.wall_s - run.engine_s, 3),
@@ -205,6 +208,7 @@ def build_summary(meta: RunMeta, runs: list[DeviceRun]) -> dict[str, Any]:
         "totals": {"devices": len(runs), **vars(totals)},
         "engine_builds": dict(sorted(meta.engine_builds.items())),
         "compiled": sorted(meta.compiled),
+        "notes": list(meta.notes),
         "fixtures": dict(sorted(meta.fixtures.items())),
         "gates": sorted(gates - {INFRA_GATE}, key=gate_sort_key),
         "devices": devices,
@@ -266,6 +270,7 @@ def console_matrix(s: dict[str, Any]) -> str:
     if len(s["problems"]) > _MAX_LISTED:
         lines.append(f"  ... and {len(s['problems']) - _MAX_LISTED} more (see {SUMMARY_MD})")
     lines.append(_agreement_line(s))
+    lines += [f"note: {n}" for n in s.get("notes", [])]
     return "\n".join(lines)
 
 
@@ -288,6 +293,8 @@ def markdown(s: dict[str, Any]) -> str:
     lines = [f"# bmoe-ci results: run {s['run']}", "", f"**{_headline(s)}**", ""]
     if s["started"] or s["finished"]:
         lines += [f"Started {s['started'] or '?'}, finished {s['finished'] or '?'}.", ""]
+    if s.get("notes"):
+        lines += [f"- {_md(n)}" for n in s["notes"]] + [""]
     lines += [f"![device x gate matrix]({MATRIX_SVG})", "", "## Device x gate", ""]
     header, rows = _matrix_rows(s)
     emph = [[c if c in (_NOT_RUN, "PASS") or c[0].isdigit() else f"**{c}**" for c in r[2:]] for r in rows]
@@ -339,6 +346,12 @@ def markdown(s: dict[str, Any]) -> str:
         dev_rows,
     )
     lines += ["", "Overhead is the wall time of the device's session minus the engine's own time on it.", ""]
+    verified = ", ".join(f"{n} {d.get('verified_files', 0)}" for n, d in s["devices"].items())
+    lines += [f"Stored files verified on the device (sha256) before use: {verified}.", ""]
+    repushed = [(n, what) for n, d in s["devices"].items() for what in d.get("repushed", [])]
+    if repushed:
+        lines += ["Found corrupted on the device, re-pushed and verified again:", ""]
+        lines += [f"- {n}: {what}" for n, what in repushed] + [""]
     if s["problems"]:
         lines += ["## Failures and errors", ""]
         rows_p = [
@@ -479,6 +492,10 @@ def rebuild(results_dir: Path | str) -> dict[str, Any]:
     """What ``bmoe-ci report`` does: re-merge and re-summarise from the directory alone."""
     root = Path(results_dir)
     meta, runs = load_results(root)
+    plan = read_plan(root)
+    if plan is not None:  # a killed run: what never finished is an error, and counts add up to the plan
+        for name in reconcile(runs, plan):
+            write_device_junit(root, next(r for r in runs if r.device == name))
     merge(root)
     return _write(root, meta or derive_run_meta(root, runs), runs)
 

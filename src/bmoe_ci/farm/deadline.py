@@ -1,0 +1,87 @@
+"""Per-entry deadlines for engine plans, enforced on the device.
+
+`bmoe batch` runs a plan's entries one after the other and prints one JSON line per finished entry.
+A hung entry must cost one entry deadline, not the plan's whole budget, and must be killed on the
+device even if the controller or the link is gone. So a plan runs under a small POSIX ``sh`` watcher
+(:data:`WATCH`, sent with the command like every other script: no file to install on the device):
+
+* the engine writes its results to a temporary file in the store (``store/.tmp-batch-*``, swept by the
+  next locked push if the watcher itself is killed);
+* the engine stays in the command's process group, so the command's own deadline (``timeout -s KILL``
+  on ssh devices, a process-group kill on local ones) still reaches it if the watcher dies;
+* a background loop looks at the file's size once a second: growth is progress (it says so on stderr,
+  which the controller's no-progress watchdog sees) and restarts the clock; ``DEADLINE`` seconds without
+  growth kill the engine process with ``SIGKILL`` (a ``bmoe``, under ``qemu-*`` or ``taskset`` which
+  exec it, is one process) and print :data:`DEADLINE_MARK` on stderr;
+* the loop also kills the engine when the watcher's own shell is gone (killed with its controller, or
+  by the command's deadline);
+* when the engine ends the results are copied to stdout and the file removed; the exit status is the
+  engine's (137 when the watcher killed it: :func:`deadline_hit` tells that from a crash).
+
+The loop's ``sleep`` has its output closed, so an orphaned ``sleep`` never holds the command's pipes
+open. Lines the watcher adds to stderr start with ``__bmoe_ci_`` and :func:`strip_marks` removes them.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+DEADLINE_MARK = "__bmoe_ci_entry_deadline__"
+#: Seconds of silence past the entry deadline before the controller itself gives up on a plan.
+IDLE_GRACE = 30.0
+PROGRESS_MARK = "__bmoe_ci_progress__"
+
+# $1 deadline (whole seconds), $2 result file, then the engine's argv (exec prefix included).
+WATCH = r"""
+d=$1; f=$2; shift 2
+parent=$$
+exec 3<&0
+"$@" <&3 3<&- >"$f" &
+pid=$!
+exec 3<&-
+(
+  last=0; idle=0
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 1 </dev/null >/dev/null 2>&1
+    if ! kill -0 "$parent" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null; exit 0; fi
+    n=$(wc -c <"$f" 2>/dev/null) || n=0
+    if [ "$n" -ne "$last" ]; then last=$n; idle=0; echo "__bmoe_ci_progress__ $n" >&2
+    else idle=$((idle + 1)); fi
+    if [ "$idle" -ge "$d" ]; then
+      echo "__bmoe_ci_entry_deadline__ $d" >&2
+      kill -KILL "$pid" 2>/dev/null
+      exit 0
+    fi
+  done
+) </dev/null &
+w=$!
+{ wait "$pid"; } 2>/dev/null; rc=$?
+kill "$w" 2>/dev/null; wait "$w" 2>/dev/null
+cat "$f" 2>/dev/null; rm -f "$f"
+exit $rc
+"""
+
+
+def watched_argv(argv: list[str], deadline_s: float, result_file: str) -> list[str]:
+    """``argv`` (exec prefix included) under the watcher, with ``deadline_s`` rounded up to seconds."""
+    secs = max(1, int(-(-deadline_s // 1)))
+    return ["sh", "-c", WATCH, "bmoe-ci", str(secs), result_file, *argv]
+
+
+def result_file_name() -> str:
+    """A fresh name for the watcher's result file, under the store (swept with upload temporaries)."""
+    return f"store/.tmp-batch-{secrets.token_hex(6)}"
+
+
+def deadline_hit(stderr: bytes | str) -> bool:
+    """Did the watcher kill the engine for running past the entry deadline?"""
+    text = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr
+    return any(line.startswith(DEADLINE_MARK) for line in text.splitlines())
+
+
+def strip_marks(stderr: str) -> str:
+    """The engine's own stderr: the watcher's lines removed."""
+    if "__bmoe_ci_" not in stderr:
+        return stderr
+    keep = [ln for ln in stderr.splitlines(keepends=True) if not ln.startswith(("__bmoe_ci_", "\n__bmoe_ci_"))]
+    return "".join(keep)

@@ -1,0 +1,323 @@
+"""The farm under faults, end to end through the real gate suite on local devices: every scenario
+asserts the verdicts, the counts, a time bound and what is left on the device."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import junitparser
+
+from bmoe_ci.farm import localfarm
+from gate_run import REPO, host_farm, run_gates
+
+DET = ("gates/test_determinism.py",)
+
+
+def _store(tmp_path: Path) -> Path:
+    return tmp_path / "work" / "store"
+
+
+def _flip_byte(path: Path, offset: int) -> None:
+    path.chmod(0o644)
+    data = bytearray(path.read_bytes())
+    data[offset % len(data)] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_flipped_bytes_in_the_stored_engine_and_fixture_are_repushed_and_the_run_passes(tmp_path: Path) -> None:
+    farm = host_farm(tmp_path)
+    first = run_gates(tmp_path, farm=farm, modules=DET, results=tmp_path / "r1")
+    assert first.returncode == 0, first.output[-3000:]
+    stored = sorted(p for p in _store(tmp_path).iterdir() if not p.name.startswith("."))
+    assert len(stored) >= 2  # the engine and the fixture
+    for i, p in enumerate(stored):
+        _flip_byte(p, 1000 + i)
+    start = time.monotonic()
+    second = run_gates(tmp_path, farm=farm, modules=DET, results=tmp_path / "r2")
+    took = time.monotonic() - start
+    host = second.summary["devices"]["host"]
+    assert second.returncode == 0, second.output[-3000:]
+    assert host["status"] == "pass" and host["failed"] == 0 and host["errors"] == 0
+    assert host["tests"] == first.summary["devices"]["host"]["tests"] > 0
+    assert len(host["repushed"]) == len(stored) and all("stored copy" in r for r in host["repushed"])
+    assert host["verified_files"] == len(stored)
+    assert host["pushed_bytes"] == sum(p.stat().st_size for p in stored)
+    assert took < 300
+    # what is left on the device: intact files under their hashes, no temporaries
+    import hashlib
+
+    for p in _store(tmp_path).iterdir():
+        assert not p.name.startswith(".tmp-")
+        assert hashlib.sha256(p.read_bytes()).hexdigest() == p.name
+    assert "re-pushed" in (tmp_path / "r2" / "summary.md").read_text()
+
+
+def test_a_file_that_keeps_arriving_corrupted_is_an_infrastructure_error(tmp_path: Path) -> None:
+    # The device's sha256sum sees every upload differently from the controller: a broken link or disk.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    liar = bin_dir / "sha256sum"
+    liar.write_text('#!/bin/sh\necho "0000000000000000000000000000000000000000000000000000000000000000  $1"\n')
+    liar.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    run = run_gates(tmp_path, modules=DET, env=env)
+    host = run.summary["devices"]["host"]
+    assert run.returncode == 1, run.output[-3000:]
+    assert host["status"] != "pass" and host["passed"] == 0 and host["failed"] == 0
+    assert "hash mismatch again" in host["infra_error"] and "expected" in host["infra_error"]
+    assert not [p for p in _store(tmp_path).iterdir() if p.name.startswith(".tmp-")]
+
+
+def _two_device_farm(tmp_path: Path, entry_timeout: float) -> Path:
+    base = host_farm(tmp_path).read_text().split("devices:\n", 1)
+    one = base[1]
+    two = one.replace("name: host", "name: host-b").replace(str(tmp_path / "work"), str(tmp_path / "work-b"))
+    farm = tmp_path / "farm2.yaml"
+    farm.write_text(f"{base[0]}defaults:\n  entry_timeout: {entry_timeout}\ndevices:\n{one}{two}")
+    return farm
+
+
+def _engines_under(store: Path) -> list[int]:
+    """Pids of engine processes started from `store` (the watcher's sh names it too: not counted)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].startswith(str(store).encode()) and b"batch" in argv:
+            pids.append(int(proc.name))
+    return pids
+
+
+def test_a_stopped_engine_is_one_named_timeout_and_the_other_device_finishes(tmp_path: Path) -> None:
+    deadline = 8.0
+    farm = _two_device_farm(tmp_path, deadline)
+    start = time.monotonic()
+    healthy = run_gates(tmp_path, farm=farm, device="all", modules=DET, results=tmp_path / "r1")
+    healthy_s = time.monotonic() - start
+    assert healthy.returncode == 0, healthy.output[-3000:]
+
+    stopped: set[int] = set()
+    done = threading.Event()
+
+    def stop_engines() -> None:  # SIGSTOP every engine batch on device `host`, as it starts
+        while not done.is_set():
+            for pid in _engines_under(tmp_path / "work" / "store"):
+                if pid not in stopped:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGSTOP)
+                    stopped.add(pid)
+            time.sleep(0.02)
+
+    stopper = threading.Thread(target=stop_engines, daemon=True)
+    stopper.start()
+    start = time.monotonic()
+    try:
+        run = run_gates(tmp_path, farm=farm, device="all", modules=DET, results=tmp_path / "r2")
+    finally:
+        done.set()
+        stopper.join()
+    took = time.monotonic() - start
+    host, other = run.summary["devices"]["host"], run.summary["devices"]["host-b"]
+    assert run.returncode == 1, run.output[-3000:]
+    assert other["status"] == "pass" and other["tests"] == other["passed"] > 0
+    # every test of `host` needs the one plan: one timeout, one engine stopped, no re-run, no verdict
+    assert len(stopped) == 1
+    assert host["errors"] == host["tests"] == other["tests"] and host["failed"] == host["passed"] == 0
+    problems = [p for p in run.summary["problems"] if p["device"] == "host"]
+    assert len(problems) == host["tests"]
+    assert all("timeout" in p["message"] and "'fixture:qwen3moe' entry" in p["message"] for p in problems)
+    assert took <= healthy_s + deadline + 60, (took, healthy_s)
+    # what is left: the stopped engine was killed on the device, no result file behind
+    assert all(not Path(f"/proc/{pid}").exists() or "Z" in _state(pid) for pid in stopped)
+    assert not [p for p in (tmp_path / "work" / "store").iterdir() if p.name.startswith(".tmp-")]
+
+
+def _state(pid: int) -> str:
+    try:
+        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0])
+    except OSError:
+        return "Z"
+
+
+def test_a_killed_controller_leaves_results_that_add_up_and_the_next_run_starts(tmp_path: Path) -> None:
+    ttl = 6.0
+    farm = _two_device_farm(tmp_path, 60.0)
+    farm.write_text(farm.read_text().replace("defaults:\n", f"defaults:\n  lease_ttl: {ttl}\n"))
+    killed = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "pytest", *DET, "-p", "no:cacheprovider", "-q", "-n", "2", "--farm", str(farm),
+           "--device", "all", "--results", str(killed), "--fixture", "qwen3moe", "--fixture", "gemma4"]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and proc.poll() is None:
+            if _finished_records(killed) >= 1:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run ended before it could be killed"
+        os.killpg(proc.pid, signal.SIGKILL)  # the controller and its xdist workers
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finished = _finished_records(killed)
+    assert not (killed / "summary.json").exists() and (killed / "plan.json").is_file()
+    time.sleep(1.5)  # local engines die with their controller (parent-death signal, watcher)
+    for work in ("work", "work-b"):
+        assert _engines_under(tmp_path / work / "store") == []
+
+    start = time.monotonic()
+    nxt = run_gates(tmp_path, farm=farm, device="all", modules=DET, results=tmp_path / "next")
+    assert nxt.returncode == 0, nxt.output[-3000:]
+    assert time.monotonic() - start < ttl + 10 + 120
+    assert "broke stale lock" in nxt.output
+
+    out = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "report", str(killed), "--format", "json"],
+                         cwd=REPO, capture_output=True, text=True, check=False)
+    assert out.returncode == 1, out.stderr
+    summary = json.loads(out.stdout)
+    plan = json.loads((killed / "plan.json").read_text())["tests"]
+    merged = junitparser.JUnitXml.fromfile(str(killed / "junit.xml"))
+    cases = [c for suite in merged for c in suite]
+    assert len(cases) == len(plan) == 12 == summary["totals"]["tests"]
+    interrupted = [c for c in cases if c.result and "run interrupted" in (c.result[0].message or "")]
+    assert len(interrupted) == len(plan) - finished > 0
+    assert summary["totals"]["passed"] == finished and summary["totals"]["failed"] == 0
+
+
+def _finished_records(results: Path) -> int:
+    n = 0
+    for dev in ("host", "host-b"):
+        with contextlib.suppress(OSError, ValueError):
+            n += len(json.loads((results / dev / "device.json").read_text())["records"])
+    return n
+
+
+def _gates(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "pytest", *DET, "-p", "no:cacheprovider", "-q", "--fixture", "qwen3moe", *args]
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_bad_options_are_refused_before_any_device_is_touched(tmp_path: Path) -> None:
+    farm = host_farm(tmp_path)
+    a_file = tmp_path / "results-file"
+    a_file.write_text("not a directory\n")
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    read_only.chmod(0o555)
+    cases = [
+        (("--results", str(a_file)), "exists and is not a directory"),
+        (("--results", str(a_file / "sub")), "is not a directory"),
+        (("--lock-wait", "-1"), "--lock-wait -1: must be 0 or more seconds"),
+    ]
+    if os.geteuid() != 0:  # root writes anywhere
+        cases.append((("--results", str(read_only / "r")), "is not writable"))
+    mips = tmp_path / "mips.yaml"
+    mips.write_text(farm.read_text().replace("arch: x86_64", "arch: mips").replace("arch: aarch64", "arch: mips"))
+    cases.append((("--farm", str(mips), "--results", str(tmp_path / "r")), f"{mips}:6: devices[0].arch: unknown arch"))
+    for args, expected in cases:
+        full = args if "--farm" in args else ("--farm", str(farm), *args)
+        r = _gates(tmp_path, "--device", "host", *full)
+        out = r.stdout + r.stderr
+        assert r.returncode == 4 and expected in out, (args, out[-2000:])
+        assert "Traceback" not in out
+        assert not (tmp_path / "work").exists()  # the device's work directory was never created
+    assert a_file.read_text() == "not a directory\n"
+
+
+def test_a_device_failing_its_health_check_is_quarantined_skipped_and_released(tmp_path: Path) -> None:
+    farm = host_farm(tmp_path)
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    farm.write_text(farm.read_text() + "  - name: broken\n    kind: phone\n    arch: x86_64\n    transport: local\n"
+                    f"    workdir: {blocker}/work\n    quarantine_after: 1\n    quarantine_hours: 1\n")
+    start = time.monotonic()
+    first = run_gates(tmp_path, farm=farm, device="all", modules=DET, select=("test_same_config_twice",),
+                      results=tmp_path / "r1")
+    broken = first.summary["devices"]["broken"]
+    assert first.returncode == 1 and broken["errors"] == 2 and broken["passed"] == broken["failed"] == 0
+    assert "broken: quarantined until" in first.output and first.summary["notes"] == []
+    second = run_gates(tmp_path, farm=farm, device="all", modules=DET, select=("test_same_config_twice",),
+                       results=tmp_path / "r2")
+    assert time.monotonic() - start < 240
+    assert second.returncode == 0, second.output[-2000:]
+    assert list(second.summary["devices"]) == ["host"] and second.summary["devices"]["host"]["status"] == "pass"
+    [note] = second.summary["notes"]
+    assert note.startswith("broken skipped: quarantined until ")
+    assert "failed its health check on 1 consecutive runs" in note and "cannot create work directory" in note
+    assert "broken skipped: quarantined" in (tmp_path / "r2" / "summary.md").read_text()
+    status = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "farm", "status", "--farm", str(farm)],
+                            cwd=REPO, capture_output=True, text=True, check=False)
+    assert "QUARANTINED (quarantined until" in status.stdout
+    rel = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "farm", "release", "broken", "--farm", str(farm)],
+                         cwd=REPO, capture_output=True, text=True, check=False)
+    assert rel.returncode == 0 and rel.stdout.startswith("broken: released (was quarantined until")
+    status = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "farm", "status", "--farm", str(farm), "--json"],
+                            cwd=REPO, capture_output=True, text=True, check=False)
+    assert [d["quarantine"] for d in json.loads(status.stdout)["devices"]] == [None, None]
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(proc.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def test_a_device_whose_sshd_dies_mid_run_gives_errors_and_the_other_passes(tmp_path: Path) -> None:
+    state = tmp_path / "farm"
+    with localfarm.running(state) as resolved:
+        ssh_name = str(localfarm.layout()["SSH_HOST_NAME"])
+        farm = state / "faults.yaml"  # beside the resolved file: its relative paths still hold
+        farm.write_text(resolved.read_text().replace("  min_free_mb: 64\n", "  min_free_mb: 64\n  retries: 1\n"))
+        sshd = json.loads((state / "farm.json").read_text())["sshd"][ssh_name]["pid"]
+        results = tmp_path / "r"
+        killed: list[int] = []
+
+        def kill_when_one_test_finished() -> None:
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline and not killed:
+                with contextlib.suppress(OSError, ValueError):
+                    if json.loads((results / ssh_name / "device.json").read_text())["records"]:
+                        for pid in [sshd, *_descendants(sshd)]:  # the listener and every session under it
+                            with contextlib.suppress(ProcessLookupError):
+                                os.kill(pid, signal.SIGKILL)
+                            killed.append(pid)
+                time.sleep(0.05)
+
+        killer = threading.Thread(target=kill_when_one_test_finished, daemon=True)
+        killer.start()
+        start = time.monotonic()
+        run = run_gates(tmp_path, farm=farm, device=f"host,{ssh_name}", modules=DET, results=results)
+        took = time.monotonic() - start
+        killer.join()
+        assert killed, "the ssh device never finished a test"
+        host, dead = run.summary["devices"]["host"], run.summary["devices"][ssh_name]
+        assert run.returncode == 1, run.output[-3000:]
+        assert host["status"] == "pass" and host["passed"] == host["tests"] == 3
+        assert dead["failed"] == 0 and dead["passed"] >= 1 and dead["errors"] >= 1
+        assert dead["passed"] + dead["errors"] == dead["tests"] == 3
+        problems = [p for p in run.summary["problems"] if p["device"] == ssh_name]
+        assert problems and all(any(k in p["message"] for k in ("unreachable", "disconnect")) for p in problems)
+        assert took < 240
+        assert _engines_under(state / "devices" / ssh_name / "store") == []
