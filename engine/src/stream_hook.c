@@ -157,7 +157,9 @@ static void on_evict(void *user, int li, int e) {
 
 static void unpin_layer(bmoe_stream_hook *h) {
     if (h->cache && h->cur_li >= 0) {
+#ifndef BMOE_FAULT_CACHE_PIN_LEAK /* fault: a layer's experts stay pinned for good */
         for (int i = 0; i < h->n_pinned; i++) cache_unpin(h->cache, h->cur_li, h->pinned[i]);
+#endif
         cache_trim(h->cache, on_evict, h);
     }
     h->n_pinned = 0;
@@ -235,7 +237,9 @@ static int load_layer(bmoe_stream_hook *h, bmoe_moe_result *r) {
     for (int i = 0; i < n; i++) {
         h->row_res[i] = h->res0[h->pre_ids[i]];
         if (h->row_res[i]) h->c.cache_hits++;
+#ifndef BMOE_FAULT_MISSES_PER_READ /* fault: misses are counted per expert read, not per routed slot */
         else h->c.cache_misses++;
+#endif
         h->row_bytes[i] = 0;
     }
 
@@ -248,6 +252,9 @@ static int load_layer(bmoe_stream_hook *h, bmoe_moe_result *r) {
             h->shared_of[e] = j;
             int rc = stream_load(h->st, li, j, e, BMOE_IO_DEMAND, &h->groups[j], m, sizeof m);
             if (rc) return take_stream_error(h, rc, m);
+#ifdef BMOE_FAULT_MISSES_PER_READ
+            h->c.cache_misses++;
+#endif
             h->c.flash_reads++;
             h->c.flash_bytes += eb;
             h->charged[e] = 1;
@@ -262,6 +269,9 @@ static int load_layer(bmoe_stream_hook *h, bmoe_moe_result *r) {
             size_t key = key_of(h, li, e);
             if (!h->res0[e]) continue;
             cache_touch(h->cache, li, e);
+#ifdef BMOE_FAULT_PREFETCH_USED_OVERCOUNT
+            if (h->pf) h->c.prefetch_used++; /* fault: every hit counts as a used prefetch */
+#endif
             if (h->prefetched[key]) {
                 h->prefetched[key] = 0;
                 h->c.prefetch_used++;
@@ -280,8 +290,14 @@ static int load_layer(bmoe_stream_hook *h, bmoe_moe_result *r) {
             h->pinned[h->n_pinned++] = e;
             int rc = stream_load(h->st, li, e, e, BMOE_IO_DEMAND, &h->groups[key], m, sizeof m);
             if (rc) return take_stream_error(h, rc, m);
+#ifdef BMOE_FAULT_MISSES_PER_READ
+            h->c.cache_misses++;
+#endif
             h->c.flash_reads++;
             h->c.flash_bytes += eb;
+#ifdef BMOE_FAULT_FLASH_BYTES_TWICE
+            h->c.flash_bytes += eb; /* fault: a demand read into the cache is counted twice */
+#endif
             h->charged[e] = 1;
         }
         if (h->pf && r->phase == 1 && issue_prefetch(h, li)) return h->rc;
@@ -293,7 +309,9 @@ static int load_layer(bmoe_stream_hook *h, bmoe_moe_result *r) {
         int e = h->pre_ids[i];
         if (h->dropped[i] || !h->charged[e]) continue;
         h->row_bytes[i] = eb;
+#ifndef BMOE_FAULT_TRACE_BYTES_EVERY_ROW /* fault: every row of an expert read carries its bytes */
         h->charged[e] = 0;
+#endif
     }
     return 0;
 }
@@ -309,6 +327,9 @@ static void write_trace(bmoe_stream_hook *h, const bmoe_moe_result *r) {
                 .residency = h->row_res[i], .expert_bytes = h->row_bytes[i], .dropped = h->dropped[i],
                 .substituted = h->changed[i],
             };
+#ifdef BMOE_FAULT_TRACE_RESIDENCY_AFTER
+            row.residency = 1; /* fault: residency taken after the load, when every executed expert is resident */
+#endif
             trace_row(h->trace, &row);
         }
 }
@@ -344,7 +365,9 @@ int stream_hook_fn(void *user, bmoe_moe_result *r) {
         }
         h->cur_loaded = 0;
         h->cur_terminal = CHAIN_UNKNOWN;
+#ifndef BMOE_FAULT_SUBST_FLAGS_NOT_RESET /* fault: the previous layer's substitution flags linger */
         memset(h->changed, 0, (size_t)n);
+#endif
         memset(h->dropped, 0, (size_t)n);
         /* 1. re-ranking (substitution), before residency is taken for the load and before any drop */
         if (h->has_policy && h->policy.at_topk && (r->phase == 1 || h->policy.topk_in_prefill)) {

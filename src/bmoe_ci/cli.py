@@ -13,6 +13,7 @@ from pathlib import Path
 from bmoe_ci.builder import TARGETS, BuildError, build
 from bmoe_ci.cli_farm import add_farm_commands
 from bmoe_ci.cli_report import add_report_command
+from bmoe_ci.mutants.command import add_mutants_command
 
 
 class UsageError(Exception):
@@ -72,6 +73,7 @@ def make_parser() -> argparse.ArgumentParser:
 
     add_farm_commands(sub)
     add_report_command(sub)
+    add_mutants_command(sub)
     return parser
 
 
