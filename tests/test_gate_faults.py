@@ -1,44 +1,22 @@
-"""Every gate can fail: each fault built into the engine (`pytest gates --fault
-NAME`, i.e. -DBMOE_FAULT_<NAME>=1) makes the gate that exists to catch it report a *failure* (not an
-error, not a pass), through the real gate suite on the host device; the clean build passes them all.
+"""Every gate can fail: each fault of the catalogue (engine/faults.toml) marked `tested` is built into the
+engine (`pytest gates --fault NAME`, i.e. -DBMOE_FAULT_<NAME>=1) and the real gate suite runs on the host
+device: every gate the catalogue expects to catch it reports a *failure* (not an error, not a pass), and
+every other gate of the modules that run passes. The clean build passes them all.
 
-Core (gates/test_determinism.py, gates/test_config.py):
-  THREAD_ORDER      a row's value depends on the thread that computed it          -> DET fails
-  BATCH_STATE       an engine instance inherits state from the previous one        -> DET fails
-  CFG_LOOSE_RANGE   validate() forgets the upper bound of F and L                 -> CFG fails
-
-Streaming (gates/test_streaming.py):
-  WRONG_OFFSET      every expert slot is filled from its neighbour's offset       -> G1 fails
-                    (G2 and G5 compare streamed runs that read the same wrong bytes: they pass,
-                    which is exactly why G1 compares against the resident reference)
-  EVICT_IN_USE      eviction ignores the in-use pin and takes the hottest entry:  -> G2 fails
-                    the running layer's expert is released before its matmul, which then faults
-                    (SIGSEGV on the released slot: the engine crashes instead of reading stale bytes)
-  SKIP_LOAD_ON_HIT  a prefetched expert is marked resident but never read: its    -> G5 fails
-                    first use is a "hit" that was not one, on a never-committed slot (a fault again)
-
-Lossy knobs (gates/test_lossy.py):
-  NO_REPOINT          a dropped slot keeps the id of the expert it declined to read: the matmul
-                      touches that expert's released slot (SIGSEGV)                      -> G8b fails
-  NO_PIN              the top-weighted expert is droppable: on qwen3moe-nonorm at top-k 1 the
-                      only weight is a probability below F/k = 1, so the top goes (SIGSEGV)  -> G8c fails
-  SKIP_DEFERRED_LOAD  the load deferred to the terminal node never happens, and the
-                      EXPERTS backstop is skipped too: the matmul touches unloaded memory -> G8a fails
-  MODEL_TOPK          the threshold is F / the model's top-k, not the effective one: at
-                      --n-expert-used k+1 misses above F/(k+1) are dropped                 -> G8r fails
-  SUBST_INERT         substitution examines and never changes                           -> G8e fails
-  SUBST_COUNT_REORDER the re-ranked set is written back in id order and compared slot by
-                      slot, so re-orderings count (and are written) as substitutions      -> G8d fails
-  WARN_HARDCODED      the warning's evidence side says 12.5% whatever F                  -> G8w fails
+The catalogue is the one table of faults and the gates that catch them: this file only decides which
+gate modules to run for a fault (the modules holding its expected gates) and reads everything else
+from there. `bmoe-ci mutants` runs the whole catalogue against the whole suite (docs/gates.md).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from gate_run import run_gates
+from bmoe_ci.mutants import Fault, load_catalogue
+from gate_run import REPO, run_gates
 
 DETERMINISM = ("gates/test_determinism.py",)
 CONFIG = ("gates/test_config.py",)
@@ -71,34 +49,38 @@ def test_clean_build_passes_the_lossy_gates(tmp_path: Path) -> None:
     assert counts["G8r"]["pass"] == 1 and counts["G8r"]["skip"] == 1, counts
 
 
-FAULTS = [
-    ("THREAD_ORDER", DETERMINISM, "qwen3moe", "DET", (), False),
-    ("BATCH_STATE", DETERMINISM, "qwen3moe", "DET", (), False),
-    ("CFG_LOOSE_RANGE", CONFIG, "qwen3moe", "CFG", (), False),
-    ("WRONG_OFFSET", STREAMING, "qwen3moe", "G1", ("G2", "G5", "DET"), False),
-    ("EVICT_IN_USE", STREAMING, "qwen3moe", "G2", ("G1",), True),
-    ("SKIP_LOAD_ON_HIT", STREAMING, "qwen3moe", "G5", ("G1", "G2"), True),
-    ("NO_REPOINT", LOSSY, "qwen3moe", "G8b", ("G8a", "G8a'", "G8c", "G8d", "G8e", "G8w"), True),
-    ("NO_PIN", LOSSY, "qwen3moe-nonorm", "G8c", ("G8a", "G8a'", "G8d", "G8e", "G8w"), True),
-    ("SKIP_DEFERRED_LOAD", LOSSY, "qwen3moe", "G8a", ("G8d", "G8e", "G8w"), True),
-    ("MODEL_TOPK", LOSSY, "qwen3moe", "G8r", ("G8a", "G8a'", "G8b", "G8c", "G8d", "G8e", "G8w"), False),
-    ("SUBST_INERT", LOSSY, "qwen3moe", "G8e", ("G8a", "G8a'", "G8b", "G8c", "G8d", "G8w", "G8r"), False),
-    ("SUBST_COUNT_REORDER", LOSSY, "qwen3moe", "G8d", ("G8a", "G8a'", "G8b", "G8c", "G8e", "G8w", "G8r"),
-     False),
-    ("WARN_HARDCODED", LOSSY, "qwen3moe", "G8w", ("G8a", "G8a'", "G8b", "G8c", "G8d", "G8e", "G8r"), False),
-]
+GATE_MARK = re.compile(r"""@pytest\.mark\.gate\(["']([^"']+)["']""")
 
 
-@pytest.mark.parametrize(("fault", "modules", "fixture", "fails", "passes", "crash"), FAULTS,
-                         ids=[f"{f[0]}-{f[3]}" for f in FAULTS])
-def test_fault_makes_its_gate_fail(tmp_path: Path, fault: str, modules: tuple[str, ...], fixture: str, fails: str,
-                                   passes: tuple[str, ...], crash: bool) -> None:
-    run = run_gates(tmp_path, faults=(fault,), modules=modules, fixtures=(fixture,))
+def gate_modules() -> dict[str, str]:
+    """gate id -> the gates/ module that holds it (read from the modules' gate markers)."""
+    out: dict[str, str] = {}
+    for path in sorted((REPO / "gates").glob("test_*.py")):
+        for gate in GATE_MARK.findall(path.read_text()):
+            out.setdefault(gate, f"gates/{path.name}")
+    return out
+
+
+MODULES = gate_modules()
+FAULTS = [f for f in load_catalogue().faults if f.tested]
+
+
+def test_every_tested_fault_names_gates_of_the_suite() -> None:
+    assert FAULTS, "no fault of the catalogue is marked tested"
+    for fault in FAULTS:
+        assert any(g in MODULES for g in fault.expected), (fault.name, fault.expected, sorted(MODULES))
+
+
+@pytest.mark.parametrize("fault", FAULTS, ids=[f.name for f in FAULTS])
+def test_fault_makes_its_gates_fail(tmp_path: Path, fault: Fault) -> None:
+    modules = tuple(sorted({MODULES[g] for g in fault.expected if g in MODULES}))
+    run = run_gates(tmp_path, faults=(fault.name,), modules=modules, fixtures=(fault.fixture,))
     assert run.returncode != 0
-    assert run.gate("host", fails) == "fail", run.output[-3000:]
-    for gate in passes:
-        assert run.gate("host", gate) == "pass", (gate, run.output[-3000:])
+    verdicts = run.summary["devices"]["host"]["gates"]
+    failed = sorted(g for g, v in verdicts.items() if v == "fail")
+    assert failed == sorted(g for g in fault.expected if g in verdicts), (verdicts, run.output[-3000:])
+    assert all(v in ("pass", "skip") for g, v in verdicts.items() if g not in fault.expected), verdicts
     assert run.summary["totals"]["errors"] == 0, "a wrong engine must be a failure, not an error"
-    if crash:
+    if fault.crash:
         # the memory model's teeth: a released / never-committed slot faults, it is not read stale
         assert "engine crashed (SIGSEGV)" in run.output or "engine crashed (SIGBUS)" in run.output, run.output[-3000:]

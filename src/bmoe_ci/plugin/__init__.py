@@ -23,6 +23,7 @@ import pytest
 from bmoe_ci.builder import BuildError
 from bmoe_ci.farm import DeviceSession, FarmError, InfraError, default_run_id, load_farm
 from bmoe_ci.fixtures import SpecError
+from bmoe_ci.mutants.catalogue import CatalogueError, load_catalogue
 from bmoe_ci.paths import repo_root
 from bmoe_ci.plugin.collect import RecordCollector
 from bmoe_ci.plugin.context import DeviceContext, GateRun
@@ -42,7 +43,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fixture", action="append", metavar="NAME",
                     help="only this fixture (repeatable; default: every default fixture)")
     group.addoption("--fault", action="append", metavar="NAME",
-                    help="build the engine with fault BMOE_FAULT_<NAME> injected (to show a gate can fail)")
+                    help="build the engine with fault BMOE_FAULT_<NAME> of engine/faults.toml injected "
+                         "(to show a gate can fail; repeatable)")
 
 
 def _gate_suite_requested(config: pytest.Config) -> bool:
@@ -92,6 +94,11 @@ class Controller:
         run_id = default_run_id()
         results = Path(config.getoption("results") or Path("results") / run_id).resolve()
         try:
+            # an unknown fault would build a normal engine and report it green: refuse it first
+            faults = [f.name for f in load_catalogue().resolve(config.getoption("fault") or [])]
+        except CatalogueError as exc:
+            raise pytest.UsageError(str(exc)) from exc
+        try:
             self.prepared = prepare(
                 selectors=config.getoption("device") or ["all"],
                 farm_file=config.getoption("farm"),
@@ -99,7 +106,7 @@ class Controller:
                 run_id=run_id,
                 fixture_names=config.getoption("fixture"),
                 rebuild=config.getoption("rebuild"),
-                faults=config.getoption("fault") or (),
+                faults=faults,
             )
         except FarmError as exc:
             raise pytest.UsageError(str(exc)) from exc

@@ -110,14 +110,14 @@ class RecordCollector:
                 engine_s=round(self.engine_s.get(d.name, 0.0), 3),
                 wall_s=round(self.wall_s.get(d.name, 0.0), 3),
                 outputs=self.outputs.get(d.name, {}), infra_error=d.infra_error,
-                started=self.run.started, records=self.records.get(d.name, []),
+                started=self.run.started, records=self.records.get(d.name, []), faults=list(self.run.faults),
             )
             for d in self.run.devices
         ]
         meta = RunMeta(
             run=self.run.run_id, started=self.run.started,
             finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), engine_builds=self.run.engine_builds,
-            compiled=self.run.compiled, fixtures=self.run.fixtures,
+            compiled=self.run.compiled, fixtures=self.run.fixtures, faults=list(self.run.faults),
         )
         data = finalize(self.run.results_dir, runs, meta)
         lines = [console_matrix(data)]

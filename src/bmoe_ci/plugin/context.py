@@ -31,6 +31,7 @@ class GateRun:
     engine_builds: dict[str, str]  # target -> build id
     compiled: list[str]  # targets compiled (not taken from the cache) in this run
     started: str = ""
+    faults: list[str] = field(default_factory=list)  # BMOE_FAULT_<NAME> built into every engine of the run
 
     def device(self, name: str) -> DeviceContext:
         for d in self.devices:

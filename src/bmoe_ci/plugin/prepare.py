@@ -58,14 +58,15 @@ def prepare(
     faults: Sequence[str] = (),
     say: Callable[[str], None] = _say,
 ) -> Prepared:
-    """Raises FarmError (bad farm file, unknown device) — a usage problem that stops the session.
+    """`faults` are catalogue names (the caller has checked them against engine/faults.toml).
+    Raises FarmError (bad farm file, unknown device) — a usage problem that stops the session.
     A device that cannot be reached or fails preflight does NOT raise: it gets an infra_error."""
     farm = load_farm(farm_file)
     devices = select_devices(farm, list(selectors))
 
     builds: dict[str, Build] = {}
     for target in sorted({target_for(d) for d in devices}):
-        defines = [f"BMOE_FAULT_{name.upper()}=1" for name in faults]
+        defines = [f"BMOE_FAULT_{name}=1" for name in faults]
         builds[target] = build(target, defines=defines, rebuild=rebuild, progress=say)
     fixtures = generate(None, names=list(fixture_names) if fixture_names else None)
 
@@ -108,6 +109,7 @@ def prepare(
         fixtures={f.name: f.sha256 for f in fixtures},
         engine_builds={t: b.build_id for t, b in builds.items()},
         compiled=[t for t, b in builds.items() if b.compiled],
+        faults=list(faults),
         started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     )
     return Prepared(run, {ctx.name: s for ctx, s in opened if s is not None})

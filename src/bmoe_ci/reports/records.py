@@ -149,6 +149,7 @@ class DeviceRun:
     infra_error: str | None = None
     started: str | None = None
     records: list[TestRecord] = field(default_factory=list)
+    faults: list[str] = field(default_factory=list)  # engine faults built in (a fault build, never plain green)
 
     def __post_init__(self) -> None:
         check_device_name(self.device)
@@ -201,6 +202,7 @@ class RunMeta:
     engine_builds: dict[str, str] = field(default_factory=dict)
     compiled: list[str] = field(default_factory=list)
     fixtures: dict[str, str] = field(default_factory=dict)
+    faults: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": RUN_SCHEMA, **asdict(self)}

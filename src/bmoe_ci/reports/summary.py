@@ -125,7 +125,8 @@ def derive_run_meta(results_dir: Path | str, runs: list[DeviceRun]) -> RunMeta:
     for r in runs:
         fixtures.update(r.fixtures)
     return RunMeta(
-        run=Path(results_dir).resolve().name, engine_builds=builds, fixtures=dict(sorted(fixtures.items()))
+        run=Path(results_dir).resolve().name, engine_builds=builds, fixtures=dict(sorted(fixtures.items())),
+        faults=sorted({f for r in runs for f in r.faults}),
     )
 
 
@@ -181,6 +182,7 @@ def build_summary(meta: RunMeta, runs: list[DeviceRun]) -> dict[str, Any]:
             "gate_counts": {g: per_gate[g] for g in ordered},
             "outputs": dict(sorted(run.outputs.items())),
             "fixtures": dict(sorted(run.fixtures.items())),
+            "faults": sorted(run.faults),
         }
 
     groups: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
@@ -205,6 +207,7 @@ def build_summary(meta: RunMeta, runs: list[DeviceRun]) -> dict[str, Any]:
         "totals": {"devices": len(runs), **vars(totals)},
         "engine_builds": dict(sorted(meta.engine_builds.items())),
         "compiled": sorted(meta.compiled),
+        "faults": sorted(set(meta.faults) | {f for r in runs for f in r.faults}),
         "fixtures": dict(sorted(meta.fixtures.items())),
         "gates": sorted(gates - {INFRA_GATE}, key=gate_sort_key),
         "devices": devices,
@@ -229,14 +232,18 @@ def _matrix_rows(s: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     rows = []
     for name, d in s["devices"].items():
         cells = [cell_text(d["gate_counts"].get(g, {})) for g in s["gates"]]
-        rows.append([name, d["arch"], *cells, _STATUS[d["status"]]])
+        status = _STATUS[d["status"]] + (" (fault build)" if d.get("faults") else "")
+        rows.append([name, d["arch"], *cells, status])
     return header, rows
 
 
 def _headline(s: dict[str, Any]) -> str:
     t = s["totals"]
+    # a fault-injected engine is never shown as a plain green run
+    faults = s.get("faults") or []
+    built = f" (FAULT BUILD: {', '.join(faults)})" if faults else ""
     return (
-        f"{_STATUS[s['status']]}: {t['devices']} device(s), {t['tests']} tests: {t['passed']} passed, "
+        f"{_STATUS[s['status']]}{built}: {t['devices']} device(s), {t['tests']} tests: {t['passed']} passed, "
         f"{t['failed']} failed, {t['errors']} error{'' if t['errors'] == 1 else 's'}, {t['skipped']} skipped"
     )
 
@@ -399,6 +406,7 @@ def markdown(s: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+_FAULT_BUILD = "#9a6700"
 _COLOURS = {"pass": "#2da44e", "fail": "#cf222e", "error": "#bc4c00", "skip": "#8c959f", None: "#eaeef2"}
 
 
@@ -432,6 +440,8 @@ def matrix_svg(s: dict[str, Any]) -> str:
                 colour = "#ffffff" if devices[ri - 1]["gates"].get(gate) else "#57606a"
             elif ci == len(row) - 1:
                 fill, colour = _COLOURS[devices[ri - 1]["status"]], "#ffffff"
+                if devices[ri - 1].get("faults"):
+                    fill = _FAULT_BUILD  # not green: the engine was built with faults
             out.append(
                 f'<rect x="{x:.1f}" y="{y}" width="{widths[ci]:.1f}" height="{row_h}" fill="{fill}" '
                 'stroke="#d0d7de"/>'
