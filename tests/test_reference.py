@@ -1,4 +1,4 @@
-"""The independent numpy reference (tests/reference) against the fixtures and against the engine.
+"""The independent numpy reference (bmoe_ci.reference) against the fixtures and against the engine.
 
 Without an engine: the reference runs every fixture, its greedy output varies, it routes every
 expert, batch and incremental runs agree, the gating table behaves as docs/model-math.md says.
@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from bmoe_ci.fixtures import generate
-from reference import Generation, Model
+from bmoe_ci.reference import Generation, Model
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULTS = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-nonorm"]
@@ -180,7 +180,7 @@ def test_reference_agrees_with_llama_cpp(models: dict, name: str, tol: float, tm
     m = load(models[name])
     toks = m.tokenize(CMP_PROMPT)
     out = tmp_path / "logits.json"
-    script = Path(__file__).parent / "reference" / "llama_cpp_logits.mjs"
+    script = REPO / "src" / "bmoe_ci" / "reference" / "llama_cpp_logits.mjs"
     cmd = ["node", str(script), module_dir, str(models[name]), ",".join(map(str, toks)), str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
