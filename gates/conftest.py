@@ -3,10 +3,13 @@ parametrises every test over (device, fixture); this file says what a gate reads
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from bmoe_ci.plugin.context import DeviceContext
 from bmoe_ci.plugin.runner import DeviceRunner, EngineResult
+from bmoe_ci.reports.xdev import fingerprint
 from gates.plan import fixture_plan
 
 
@@ -15,11 +18,22 @@ def trace_path(runner: DeviceRunner, fixture: str) -> str:
     return runner.session.file(f"g8r-{fixture}.route-trace.csv")
 
 
+def logits_path(runner: DeviceRunner, fixture: str) -> str:
+    """Device path of the logits file the resident reference run writes (REF pulls it back)."""
+    return runner.session.file(f"ref-{fixture}.logits.f32")
+
+
 @pytest.fixture
-def runs(runner: DeviceRunner, device: DeviceContext, fixture: str) -> dict[str, EngineResult]:
-    """Every engine run of the fixture's plan on this device (run once, then cached)."""
+def runs(runner: DeviceRunner, device: DeviceContext, fixture: str,
+         request: pytest.FixtureRequest) -> dict[str, EngineResult]:
+    """Every engine run of the fixture's plan on this device (run once, then cached). What each run
+    produced is recorded for the device (its fingerprint: bytes, tokens, counters), for XDEV."""
     model = device.models[fixture]
-    return runner.plan(f"fixture:{fixture}", fixture_plan(model, fixture, trace_path(runner, fixture)))
+    results = runner.plan(f"fixture:{fixture}", fixture_plan(model, fixture, trace_path(runner, fixture),
+                                                                  logits_path(runner, fixture)))
+    prints = {entry: fingerprint(r.data, None if r.ok else r.describe()) for entry, r in results.items()}
+    request.node.user_properties.append(("bmoe.digests", json.dumps({fixture: prints})))
+    return results
 
 
 @pytest.fixture

@@ -169,6 +169,9 @@ static void qk_rows(void *ctx, int t0, int t1, int tid) {
         if (J->ly->attn_k_norm)
             for (int h = 0; h < Hkv; h++) rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, J->ly->attn_k_norm, hd, hp->eps);
         double p = (double)(J->pos0 + t);
+#ifdef BMOE_FAULT_ROPE_POS
+        p += 1.0; /* Fault: every position rotated as the next one; all configurations alike (REF must notice). */
+#endif
         for (int j = 0; j < half; j++) { /* NeoX pairing: (v[j], v[j + n_rot/2]) */
             double sd, cd;
             bm_sincos(p * f->inv_freq[j], &sd, &cd);

@@ -31,6 +31,7 @@ class GateRun:
     engine_builds: dict[str, str]  # target -> build id
     compiled: list[str]  # targets compiled (not taken from the cache) in this run
     started: str = ""
+    references: dict[str, str] = field(default_factory=dict)  # fixture -> controller path of its REF output
 
     def device(self, name: str) -> DeviceContext:
         for d in self.devices:

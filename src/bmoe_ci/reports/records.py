@@ -149,6 +149,8 @@ class DeviceRun:
     infra_error: str | None = None
     started: str | None = None
     records: list[TestRecord] = field(default_factory=list)
+    # fixture -> plan entry -> field -> value: what XDEV compares across devices (reports/xdev.py)
+    digests: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_device_name(self.device)
