@@ -30,20 +30,33 @@ Lossy knobs (gates/test_lossy.py):
   SUBST_COUNT_REORDER the re-ranked set is written back in id order and compared slot by
                       slot, so re-orderings count (and are written) as substitutions      -> G8d fails
   WARN_HARDCODED      the warning's evidence side says 12.5% whatever F                  -> G8w fails
+
+Absolute reference and batch contract (gates/test_reference.py, gates/test_batch.py):
+  ROPE_POS          every position is rotated as the next one: all configurations alike, so every
+                    identity gate passes; only the comparison with the reference can see it  -> REF fails
+  BATCH_STDERR      batch writes a line to stderr after each entry                  -> BATCH-STDERR fails
+
+Cross-device agreement (XDEV, derived from the results of all devices): one device of three runs an
+engine built with WRONG_OFFSET; its gates alone cannot tell, XDEV fails it and the run exits non-zero.
 """
 
 from __future__ import annotations
 
+import platform
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from gate_run import run_gates
+from gate_run import REPO, run_gates
 
 DETERMINISM = ("gates/test_determinism.py",)
 CONFIG = ("gates/test_config.py",)
 STREAMING = ("gates/test_streaming.py",)
 LOSSY = ("gates/test_lossy.py",)
+REFERENCE = ("gates/test_reference.py",)
+BATCH = ("gates/test_batch.py",)
 STREAMING_GATES = ("G1", "G2", "G5", "DET")
 LOSSY_GATES = ("G8a", "G8a'", "G8b", "G8c", "G8d", "G8e", "G8w", "G8r")
 
@@ -71,6 +84,16 @@ def test_clean_build_passes_the_lossy_gates(tmp_path: Path) -> None:
     assert counts["G8r"]["pass"] == 1 and counts["G8r"]["skip"] == 1, counts
 
 
+def test_clean_build_passes_ref_and_batch_stderr(tmp_path: Path) -> None:
+    run = run_gates(tmp_path, modules=REFERENCE + BATCH, fixtures=("qwen3moe", "gemma4", "qwen3moe-q8_0"))
+    assert run.returncode == 0, run.output[-3000:]
+    assert run.gate("host", "REF") == "pass" and run.gate("host", "BATCH-STDERR") == "pass"
+    counts = run.summary["devices"]["host"]["gate_counts"]
+    assert counts["REF"]["pass"] == 3 and counts["BATCH-STDERR"]["pass"] == 3
+    # one device: XDEV has nothing to compare, and says so (a skip, never a pass)
+    assert counts["XDEV"] == {"pass": 0, "fail": 0, "error": 0, "skip": 3}, counts
+
+
 FAULTS = [
     ("THREAD_ORDER", DETERMINISM, "qwen3moe", "DET", (), False),
     ("BATCH_STATE", DETERMINISM, "qwen3moe", "DET", (), False),
@@ -86,6 +109,9 @@ FAULTS = [
     ("SUBST_COUNT_REORDER", LOSSY, "qwen3moe", "G8d", ("G8a", "G8a'", "G8b", "G8c", "G8e", "G8w", "G8r"),
      False),
     ("WARN_HARDCODED", LOSSY, "qwen3moe", "G8w", ("G8a", "G8a'", "G8b", "G8c", "G8d", "G8e", "G8r"), False),
+    ("ROPE_POS", DETERMINISM + STREAMING + LOSSY + REFERENCE + BATCH, "qwen3moe", "REF",
+     STREAMING_GATES + LOSSY_GATES + ("BATCH-STDERR",), False),
+    ("BATCH_STDERR", BATCH + REFERENCE, "qwen3moe", "BATCH-STDERR", ("REF",), False),
 ]
 
 
@@ -102,3 +128,31 @@ def test_fault_makes_its_gate_fail(tmp_path: Path, fault: str, modules: tuple[st
     if crash:
         # the memory model's teeth: a released / never-committed slot faults, it is not read stale
         assert "engine crashed (SIGSEGV)" in run.output or "engine crashed (SIGBUS)" in run.output, run.output[-3000:]
+
+
+def test_a_device_with_another_engine_fails_xdev(tmp_path: Path) -> None:
+    """Three local devices share one results directory: `odd` runs first with a WRONG_OFFSET engine (its
+    streamed runs read every expert from the wrong place, so their bytes change), then
+    `a` and `b` with the clean one. Only BATCH-STDERR runs on the devices, and it passes everywhere:
+    what fails is XDEV, derived over the three, on `odd` alone, and the second run exits non-zero."""
+    farm = tmp_path / "farm.yaml"
+    arch = {"arm64": "aarch64", "amd64": "x86_64"}.get(platform.machine().lower(), platform.machine().lower())
+    farm.write_text("version: 1\ndevices:\n" + "".join(
+        f"  - name: {n}\n    kind: desktop\n    os: linux\n    arch: {arch}\n    transport: local\n"
+        f"    workdir: {tmp_path / ('work-' + n)}\n" for n in ("a", "b", "odd")))
+    results = tmp_path / "results"
+    first = run_gates(tmp_path, faults=("WRONG_OFFSET",), modules=BATCH, farm=farm, device="odd", results=results)
+    assert first.returncode == 0, first.output[-3000:]  # alone, nothing on `odd` can tell
+    run = run_gates(tmp_path, modules=BATCH, farm=farm, device="a,b", results=results)
+    assert run.returncode != 0, run.output[-3000:]
+    devices = run.summary["devices"]
+    assert {n: d["gates"]["BATCH-STDERR"] for n, d in devices.items()} == dict.fromkeys(("a", "b", "odd"), "pass")
+    assert {n: d["gates"]["XDEV"] for n, d in devices.items()} == {"a": "pass", "b": "pass", "odd": "fail"}
+    found = run.summary["disagreements"]
+    assert found and all(d["minority"] == ["odd"] and d["fixture"] == "qwen3moe" for d in found)
+    assert {"output", "tokens"} <= {d["field"] for d in found if d["entry"] == "stream"}
+    assert not [d for d in found if d["entry"] == "ref"]  # --mmap reads no expert through the streamer
+    assert "XDEV qwen3moe" in run.output  # the console names what differed
+    report = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "report", str(results)], cwd=REPO,
+                            capture_output=True, text=True, check=False)
+    assert report.returncode == 1, report.stdout + report.stderr
