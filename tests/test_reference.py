@@ -289,3 +289,32 @@ def test_engine_text_prompt_generates_24_tokens(engine: Path, models: dict, name
     assert len(result["tokens"]) == N_TEXT
     gen = m.generate(m.tokenize(TEXT_PROMPT), N_TEXT)
     assert result["tokens"] == gen.tokens, _explain(gen, result["tokens"])
+
+
+# ---------------------------------------------------------------------- cached reference outputs (REF)
+
+
+def test_reference_outputs_are_cached_with_the_fixtures(fixture_dir: Path, models: dict,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """generate(reference=...) writes each fixture's reference output once, keyed by the fixture and the
+    reference's code; it equals a fresh computation, and a changed key recomputes it."""
+    import bmoe_ci.reference
+    from bmoe_ci.fixtures import cache
+    from bmoe_ci.reference import ReferenceOutput, ReferenceRequest
+
+    request = ReferenceRequest(prompt=CMP_PROMPT, n_predict=6, logit_rows=3)
+    (first,) = generate(fixture_dir, names=["qwen3moe"], reference=request)
+    assert first.reference is not None
+    out = ReferenceOutput.from_json(first.reference.read_text())
+    gen = load(models["qwen3moe"]).generate(load(models["qwen3moe"]).tokenize(CMP_PROMPT), 6)
+    assert out.tokens == gen.tokens and out.request == request
+    np.testing.assert_array_equal(out.logits, gen.logits[:3])
+
+    calls: list[Path] = []
+    real = bmoe_ci.reference.compute
+    monkeypatch.setattr(bmoe_ci.reference, "compute", lambda path, req: calls.append(Path(path)) or real(path, req))
+    generate(fixture_dir, names=["qwen3moe"], reference=request)
+    assert calls == [], "an unchanged fixture and reference must reuse the cached output"
+    monkeypatch.setattr(cache, "_reference_key", lambda fixture, req: "another reference source")
+    (again,) = generate(fixture_dir, names=["qwen3moe"], reference=request)
+    assert calls == [models["qwen3moe"]] and again.reference == first.reference
