@@ -25,7 +25,7 @@ from bmoe_ci.farm import InfraError
 from bmoe_ci.plugin import GateState
 from bmoe_ci.plugin.context import DeviceContext
 from bmoe_ci.plugin.runner import DeviceRunner, EngineResult
-from bmoe_ci.reference import ReferenceOutput
+from bmoe_ci.reference import ReferenceOutput, relative_error
 from gates.compare import require_ok, save
 
 # The engine computes in f32 with fixed reduction orders, the reference in float64: measured at most
@@ -39,14 +39,6 @@ def reference_for(gate_state: GateState, device: DeviceContext, fixture: str) ->
     if path is None:  # the controller computes one per fixture: its absence is not the engine's doing
         raise InfraError(device.name, "setup", f"no reference output was prepared for fixture {fixture}")
     return ReferenceOutput.from_json(Path(path).read_text())
-
-
-def relative_error(engine_rows: np.ndarray, ref_rows: np.ndarray) -> tuple[float, int]:
-    """(worst row's max |engine - ref| / max |ref|, that row)."""
-    err = np.abs(engine_rows.astype(np.float64) - ref_rows).max(axis=1)
-    rel = err / np.maximum(np.abs(ref_rows).max(axis=1), 1e-30)
-    worst = int(np.argmax(rel))
-    return float(rel[worst]), worst
 
 
 def _discard(local: Path) -> None:

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from bmoe_ci.fixtures import generate
-from bmoe_ci.reference import Generation, Model
+from bmoe_ci.reference import Generation, Model, relative_error
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULTS = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-nonorm"]
@@ -186,7 +186,7 @@ def test_reference_agrees_with_llama_cpp(models: dict, name: str, tol: float, tm
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = np.asarray(json.loads(out.read_text())["rows"], dtype=np.float64)
     ref = m.logits(toks)
-    rel, worst = _max_rel_err(rows, ref)
+    rel, worst = relative_error(rows, ref)
     assert rel <= tol, f"llama.cpp differs from the reference by {rel:.3g} (row {worst})"
     assert (rows.argmax(axis=1) == ref.argmax(axis=1)).all()
 
@@ -231,14 +231,6 @@ def run_engine(
     return result, np.frombuffer(raw, dtype="<f4").reshape(-1, n_vocab), raw
 
 
-def _max_rel_err(engine_rows: np.ndarray, ref_rows: np.ndarray) -> tuple[float, int]:
-    err = np.abs(engine_rows.astype(np.float64) - ref_rows).max(axis=1)
-    scale = np.maximum(np.abs(ref_rows).max(axis=1), 1e-30)
-    rel = err / scale
-    worst = int(np.argmax(rel))
-    return float(rel[worst]), worst
-
-
 def _explain(gen: Generation, tokens: list[int]) -> str:
     first = next((i for i, (a, b) in enumerate(zip(tokens, gen.tokens, strict=False)) if a != b), None)
     return (
@@ -264,7 +256,7 @@ def test_engine_matches_reference(engine: Path, models: dict, name: str, tmp_pat
     assert P + n - 1 <= len(rows) <= P + n, f"{len(rows)} logit rows for {P} prompt + {n} generated"
     ref = m.logits(prompt + gen.tokens)[: len(rows)]
     tol = TOL_Q8_0 if name in Q8 else TOL_F32
-    rel, worst = _max_rel_err(rows, ref)
+    rel, worst = relative_error(rows, ref)
     assert rel <= tol, f"max relative error {rel:.3g} at row {worst} exceeds {tol:g}"
 
 

@@ -2,7 +2,7 @@
 and the reference outputs the REF gate compares devices against (outputs.py)."""
 
 from .forward import Generation, HParams, Model, ModelError, Route, shard_paths
-from .outputs import GATE_REQUEST, ReferenceOutput, ReferenceRequest, code_hash, compute
+from .outputs import GATE_REQUEST, ReferenceOutput, ReferenceRequest, code_hash, compute, relative_error
 
 __all__ = [
     "GATE_REQUEST",
@@ -15,5 +15,6 @@ __all__ = [
     "Route",
     "code_hash",
     "compute",
+    "relative_error",
     "shard_paths",
 ]

@@ -85,6 +85,15 @@ def code_hash() -> str:
     return h.hexdigest()
 
 
+def relative_error(engine_rows: np.ndarray, ref_rows: np.ndarray) -> tuple[float, int]:
+    """(the worst row's max_j |engine - ref| / max_j |ref|, that row): how REF and the project's tests
+    measure an engine's logits against the reference's, row by row."""
+    err = np.abs(engine_rows.astype(np.float64) - ref_rows).max(axis=1)
+    rel = err / np.maximum(np.abs(ref_rows).max(axis=1), 1e-30)
+    worst = int(np.argmax(rel))
+    return float(rel[worst]), worst
+
+
 def compute(model_path: Path | str, request: ReferenceRequest) -> ReferenceOutput:
     model = Model.load(model_path)
     prompt = model.tokenize(request.prompt)
