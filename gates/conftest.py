@@ -31,7 +31,7 @@ def runs(runner: DeviceRunner, device: DeviceContext, fixture: str,
     model = device.models[fixture]
     results = runner.plan(f"fixture:{fixture}", fixture_plan(model, fixture, trace_path(runner, fixture),
                                                                   logits_path(runner, fixture)))
-    prints = {entry: fingerprint(r.data, None if r.ok else r.describe()) for entry, r in results.items()}
+    prints = {entry: fingerprint(r.data, r.crashed) for entry, r in results.items()}
     request.node.user_properties.append(("bmoe.digests", json.dumps({fixture: prints})))
     return results
 

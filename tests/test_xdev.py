@@ -24,10 +24,10 @@ def prints(**changes: object) -> dict[str, dict[str, object]]:
     return {"ref": fingerprint(OK_RUN), "stream-evict": second}
 
 
-def device(name: str, digests: dict | None = None, infra: str | None = None) -> DeviceRun:
+def device(name: str, digests: dict | None = None, infra: str | None = None, sha: str = "aa" * 32) -> DeviceRun:
     records = [] if infra else [TestRecord(device=name, gate="G1", fixture="qwen3moe", name="G1[qwen3moe]",
                                            classname="gates.test_streaming", outcome="pass")]
-    return DeviceRun(device=name, arch="x86_64", records=records, infra_error=infra,
+    return DeviceRun(device=name, arch="x86_64", records=records, infra_error=infra, fixtures={"qwen3moe": sha},
                      digests={"qwen3moe": digests} if digests is not None else {})
 
 
@@ -40,7 +40,10 @@ def test_fingerprint_covers_bytes_tokens_counters_and_failures() -> None:
     assert fp["outcome"] == "ok" and fp["counters.cache_hits"] == 4 and fp["counters.weight_routed"] == 1.5
     assert fp["output"] != fingerprint({**OK_RUN, "text_hex": "616264"})["output"]
     assert fp["tokens"] != fingerprint({**OK_RUN, "tokens": [5, 6, 8]})["tokens"]
-    assert fingerprint({}, "engine crashed (SIGSEGV)") == {"outcome": "engine crashed (SIGSEGV)"}
+    assert fingerprint({}, "SIGSEGV") == {"outcome": "crashed (SIGSEGV)"}
+    # an engine error: its kind only (the message can name a device path)
+    err = {"ok": False, "error": {"kind": "model", "message": "/data/local/tmp/x/m.gguf: missing key"}}
+    assert fingerprint(err) == {"outcome": "error (model)"}
 
 
 def test_agreeing_devices_pass(tmp_path: Path) -> None:
@@ -75,7 +78,7 @@ def test_no_majority_fails_every_device(tmp_path: Path) -> None:
 
 
 def test_a_crash_on_one_device_is_a_disagreement() -> None:
-    crashed = {"ref": fingerprint({}, "engine crashed (SIGSEGV)"), "stream-evict": fingerprint(OK_RUN)}
+    crashed = {"ref": fingerprint({}, "SIGSEGV"), "stream-evict": fingerprint(OK_RUN)}
     found = disagreements([device("a", prints()), device("b", crashed), device("c", prints())])
     assert {d.field for d in found} >= {"outcome", "output"} and all(d.minority == ["b"] for d in found)
 
@@ -92,6 +95,16 @@ def test_a_device_with_an_infrastructure_error_takes_no_part(tmp_path: Path) -> 
     s = finalize(tmp_path, runs, META)
     assert (xdev(s, "a"), xdev(s, "b"), xdev(s, "dead")) == ("fail", "fail", "absent")
     assert "dead" not in s["disagreements"][0]["values"]
+
+
+def test_devices_given_different_fixture_files_are_not_compared(tmp_path: Path) -> None:
+    runs = [device("a", prints()), device("b", prints(output="ee" * 32), sha="bb" * 32)]
+    s = finalize(tmp_path, runs, META)
+    assert s["disagreements"] == [] and (xdev(s, "a"), xdev(s, "b")) == ("skip", "skip")
+    records = json.loads((tmp_path / "a" / "device.json").read_text())["records"]
+    assert [r["message"] for r in records if r["gate"] == "XDEV"] == [
+        f"only a ran qwen3moe (file sha256 {'aa' * 6}) in these results: no other device to compare with"]
+    assert exit_code(s) == 0
 
 
 def test_report_rederives_xdev_over_merged_runners(tmp_path: Path) -> None:
