@@ -42,6 +42,7 @@ engine built with WRONG_OFFSET; its gates alone cannot tell, XDEV fails it and t
 
 from __future__ import annotations
 
+import json
 import platform
 import subprocess
 import sys
@@ -156,3 +157,29 @@ def test_a_device_with_another_engine_fails_xdev(tmp_path: Path) -> None:
     report = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "report", str(results)], cwd=REPO,
                             capture_output=True, text=True, check=False)
     assert report.returncode == 1, report.stdout + report.stderr
+
+
+def test_ref_fails_on_logits_beyond_the_tolerance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wrong expectation: the cached reference's position 5 moved by 1e-4 relative (ten times REF's
+    tolerance) with its tokens untouched. REF must fail on the logits alone, naming the position."""
+    from bmoe_ci.fixtures import generate
+    from bmoe_ci.paths import cache_dir
+    from bmoe_ci.reference import GATE_REQUEST
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "engine").symlink_to(cache_dir() / "engine")  # share the engine builds; the fixtures are private
+    monkeypatch.setenv("BMOE_CI_CACHE", str(cache))  # for generate() here and the gate run it starts
+    (fixture,) = generate(names=["qwen3moe"], reference=GATE_REQUEST)
+    assert fixture.reference is not None
+    doc = json.loads(fixture.reference.read_text())
+    row = doc["logits"][5]
+    top = max(range(len(row)), key=lambda j: abs(row[j]))
+    row[top] *= 1 + 1e-4
+    fixture.reference.write_text(json.dumps(doc))  # same key: the gate run reuses it as the expectation
+    run = run_gates(tmp_path, modules=REFERENCE, fixtures=("qwen3moe",))
+    assert run.returncode != 0
+    assert run.gate("host", "REF") == "fail", run.output[-3000:]
+    (problem,) = [p for p in run.summary["problems"] if p["gate"] == "REF"]
+    assert "logits of position 5 differ from the reference by" in problem["message"], problem
+    assert "above 1e-05" in problem["message"], problem
