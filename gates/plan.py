@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from functools import cache
 
-PROMPT = "The quick brown fox"
-N_PREDICT = 24
+from bmoe_ci.reference import GATE_REQUEST
+
+# The reference outputs REF compares against are computed for this prompt and length.
+PROMPT = GATE_REQUEST.prompt
+N_PREDICT = GATE_REQUEST.n_predict
 
 # The resident reference: the configuration every identity gate compares against.
 REFERENCE = ("--mmap", "-p", PROMPT, "-n", str(N_PREDICT), "--json")
@@ -47,11 +50,14 @@ def replay_top_k(fixture: str | None) -> int | None:
     return k + 1 if k is not None else None
 
 
-def fixture_plan(model: str, fixture: str | None = None, trace: str | None = None) -> list[tuple[str, list[str]]]:
+def fixture_plan(model: str, fixture: str | None = None, trace: str | None = None,
+                 logits: str | None = None) -> list[tuple[str, list[str]]]:
     """(id, argv) entries for one fixture on one device. `trace`: the device path G8r's route trace is
-    written to (the G8r entry is left out without it, or when the fixture's top-k is unknown)."""
+    written to (the G8r entry is left out without it, or when the fixture's top-k is unknown).
+    `logits`: the device path the resident reference run writes its logits to (for REF)."""
+    logits_out = ("--logits-out", logits) if logits is not None else ()
     entries = [
-        ("ref", model_args(model, *REFERENCE, "-t", "1")),
+        ("ref", model_args(model, *REFERENCE, "-t", "1", *logits_out)),
         ("again", model_args(model, *REFERENCE, "-t", "1")),
         ("threads2", model_args(model, *REFERENCE, "-t", "2")),
         # streaming (gates/test_streaming.py); stream-evict is also the lossy gates' cached reference

@@ -6,11 +6,19 @@ expects to catch it, and every other gate of the modules that run passes. The cl
 The catalogue is the one table of faults and the gates that catch them: this file only decides which
 gate modules to run for a fault (the modules holding its expected gates) and reads everything else
 from there. `bmoe-ci mutants` runs the whole catalogue against the whole suite (docs/gates.md).
+
+Beyond the catalogue: XDEV, derived from the results of all devices, fails a device whose engine was
+built with WRONG_OFFSET while two others ran the clean one; REF fails on logits alone when its
+expectation is moved by ten times its tolerance.
 """
 
 from __future__ import annotations
 
+import json
+import platform
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +30,8 @@ DETERMINISM = ("gates/test_determinism.py",)
 CONFIG = ("gates/test_config.py",)
 STREAMING = ("gates/test_streaming.py",)
 LOSSY = ("gates/test_lossy.py",)
+REFERENCE = ("gates/test_reference.py",)
+BATCH = ("gates/test_batch.py",)
 STREAMING_GATES = ("G1", "G2", "G5", "DET")
 LOSSY_GATES = ("G8a", "G8a'", "G8b", "G8c", "G8d", "G8e", "G8w", "G8r")
 
@@ -47,6 +57,16 @@ def test_clean_build_passes_the_lossy_gates(tmp_path: Path) -> None:
         assert run.gate("host", gate) == "pass", (gate, run.output[-3000:])
     counts = run.summary["devices"]["host"]["gate_counts"]
     assert counts["G8r"]["pass"] == 1 and counts["G8r"]["skip"] == 1, counts
+
+
+def test_clean_build_passes_ref_and_batch_stderr(tmp_path: Path) -> None:
+    run = run_gates(tmp_path, modules=REFERENCE + BATCH, fixtures=("qwen3moe", "gemma4", "qwen3moe-q8_0"))
+    assert run.returncode == 0, run.output[-3000:]
+    assert run.gate("host", "REF") == "pass" and run.gate("host", "BATCH-STDERR") == "pass"
+    counts = run.summary["devices"]["host"]["gate_counts"]
+    assert counts["REF"]["pass"] == 3 and counts["BATCH-STDERR"]["pass"] == 3
+    # one device: XDEV has nothing to compare, and says so (a skip, never a pass)
+    assert counts["XDEV"] == {"pass": 0, "fail": 0, "error": 0, "skip": 3}, counts
 
 
 GATE_MARK = re.compile(r"""@pytest\.mark\.gate\(["']([^"']+)["']""")
@@ -86,3 +106,57 @@ def test_fault_makes_its_gates_fail(tmp_path: Path, fault: Fault) -> None:
     if fault.crash:
         # the memory model's teeth: a released / never-committed slot faults, it is not read stale
         assert "engine crashed (SIGSEGV)" in run.output or "engine crashed (SIGBUS)" in run.output, run.output[-3000:]
+
+
+def test_a_device_with_another_engine_fails_xdev(tmp_path: Path) -> None:
+    """Three local devices share one results directory: `odd` runs first with a WRONG_OFFSET engine (its
+    streamed runs read every expert from the wrong place, so their bytes change), then
+    `a` and `b` with the clean one. Only BATCH-STDERR runs on the devices, and it passes everywhere:
+    what fails is XDEV, derived over the three, on `odd` alone, and the second run exits non-zero."""
+    farm = tmp_path / "farm.yaml"
+    arch = {"arm64": "aarch64", "amd64": "x86_64"}.get(platform.machine().lower(), platform.machine().lower())
+    farm.write_text("version: 1\ndevices:\n" + "".join(
+        f"  - name: {n}\n    kind: desktop\n    os: linux\n    arch: {arch}\n    transport: local\n"
+        f"    workdir: {tmp_path / ('work-' + n)}\n" for n in ("a", "b", "odd")))
+    results = tmp_path / "results"
+    first = run_gates(tmp_path, faults=("WRONG_OFFSET",), modules=BATCH, farm=farm, device="odd", results=results)
+    assert first.returncode == 0, first.output[-3000:]  # alone, nothing on `odd` can tell
+    run = run_gates(tmp_path, modules=BATCH, farm=farm, device="a,b", results=results)
+    assert run.returncode != 0, run.output[-3000:]
+    devices = run.summary["devices"]
+    assert {n: d["gates"]["BATCH-STDERR"] for n, d in devices.items()} == dict.fromkeys(("a", "b", "odd"), "pass")
+    assert {n: d["gates"]["XDEV"] for n, d in devices.items()} == {"a": "pass", "b": "pass", "odd": "fail"}
+    found = run.summary["disagreements"]
+    assert found and all(d["minority"] == ["odd"] and d["fixture"] == "qwen3moe" for d in found)
+    assert {"output", "tokens"} <= {d["field"] for d in found if d["entry"] == "stream"}
+    assert not [d for d in found if d["entry"] == "ref"]  # --mmap reads no expert through the streamer
+    assert "XDEV qwen3moe" in run.output  # the console names what differed
+    report = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "report", str(results)], cwd=REPO,
+                            capture_output=True, text=True, check=False)
+    assert report.returncode == 1, report.stdout + report.stderr
+
+
+def test_ref_fails_on_logits_beyond_the_tolerance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wrong expectation: the cached reference's position 5 moved by 1e-4 relative (ten times REF's
+    tolerance) with its tokens untouched. REF must fail on the logits alone, naming the position."""
+    from bmoe_ci.fixtures import generate
+    from bmoe_ci.paths import cache_dir
+    from bmoe_ci.reference import GATE_REQUEST
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "engine").symlink_to(cache_dir() / "engine")  # share the engine builds; the fixtures are private
+    monkeypatch.setenv("BMOE_CI_CACHE", str(cache))  # for generate() here and the gate run it starts
+    (fixture,) = generate(names=["qwen3moe"], reference=GATE_REQUEST)
+    assert fixture.reference is not None
+    doc = json.loads(fixture.reference.read_text())
+    row = doc["logits"][5]
+    top = max(range(len(row)), key=lambda j: abs(row[j]))
+    row[top] *= 1 + 1e-4
+    fixture.reference.write_text(json.dumps(doc))  # same key: the gate run reuses it as the expectation
+    run = run_gates(tmp_path, modules=REFERENCE, fixtures=("qwen3moe",))
+    assert run.returncode != 0
+    assert run.gate("host", "REF") == "fail", run.output[-3000:]
+    (problem,) = [p for p in run.summary["problems"] if p["gate"] == "REF"]
+    assert "logits of position 5 differ from the reference by" in problem["message"], problem
+    assert "above 1e-05" in problem["message"], problem

@@ -177,17 +177,17 @@ static void qk_rows(void *ctx, int t0, int t1, int tid) {
 #endif
             for (int h = 0; h < Hkv; h++) rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, J->ly->attn_k_norm, hd, hp->eps);
         double p = (double)(J->pos0 + t);
-#ifdef BMOE_FAULT_ROPE_POS_OFF_BY_ONE
-        p += 1.0; /* fault: RoPE rotates by the next position's angle */
-#endif
         for (int j = 0; j < half; j++) { /* NeoX pairing: (v[j], v[j + n_rot/2]) */
             double sd, cd;
             bm_sincos(p * f->inv_freq[j], &sd, &cd);
-            float s = (float)sd, c = (float)cd;
+            float s = (float)sd, c = (float)cd, s_q = s, c_q = c;
+#ifdef BMOE_FAULT_ROPE_POS /* Fault: q rotated one position ahead of k, every q-k distance off by one (REF) */
+            bm_sincos((p + 1.0) * f->inv_freq[j], &sd, &cd), s_q = (float)sd, c_q = (float)cd;
+#endif
             for (int h = 0; h < H; h++) {
                 float *v = q + (size_t)h * hd, a = v[j], b = v[j + half];
-                v[j] = a * c - b * s;
-                v[j + half] = a * s + b * c;
+                v[j] = a * c_q - b * s_q;
+                v[j + half] = a * s_q + b * c_q;
             }
             for (int h = 0; h < Hkv; h++) {
                 float *v = k + (size_t)h * hd, a = v[j], b = v[j + half];

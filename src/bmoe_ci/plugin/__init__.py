@@ -132,7 +132,11 @@ class Controller:
         if self.prepared is None or self.collector is None:
             return
         self.prepared.close()  # release every device lock, whatever happened
-        self.summary = self.collector.finish(time.monotonic() - self.started)
+        self.summary, verdict = self.collector.finish(time.monotonic() - self.started)
+        if verdict != 0 and session.exitstatus == pytest.ExitCode.OK:
+            # a verdict derived from the results, not from a test of this session (XDEV), or a device
+            # that recorded nothing: the run is not green
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         summary = getattr(self, "summary", None)

@@ -23,6 +23,7 @@ from bmoe_ci.farm import (
 )
 from bmoe_ci.fixtures import FixtureFile, generate
 from bmoe_ci.plugin.context import DeviceContext, GateRun
+from bmoe_ci.reference import GATE_REQUEST
 
 
 def target_for(device: Device) -> str:
@@ -68,7 +69,7 @@ def prepare(
     for target in sorted({target_for(d) for d in devices}):
         defines = [f"BMOE_FAULT_{name}=1" for name in faults]
         builds[target] = build(target, defines=defines, rebuild=rebuild, progress=say)
-    fixtures = generate(None, names=list(fixture_names) if fixture_names else None)
+    fixtures = generate(None, names=list(fixture_names) if fixture_names else None, reference=GATE_REQUEST)
 
     def open_one(device: Device) -> tuple[DeviceContext, DeviceSession | None]:
         b = builds[target_for(device)]
@@ -107,6 +108,7 @@ def prepare(
         farm_file=str(farm.path) if getattr(farm, "path", None) else farm_file,
         devices=[ctx for ctx, _ in opened],
         fixtures={f.name: f.sha256 for f in fixtures},
+        references={f.name: str(f.reference) for f in fixtures if f.reference is not None},
         engine_builds={t: b.build_id for t, b in builds.items()},
         compiled=[t for t, b in builds.items() if b.compiled],
         faults=list(faults),

@@ -150,6 +150,8 @@ class DeviceRun:
     started: str | None = None
     records: list[TestRecord] = field(default_factory=list)
     faults: list[str] = field(default_factory=list)  # engine faults built in (a fault build, never plain green)
+    # fixture -> plan entry -> field -> value: what XDEV compares across devices (reports/xdev.py)
+    digests: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_device_name(self.device)

@@ -40,6 +40,7 @@ from bmoe_ci.reports.records import (
     write_json,
     write_run_json,
 )
+from bmoe_ci.reports.xdev import disagreements, with_xdev
 
 SUMMARY_SCHEMA = "bmoe-ci.summary/1"
 SUMMARY_JSON = "summary.json"
@@ -61,6 +62,9 @@ GATE_ORDER: tuple[str, ...] = (
     "G8r",
     "CFG",
     "DET",
+    "REF",
+    "XDEV",
+    "BATCH-STDERR",
 )
 
 _WORD = {"pass": "", "fail": "FAIL", "error": "ERR", "skip": "SKIP"}
@@ -214,6 +218,7 @@ def build_summary(meta: RunMeta, runs: list[DeviceRun]) -> dict[str, Any]:
         "outputs_agree": {f: len(g) == 1 for f, g in output_groups.items()},
         "output_groups": output_groups,
         "outputs_cross_arch": cross_arch,
+        "disagreements": [d.to_dict() for d in disagreements(runs)],
         "problems": problems,
     }
 
@@ -273,7 +278,20 @@ def console_matrix(s: dict[str, Any]) -> str:
     if len(s["problems"]) > _MAX_LISTED:
         lines.append(f"  ... and {len(s['problems']) - _MAX_LISTED} more (see {SUMMARY_MD})")
     lines.append(_agreement_line(s))
+    for d in s["disagreements"][:_MAX_LISTED]:
+        lines.append(f"  XDEV {d['fixture']} {d['entry']} {d['field']}: {_values_text(d['values'])} "
+                     f"(minority: {', '.join(d['minority'])})")
+    if len(s["disagreements"]) > _MAX_LISTED:
+        lines.append(f"  ... and {len(s['disagreements']) - _MAX_LISTED} more disagreements (see {SUMMARY_MD})")
     return "\n".join(lines)
+
+
+def _values_text(values: dict[str, Any]) -> str:
+    """``{"a": <sha256>, "b": 3}`` -> ``a=0123456789ab b=3`` (digests shortened to 12 characters)."""
+    def short(v: Any) -> str:
+        return v[:12] if isinstance(v, str) and len(v) == 64 else str(v)
+
+    return " ".join(f"{dev}={short(v)}" for dev, v in values.items())
 
 
 def _md(text: Any) -> str:
@@ -403,6 +421,11 @@ def markdown(s: dict[str, Any]) -> str:
             )
             rows_o.append([fixture, verdict, outs])
         lines += _table(["fixture", "verdict", "output sha256: devices (arch)"], rows_o)
+    if s["disagreements"]:
+        lines += ["", "## XDEV: what differed between devices", ""]
+        rows_d = [[d["fixture"], d["entry"], d["field"], _values_text(d["values"]), ", ".join(d["minority"])]
+                  for d in s["disagreements"]]
+        lines += _table(["fixture", "plan entry", "field", "values", "minority (fails XDEV)"], rows_d)
     return "\n".join(lines) + "\n"
 
 
@@ -469,9 +492,10 @@ def _write(results_dir: Path, meta: RunMeta, runs: list[DeviceRun]) -> dict[str,
 
 def summary(results_dir: Path | str, run_meta: RunMeta) -> dict[str, Any]:
     """Write summary.json, summary.md, matrix.svg and run.json for the devices found in *results_dir*;
-    returns the summary.json content (pass it to :func:`console_matrix`)."""
+    returns the summary.json content (pass it to :func:`console_matrix`). XDEV is derived over those
+    devices and written into their junit.xml and device.json (and the merged junit.xml)."""
     _, runs = load_results(results_dir)
-    return _write(Path(results_dir), run_meta, runs)
+    return _judge_and_write(Path(results_dir), run_meta, runs)
 
 
 def finalize(results_dir: Path | str, device_runs: list[DeviceRun], run_meta: RunMeta) -> dict[str, Any]:
@@ -481,16 +505,24 @@ def finalize(results_dir: Path | str, device_runs: list[DeviceRun], run_meta: Ru
     root = Path(results_dir)
     for run in device_runs:
         write_device_junit(root, run)
-    merge(root)
     return summary(root, run_meta)
 
 
 def rebuild(results_dir: Path | str) -> dict[str, Any]:
-    """What ``bmoe-ci report`` does: re-merge and re-summarise from the directory alone."""
+    """What ``bmoe-ci report`` does: re-derive XDEV, re-merge and re-summarise from the directory alone."""
     root = Path(results_dir)
     meta, runs = load_results(root)
+    return _judge_and_write(root, meta or derive_run_meta(root, runs), runs)
+
+
+def _judge_and_write(root: Path, meta: RunMeta, runs: list[DeviceRun]) -> dict[str, Any]:
+    """XDEV is a verdict on the devices of the whole directory: derive it over all of them, write it into
+    each device's junit.xml and device.json, then merge and summarise."""
+    runs = with_xdev(runs)
+    for run in runs:
+        write_device_junit(root, run)
     merge(root)
-    return _write(root, meta or derive_run_meta(root, runs), runs)
+    return _write(root, meta, runs)
 
 
 def summary_json(s: dict[str, Any]) -> str:
