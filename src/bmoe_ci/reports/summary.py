@@ -58,7 +58,8 @@ GATE_ORDER: tuple[str, ...] = (
     "G8d",
     "G8e",
     "G8w",
-    "G8r",
+    "REPLAY",
+    "INV",
     "CFG",
     "DET",
 )
