@@ -25,11 +25,20 @@ Lossy knobs (gates/test_lossy.py):
   SKIP_DEFERRED_LOAD  the load deferred to the terminal node never happens, and the
                       EXPERTS backstop is skipped too: the matmul touches unloaded memory -> G8a fails
   MODEL_TOPK          the threshold is F / the model's top-k, not the effective one: at
-                      --n-expert-used k+1 misses above F/(k+1) are dropped                 -> G8r fails
+                      --n-expert-used k+1 misses above F/(k+1) are dropped     -> REPLAY (and G8b) fail
   SUBST_INERT         substitution examines and never changes                           -> G8e fails
   SUBST_COUNT_REORDER the re-ranked set is written back in id order and compared slot by
                       slot, so re-orderings count (and are written) as substitutions      -> G8d fails
   WARN_HARDCODED      the warning's evidence side says 12.5% whatever F                  -> G8w fails
+  SUBST_PREFER_MISS   substitution raises the misses instead of the resident experts: it
+                      fires, toward experts that must be read                            -> G8e fails
+
+Replay and counter invariants (gates/test_replay.py, gates/test_invariants.py): faults that change
+no output byte, or change every configuration alike, so no identity gate can see them:
+  LRU_NO_REFRESH      a hit is not made most recent (the cache evicts by insertion order) -> REPLAY fails
+  FLASH_BYTES_TWICE   a demand read through the cache is counted twice in flash_bytes    -> INV fails
+  PREFETCH_USED_TWICE a prefetched expert's first use is counted twice                   -> INV fails
+  RENORM_INVERTED     after a drop the survivors are scaled by kept/orig, not orig/kept  -> INV fails
 """
 
 from __future__ import annotations
@@ -44,8 +53,9 @@ DETERMINISM = ("gates/test_determinism.py",)
 CONFIG = ("gates/test_config.py",)
 STREAMING = ("gates/test_streaming.py",)
 LOSSY = ("gates/test_lossy.py",)
+MODEL = ("gates/test_replay.py", "gates/test_invariants.py")
 STREAMING_GATES = ("G1", "G2", "G5", "DET")
-LOSSY_GATES = ("G8a", "G8a'", "G8b", "G8c", "G8d", "G8e", "G8w", "G8r")
+LOSSY_GATES = ("G8a", "G8a'", "G8b", "G8c", "G8d", "G8e", "G8w")
 
 
 def test_clean_build_passes_det_and_cfg(tmp_path: Path) -> None:
@@ -62,13 +72,13 @@ def test_clean_build_passes_the_streaming_gates(tmp_path: Path) -> None:
 
 
 def test_clean_build_passes_the_lossy_gates(tmp_path: Path) -> None:
-    # qwen3moe: G8r applies; qwen3moe-nonorm: the fixture G8c's faults need (G8r skips it, with the reason)
-    run = run_gates(tmp_path, modules=LOSSY, fixtures=("qwen3moe", "qwen3moe-nonorm"))
+    # qwen3moe-nonorm: the fixture G8c's faults need; REPLAY replays unnormalised routings too
+    run = run_gates(tmp_path, modules=LOSSY + MODEL, fixtures=("qwen3moe", "qwen3moe-nonorm"))
     assert run.returncode == 0, run.output[-3000:]
-    for gate in LOSSY_GATES:
+    for gate in (*LOSSY_GATES, "REPLAY", "INV"):
         assert run.gate("host", gate) == "pass", (gate, run.output[-3000:])
     counts = run.summary["devices"]["host"]["gate_counts"]
-    assert counts["G8r"]["pass"] == 1 and counts["G8r"]["skip"] == 1, counts
+    assert counts["REPLAY"]["pass"] == 2 and counts["INV"]["pass"] == 2, counts
 
 
 FAULTS = [
@@ -81,11 +91,16 @@ FAULTS = [
     ("NO_REPOINT", LOSSY, "qwen3moe", "G8b", ("G8a", "G8a'", "G8c", "G8d", "G8e", "G8w"), True),
     ("NO_PIN", LOSSY, "qwen3moe-nonorm", "G8c", ("G8a", "G8a'", "G8d", "G8e", "G8w"), True),
     ("SKIP_DEFERRED_LOAD", LOSSY, "qwen3moe", "G8a", ("G8d", "G8e", "G8w"), True),
-    ("MODEL_TOPK", LOSSY, "qwen3moe", "G8r", ("G8a", "G8a'", "G8b", "G8c", "G8d", "G8e", "G8w"), False),
-    ("SUBST_INERT", LOSSY, "qwen3moe", "G8e", ("G8a", "G8a'", "G8b", "G8c", "G8d", "G8w", "G8r"), False),
-    ("SUBST_COUNT_REORDER", LOSSY, "qwen3moe", "G8d", ("G8a", "G8a'", "G8b", "G8c", "G8e", "G8w", "G8r"),
+    ("MODEL_TOPK", LOSSY + MODEL, "qwen3moe", "REPLAY", ("G8a", "G8a'", "G8c", "G8d", "G8e", "G8w", "INV"), False),
+    ("SUBST_INERT", LOSSY, "qwen3moe", "G8e", ("G8a", "G8a'", "G8b", "G8c", "G8d", "G8w"), False),
+    ("SUBST_COUNT_REORDER", LOSSY, "qwen3moe", "G8d", ("G8a", "G8a'", "G8b", "G8c", "G8e", "G8w"), False),
+    ("WARN_HARDCODED", LOSSY, "qwen3moe", "G8w", ("G8a", "G8a'", "G8b", "G8c", "G8d", "G8e"), False),
+    ("SUBST_PREFER_MISS", LOSSY + MODEL, "qwen3moe", "G8e", ("G8a", "G8a'", "G8b", "G8c", "G8w", "INV"), False),
+    ("LRU_NO_REFRESH", STREAMING + MODEL, "qwen3moe", "REPLAY", ("G1", "G2", "G5", "DET", "INV"), False),
+    ("FLASH_BYTES_TWICE", STREAMING + MODEL, "qwen3moe", "INV", ("G1", "G2", "G5", "DET"), False),
+    ("PREFETCH_USED_TWICE", STREAMING + MODEL, "qwen3moe", "INV", ("G1", "G2", "G5", "DET"), False),
+    ("RENORM_INVERTED", LOSSY + MODEL, "qwen3moe", "INV", ("G8a", "G8a'", "G8b", "G8c", "G8d", "G8e", "G8w"),
      False),
-    ("WARN_HARDCODED", LOSSY, "qwen3moe", "G8w", ("G8a", "G8a'", "G8b", "G8c", "G8d", "G8e", "G8r"), False),
 ]
 
 

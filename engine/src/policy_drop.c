@@ -50,7 +50,11 @@ int drop_row(const drop_params *p, int32_t *ids, float *w, const uint8_t *reside
     if (n == 0) return 0; /* nothing dropped: the row is not written at all */
 
     int rescale = p->renorm && isfinite(orig) && isfinite(kept) && kept > 0.0;
+#ifndef BMOE_FAULT_RENORM_INVERTED
     double scale = rescale ? orig / kept : 1.0;
+#else
+    double scale = rescale ? kept / orig : 1.0; /* fault: the survivors are scaled by the inverse ratio */
+#endif
     int32_t top_id = ids[top];
     for (int s = 0; s < k; s++) {
         int pinned = s == top;

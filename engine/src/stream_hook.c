@@ -268,6 +268,9 @@ static int load_layer(bmoe_stream_hook *h, bmoe_moe_result *r) {
             if (h->prefetched[key]) {
                 h->prefetched[key] = 0;
                 h->c.prefetch_used++;
+#ifdef BMOE_FAULT_PREFETCH_USED_TWICE
+                h->c.prefetch_used++; /* fault: a prefetched expert's first use is counted twice */
+#endif
                 h->charged[e] = 1; /* its speculative read is charged to its first use */
             }
             cache_pin(h->cache, li, e);
@@ -285,6 +288,9 @@ static int load_layer(bmoe_stream_hook *h, bmoe_moe_result *r) {
             if (rc) return take_stream_error(h, rc, m);
             h->c.flash_reads++;
             h->c.flash_bytes += eb;
+#ifdef BMOE_FAULT_FLASH_BYTES_TWICE
+            h->c.flash_bytes += eb; /* fault: a demand read through the cache is counted twice */
+#endif
             h->charged[e] = 1;
         }
         if (h->pf && r->phase == 1 && issue_prefetch(h, li)) return h->rc;

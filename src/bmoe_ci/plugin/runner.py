@@ -84,18 +84,19 @@ class DeviceRunner:
         out: dict[str, str | None] = {}
         current: str | None = None
         chunks: list[str] = []
-        for line in r.stdout.decode(errors="replace").splitlines(keepends=True):
-            if line[:1] in ("\x1e", "\x1f") and line[1:].rstrip("\n") in paths:
+        # split on "\n" only: str.splitlines() would also split at the \x1e and \x1f markers
+        for line in r.stdout.decode(errors="replace").split("\n"):
+            if line[:1] in ("\x1e", "\x1f") and line[1:] in paths:
                 if current is not None:
-                    out[current] = "".join(chunks)
-                name = line[1:].rstrip("\n")
+                    out[current] = "\n".join(chunks)
+                name = line[1:]
                 current, chunks = (name, []) if line[0] == "\x1e" else (None, [])
                 if line[0] == "\x1f":
                     out[name] = None
             elif current is not None:
                 chunks.append(line)
         if current is not None:
-            out[current] = "".join(chunks)
+            out[current] = "\n".join(chunks)
         return {p: out.get(p) for p in paths}
 
     def single(self, argv: Sequence[str]) -> EngineResult:
