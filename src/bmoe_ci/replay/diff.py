@@ -31,8 +31,9 @@ def mismatches(trace: Trace, pred: Prediction, counters: Mapping[str, Any]) -> l
     for name in COUNTERS:
         if name in counters and counters[name] != pred.counters[name]:
             out.append(Mismatch("counters", name, counters[name], pred.counters[name]))
+    written = {r.line: r for r in trace.rows}  # the trace as it stands, row by row
     for p in pred.rows:
-        r = p.row
+        r = written.get(p.row.line, p.row)
         for f in ROW_FIELDS:
             got, want = getattr(r, f), getattr(p, f)
             if got != want:
