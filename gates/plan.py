@@ -36,6 +36,9 @@ def model_args(model: str, *args: str) -> list[str]:
 # Stress (REPLAY, INV): a decode long enough to cycle the evicting cache many times over, and a routing
 # of every expert at once (top-k == the expert count) with two layers of prefetch against a 1 MiB cache.
 LONG_DECODE = ("-p", PROMPT, "-n", "128", "--json")
+# every expert of a layer, every step, against a 1 MiB cache reads ~8x the default entry's experts:
+# 8 tokens (7 decode steps, each with two prefetch rounds' worth of guesses) are enough to stress it
+SHORT = ("-p", PROMPT, "-n", "8", "--json")
 SMALL_CACHE = ("--cache-mb", "1", "--force-cache")
 PREFETCH2 = ("--prefetch", "2", "--prefetch-sync")
 
@@ -92,7 +95,7 @@ def fixture_plan(model: str, fixture: str | None = None, trace: TracePath | None
         # the threshold at a width above the model's: F/(k+1), not F/k (REPLAY predicts each drop)
         entries.append(("drop-kplus1", model_args(model, *STREAMED, *EVICTING, DROP, "1.0", "--n-expert-used",
                                                   str(k + 1), "-t", "1")))
-        entries.append(("topk-all-prefetch2", model_args(model, *STREAMED, *SMALL_CACHE, *PREFETCH2,
+        entries.append(("topk-all-prefetch2", model_args(model, *SHORT, *SMALL_CACHE, *PREFETCH2,
                                                          "--n-expert-used", str(n_expert), "-t", "1")))
     if trace is not None:
         entries = [(i, [*a, "--route-trace", trace(i)] if i not in UNTRACED and "--mmap" not in a else a)
