@@ -130,3 +130,38 @@ def test_config_from_argv() -> None:
     assert cfg == RunConfig(cache_mb=2, prefetch=2, drop_F=0.75, renorm=False, subst_L=1e-6)
     assert cfg.budget == 2 << 20
     assert RunConfig.from_argv(["run", "--mmap", "-p", "x"]) == RunConfig(mmap=True)
+
+
+class _Device:
+    name = "fake"
+    timeout_scale = 1.0
+
+
+class _Session:
+    """A device whose shell is this machine's: counts the round trips."""
+
+    device = _Device()
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def run(self, argv, timeout):
+        from bmoe_ci.farm import Outcome, RunResult
+
+        self.calls += 1
+        p = subprocess.run(list(argv), capture_output=True, timeout=timeout, check=False)
+        return RunResult("fake", tuple(argv), Outcome.EXITED, p.returncode, stdout=p.stdout, stderr=p.stderr)
+
+
+def test_traces_come_back_in_one_round_trip(tmp_path: Path) -> None:
+    from bmoe_ci.plugin.runner import DeviceRunner
+
+    a, b, gone = tmp_path / "a.csv", tmp_path / "b.csv", tmp_path / "gone.csv"
+    a.write_text("# route_trace v2\nx,y\n1,2\n")
+    b.write_text("second\n\nwith a blank line and no final newline")
+    session = _Session()
+    runner = DeviceRunner(session)  # type: ignore[arg-type]
+    paths = [str(a), str(gone), str(b)]
+    got = runner.texts("k", paths)
+    assert got == {str(a): a.read_text(), str(gone): None, str(b): b.read_text()}
+    assert runner.texts("k", paths) is got and session.calls == 1  # cached: one round trip per key

@@ -73,8 +73,9 @@ class DeviceRunner:
     def _read_texts(self, paths: Sequence[str]) -> dict[str, str | None]:
         if not paths:
             return {}
-        # each file is announced by a line "\x1e<path>" (present) or "\x1f<path>" (missing)
-        script = ('for f; do if [ -r "$f" ]; then printf "\\036%s\\n" "$f"; cat "$f"; '
+        # each file is announced by a line "\x1e<path>" (present) or "\x1f<path>" (missing); a newline
+        # after each file keeps the next marker at the start of a line, whatever the file ends with
+        script = ('for f; do if [ -r "$f" ]; then printf "\\036%s\\n" "$f"; cat "$f"; printf "\\n"; '
                   'else printf "\\037%s\\n" "$f"; fi; done')
         timeout = ENTRY_TIMEOUT_S * self.session.device.timeout_scale
         r = self.session.run(["sh", "-c", script, "bmoe-ci", *paths], timeout)
@@ -85,7 +86,10 @@ class DeviceRunner:
         current: str | None = None
         chunks: list[str] = []
         # split on "\n" only: str.splitlines() would also split at the \x1e and \x1f markers
-        for line in r.stdout.decode(errors="replace").split("\n"):
+        lines = r.stdout.decode(errors="replace").split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()  # after the newline the script prints last
+        for line in lines:
             if line[:1] in ("\x1e", "\x1f") and line[1:] in paths:
                 if current is not None:
                     out[current] = "\n".join(chunks)
