@@ -101,6 +101,7 @@ class _Replayer:
     li_of: dict[int, int]
     last: list[list[int]]  # prefetch record: the previous token's experts per streamed layer
     pinned: list[tuple[int, int]] = field(default_factory=list)
+    learned: set[int] = field(default_factory=set)  # layers whose weight chain closed once (policies.md)
 
     def count(self, name: str, n: int | float = 1) -> None:
         self.pred.counters[name] += n
@@ -178,10 +179,12 @@ class _Replayer:
                 subst[s] = int(ids[s] not in router)
         self.count("subst_changed", sum(subst))
         self.last[li] = ids[len(rows) - k:]  # the batch's last token, for prefetch
-        # the drop rule at the terminal node (decode: the prompt is every layer's first pass)
+        # the drop rule at the terminal node: decode, or prefill with --drop-in-prefill, and only on a
+        # layer whose chain was learned from an earlier pass (a one-batch prompt is every layer's first)
         weights = [r.router_weight for r in rows]
         dropped = [0] * len(rows)
-        if self.cfg.drop_F is not None and phase == 1:
+        applies = phase == 1 or self.cfg.drop_in_prefill
+        if self.cfg.drop_F is not None and applies and li in self.learned:
             for t in range(0, len(rows), k):
                 w = weights[t:t + k]
                 res = [self.resident(li, e) for e in ids[t:t + k]]
@@ -195,6 +198,7 @@ class _Replayer:
                 self.count("weight_dropped", gone)
                 dropped[t:t + k], weights[t:t + k] = d, w2
         self.count("experts_dropped", sum(dropped))
+        self.learned.add(li)
         # the load: residency per slot before anything loads, then one lookup per unique kept expert
         residency = []
         for e in ids:
