@@ -32,8 +32,9 @@ STREAMING = ("gates/test_streaming.py",)
 LOSSY = ("gates/test_lossy.py",)
 REFERENCE = ("gates/test_reference.py",)
 BATCH = ("gates/test_batch.py",)
+MODEL = ("gates/test_replay.py", "gates/test_invariants.py")
 STREAMING_GATES = ("G1", "G2", "G5", "DET")
-LOSSY_GATES = ("G8a", "G8a'", "G8b", "G8c", "G8d", "G8e", "G8w", "G8r")
+LOSSY_GATES = ("G8a", "G8a'", "G8b", "G8c", "G8d", "G8e", "G8w")
 
 
 def test_clean_build_passes_det_and_cfg(tmp_path: Path) -> None:
@@ -50,13 +51,13 @@ def test_clean_build_passes_the_streaming_gates(tmp_path: Path) -> None:
 
 
 def test_clean_build_passes_the_lossy_gates(tmp_path: Path) -> None:
-    # qwen3moe: G8r applies; qwen3moe-nonorm: the fixture G8c's faults need (G8r skips it, with the reason)
-    run = run_gates(tmp_path, modules=LOSSY, fixtures=("qwen3moe", "qwen3moe-nonorm"))
+    # qwen3moe-nonorm: the fixture G8c's faults need; REPLAY replays unnormalised routings too
+    run = run_gates(tmp_path, modules=LOSSY + MODEL, fixtures=("qwen3moe", "qwen3moe-nonorm"))
     assert run.returncode == 0, run.output[-3000:]
-    for gate in LOSSY_GATES:
+    for gate in (*LOSSY_GATES, "REPLAY", "INV"):
         assert run.gate("host", gate) == "pass", (gate, run.output[-3000:])
     counts = run.summary["devices"]["host"]["gate_counts"]
-    assert counts["G8r"]["pass"] == 1 and counts["G8r"]["skip"] == 1, counts
+    assert counts["REPLAY"]["pass"] == 2 and counts["INV"]["pass"] == 2, counts
 
 
 def test_clean_build_passes_ref_and_batch_stderr(tmp_path: Path) -> None:

@@ -73,7 +73,7 @@ int cache_touch(bmoe_cache *c, int layer, int e) {
     int k = key(c, layer, e);
     if (k < 0 || !c->in[k]) return 0;
 #ifdef BMOE_FAULT_LRU_NO_REFRESH
-    return 1; /* fault: a hit never moves its entry to the most recently used end */
+    return 1; /* fault: a hit is not made most recent, so the LRU evicts by insertion order */
 #endif
     if (c->head != k) {
         unlink_key(c, k);

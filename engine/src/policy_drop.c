@@ -56,9 +56,10 @@ int drop_row(const drop_params *p, int32_t *ids, float *w, const uint8_t *reside
     if (n == 0) return 0; /* nothing dropped: the row is not written at all */
 
     int rescale = p->renorm && isfinite(orig) && isfinite(kept) && kept > 0.0;
+#ifndef BMOE_FAULT_RENORM_INVERTED
     double scale = rescale ? orig / kept : 1.0;
-#ifdef BMOE_FAULT_RENORM_INVERTED
-    scale = rescale ? kept / orig : 1.0; /* fault: the survivors are scaled down, not up */
+#else
+    double scale = rescale ? kept / orig : 1.0; /* fault: the survivors are scaled by the inverse ratio */
 #endif
     int32_t top_id = ids[top];
     for (int s = 0; s < k; s++) {

@@ -41,6 +41,9 @@ struct bmoe_stream_hook {
     int cur_terminal;           /* the node the load is deferred to, CHAIN_UNKNOWN: loaded at topk */
     int *pinned, n_pinned;
     int32_t *pre_ids;           /* [max_batch * k] ids after substitution, before any drop repointing */
+    int32_t *router_ids;        /* [max_batch * k] the router's ids, before substitution (the trace) */
+    float *router_w;            /* [max_batch * k] final weights before the drop edit (the trace) */
+    int cur_router_w;           /* router_w holds this layer's weights (a drop decision ran) */
     uint8_t *dropped, *changed, *row_res;
     uint64_t *row_bytes;
     uint8_t *res0, *resident, *seen, *charged; /* [E] */
@@ -275,6 +278,9 @@ static int load_layer(bmoe_stream_hook *h, bmoe_moe_result *r) {
             if (h->prefetched[key]) {
                 h->prefetched[key] = 0;
                 h->c.prefetch_used++;
+#ifdef BMOE_FAULT_PREFETCH_USED_TWICE
+                h->c.prefetch_used++; /* fault: a prefetched expert's first use is counted twice */
+#endif
                 h->charged[e] = 1; /* its speculative read is charged to its first use */
             }
             cache_pin(h->cache, li, e);
@@ -296,7 +302,7 @@ static int load_layer(bmoe_stream_hook *h, bmoe_moe_result *r) {
             h->c.flash_reads++;
             h->c.flash_bytes += eb;
 #ifdef BMOE_FAULT_FLASH_BYTES_TWICE
-            h->c.flash_bytes += eb; /* fault: a demand read into the cache is counted twice */
+            h->c.flash_bytes += eb; /* fault: a demand read through the cache is counted twice */
 #endif
             h->charged[e] = 1;
         }
@@ -321,9 +327,11 @@ static void write_trace(bmoe_stream_hook *h, const bmoe_moe_result *r) {
     for (int t = 0; t < r->n_tokens; t++)
         for (int s = 0; s < k; s++) {
             int i = t * k + s;
+            float w = r->weights ? r->weights[i] : 0.0f;
             bmoe_trace_row row = {
                 .turn = 0, .phase = r->phase, .step = r->phase == 0 ? r->pos0 + t : r->step, .layer = r->layer,
-                .slot = s, .expert = h->pre_ids[i], .weight = r->weights ? r->weights[i] : 0.0f,
+                .slot = s, .router_expert = h->router_ids[i], .expert = h->pre_ids[i],
+                .router_weight = h->cur_router_w ? h->router_w[i] : w, .weight = w,
                 .residency = h->row_res[i], .expert_bytes = h->row_bytes[i], .dropped = h->dropped[i],
                 .substituted = h->changed[i],
             };
@@ -369,6 +377,8 @@ int stream_hook_fn(void *user, bmoe_moe_result *r) {
         memset(h->changed, 0, (size_t)n);
 #endif
         memset(h->dropped, 0, (size_t)n);
+        h->cur_router_w = 0;
+        memcpy(h->router_ids, r->ids, (size_t)n * sizeof *r->ids);
         /* 1. re-ranking (substitution), before residency is taken for the load and before any drop */
         if (h->has_policy && h->policy.at_topk && (r->phase == 1 || h->policy.topk_in_prefill)) {
             int rc = stream_query_residency(h, r->layer, h->resident);
@@ -398,6 +408,8 @@ int stream_hook_fn(void *user, bmoe_moe_result *r) {
             if (!r->weights) return hfail(h, 1, "%s-%d: no weights at the terminal node", bmoe_node_name(r->node), r->layer);
             int rc = stream_query_residency(h, r->layer, h->resident);
             if (rc) return rc;
+            memcpy(h->router_w, r->weights, (size_t)n * sizeof *r->weights);
+            h->cur_router_w = 1;
             rc = h->policy.at_terminal(h->policy.self, r, h->resident, h->dropped, &h->c);
             if (rc) return hfail(h, rc, "%s-%d: the drop policy failed (code %d)", bmoe_node_name(r->node), r->layer, rc);
             for (int i = 0; i < n; i++) h->c.experts_dropped += h->dropped[i] ? 1 : 0;
@@ -602,12 +614,14 @@ int stream_hook_create(bmoe_stream_hook **out, bmoe_model *m, const bmoe_config 
     h->charged = calloc(E, 1);
     h->chain = chain_new(h->n_layers);
     h->pre_ids = calloc(rows, sizeof *h->pre_ids);
+    h->router_ids = calloc(rows, sizeof *h->router_ids);
+    h->router_w = calloc(rows, sizeof *h->router_w);
     h->dropped = calloc(rows, 1);
     h->changed = calloc(rows, 1);
     h->row_res = calloc(rows, 1);
     h->row_bytes = calloc(rows, sizeof *h->row_bytes);
     if (!h->prefetched || !h->shared_of || !h->pinned || !h->uniq || !h->res0 || !h->resident || !h->seen ||
-        !h->charged || !h->chain || !h->pre_ids || !h->dropped || !h->changed || !h->row_res || !h->row_bytes) {
+        !h->charged || !h->chain || !h->pre_ids || !h->router_ids || !h->router_w || !h->dropped || !h->changed || !h->row_res || !h->row_bytes) {
         rc = err_set(err, 1, NULL, "out of memory");
         goto fail;
     }
@@ -615,7 +629,8 @@ int stream_hook_create(bmoe_stream_hook **out, bmoe_model *m, const bmoe_config 
 
     /* last: the trace file (opening a FIFO blocks until a reader comes, and nothing is read before) */
     if (cfg->route_trace) {
-        rc = trace_open(&h->trace, cfg->route_trace, m, top_k, msg, sizeof msg);
+        bmoe_trace_geometry geo = { .slot_bytes = stream_slot_bytes(h->st), .page_bytes = stream_page_bytes(h->st) };
+        rc = trace_open(&h->trace, cfg->route_trace, m, top_k, geo, msg, sizeof msg);
         if (rc) { err_set(err, rc, NULL, "%s", msg); goto fail; }
     }
     *out = h;
@@ -637,7 +652,7 @@ void stream_hook_destroy(bmoe_stream_hook *h) {
         trace_close(h->trace, m, sizeof m);
     }
     free(h->li_of); free(h->eb); free(h->shared_of); free(h->groups); free(h->prefetched); free(h->spec_keys);
-    free(h->plan_l); free(h->plan_e); free(h->pinned); free(h->pre_ids); free(h->dropped); free(h->changed);
+    free(h->plan_l); free(h->plan_e); free(h->pinned); free(h->pre_ids); free(h->router_ids); free(h->router_w); free(h->dropped); free(h->changed);
     free(h->row_res); free(h->row_bytes); free(h->res0); free(h->resident); free(h->seen); free(h->charged);
     free(h->uniq);
     chain_free(h->chain);

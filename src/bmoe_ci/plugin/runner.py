@@ -51,6 +51,7 @@ class DeviceRunner:
     session: DeviceSession
     engine_s: float = 0.0  # engine time on the device not yet attributed to a test
     _cache: dict[str, dict[str, EngineResult]] = field(default_factory=dict)
+    _texts: dict[str, dict[str, str | None]] = field(default_factory=dict)
 
     def take_engine_seconds(self) -> float:
         spent, self.engine_s = self.engine_s, 0.0
@@ -61,6 +62,46 @@ class DeviceRunner:
         if key not in self._cache:
             self._cache[key] = self._run_batch(entries)
         return self._cache[key]
+
+    def texts(self, key: str, paths: Sequence[str]) -> dict[str, str | None]:
+        """The text of device files (e.g. the route traces a plan wrote) in ONE round trip, cached by
+        `key`: path -> text, or None for a file that is not there (its run did not write it)."""
+        if key not in self._texts:
+            self._texts[key] = self._read_texts(paths)
+        return self._texts[key]
+
+    def _read_texts(self, paths: Sequence[str]) -> dict[str, str | None]:
+        if not paths:
+            return {}
+        # each file is announced by a line "\x1e<path>" (present) or "\x1f<path>" (missing); a newline
+        # after each file keeps the next marker at the start of a line, whatever the file ends with
+        script = ('for f; do if [ -r "$f" ]; then printf "\\036%s\\n" "$f"; cat "$f"; printf "\\n"; '
+                  'else printf "\\037%s\\n" "$f"; fi; done')
+        timeout = ENTRY_TIMEOUT_S * self.session.device.timeout_scale
+        r = self.session.run(["sh", "-c", script, "bmoe-ci", *paths], timeout)
+        if r.outcome is Outcome.INFRA or r.exit_code != 0:
+            raise r.infra or InfraError(self.session.device.name, "transfer",
+                                        f"reading {len(paths)} files: {r.describe()}")
+        out: dict[str, str | None] = {}
+        current: str | None = None
+        chunks: list[str] = []
+        # split on "\n" only: str.splitlines() would also split at the \x1e and \x1f markers
+        lines = r.stdout.decode(errors="replace").split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()  # after the newline the script prints last
+        for line in lines:
+            if line[:1] in ("\x1e", "\x1f") and line[1:] in paths:
+                if current is not None:
+                    out[current] = "\n".join(chunks)
+                name = line[1:]
+                current, chunks = (name, []) if line[0] == "\x1e" else (None, [])
+                if line[0] == "\x1f":
+                    out[name] = None
+            elif current is not None:
+                chunks.append(line)
+        if current is not None:
+            out[current] = "\n".join(chunks)
+        return {p: out.get(p) for p in paths}
 
     def single(self, argv: Sequence[str]) -> EngineResult:
         """One engine process for one command (the batch == single-process identity needs this)."""
