@@ -37,7 +37,7 @@ Replay and counter invariants (gates/test_replay.py, gates/test_invariants.py): 
 no output byte, or change every configuration alike, so no identity gate can see them:
   LRU_NO_REFRESH      a hit is not made most recent (the cache evicts by insertion order) -> REPLAY fails
   FLASH_BYTES_TWICE   a demand read through the cache is counted twice in flash_bytes    -> INV fails
-  PREFETCH_USED_TWICE a prefetched expert's first use is counted twice                   -> INV fails
+  PREFETCH_USED_TWICE a prefetched expert's first use is counted twice      -> INV (and G5) fail
   RENORM_INVERTED     after a drop the survivors are scaled by kept/orig, not orig/kept  -> INV fails
 """
 
@@ -93,12 +93,14 @@ FAULTS = [
     ("SKIP_DEFERRED_LOAD", LOSSY, "qwen3moe", "G8a", ("G8d", "G8e", "G8w"), True),
     ("MODEL_TOPK", LOSSY + MODEL, "qwen3moe", "REPLAY", ("G8a", "G8a'", "G8c", "G8d", "G8e", "G8w", "INV"), False),
     ("SUBST_INERT", LOSSY, "qwen3moe", "G8e", ("G8a", "G8a'", "G8b", "G8c", "G8d", "G8w"), False),
-    ("SUBST_COUNT_REORDER", LOSSY, "qwen3moe", "G8d", ("G8a", "G8a'", "G8b", "G8c", "G8e", "G8w"), False),
+    # G8e's direction check sees it too: re-ordered slots flagged "substituted" hold misses
+    ("SUBST_COUNT_REORDER", LOSSY, "qwen3moe", "G8d", ("G8a", "G8a'", "G8b", "G8c", "G8w"), False),
     ("WARN_HARDCODED", LOSSY, "qwen3moe", "G8w", ("G8a", "G8a'", "G8b", "G8c", "G8d", "G8e"), False),
     ("SUBST_PREFER_MISS", LOSSY + MODEL, "qwen3moe", "G8e", ("G8a", "G8a'", "G8b", "G8c", "G8w", "INV"), False),
     ("LRU_NO_REFRESH", STREAMING + MODEL, "qwen3moe", "REPLAY", ("G1", "G2", "G5", "DET", "INV"), False),
     ("FLASH_BYTES_TWICE", STREAMING + MODEL, "qwen3moe", "INV", ("G1", "G2", "G5", "DET"), False),
-    ("PREFETCH_USED_TWICE", STREAMING + MODEL, "qwen3moe", "INV", ("G1", "G2", "G5", "DET"), False),
+    # G5 too, where prefetch_used then exceeds prefetch_issued
+    ("PREFETCH_USED_TWICE", STREAMING + MODEL, "qwen3moe", "INV", ("G1", "G2", "DET"), False),
     ("RENORM_INVERTED", LOSSY + MODEL, "qwen3moe", "INV", ("G8a", "G8a'", "G8b", "G8c", "G8d", "G8e", "G8w"),
      False),
 ]
