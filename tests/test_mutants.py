@@ -122,7 +122,7 @@ def test_classify_a_failure_is_a_catch_an_error_never_is(tmp_path: Path) -> None
                                      [{"gate": "G1", "outcome": "error", "name": "G1[q]", "message": "timeout"}]),
                      "host")
     assert (error.outcome, error.caught_by) == ("error", []) and "timeout" in error.message
-    survived = classify(fault, _outcome(tmp_path, {"G1": "pass", "G8r": "skip"}, rc=0), "host")
+    survived = classify(fault, _outcome(tmp_path, {"G1": "pass", "REPLAY": "skip"}, rc=0), "host")
     assert (survived.outcome, survived.caught_by) == ("survived", [])
     assert classify(fault, _outcome(tmp_path, None, rc=3), "host").outcome == "error"
     dead = classify(fault, _outcome(tmp_path, {"G1": "error"}, infra="unreachable"), "host")
@@ -130,8 +130,8 @@ def test_classify_a_failure_is_a_catch_an_error_never_is(tmp_path: Path) -> None
 
 
 def test_a_clean_engine_that_fails_gives_no_verdict(tmp_path: Path) -> None:
-    assert check_clean(_outcome(tmp_path, {"G1": "pass", "G8r": "skip"}, rc=0), "host") == {"G1": "pass",
-                                                                                           "G8r": "skip"}
+    assert check_clean(_outcome(tmp_path, {"G1": "pass", "REPLAY": "skip"}, rc=0), "host") == {"G1": "pass",
+                                                                                           "REPLAY": "skip"}
     for gates in ({"G1": "fail"}, {"G1": "error"}, {}, None):
         with pytest.raises(NoVerdict):
             check_clean(_outcome(tmp_path, gates), "host")
