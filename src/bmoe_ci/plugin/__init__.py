@@ -95,7 +95,8 @@ class Controller:
         results = Path(config.getoption("results") or Path("results") / run_id).resolve()
         try:
             # an unknown fault would build a normal engine and report it green: refuse it first
-            faults = [f.name for f in load_catalogue().resolve(config.getoption("fault") or [])]
+            requested = config.getoption("fault") or []
+            faults = [f.name for f in load_catalogue().resolve(requested)] if requested else []
         except CatalogueError as exc:
             raise pytest.UsageError(str(exc)) from exc
         try:
