@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bmoe_ci.plugin.runner import EngineResult
+from bmoe_ci.replay import Trace, TraceRow
 
 
 def counters(r: EngineResult) -> dict[str, Any]:
@@ -57,3 +58,136 @@ def assert_identical(a: EngineResult, b: EngineResult, label_a: str, label_b: st
             f"{label_a} and {label_b} differ: first differing generated token at index {first} "
             f"({len(ta)} vs {len(tb)} tokens; artifacts in {artifacts})"
         )
+
+
+# -- counter invariants (gate INV) ---------------------------------------------------------------------
+# docs/streaming.md#counters states the identities; every run of every plan entry is held to them, and
+# a traced run to its trace as well. Each violation names the entry, the counter and both values.
+
+RENORM_REL_TOL = 1e-6  # a renormalised routing keeps its mass and ratios up to float rounding (k/2 ulp)
+
+
+def _flag(argv: tuple[str, ...], name: str) -> bool:
+    return name in argv or any(a.startswith(name + "=") for a in argv)
+
+
+def counter_invariants(entry: str, r: EngineResult, trace: Trace | None) -> list[str]:
+    """Violated counter identities of one successful run (an empty list when all hold)."""
+    c = counters(r)
+    bad: list[str] = []
+
+    def want(ok: bool, counter: str, got: object, expected: object) -> None:
+        if not ok:
+            bad.append(f"{entry}: {counter}: engine {got!r}, expected {expected!r}")
+
+    routed = c["experts_routed"]
+    streamed = "--mmap" not in r.argv
+    if streamed:
+        want(c["cache_hits"] + c["cache_misses"] == routed, "cache_hits + cache_misses",
+             c["cache_hits"] + c["cache_misses"], f"experts_routed = {routed}")
+    want(0 <= c["prefetch_used"] <= c["prefetch_issued"], "prefetch_used", c["prefetch_used"],
+         f"0..prefetch_issued = {c['prefetch_issued']}")
+    if not _flag(r.argv, "--prefetch"):
+        want(c["prefetch_issued"] == 0, "prefetch_issued", c["prefetch_issued"], "0 without --prefetch")
+    want(c["subst_changed"] <= c["subst_examined"], "subst_changed", c["subst_changed"],
+         f"<= subst_examined = {c['subst_examined']}")
+    want(c["experts_dropped"] <= routed, "experts_dropped", c["experts_dropped"], f"<= experts_routed = {routed}")
+    want(0 <= c["weight_dropped"] <= c["weight_routed"], "weight_dropped", c["weight_dropped"],
+         f"0..weight_routed = {c['weight_routed']}")
+    eb = r.data["model"]["expert_bytes"]
+    if streamed:  # a read is one whole expert, whatever its number of parts
+        want(c["flash_bytes"] == c["flash_reads"] * eb, "flash_bytes", c["flash_bytes"],
+             f"flash_reads x expert_bytes = {c['flash_reads']} x {eb}")
+    else:
+        want(c["flash_reads"] == c["flash_bytes"] == 0, "flash_reads", c["flash_reads"], "0 with --mmap")
+    if trace is None:
+        return bad
+
+    rows = trace.rows
+    unused = c["prefetch_issued"] - c["prefetch_used"]
+    read_rows = [x for x in rows if x.expert_bytes]
+    want(len(rows) == routed, "experts_routed", routed, f"{len(rows)} trace rows")
+    want(c["flash_bytes"] == sum(x.expert_bytes for x in rows) + unused * eb, "flash_bytes", c["flash_bytes"],
+         f"sum of the trace's expert_bytes + unused prefetches x expert_bytes = "
+         f"{sum(x.expert_bytes for x in rows) + unused * eb}")
+    want(c["flash_reads"] == len(read_rows) + unused, "flash_reads", c["flash_reads"],
+         f"trace rows that read + unused prefetches = {len(read_rows) + unused}")
+    want(c["cache_misses"] == sum(x.residency == 0 for x in rows), "cache_misses", c["cache_misses"],
+         f"{sum(x.residency == 0 for x in rows)} trace rows with residency 0")
+    want(c["prefetch_used"] == sum(x.residency == 2 for x in rows), "prefetch_used", c["prefetch_used"],
+         f"{sum(x.residency == 2 for x in rows)} trace rows with residency 2")
+    want(c["subst_changed"] == sum(x.substituted for x in rows), "subst_changed", c["subst_changed"],
+         f"{sum(x.substituted for x in rows)} substituted trace rows")
+    want(c["experts_dropped"] == sum(x.dropped for x in rows), "experts_dropped", c["experts_dropped"],
+         f"{sum(x.dropped for x in rows)} dropped trace rows")
+    if _flag(r.argv, "--drop-cold-experts"):
+        # the mass the drop rule examined: every decode routing's weights before the edit
+        examined = _rows_by_routing([x for x in rows if x.phase == 1], trace.top_k)
+        routed_w = dropped_w = 0.0
+        for slots in examined:
+            row_w = row_d = 0.0
+            for x in slots:
+                row_w += x.router_weight
+                if x.dropped:
+                    row_d += x.router_weight
+            routed_w += row_w
+            dropped_w += row_d
+        want(c["weight_routed"] == routed_w, "weight_routed", c["weight_routed"],
+             f"trace router_weight sum {routed_w!r}")
+        want(c["weight_dropped"] == dropped_w, "weight_dropped", c["weight_dropped"],
+             f"trace dropped router_weight sum {dropped_w!r}")
+        renorm = not _flag(r.argv, "--drop-no-renorm")
+        for slots in examined:
+            bad += _renorm_problems(entry, slots, renorm)
+    return bad
+
+
+def _rows_by_routing(rows: list[TraceRow], k: int) -> list[list[TraceRow]]:
+    return [rows[i:i + k] for i in range(0, len(rows), k)]
+
+
+def _renorm_problems(entry: str, slots: list[TraceRow], renorm: bool) -> list[str]:
+    """After a drop: with renormalisation the survivors carry the routing's original mass in the
+    router's ratios; without it they keep the router's weights. A routing with no drop is untouched."""
+    where = f"{entry}: step {slots[0].step} layer {slots[0].layer}"
+    kept = [x for x in slots if not x.dropped]
+    if len(kept) == len(slots) or not renorm:
+        return [f"{where} slot {x.slot}: weight: engine {x.weight!r}, expected the router's {x.router_weight!r}"
+                for x in kept if x.weight != x.router_weight]
+    orig, mass = sum(x.router_weight for x in slots), sum(x.weight for x in kept)
+    out = []
+    if abs(mass - orig) > RENORM_REL_TOL * abs(orig):
+        out.append(f"{where}: surviving weight mass: engine {mass!r}, expected the original {orig!r}")
+    ratios = [x.weight / x.router_weight for x in kept if x.router_weight]
+    if ratios and max(ratios) - min(ratios) > RENORM_REL_TOL * max(abs(q) for q in ratios):
+        out.append(f"{where}: survivors' ratios changed: engine scales {ratios!r}, expected one common scale")
+    return out
+
+
+# -- direction of the lossy knobs (G8b, G8e) ------------------------------------------------------------
+
+
+def drop_direction(entry: str, trace: Trace, F: float) -> list[str]:
+    """Every dropped expert was a miss below F/k, and the top-weighted slot never goes."""
+    thr = F / trace.top_k
+    bad = []
+    for slots in _rows_by_routing(trace.rows, trace.top_k):
+        top = max(slots, key=lambda x: (x.router_weight, -x.slot))  # the first maximum in rank order
+        for x in slots:
+            if not x.dropped:
+                continue
+            where = f"{entry}: phase {x.phase} step {x.step} layer {x.layer} slot {x.slot}"
+            if x.residency != 0:
+                bad.append(f"{where}: dropped a resident expert (residency {x.residency})")
+            if not x.router_weight < thr:
+                bad.append(f"{where}: dropped weight {x.router_weight!r}, not below F/k = {thr!r}")
+            if x is top:
+                bad.append(f"{where}: dropped the top-weighted expert ({x.router_weight!r})")
+    return bad
+
+
+def subst_direction(entry: str, trace: Trace) -> list[str]:
+    """Every substituted slot's new expert was resident at the decision."""
+    return [f"{entry}: phase {x.phase} step {x.step} layer {x.layer} slot {x.slot}: expert {x.expert} substituted "
+            f"in (router's {x.router_expert}) but it was a miss at the decision" for x in trace.rows
+            if x.substituted and x.residency == 0]

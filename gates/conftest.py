@@ -3,23 +3,67 @@ parametrises every test over (device, fixture); this file says what a gate reads
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from bmoe_ci.plugin.context import DeviceContext
 from bmoe_ci.plugin.runner import DeviceRunner, EngineResult
-from gates.plan import fixture_plan
+from bmoe_ci.replay import Trace, TraceError, parse_trace
+from bmoe_ci.reports.xdev import fingerprint
+from gates.plan import TracePath, fixture_plan
+
+# (device, fixture) plans whose fingerprints this process already handed to the controller
+_DIGESTS_SENT = pytest.StashKey[set[tuple[str, str]]]()
 
 
-def trace_path(runner: DeviceRunner, fixture: str) -> str:
-    """Device path (in the device's work directory) of the route trace G8r's plan entry writes."""
-    return runner.session.file(f"g8r-{fixture}.route-trace.csv")
+def trace_paths(runner: DeviceRunner, fixture: str) -> TracePath:
+    """Device path (in the device's work directory) of the route trace a plan entry writes."""
+    return lambda entry: runner.session.file(f"trace-{fixture}-{entry}.csv")
+
+
+def logits_path(runner: DeviceRunner, fixture: str) -> str:
+    """Device path of the logits file the resident reference run writes (REF pulls it back)."""
+    return runner.session.file(f"ref-{fixture}.logits.f32")
 
 
 @pytest.fixture
-def runs(runner: DeviceRunner, device: DeviceContext, fixture: str) -> dict[str, EngineResult]:
-    """Every engine run of the fixture's plan on this device (run once, then cached)."""
+def runs(runner: DeviceRunner, device: DeviceContext, fixture: str,
+         request: pytest.FixtureRequest) -> dict[str, EngineResult]:
+    """Every engine run of the fixture's plan on this device (run once, then cached). What each run
+    produced is recorded for the device (its fingerprint: bytes, tokens, counters), for XDEV."""
     model = device.models[fixture]
-    return runner.plan(f"fixture:{fixture}", fixture_plan(model, fixture, trace_path(runner, fixture)))
+    results = runner.plan(f"fixture:{fixture}", fixture_plan(model, fixture, trace_paths(runner, fixture),
+                                                                  logits_path(runner, fixture)))
+    recorded = request.config.stash.setdefault(_DIGESTS_SENT, set())
+    if (device.name, fixture) not in recorded:  # once per plan: the first test that reads it carries it
+        recorded.add((device.name, fixture))
+        prints = {entry: fingerprint(r.data, r.crashed) for entry, r in results.items()}
+        request.node.user_properties.append(("bmoe.digests", json.dumps({fixture: prints})))
+    return results
+
+
+@pytest.fixture
+def traces(runs: dict[str, EngineResult], runner: DeviceRunner, fixture: str) -> dict[str, Trace | str]:
+    """The route trace of every traced plan entry, pulled back in one round trip per fixture (then
+    cached): entry -> Trace, or one line saying why there is none (the run failed, the file is
+    missing or malformed)."""
+    paths = {entry: r.argv[r.argv.index("--route-trace") + 1] for entry, r in runs.items()
+             if "--route-trace" in r.argv}
+    texts = runner.texts(f"traces:{fixture}", sorted(paths.values()))
+    out: dict[str, Trace | str] = {}
+    for entry, path in paths.items():
+        text = texts.get(path)
+        if not runs[entry].ok:
+            out[entry] = f"{entry}: no trace to read: {runs[entry].describe()}"
+        elif text is None:
+            out[entry] = f"{entry}: the run succeeded but wrote no route trace at {path}"
+        else:
+            try:
+                out[entry] = parse_trace(text, f"{entry}:{path}")
+            except TraceError as exc:
+                out[entry] = str(exc)
+    return out
 
 
 @pytest.fixture

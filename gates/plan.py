@@ -3,10 +3,14 @@ through `bmoe batch` (one round trip), shared by every gate that reads it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 
-PROMPT = "The quick brown fox"
-N_PREDICT = 24
+from bmoe_ci.reference import GATE_REQUEST
+
+# The reference outputs REF compares against are computed for this prompt and length.
+PROMPT = GATE_REQUEST.prompt
+N_PREDICT = GATE_REQUEST.n_predict
 
 # The resident reference: the configuration every identity gate compares against.
 REFERENCE = ("--mmap", "-p", PROMPT, "-n", str(N_PREDICT), "--json")
@@ -32,26 +36,43 @@ def model_args(model: str, *args: str) -> list[str]:
     return ["run", "-m", model, *args]
 
 
+# Stress (REPLAY, INV): a decode long enough to cycle the evicting cache many times over, and a routing
+# of every expert at once (top-k == the expert count) with two layers of prefetch against a 1 MiB cache.
+LONG_DECODE = ("-p", PROMPT, "-n", "128", "--json")
+# every expert of a layer, every step, against a 1 MiB cache reads ~8x the default entry's experts:
+# 8 tokens (7 decode steps, each with two prefetch rounds' worth of guesses) are enough to stress it
+SHORT = ("-p", PROMPT, "-n", "8", "--json")
+SMALL_CACHE = ("--cache-mb", "1", "--force-cache")
+PREFETCH2 = ("--prefetch", "2", "--prefetch-sync")
+
+# Plan entries that write a route trace (REPLAY replays each; INV and the direction checks read them).
+# Every streamed entry but the warning's one-token runs.
+UNTRACED = frozenset({"drop-warn", "drop-warn-k4"})
+
+TracePath = Callable[[str], str]
+
+
 @cache
-def _spec_top_k(fixture: str) -> int | None:
+def _spec_dims(fixture: str) -> tuple[int, int] | None:
+    """(top-k, expert count) of a fixture from fixtures.yaml; None when it is not there."""
     from bmoe_ci.fixtures.spec import load_specs
 
     spec = load_specs().specs.get(fixture)
-    return spec.dims.top_k if spec is not None else None
+    return (spec.dims.top_k, spec.dims.experts) if spec is not None else None
 
 
-def replay_top_k(fixture: str | None) -> int | None:
-    """G8r's routing width: one more than the model's own top-k, so a threshold taken against the
-    model's top-k (F/k) differs from the effective one (F/(k+1)). None when the fixture is unknown."""
-    k = _spec_top_k(fixture) if fixture else None
-    return k + 1 if k is not None else None
+def fixture_plan(model: str, fixture: str | None = None, trace: TracePath | None = None,
+                 logits: str | None = None) -> list[tuple[str, list[str]]]:
+    """(id, argv) entries for one fixture on one device. `trace(entry id)`: the device path the entry's
+    route trace is written to (no traces without it). `logits`: the device path the resident reference
+    run writes its logits to (for REF). Entries that need the fixture's top-k and expert count are left
+    out when the fixture is not in fixtures.yaml.
 
-
-def fixture_plan(model: str, fixture: str | None = None, trace: str | None = None) -> list[tuple[str, list[str]]]:
-    """(id, argv) entries for one fixture on one device. `trace`: the device path G8r's route trace is
-    written to (the G8r entry is left out without it, or when the fixture's top-k is unknown)."""
+    One lossy flag per entry, or a flag together with a width override (`--n-expert-used`) that a
+    single-flag entry covers on its own (k1-evict), so a failure points at one rule."""
+    logits_out = ("--logits-out", logits) if logits is not None else ()
     entries = [
-        ("ref", model_args(model, *REFERENCE, "-t", "1")),
+        ("ref", model_args(model, *REFERENCE, "-t", "1", *logits_out)),
         ("again", model_args(model, *REFERENCE, "-t", "1")),
         ("threads2", model_args(model, *REFERENCE, "-t", "2")),
         # streaming (gates/test_streaming.py); stream-evict is also the lossy gates' cached reference
@@ -60,9 +81,11 @@ def fixture_plan(model: str, fixture: str | None = None, trace: str | None = Non
         ("stream-prefetch", model_args(model, *STREAMED, *EVICTING, *PREFETCH, "-t", "1")),
         ("stream-lanes4", model_args(model, *STREAMED, "--io-threads", "4", "-t", "1")),
         ("stream-evict-lanes4", model_args(model, *STREAMED, *EVICTING, "--io-threads", "4", "-t", "1")),
+        ("stream-long", model_args(model, *LONG_DECODE, *EVICTING, "-t", "1")),  # REPLAY: 128 decode steps
         # the lossy knobs (gates/test_lossy.py)
         ("drop-inert", model_args(model, *STREAMED, *EVICTING, DROP, INERT, "-t", "1")),  # G8a, G8a'
         ("drop-full", model_args(model, *STREAMED, *EVICTING, DROP, "1.0", "--drop-in-prefill", "-t", "1")),  # G8b
+        ("drop-norenorm", model_args(model, *STREAMED, *EVICTING, DROP, "1.0", "--drop-no-renorm", "-t", "1")),
         ("k1-evict", model_args(model, *STREAMED, *EVICTING, "--n-expert-used", "1", "-t", "1")),  # G8c
         ("k1-drop", model_args(model, *STREAMED, *EVICTING, "--n-expert-used", "1", DROP, "1.0",
                                "--drop-in-prefill", "-t", "1")),  # G8c
@@ -72,13 +95,17 @@ def fixture_plan(model: str, fixture: str | None = None, trace: str | None = Non
         ("drop-warn-k4", model_args(model, *WARN_ONLY, *EVICTING, "--n-expert-used", "4", DROP, WARN_F,
                                     "-t", "1")),  # G8w
     ]
-    k = replay_top_k(fixture)
-    if trace is not None and k is not None:
-        entries.append(
-            ("drop-replay", model_args(model, *STREAMED, *EVICTING, DROP, "1.0", "--drop-in-prefill",
-                                       "--drop-no-renorm", "--n-expert-used", str(k), "--route-trace", trace,
-                                       "-t", "1"))  # G8r
-        )
+    dims = _spec_dims(fixture) if fixture else None
+    if dims is not None:
+        k, n_expert = dims
+        # the threshold at a width above the model's: F/(k+1), not F/k (REPLAY predicts each drop)
+        entries.append(("drop-kplus1", model_args(model, *STREAMED, *EVICTING, DROP, "1.0", "--n-expert-used",
+                                                  str(k + 1), "-t", "1")))
+        entries.append(("topk-all-prefetch2", model_args(model, *SHORT, *SMALL_CACHE, *PREFETCH2,
+                                                         "--n-expert-used", str(n_expert), "-t", "1")))
+    if trace is not None:
+        entries = [(i, [*a, "--route-trace", trace(i)] if i not in UNTRACED and "--mmap" not in a else a)
+                   for i, a in entries]
     return entries
 
 

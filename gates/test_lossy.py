@@ -8,26 +8,27 @@ G8d   substitution at margin 1e-6 == the cached stream; slots examined, none cha
 G8e   substitution at margin 1.0 completes and fires
 G8w   the narrow-routing warning: present once with F/k and F/8 computed here, exactly when the
       effective top-k is 4 or less; absent with dropping off and at top-k 8; once on stderr too
-G8r   the drop rule replayed from the route trace of a run at an effective top-k one above the
-      model's (--drop-no-renorm, so the trace's weights are the router's)
+
+G8b and G8e also check the knobs' direction from the route traces: a dropped expert was a miss below
+F/k and never the top-weighted one; a substituted expert was resident at the decision, and the
+substituting run read no more from flash than the same run without it. (G8r, the drop rule replayed
+from a trace, is retired: REPLAY in gates/test_replay.py replays every rule on every traced entry.)
 
 Every run comes from the fixture's one batch (gates/plan.py); `stream-evict` is the cached
 undropped reference. A run that dies on a signal is a failure of its gate, not an error."""
 
 from __future__ import annotations
 
-import csv
-import io
 import re
-from collections import defaultdict
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
 import pytest
 
 from bmoe_ci.plugin.runner import DeviceRunner, EngineResult
-from gates.compare import assert_identical, check, counters, require_ok, save
-from gates.plan import WARN_F, warn_single_argv
+from bmoe_ci.replay import Trace
+from gates.compare import assert_identical, check, counters, drop_direction, require_ok, save, subst_direction
+from gates.plan import DROP, WARN_F, warn_single_argv
 
 WARNING_MARK = "WARNING drop-cold-experts="
 WARNING_RE = re.compile(
@@ -66,8 +67,31 @@ def test_inert_drop_examined_and_dropped_nothing(runs: dict[str, EngineResult], 
           drop_inert=r)
 
 
+def traced(traces: dict[str, Trace | str], entry: str, artifacts: Path, r: EngineResult) -> Trace:
+    t = traces.get(entry)
+    if not isinstance(t, Trace):
+        save(artifacts, **{entry: r})
+        raise AssertionError(t or f"{entry}: the plan wrote no route trace")
+    return t
+
+
+def drop_entries(runs: dict[str, EngineResult]) -> list[str]:
+    return [e for e, r in runs.items() if DROP in r.argv and "--route-trace" in r.argv]
+
+
 @pytest.mark.gate("G8b")
-def test_full_drop_completes_and_fires(runs: dict[str, EngineResult], artifacts: Path) -> None:
+def test_full_drop_completes_and_fires(runs: dict[str, EngineResult], traces: dict[str, Trace | str],
+                                       artifacts: Path) -> None:
+    # direction, on every traced dropping entry: only misses below F/k go, never the top-weighted one
+    problems: list[str] = []
+    for entry in drop_entries(runs):
+        d = runs[entry]
+        ok_or_fail(d, entry, artifacts)
+        F = float(d.argv[d.argv.index(DROP) + 1])
+        problems += drop_direction(entry, traced(traces, entry, artifacts, d), F)
+    if problems:
+        save(artifacts, **{e: runs[e] for e in drop_entries(runs)})
+        raise AssertionError(f"{len(problems)} drop(s) the rule does not allow: " + "; ".join(problems[:12]))
     r = runs["drop-full"]
     ok_or_fail(r, "drop_1.0", artifacts)  # a signal here is the repointing failing: a gate failure
     c = counters(r)
@@ -106,13 +130,22 @@ def test_inert_substitution_is_byte_identical(runs: dict[str, EngineResult], art
 
 
 @pytest.mark.gate("G8e")
-def test_full_substitution_fires(runs: dict[str, EngineResult], artifacts: Path) -> None:
+def test_full_substitution_fires(runs: dict[str, EngineResult], traces: dict[str, Trace | str],
+                                 artifacts: Path) -> None:
     r = runs["subst-full"]
     ok_or_fail(r, "subst_1.0", artifacts)
     c = counters(r)
     check(0 < c["subst_changed"] <= c["subst_examined"],
           f"substitution at margin 1.0 changed {c['subst_changed']} of {c['subst_examined']} slots: the knob "
           "is inert", artifacts, subst_full=r)
+    # direction: only resident experts come in, so the run reads no more than the same run without it
+    bad = subst_direction("subst-full", traced(traces, "subst-full", artifacts, r))
+    check(not bad, f"{len(bad)} substitution(s) toward a miss: " + "; ".join(bad[:12]), artifacts, subst_full=r)
+    base = runs["stream-evict"]
+    ok_or_fail(base, "stream-evict", artifacts)
+    check(c["flash_bytes"] <= counters(base)["flash_bytes"],
+          f"substitution read more from flash than the same run without it: flash_bytes {c['flash_bytes']} "
+          f"against {counters(base)['flash_bytes']}", artifacts, subst_full=r, stream_evict=base)
 
 
 # -- the narrow-routing warning ----------------------------------------------------------------------
@@ -173,104 +206,3 @@ def test_narrow_routing_warning(runs: dict[str, EngineResult], runner: DeviceRun
     if problems:
         save(artifacts, drop_warn=runs["drop-warn"], drop_warn_k4=runs["drop-warn-k4"], single=single)
         raise AssertionError("; ".join(problems) + f" (artifacts in {artifacts})")
-
-
-# -- replay of the drop rule -------------------------------------------------------------------------
-
-
-def parse_trace(text: str) -> tuple[dict[str, str], list[dict[str, float]]]:
-    lines = text.splitlines()
-    if not lines or lines[0] != "# route_trace v1":
-        raise AssertionError("the route trace does not start with '# route_trace v1'")
-    meta: dict[str, str] = {}
-    i = 1
-    while i < len(lines) and lines[i].startswith("# "):
-        body = lines[i][2:]
-        if not body.startswith("layer=") and "=" in body:
-            key, value = body.split("=", 1)
-            meta[key] = value
-        i += 1
-    reader = csv.DictReader(io.StringIO("\n".join(lines[i:]) + "\n"))
-    rows = [{key: float(v) if key == "weight" else int(v) for key, v in r.items()} for r in reader]
-    return meta, rows
-
-
-def replay(rows: list[dict[str, float]], F: float, k: int, mass: float = 1.0) -> tuple[list[str], int, float]:
-    """The drop rule checked row by row; `mass` is what a routing's weights sum to before any drop
-    (normalised gating: its scale). Returns (violations, dropped slots, dropped mass in decode)."""
-    thr = F / k
-    routings: dict[tuple[int, int, int], list[dict[str, float]]] = defaultdict(list)
-    for r in rows:
-        routings[(int(r["phase"]), int(r["step"]), int(r["layer"]))].append(r)
-    bad: list[str] = []
-    n_dropped, mass_dropped = 0, 0.0
-    for (phase, step, layer), slots in routings.items():
-        where = f"phase {phase} step {step} layer {layer}"
-        if len(slots) != k:
-            bad.append(f"{where}: {len(slots)} slots, expected {k}")
-            continue
-        dropped = [s for s in slots if s["dropped"]]
-        n_dropped += len(dropped)
-        if phase == 0:
-            # the prompt is each layer's first pass: an unseen shape loads at topk, undropped
-            if dropped:
-                bad.append(f"{where}: {len(dropped)} slots dropped on the layer's first pass "
-                           "(its shape is not learned yet)")
-            continue
-        top = max(slots, key=lambda s: (s["weight"], -s["slot"]))  # the first maximum in rank order
-        for s in dropped:
-            if s["residency"] != 0:
-                bad.append(f"{where} slot {s['slot']}: a resident expert (residency {s['residency']}) was dropped")
-            if s["expert_bytes"] != 0 or s["weight"] != 0.0:
-                bad.append(f"{where} slot {s['slot']}: dropped, but read {s['expert_bytes']} bytes and weighs "
-                           f"{s['weight']}")
-        if len(dropped) == k or top["dropped"]:
-            bad.append(f"{where}: the top-weighted slot was dropped")
-        # --drop-no-renorm: survivors keep the router's weights, and the router's row weighs `mass`
-        gone = mass - sum(s["weight"] for s in slots)
-        mass_dropped += gone
-        if dropped and not gone < len(dropped) * thr + 1e-6:
-            bad.append(f"{where}: {len(dropped)} slot(s) dropped carrying {gone:.6f} of the routing, not below "
-                       f"{len(dropped)} x F/k = {len(dropped) * thr:.6f}")
-        for s in slots:
-            if s is not top and not s["dropped"] and s["residency"] == 0 and not s["weight"] >= thr:
-                bad.append(f"{where} slot {s['slot']}: a miss weighing {s['weight']!r} < F/k = {thr!r} was kept")
-    return bad, n_dropped, mass_dropped
-
-
-@pytest.mark.gate("G8r")
-def test_drop_rule_replayed_from_the_trace(runs: dict[str, EngineResult], runner: DeviceRunner, fixture: str,
-                                           artifacts: Path) -> None:
-    if "drop-replay" not in runs:
-        pytest.skip(f"no route-trace replay planned for {fixture} (its top-k is not in fixtures.yaml)")
-    r = runs["drop-replay"]
-    gating = (runs["ref"].data.get("model") or r.data.get("model") or {}).get("gating") or {}
-    if not gating.get("norm"):
-        pytest.skip(f"{fixture}: routing weights are not normalised (gating {gating}): a routing's mass before the "
-                    "drop is unknown, so the dropped mass cannot be read back from the trace")
-    ok_or_fail(r, "drop_replay", artifacts)
-    argv = list(r.argv)
-    remote = argv[argv.index("--route-trace") + 1]
-    k = r.data["model"]["top_k_effective"]
-    local = runner.session.pull(remote, artifacts / "route_trace.csv")  # stays inside the results directory
-    meta, rows = parse_trace(local.read_text())
-    c = counters(r)
-    problems: list[str] = []
-    if int(meta.get("top_k", -1)) != k or k != r.data["model"]["top_k"] + 1:
-        problems.append(f"the run's effective top-k is {k} (trace {meta.get('top_k')}), expected the model's + 1")
-    bad, n_dropped, mass = replay(rows, 1.0, k, float(gating.get("scale", 1.0)))
-    problems += bad[:20]
-    if n_dropped != c["experts_dropped"]:
-        problems.append(f"the trace marks {n_dropped} slots dropped, the counter says {c['experts_dropped']}")
-    if c["experts_dropped"] == 0:
-        problems.append("nothing was dropped: the replay would prove nothing")
-    if abs(mass - c["weight_dropped"]) > 1e-4:
-        problems.append(f"dropped mass from the trace {mass:.6f} != weight_dropped {c['weight_dropped']:.6f}")
-    if problems:
-        save(artifacts, drop_replay=r)
-        raise AssertionError(f"{len(bad)} rule violation(s); " + "; ".join(problems[:12])
-                             + f" (artifacts in {artifacts})")
-    local.unlink()  # artifacts are kept for failures only
-    for d in (local.parent, local.parent.parent):  # the test's directory, then artifacts/ if now empty
-        if d.is_dir() and not any(d.iterdir()):
-            d.rmdir()

@@ -1,4 +1,4 @@
-"""The independent numpy reference (tests/reference) against the fixtures and against the engine.
+"""The independent numpy reference (bmoe_ci.reference) against the fixtures and against the engine.
 
 Without an engine: the reference runs every fixture, its greedy output varies, it routes every
 expert, batch and incremental runs agree, the gating table behaves as docs/model-math.md says.
@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from bmoe_ci.fixtures import generate
-from reference import Generation, Model
+from bmoe_ci.reference import Generation, Model, relative_error
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULTS = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-nonorm"]
@@ -180,13 +180,13 @@ def test_reference_agrees_with_llama_cpp(models: dict, name: str, tol: float, tm
     m = load(models[name])
     toks = m.tokenize(CMP_PROMPT)
     out = tmp_path / "logits.json"
-    script = Path(__file__).parent / "reference" / "llama_cpp_logits.mjs"
+    script = REPO / "src" / "bmoe_ci" / "reference" / "llama_cpp_logits.mjs"
     cmd = ["node", str(script), module_dir, str(models[name]), ",".join(map(str, toks)), str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = np.asarray(json.loads(out.read_text())["rows"], dtype=np.float64)
     ref = m.logits(toks)
-    rel, worst = _max_rel_err(rows, ref)
+    rel, worst = relative_error(rows, ref)
     assert rel <= tol, f"llama.cpp differs from the reference by {rel:.3g} (row {worst})"
     assert (rows.argmax(axis=1) == ref.argmax(axis=1)).all()
 
@@ -231,14 +231,6 @@ def run_engine(
     return result, np.frombuffer(raw, dtype="<f4").reshape(-1, n_vocab), raw
 
 
-def _max_rel_err(engine_rows: np.ndarray, ref_rows: np.ndarray) -> tuple[float, int]:
-    err = np.abs(engine_rows.astype(np.float64) - ref_rows).max(axis=1)
-    scale = np.maximum(np.abs(ref_rows).max(axis=1), 1e-30)
-    rel = err / scale
-    worst = int(np.argmax(rel))
-    return float(rel[worst]), worst
-
-
 def _explain(gen: Generation, tokens: list[int]) -> str:
     first = next((i for i, (a, b) in enumerate(zip(tokens, gen.tokens, strict=False)) if a != b), None)
     return (
@@ -264,7 +256,7 @@ def test_engine_matches_reference(engine: Path, models: dict, name: str, tmp_pat
     assert P + n - 1 <= len(rows) <= P + n, f"{len(rows)} logit rows for {P} prompt + {n} generated"
     ref = m.logits(prompt + gen.tokens)[: len(rows)]
     tol = TOL_Q8_0 if name in Q8 else TOL_F32
-    rel, worst = _max_rel_err(rows, ref)
+    rel, worst = relative_error(rows, ref)
     assert rel <= tol, f"max relative error {rel:.3g} at row {worst} exceeds {tol:g}"
 
 
@@ -289,3 +281,32 @@ def test_engine_text_prompt_generates_24_tokens(engine: Path, models: dict, name
     assert len(result["tokens"]) == N_TEXT
     gen = m.generate(m.tokenize(TEXT_PROMPT), N_TEXT)
     assert result["tokens"] == gen.tokens, _explain(gen, result["tokens"])
+
+
+# ---------------------------------------------------------------------- cached reference outputs (REF)
+
+
+def test_reference_outputs_are_cached_with_the_fixtures(fixture_dir: Path, models: dict,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """generate(reference=...) writes each fixture's reference output once, keyed by the fixture and the
+    reference's code; it equals a fresh computation, and a changed key recomputes it."""
+    import bmoe_ci.reference
+    from bmoe_ci.fixtures import cache
+    from bmoe_ci.reference import ReferenceOutput, ReferenceRequest
+
+    request = ReferenceRequest(prompt=CMP_PROMPT, n_predict=6, logit_rows=3)
+    (first,) = generate(fixture_dir, names=["qwen3moe"], reference=request)
+    assert first.reference is not None
+    out = ReferenceOutput.from_json(first.reference.read_text())
+    gen = load(models["qwen3moe"]).generate(load(models["qwen3moe"]).tokenize(CMP_PROMPT), 6)
+    assert out.tokens == gen.tokens and out.request == request
+    np.testing.assert_array_equal(out.logits, gen.logits[:3])
+
+    calls: list[Path] = []
+    real = bmoe_ci.reference.compute
+    monkeypatch.setattr(bmoe_ci.reference, "compute", lambda path, req: calls.append(Path(path)) or real(path, req))
+    generate(fixture_dir, names=["qwen3moe"], reference=request)
+    assert calls == [], "an unchanged fixture and reference must reuse the cached output"
+    monkeypatch.setattr(cache, "_reference_key", lambda fixture, req: "another reference source")
+    (again,) = generate(fixture_dir, names=["qwen3moe"], reference=request)
+    assert calls == [models["qwen3moe"]] and again.reference == first.reference

@@ -29,8 +29,9 @@ import gguf_corpus as gc
 FIXTURES = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-nonorm"]
 PROMPT = "The quick brown fox"
 EVICTING = ("--cache-mb", "2", "--force-cache")
-COLUMNS = ["turn", "phase", "step", "layer", "slot", "expert", "weight", "residency", "expert_bytes",
-           "dropped", "substituted"]
+COLUMNS = ["turn", "phase", "step", "layer", "slot", "router_expert", "expert", "router_weight", "weight", "residency",
+           "expert_bytes", "dropped", "substituted"]
+FLOATS = ("router_weight", "weight")
 
 
 def run(binary: Path, *args: str | Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -49,22 +50,25 @@ def read_trace(path: Path) -> tuple[dict[str, str], dict[int, int], list[dict[st
     """(preamble keys, expert_bytes per MoE layer, rows)."""
     text = path.read_text()
     lines = text.splitlines()
-    assert lines[0] == "# route_trace v1"
+    assert lines[0] == "# route_trace v2"
     meta: dict[str, str] = {}
     layers: dict[int, int] = {}
     i = 1
     while lines[i].startswith("# "):
         body = lines[i][2:]
         if body.startswith("layer="):
-            a, b = body.split(" ")
+            a, b, parts = body.split(" ")
             layers[int(a.split("=")[1])] = int(b.split("=")[1])
+            assert sum(map(int, parts.removeprefix("part_bytes=").split(","))) == layers[int(a.split("=")[1])]
+        elif body.startswith("slot_bytes="):
+            meta.update(kv.split("=") for kv in body.split(" "))
         else:
             k, v = body.split("=", 1)
             meta[k] = v
         i += 1
     reader = csv.DictReader(io.StringIO("\n".join(lines[i:]) + "\n"))
     assert reader.fieldnames == COLUMNS
-    rows = [{k: (float(v) if k == "weight" else int(v)) for k, v in r.items()} for r in reader]
+    rows = [{k: (float(v) if k in FLOATS else int(v)) for k, v in r.items()} for r in reader]
     return meta, layers, rows
 
 
@@ -98,6 +102,8 @@ def test_counters_agree_with_route_trace(engine_asan_bin: Path, fixtures: dict[s
 
     # the preamble is the model's facts
     k = res["model"]["top_k_effective"]
+    slot, page = int(meta.pop("slot_bytes")), int(meta.pop("page_bytes"))
+    assert page % 4096 == 0 and slot % page == 0 and slot > facts["expert_bytes"]
     assert meta == {"model": str(model), "arch": facts["arch"], "layers": str(facts["layers"]),
                     "experts": str(facts["n_expert"]), "top_k": str(k)}
     assert layer_bytes == {e["layer"]: e["expert_bytes"] for e in facts["expert_layout"]}
@@ -109,6 +115,8 @@ def test_counters_agree_with_route_trace(engine_asan_bin: Path, fixtures: dict[s
     assert all(r["turn"] == 0 and r["phase"] in (0, 1) and 0 <= r["expert"] < facts["n_expert"] for r in rows)
     assert [r["slot"] for r in rows] == [i % k for i in range(len(rows))]
     assert all(r["dropped"] == 0 and r["substituted"] == 0 for r in rows)
+    # without a policy the router's choice and weight are what ran
+    assert all(r["router_expert"] == r["expert"] and r["router_weight"] == r["weight"] for r in rows)
     assert c["experts_dropped"] == c["subst_changed"] == c["subst_examined"] == 0
 
     # hits + misses == routed, and they are the trace's residencies
@@ -326,4 +334,4 @@ def test_shard_truncated_mid_stream(engine_asan_bin: Path, fixtures: dict[str, P
     assert "ffn_" in lines[0] and "_exps.weight expert" in lines[0]
     result = json.loads(out)
     assert result == {"ok": False, "error": {"kind": "io", "message": lines[0][len("bmoe: error: "):]}}
-    assert trace_text.startswith("# route_trace v1\n")
+    assert trace_text.startswith("# route_trace v2\n")

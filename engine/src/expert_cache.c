@@ -72,6 +72,9 @@ int cache_contains(const bmoe_cache *c, int layer, int e) {
 int cache_touch(bmoe_cache *c, int layer, int e) {
     int k = key(c, layer, e);
     if (k < 0 || !c->in[k]) return 0;
+#ifdef BMOE_FAULT_LRU_NO_REFRESH
+    return 1; /* fault: a hit is not made most recent, so the LRU evicts by insertion order */
+#endif
     if (c->head != k) {
         unlink_key(c, k);
         push_head(c, k);
@@ -88,6 +91,12 @@ static void drop(bmoe_cache *c, int k) {
 
 /* The next victim: the least recently used unpinned entry, or -1. */
 static int victim(const bmoe_cache *c) {
+#ifdef BMOE_FAULT_EVICT_MRU
+    /* fault: the most recently used unpinned entry goes first (MRU, not LRU) */
+    for (int k = c->head; k >= 0; k = c->next[k])
+        if (c->pins[k] == 0) return k;
+    return -1;
+#endif
 #ifdef BMOE_FAULT_EVICT_IN_USE
     /* injected fault: victims come from the wrong end of the list and pins are ignored, so the
      * experts just loaded for the running layer are released before its matmuls read them */
@@ -123,7 +132,11 @@ int cache_insert(bmoe_cache *c, int layer, int e, int allow_over, bmoe_evict_fn 
         evictable_bytes(c, &free_b);
         if (c->entry_bytes > c->budget || c->bytes - free_b + c->entry_bytes > c->budget) return 0;
     }
+#ifdef BMOE_FAULT_CACHE_BUDGET_OFF_BY_ONE
+    while (c->count > 0 && c->bytes > c->budget) { /* fault: the cache keeps one slot more than its budget */
+#else
     while (c->count > 0 && c->bytes + c->entry_bytes > c->budget) {
+#endif
         int v = victim(c);
         if (v < 0) break;
         evict_one(c, v, evict, user);

@@ -35,6 +35,7 @@ struct bmoe_stream {
     char note[320];
     size_t part_base[BMOE_EXP_NPARTS];
     size_t slot_bytes;
+    size_t page_bytes;                /* the slot rounding: the system page, at least BMOE_STREAM_ALIGN */
     int n_ranges;                     /* n_layers (per-expert) or 1 (shared) */
     size_t slots_per_range;           /* n_expert, or S + 1 (the last one is the guard) */
     uint8_t **range;
@@ -133,6 +134,7 @@ int stream_open(const bmoe_stream_opts *o, bmoe_stream **out, char *err, size_t 
     long pg = sysconf(_SC_PAGESIZE);
     size_t page = pg > 0 ? (size_t)pg : 4096;
     if (page < A) page = A;
+    s->page_bytes = page;
     uint64_t total = 0;
     for (int p = 0; p < BMOE_EXP_NPARTS; p++) {
         uint64_t mx = 0;
@@ -201,6 +203,7 @@ void stream_close(bmoe_stream *s) {
 }
 
 size_t stream_slot_bytes(const bmoe_stream *s) { return s->slot_bytes; }
+size_t stream_page_bytes(const bmoe_stream *s) { return s->page_bytes; }
 int stream_shared_slots(const bmoe_stream *s) { return s->shared ? (int)s->slots_per_range - 1 : 0; }
 int stream_direct(const bmoe_stream *s) { return s->direct && !io_direct_refused(s->io); }
 

@@ -60,6 +60,8 @@ void stream_close(bmoe_stream *s); /* joins the lanes first; NULL is fine */
 /* Bytes one committed slot holds (the parts' aligned sub-slots, rounded to pages): what the cache
  * budget is charged per resident expert. */
 size_t stream_slot_bytes(const bmoe_stream *s);
+/* The page the slot is rounded up to (the system page, at least BMOE_STREAM_ALIGN). */
+size_t stream_page_bytes(const bmoe_stream *s);
 int stream_shared_slots(const bmoe_stream *s);  /* S, or 0 for per-expert slots */
 /* 1 while reads go through O_DIRECT/F_NOCACHE, 0 when off or refused by the filesystem. */
 int stream_direct(const bmoe_stream *s);

@@ -72,7 +72,11 @@ int argmax_first(const float *v, int n) {
 static void rmsnorm(float *out, const float *x, const float *w, int n, double eps) {
     double ss = 0.0;
     for (int i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+#ifndef BMOE_FAULT_RMSNORM_EPS_OUTSIDE
     float scale = (float)(1.0 / sqrt(ss / n + eps));
+#else
+    float scale = (float)(1.0 / (sqrt(ss / n) + eps)); /* fault: eps added outside the square root */
+#endif
     for (int i = 0; i < n; i++) out[i] = (x[i] * scale) * w[i];
 }
 
@@ -166,17 +170,24 @@ static void qk_rows(void *ctx, int t0, int t1, int tid) {
         float *q = f->q + (size_t)t * f->q_dim, *k = f->k + (size_t)t * f->kv_dim;
         if (J->ly->attn_q_norm)
             for (int h = 0; h < H; h++) rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, J->ly->attn_q_norm, hd, hp->eps);
+#ifndef BMOE_FAULT_QK_NORM_SKIPPED /* fault: the per-head k-norm is never applied */
         if (J->ly->attn_k_norm)
+#else
+        if (0)
+#endif
             for (int h = 0; h < Hkv; h++) rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, J->ly->attn_k_norm, hd, hp->eps);
         double p = (double)(J->pos0 + t);
         for (int j = 0; j < half; j++) { /* NeoX pairing: (v[j], v[j + n_rot/2]) */
             double sd, cd;
             bm_sincos(p * f->inv_freq[j], &sd, &cd);
-            float s = (float)sd, c = (float)cd;
+            float s = (float)sd, c = (float)cd, s_q = s, c_q = c;
+#ifdef BMOE_FAULT_ROPE_POS /* Fault: q rotated one position ahead of k, every q-k distance off by one (REF) */
+            bm_sincos((p + 1.0) * f->inv_freq[j], &sd, &cd), s_q = (float)sd, c_q = (float)cd;
+#endif
             for (int h = 0; h < H; h++) {
                 float *v = q + (size_t)h * hd, a = v[j], b = v[j + half];
-                v[j] = a * c - b * s;
-                v[j + half] = a * s + b * c;
+                v[j] = a * c_q - b * s_q;
+                v[j + half] = a * s_q + b * c_q;
             }
             for (int h = 0; h < Hkv; h++) {
                 float *v = k + (size_t)h * hd, a = v[j], b = v[j + half];
@@ -185,6 +196,9 @@ static void qk_rows(void *ctx, int t0, int t1, int tid) {
             }
         }
         size_t pos = (size_t)(J->pos0 + t);
+#ifdef BMOE_FAULT_KV_POS_FIRST
+        pos = (size_t)J->pos0; /* fault: every token of a batch writes its k and v at the batch's first position */
+#endif
         memcpy(f->k_cache + ((size_t)J->il * f->n_ctx + pos) * f->kv_dim, k, (size_t)f->kv_dim * sizeof(float));
         memcpy(f->v_cache + ((size_t)J->il * f->n_ctx + pos) * f->v_dim, f->v + (size_t)t * f->v_dim,
                (size_t)f->v_dim * sizeof(float));

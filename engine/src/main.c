@@ -82,6 +82,9 @@ static int do_run(int argc, char **argv, int batch, const char *id) {
                     r->n_prompt_tokens, r->n_tokens, r->timing.prefill_s, r->timing.decode_tok_s);
         }
         if (!batch) report_policy_lines(&cfg, &r->counters);
+#ifdef BMOE_FAULT_BATCH_STDERR
+        else fprintf(stderr, "bmoe: entry %s done\n", id); /* Fault: batch talks on stderr (BATCH-STDERR must notice). */
+#endif
     }
     fflush(stdout);
     engine_close(e);

@@ -107,6 +107,9 @@ static int at_terminal(void *self, bmoe_moe_result *r, const uint8_t *resident, 
             routed += (double)p->w0[s];
             if (dropped[(size_t)t * k + (size_t)s]) gone += (double)p->w0[s];
         }
+#ifdef BMOE_FAULT_WEIGHT_ROUTED_KEPT
+        routed -= gone; /* fault: the routed mass leaves out what was dropped */
+#endif
         c->weight_routed += routed;
         c->weight_dropped += gone;
     }

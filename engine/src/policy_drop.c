@@ -16,6 +16,9 @@ double drop_threshold(const drop_params *p) {
     k = p->k_model;
 #endif
     if (k < 1) k = 1;
+#ifdef BMOE_FAULT_DROP_F_TIMES_K
+    return p->F * (double)k; /* fault: the threshold scales the wrong way with the width */
+#endif
     return p->F / (double)k;
 }
 
@@ -42,6 +45,9 @@ int drop_row(const drop_params *p, int32_t *ids, float *w, const uint8_t *reside
         pinned = 0; /* fault: the top-weighted expert is as droppable as any other */
 #endif
         int d = !pinned && !resident[s] && (double)w[s] < thr;
+#ifdef BMOE_FAULT_DROP_RESIDENT
+        d = !pinned && resident[s] && (double)w[s] < thr; /* fault: drops the hits instead of the misses */
+#endif
         if (dropped) dropped[s] = (uint8_t)d;
         orig += (double)w[s];
         if (d) n++;
@@ -50,7 +56,11 @@ int drop_row(const drop_params *p, int32_t *ids, float *w, const uint8_t *reside
     if (n == 0) return 0; /* nothing dropped: the row is not written at all */
 
     int rescale = p->renorm && isfinite(orig) && isfinite(kept) && kept > 0.0;
+#ifndef BMOE_FAULT_RENORM_INVERTED
     double scale = rescale ? orig / kept : 1.0;
+#else
+    double scale = rescale ? kept / orig : 1.0; /* fault: the survivors are scaled by the inverse ratio */
+#endif
     int32_t top_id = ids[top];
     for (int s = 0; s < k; s++) {
         int pinned = s == top;
@@ -58,6 +68,9 @@ int drop_row(const drop_params *p, int32_t *ids, float *w, const uint8_t *reside
         pinned = 0;
 #endif
         int d = !pinned && !resident[s] && (double)w[s] < thr;
+#ifdef BMOE_FAULT_DROP_RESIDENT
+        d = !pinned && resident[s] && (double)w[s] < thr;
+#endif
         if (d) {
             w[s] = 0.0f;
 #ifndef BMOE_FAULT_NO_REPOINT

@@ -83,7 +83,11 @@ int subst_row(const float *scores, int scores_are_probs, const uint8_t *resident
     double margin = L * finite_range(work, n_expert);
     if (margin != 0.0 && !isnan(margin))
         for (int e = 0; e < n_expert; e++)
+#ifndef BMOE_FAULT_SUBST_PREFER_MISS
             if (resident[e]) work[e] += margin; /* -inf stays -inf, NaN stays NaN */
+#else
+            if (!resident[e]) work[e] += margin; /* fault: the misses are raised, not the resident experts */
+#endif
 
     int32_t fresh[SUBST_MAX_K];
     topk_adjusted(work, n_expert, k, fresh);

@@ -40,7 +40,11 @@ void prefetch_record(bmoe_prefetch *p, int li, const int32_t *ids, int k) {
 int prefetch_plan(const bmoe_prefetch *p, int li, int *layers, int *experts, int cap) {
     int n = 0;
     if (li < 0 || li >= p->n_layers) return 0;
+#ifdef BMOE_FAULT_PREFETCH_DEPTH_OFF_BY_ONE
+    for (int d = 1; d < p->depth; d++) { /* fault: plans one layer short of the depth (depth 1: nothing) */
+#else
     for (int d = 1; d <= p->depth; d++) {
+#endif
         int lj = (li + d) % p->n_layers;
         const int32_t *ids = p->last + (size_t)lj * (size_t)p->k;
         for (int s = 0; s < p->k && n < cap; s++) {

@@ -21,7 +21,8 @@ static void put_safe(FILE *f, const char *s) {
     }
 }
 
-int trace_open(bmoe_route_trace **out, const char *path, const bmoe_model *m, int top_k, char *err, size_t errlen) {
+int trace_open(bmoe_route_trace **out, const char *path, const bmoe_model *m, int top_k, bmoe_trace_geometry geo,
+               char *err, size_t errlen) {
     *out = NULL;
     bmoe_route_trace *t = calloc(1, sizeof *t);
     if (!t || !(t->path = strdup(path))) {
@@ -37,25 +38,31 @@ int trace_open(bmoe_route_trace **out, const char *path, const bmoe_model *m, in
         return 4;
     }
     setvbuf(t->f, NULL, _IOFBF, 1 << 16);
-    fputs("# route_trace v1\n# model=", t->f);
+    fputs("# route_trace v2\n# model=", t->f);
     put_safe(t->f, m->path);
     fputs("\n# arch=", t->f);
     put_safe(t->f, m->arch);
     fprintf(t->f, "\n# layers=%d\n# experts=%d\n# top_k=%d\n", m->hp.n_layer, m->hp.n_expert, top_k);
+    fprintf(t->f, "# slot_bytes=%llu page_bytes=%llu\n", (unsigned long long)geo.slot_bytes,
+            (unsigned long long)geo.page_bytes);
     for (int i = 0; i < m->n_moe_layers; i++) {
-        int il = m->moe_layers[i];
-        fprintf(t->f, "# layer=%d expert_bytes=%llu\n", il, (unsigned long long)m->layers[il].expert_bytes);
+        const bmoe_layer *ly = &m->layers[m->moe_layers[i]];
+        fprintf(t->f, "# layer=%d expert_bytes=%llu part_bytes=", m->moe_layers[i], (unsigned long long)ly->expert_bytes);
+        for (int p = 0; p < BMOE_EXP_NPARTS; p++) /* in enum order: gate, up, gate_up, down; 0 when absent */
+            fprintf(t->f, "%s%llu", p ? "," : "", ly->exp_part[p].present ? (unsigned long long)ly->exp_part[p].bytes : 0ULL);
+        fputc('\n', t->f);
     }
-    fputs("turn,phase,step,layer,slot,expert,weight,residency,expert_bytes,dropped,substituted\n", t->f);
+    fputs("turn,phase,step,layer,slot,router_expert,expert,router_weight,weight,residency,expert_bytes,dropped,"
+          "substituted\n", t->f);
     *out = t;
     return 0;
 }
 
 void trace_row(bmoe_route_trace *t, const bmoe_trace_row *r) {
     if (!t || t->write_errno) return;
-    if (fprintf(t->f, "%d,%d,%d,%d,%d,%d,%.9g,%d,%llu,%d,%d\n", r->turn, r->phase, r->step, r->layer, r->slot,
-                r->expert, (double)r->weight, r->residency, (unsigned long long)r->expert_bytes, r->dropped,
-                r->substituted) < 0)
+    if (fprintf(t->f, "%d,%d,%d,%d,%d,%d,%d,%.9g,%.9g,%d,%llu,%d,%d\n", r->turn, r->phase, r->step, r->layer, r->slot,
+                r->router_expert, r->expert, (double)r->router_weight, (double)r->weight, r->residency,
+                (unsigned long long)r->expert_bytes, r->dropped, r->substituted) < 0)
         t->write_errno = errno ? errno : EIO;
     t->rows++;
 }

@@ -1,14 +1,19 @@
-/* --route-trace FILE: one CSV row per routed slot (DESIGN 3.4, docs/streaming.md).
+/* --route-trace FILE: one CSV row per routed slot (docs/streaming.md#the-route-trace---route-trace-file).
  *
- *   # route_trace v1
+ *   # route_trace v2
  *   # model=<path>
  *   # arch=<arch>
  *   # layers=<block_count>
  *   # experts=<n_expert>
  *   # top_k=<effective top-k>
- *   # layer=<il> expert_bytes=<n>          one line per MoE layer
- *   turn,phase,step,layer,slot,expert,weight,residency,expert_bytes,dropped,substituted
- *   0,0,0,0,0,5,0.612345695,0,98304,0,0
+ *   # slot_bytes=<n> page_bytes=<n>       what one resident expert costs the cache, and its rounding
+ *   # layer=<il> expert_bytes=<n> part_bytes=<gate>,<up>,<gate_up>,<down>   one line per MoE layer
+ *   turn,phase,step,layer,slot,router_expert,expert,router_weight,weight,residency,expert_bytes,dropped,substituted
+ *   0,0,0,0,0,5,5,0.612345695,0.612345695,0,98304,0,0
+ *
+ * v2 carries what an exact replay of the cache and the policies needs: the router's own choice
+ * (router_expert, before substitution) and the final weight before any drop edit (router_weight),
+ * beside what executed; the slot geometry lets a reader derive the cache's capacity.
  *
  * Values written from the file (model path, arch) are shown with control bytes, commas and
  * non-ASCII bytes as '?', so the preamble stays one line per key. Weights are printed with %.9g
@@ -24,15 +29,24 @@
 typedef struct bmoe_route_trace bmoe_route_trace;
 
 typedef struct bmoe_trace_row {
-    int turn, phase, step, layer, slot, expert;
-    float weight;
+    int turn, phase, step, layer, slot;
+    int router_expert;       /* the router's choice, before any substitution */
+    int expert;              /* as executed after substitution, before drop repointing */
+    float router_weight;     /* the final weight before any drop edit (== weight when nothing was edited) */
+    float weight;            /* as finally applied */
     int residency;           /* 0 miss, 1 hit, 2 hit on a prefetched expert's first use */
     uint64_t expert_bytes;   /* bytes read for this row (charged once per read expert), else 0 */
     int dropped, substituted;
 } bmoe_trace_row;
 
+/* The expert memory's slot geometry, for the preamble. */
+typedef struct bmoe_trace_geometry {
+    uint64_t slot_bytes, page_bytes;
+} bmoe_trace_geometry;
+
 /* Opens (truncates) the file and writes the preamble. 0, or 4 with err set. */
-int trace_open(bmoe_route_trace **out, const char *path, const bmoe_model *m, int top_k, char *err, size_t errlen);
+int trace_open(bmoe_route_trace **out, const char *path, const bmoe_model *m, int top_k, bmoe_trace_geometry geo,
+               char *err, size_t errlen);
 void trace_row(bmoe_route_trace *t, const bmoe_trace_row *r);
 /* Flushes and closes. 0, or 4 when anything could not be written. NULL is fine (returns 0). */
 int trace_close(bmoe_route_trace *t, char *err, size_t errlen);

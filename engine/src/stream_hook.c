@@ -41,6 +41,9 @@ struct bmoe_stream_hook {
     int cur_terminal;           /* the node the load is deferred to, CHAIN_UNKNOWN: loaded at topk */
     int *pinned, n_pinned;
     int32_t *pre_ids;           /* [max_batch * k] ids after substitution, before any drop repointing */
+    int32_t *router_ids;        /* [max_batch * k] the router's ids, before substitution (the trace) */
+    float *router_w;            /* [max_batch * k] final weights before the drop edit (the trace) */
+    int cur_router_w;           /* router_w holds this layer's weights (a drop decision ran) */
     uint8_t *dropped, *changed, *row_res;
     uint64_t *row_bytes;
     uint8_t *res0, *resident, *seen, *charged; /* [E] */
@@ -157,7 +160,9 @@ static void on_evict(void *user, int li, int e) {
 
 static void unpin_layer(bmoe_stream_hook *h) {
     if (h->cache && h->cur_li >= 0) {
+#ifndef BMOE_FAULT_CACHE_PIN_LEAK /* fault: a layer's experts stay pinned for good */
         for (int i = 0; i < h->n_pinned; i++) cache_unpin(h->cache, h->cur_li, h->pinned[i]);
+#endif
         cache_trim(h->cache, on_evict, h);
     }
     h->n_pinned = 0;
@@ -235,7 +240,9 @@ static int load_layer(bmoe_stream_hook *h, bmoe_moe_result *r) {
     for (int i = 0; i < n; i++) {
         h->row_res[i] = h->res0[h->pre_ids[i]];
         if (h->row_res[i]) h->c.cache_hits++;
+#ifndef BMOE_FAULT_MISSES_PER_READ /* fault: misses are counted per expert read, not per routed slot */
         else h->c.cache_misses++;
+#endif
         h->row_bytes[i] = 0;
     }
 
@@ -248,6 +255,9 @@ static int load_layer(bmoe_stream_hook *h, bmoe_moe_result *r) {
             h->shared_of[e] = j;
             int rc = stream_load(h->st, li, j, e, BMOE_IO_DEMAND, &h->groups[j], m, sizeof m);
             if (rc) return take_stream_error(h, rc, m);
+#ifdef BMOE_FAULT_MISSES_PER_READ
+            h->c.cache_misses++;
+#endif
             h->c.flash_reads++;
             h->c.flash_bytes += eb;
             h->charged[e] = 1;
@@ -262,9 +272,15 @@ static int load_layer(bmoe_stream_hook *h, bmoe_moe_result *r) {
             size_t key = key_of(h, li, e);
             if (!h->res0[e]) continue;
             cache_touch(h->cache, li, e);
+#ifdef BMOE_FAULT_PREFETCH_USED_OVERCOUNT
+            if (h->pf) h->c.prefetch_used++; /* fault: every hit counts as a used prefetch */
+#endif
             if (h->prefetched[key]) {
                 h->prefetched[key] = 0;
                 h->c.prefetch_used++;
+#ifdef BMOE_FAULT_PREFETCH_USED_TWICE
+                h->c.prefetch_used++; /* fault: a prefetched expert's first use is counted twice */
+#endif
                 h->charged[e] = 1; /* its speculative read is charged to its first use */
             }
             cache_pin(h->cache, li, e);
@@ -280,8 +296,14 @@ static int load_layer(bmoe_stream_hook *h, bmoe_moe_result *r) {
             h->pinned[h->n_pinned++] = e;
             int rc = stream_load(h->st, li, e, e, BMOE_IO_DEMAND, &h->groups[key], m, sizeof m);
             if (rc) return take_stream_error(h, rc, m);
+#ifdef BMOE_FAULT_MISSES_PER_READ
+            h->c.cache_misses++;
+#endif
             h->c.flash_reads++;
             h->c.flash_bytes += eb;
+#ifdef BMOE_FAULT_FLASH_BYTES_TWICE
+            h->c.flash_bytes += eb; /* fault: a demand read through the cache is counted twice */
+#endif
             h->charged[e] = 1;
         }
         if (h->pf && r->phase == 1 && issue_prefetch(h, li)) return h->rc;
@@ -293,7 +315,9 @@ static int load_layer(bmoe_stream_hook *h, bmoe_moe_result *r) {
         int e = h->pre_ids[i];
         if (h->dropped[i] || !h->charged[e]) continue;
         h->row_bytes[i] = eb;
+#ifndef BMOE_FAULT_TRACE_BYTES_EVERY_ROW /* fault: every row of an expert read carries its bytes */
         h->charged[e] = 0;
+#endif
     }
     return 0;
 }
@@ -303,12 +327,17 @@ static void write_trace(bmoe_stream_hook *h, const bmoe_moe_result *r) {
     for (int t = 0; t < r->n_tokens; t++)
         for (int s = 0; s < k; s++) {
             int i = t * k + s;
+            float w = r->weights ? r->weights[i] : 0.0f;
             bmoe_trace_row row = {
                 .turn = 0, .phase = r->phase, .step = r->phase == 0 ? r->pos0 + t : r->step, .layer = r->layer,
-                .slot = s, .expert = h->pre_ids[i], .weight = r->weights ? r->weights[i] : 0.0f,
+                .slot = s, .router_expert = h->router_ids[i], .expert = h->pre_ids[i],
+                .router_weight = h->cur_router_w ? h->router_w[i] : w, .weight = w,
                 .residency = h->row_res[i], .expert_bytes = h->row_bytes[i], .dropped = h->dropped[i],
                 .substituted = h->changed[i],
             };
+#ifdef BMOE_FAULT_TRACE_RESIDENCY_AFTER
+            row.residency = 1; /* fault: residency taken after the load, when every executed expert is resident */
+#endif
             trace_row(h->trace, &row);
         }
 }
@@ -344,8 +373,12 @@ int stream_hook_fn(void *user, bmoe_moe_result *r) {
         }
         h->cur_loaded = 0;
         h->cur_terminal = CHAIN_UNKNOWN;
+#ifndef BMOE_FAULT_SUBST_FLAGS_NOT_RESET /* fault: the previous layer's substitution flags linger */
         memset(h->changed, 0, (size_t)n);
+#endif
         memset(h->dropped, 0, (size_t)n);
+        h->cur_router_w = 0;
+        memcpy(h->router_ids, r->ids, (size_t)n * sizeof *r->ids);
         /* 1. re-ranking (substitution), before residency is taken for the load and before any drop */
         if (h->has_policy && h->policy.at_topk && (r->phase == 1 || h->policy.topk_in_prefill)) {
             int rc = stream_query_residency(h, r->layer, h->resident);
@@ -375,6 +408,8 @@ int stream_hook_fn(void *user, bmoe_moe_result *r) {
             if (!r->weights) return hfail(h, 1, "%s-%d: no weights at the terminal node", bmoe_node_name(r->node), r->layer);
             int rc = stream_query_residency(h, r->layer, h->resident);
             if (rc) return rc;
+            memcpy(h->router_w, r->weights, (size_t)n * sizeof *r->weights);
+            h->cur_router_w = 1;
             rc = h->policy.at_terminal(h->policy.self, r, h->resident, h->dropped, &h->c);
             if (rc) return hfail(h, rc, "%s-%d: the drop policy failed (code %d)", bmoe_node_name(r->node), r->layer, rc);
             for (int i = 0; i < n; i++) h->c.experts_dropped += h->dropped[i] ? 1 : 0;
@@ -579,12 +614,14 @@ int stream_hook_create(bmoe_stream_hook **out, bmoe_model *m, const bmoe_config 
     h->charged = calloc(E, 1);
     h->chain = chain_new(h->n_layers);
     h->pre_ids = calloc(rows, sizeof *h->pre_ids);
+    h->router_ids = calloc(rows, sizeof *h->router_ids);
+    h->router_w = calloc(rows, sizeof *h->router_w);
     h->dropped = calloc(rows, 1);
     h->changed = calloc(rows, 1);
     h->row_res = calloc(rows, 1);
     h->row_bytes = calloc(rows, sizeof *h->row_bytes);
     if (!h->prefetched || !h->shared_of || !h->pinned || !h->uniq || !h->res0 || !h->resident || !h->seen ||
-        !h->charged || !h->chain || !h->pre_ids || !h->dropped || !h->changed || !h->row_res || !h->row_bytes) {
+        !h->charged || !h->chain || !h->pre_ids || !h->router_ids || !h->router_w || !h->dropped || !h->changed || !h->row_res || !h->row_bytes) {
         rc = err_set(err, 1, NULL, "out of memory");
         goto fail;
     }
@@ -592,7 +629,8 @@ int stream_hook_create(bmoe_stream_hook **out, bmoe_model *m, const bmoe_config 
 
     /* last: the trace file (opening a FIFO blocks until a reader comes, and nothing is read before) */
     if (cfg->route_trace) {
-        rc = trace_open(&h->trace, cfg->route_trace, m, top_k, msg, sizeof msg);
+        bmoe_trace_geometry geo = { .slot_bytes = stream_slot_bytes(h->st), .page_bytes = stream_page_bytes(h->st) };
+        rc = trace_open(&h->trace, cfg->route_trace, m, top_k, geo, msg, sizeof msg);
         if (rc) { err_set(err, rc, NULL, "%s", msg); goto fail; }
     }
     *out = h;
@@ -614,7 +652,7 @@ void stream_hook_destroy(bmoe_stream_hook *h) {
         trace_close(h->trace, m, sizeof m);
     }
     free(h->li_of); free(h->eb); free(h->shared_of); free(h->groups); free(h->prefetched); free(h->spec_keys);
-    free(h->plan_l); free(h->plan_e); free(h->pinned); free(h->pre_ids); free(h->dropped); free(h->changed);
+    free(h->plan_l); free(h->plan_e); free(h->pinned); free(h->pre_ids); free(h->router_ids); free(h->router_w); free(h->dropped); free(h->changed);
     free(h->row_res); free(h->row_bytes); free(h->res0); free(h->resident); free(h->seen); free(h->charged);
     free(h->uniq);
     chain_free(h->chain);

@@ -89,7 +89,11 @@ static float dot_q8_0(const uint8_t *w, const float *x, size_t n) {
         float acc[8] = {0};
         for (int i = 0; i < BMOE_Q8_0_BLOCK; i += 8)
             for (int l = 0; l < 8; l++) acc[l] += (float)q[i + l] * xb[i + l];
+#ifndef BMOE_FAULT_Q8_0_FIRST_SCALE
         total += bm_f16_to_f32(rd16(blk)) * sum8(acc);
+#else
+        total += bm_f16_to_f32(rd16(w)) * sum8(acc); /* fault: every block uses the row's first scale */
+#endif
     }
     return total;
 }

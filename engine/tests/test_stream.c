@@ -480,15 +480,22 @@ static void test_hook_policy_and_trace(fake *f) {
     CHECK(k.flash_reads == 3 && k.cache_hits + k.cache_misses == 6);
     bmoe_error err = {0};
     CHECK(stream_hook_finish(h, &err) == 0);
+    char geo[96];
+    snprintf(geo, sizeof geo, "\n# slot_bytes=%llu page_bytes=", (unsigned long long)stream_hook_slot_bytes(h));
     stream_hook_destroy(h);
     const char *txt = slurp(trace);
-    CHECK(txt && strncmp(txt, "# route_trace v1\n# model=fake.gguf\n# arch=qwen3moe\n# layers=3\n# experts=5\n# top_k=2\n"
-                              "# layer=1 expert_bytes=306004\n# layer=2 expert_bytes=306004\n"
-                              "turn,phase,step,layer,slot,expert,weight,residency,expert_bytes,dropped,substituted\n", 228) == 0);
-    /* the rows: expert as executed after substitution, before drop repointing; weight as applied */
-    CHECK(txt && strstr(txt, "\n0,0,0,1,0,1,0.75,0,306004,0,0\n0,0,0,1,1,4,0.25,0,306004,0,1\n"));
-    CHECK(txt && strstr(txt, "\n0,1,0,1,0,0,0.75,0,306004,0,0\n0,1,0,1,1,4,0.25,1,0,0,1\n"));
-    CHECK(txt && strstr(txt, "\n0,1,1,1,0,4,0.75,1,0,0,0\n0,1,1,1,1,2,0,0,0,1,0\n"));
+    CHECK(txt && strncmp(txt, "# route_trace v2\n# model=fake.gguf\n# arch=qwen3moe\n# layers=3\n# experts=5\n# top_k=2\n",
+                         84) == 0);
+    CHECK(txt && strstr(txt, geo));
+    CHECK(txt && strstr(txt, "\n# layer=1 expert_bytes=306004 part_bytes=3000,3000,0,300004\n"
+                             "# layer=2 expert_bytes=306004 part_bytes=3000,3000,0,300004\n"));
+    CHECK(txt && strstr(txt, "\nturn,phase,step,layer,slot,router_expert,expert,router_weight,weight,residency,"
+                             "expert_bytes,dropped,substituted\n"));
+    /* the rows: the router's expert, the expert as executed after substitution (before drop
+     * repointing), the weight before the drop edit and as applied */
+    CHECK(txt && strstr(txt, "\n0,0,0,1,0,1,1,0.75,0.75,0,306004,0,0\n0,0,0,1,1,2,4,0.25,0.25,0,306004,0,1\n"));
+    CHECK(txt && strstr(txt, "\n0,1,0,1,0,0,0,0.75,0.75,0,306004,0,0\n0,1,0,1,1,3,4,0.25,0.25,1,0,0,1\n"));
+    CHECK(txt && strstr(txt, "\n0,1,1,1,0,4,4,0.75,0.75,1,0,0,0\n0,1,1,1,1,2,2,0.25,0,0,0,1,0\n"));
     unlink(trace);
 }
 
@@ -598,7 +605,7 @@ static void test_hook_prefetch(fake *f) {
     stream_hook_destroy(h);
     /* the prefetched expert's read is charged to its first use (residency 2) */
     const char *txt = slurp(trace);
-    CHECK(txt && strstr(txt, "\n0,1,0,2,0,2,0.75,2,306004,0,0\n0,1,0,2,1,3,0.25,0,306004,0,0\n"));
+    CHECK(txt && strstr(txt, "\n0,1,0,2,0,2,2,0.75,0.75,2,306004,0,0\n0,1,0,2,1,3,3,0.25,0.25,0,306004,0,0\n"));
     unlink(trace);
 }
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from bmoe_ci.builder import TARGETS, BuildError, build
 from bmoe_ci.cli_farm import add_farm_commands
 from bmoe_ci.cli_report import add_report_command
+from bmoe_ci.mutants.command import add_mutants_command
 from bmoe_ci.nightly.cli import add_nightly_commands
 
 
@@ -76,6 +77,7 @@ def make_parser() -> argparse.ArgumentParser:
     add_farm_commands(sub)
     add_report_command(sub)
     add_nightly_commands(sub)
+    add_mutants_command(sub)
     return parser
 
 

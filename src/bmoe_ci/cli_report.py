@@ -1,4 +1,4 @@
-"""`bmoe-ci report RESULTS_DIR`: re-merge and re-summarise a results directory from disk alone.
+"""`bmoe-ci report RESULTS_DIR`: re-merge, re-derive XDEV and re-summarise a results directory from disk alone.
 
 Exit status: 0 everything passed (skips allowed), 1 any failure or error, 2 a bad directory (missing,
 no devices, an unparsable junit.xml or device.json: the one-line reason names the file).

@@ -24,6 +24,7 @@ import pytest
 from bmoe_ci.builder import BuildError
 from bmoe_ci.farm import DeviceSession, FarmError, InfraError, default_run_id, load_farm
 from bmoe_ci.fixtures import SpecError
+from bmoe_ci.mutants.catalogue import CatalogueError, load_catalogue
 from bmoe_ci.paths import repo_root
 from bmoe_ci.plugin.collect import RecordCollector
 from bmoe_ci.plugin.context import DeviceContext, GateRun
@@ -46,7 +47,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--lock-wait", type=float, default=0.0, metavar="SECONDS",
                     help="wait up to SECONDS for a device another run holds (default 0: busy is an error)")
     group.addoption("--fault", action="append", metavar="NAME",
-                    help="build the engine with fault BMOE_FAULT_<NAME> injected (to show a gate can fail)")
+                    help="build the engine with fault BMOE_FAULT_<NAME> of engine/faults.toml injected "
+                         "(to show a gate can fail; repeatable)")
 
 
 def _gate_suite_requested(config: pytest.Config) -> bool:
@@ -102,6 +104,12 @@ class Controller:
         if config.getoption("lock_wait") < 0:
             raise pytest.UsageError(f"--lock-wait {config.getoption('lock_wait'):g}: must be 0 or more seconds")
         try:
+            # an unknown fault would build a normal engine and report it green: refuse it first
+            requested = config.getoption("fault") or []
+            faults = [f.name for f in load_catalogue().resolve(requested)] if requested else []
+        except CatalogueError as exc:
+            raise pytest.UsageError(str(exc)) from exc
+        try:
             self.prepared = prepare(
                 selectors=config.getoption("device") or ["all"],
                 farm_file=config.getoption("farm"),
@@ -109,7 +117,7 @@ class Controller:
                 run_id=run_id,
                 fixture_names=config.getoption("fixture"),
                 rebuild=config.getoption("rebuild"),
-                faults=config.getoption("fault") or (),
+                faults=faults,
                 lock_wait=config.getoption("lock_wait"),
             )
         except FarmError as exc:
@@ -136,7 +144,11 @@ class Controller:
         if self.prepared is None or self.collector is None:
             return
         self.prepared.close()  # release every device lock, whatever happened
-        self.summary = self.collector.finish(time.monotonic() - self.started)
+        self.summary, verdict = self.collector.finish(time.monotonic() - self.started)
+        if verdict != 0 and session.exitstatus == pytest.ExitCode.OK:
+            # a verdict derived from the results, not from a test of this session (XDEV), or a device
+            # that recorded nothing: the run is not green
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
     def pytest_terminal_summary(self, terminalreporter) -> None:
         summary = getattr(self, "summary", None)

@@ -8,13 +8,15 @@ is an error too.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
 from bmoe_ci.plugin.context import GateRun
-from bmoe_ci.reports import DeviceRun, RunMeta, TestRecord, console_matrix, finalize, write_device_junit
+from bmoe_ci.reports import DeviceRun, RunMeta, TestRecord, console_matrix, exit_code, finalize, write_device_junit
 from bmoe_ci.reports.plan import read_plan, reconcile
 
 
@@ -50,6 +52,7 @@ class RecordCollector:
         self.engine_s: dict[str, float] = {d.name: 0.0 for d in run.devices}
         self.wall_s: dict[str, float] = {d.name: d.setup_s for d in run.devices}
         self.outputs: dict[str, dict[str, str]] = {d.name: {} for d in run.devices}
+        self.digests: dict[str, dict[str, dict[str, Any]]] = {d.name: {} for d in run.devices}
         for d in run.devices:  # on disk from the start: a run killed now still has every device
             write_device_junit(run.results_dir, self._device_run(d.name))
 
@@ -84,6 +87,8 @@ class RecordCollector:
         if "bmoe.output" in p.props:
             fixture, _, digest = p.props["bmoe.output"].partition("=")
             self.outputs[device][fixture] = digest
+        if "bmoe.digests" in p.props:  # fixture -> entry -> fingerprint, from the plan's runs (XDEV)
+            self.digests.setdefault(device, {}).update(json.loads(p.props["bmoe.digests"]))
         artifacts = [a for a in p.props.get("bmoe.artifacts", "").split("\n") if a]
         self.records.setdefault(device, []).append(
             TestRecord(
@@ -111,10 +116,12 @@ class RecordCollector:
             engine_s=round(self.engine_s.get(d.name, 0.0), 3),
             wall_s=round(self.wall_s.get(d.name, 0.0), 3),
             outputs=self.outputs.get(d.name, {}), infra_error=d.infra_error,
-            started=self.run.started, records=self.records.get(d.name, []),
+            started=self.run.started, records=self.records.get(d.name, []), faults=list(self.run.faults),
+            digests=self.digests.get(d.name, {}),
         )
 
-    def finish(self, wall_s: float) -> str:
+    def finish(self, wall_s: float) -> tuple[str, int]:
+        """Writes the results; returns the console text and the summary's exit code."""
         for nodeid in list(self.pending):  # phases that never completed
             self.pending[nodeid].outcome = "error"
             self.pending[nodeid].message = "the test did not finish"
@@ -127,6 +134,7 @@ class RecordCollector:
             run=self.run.run_id, started=self.run.started,
             finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), engine_builds=self.run.engine_builds,
             compiled=self.run.compiled, fixtures=self.run.fixtures, notes=list(self.run.notes),
+            faults=list(self.run.faults),
         )
         data = finalize(self.run.results_dir, runs, meta)
         lines = [console_matrix(data)]
@@ -138,4 +146,4 @@ class RecordCollector:
         lines.append(f"time: session wall {wall_s:.1f} s; engine on the devices {engine:.1f} s in all, "
                      f"{busiest:.1f} s on the busiest device (per-device overhead in summary.md)")
         lines.append(f"results: {self.run.results_dir}")
-        return "\n".join(lines)
+        return "\n".join(lines), exit_code(data)

@@ -34,6 +34,8 @@ class GateRun:
     compiled: list[str]  # targets compiled (not taken from the cache) in this run
     started: str = ""
     notes: list[str] = field(default_factory=list)  # devices skipped by the selection, and why
+    faults: list[str] = field(default_factory=list)  # BMOE_FAULT_<NAME> built into every engine of the run
+    references: dict[str, str] = field(default_factory=dict)  # fixture -> controller path of its REF output
 
     def device(self, name: str) -> DeviceContext:
         for d in self.devices:

@@ -24,6 +24,7 @@ from bmoe_ci.farm import (
 from bmoe_ci.farm.health import HealthBook
 from bmoe_ci.fixtures import FixtureFile, generate
 from bmoe_ci.plugin.context import DeviceContext, GateRun
+from bmoe_ci.reference import GATE_REQUEST
 
 
 def target_for(device: Device) -> str:
@@ -60,7 +61,8 @@ def prepare(
     lock_wait: float = 0.0,
     say: Callable[[str], None] = _say,
 ) -> Prepared:
-    """Raises FarmError (bad farm file, unknown device) — a usage problem that stops the session.
+    """`faults` are catalogue names (the caller has checked them against engine/faults.toml).
+    Raises FarmError (bad farm file, unknown device) — a usage problem that stops the session.
     A device that cannot be reached or fails preflight does NOT raise: it gets an infra_error."""
     farm = load_farm(farm_file)
     selected = select_devices(farm, list(selectors))
@@ -78,9 +80,9 @@ def prepare(
 
     builds: dict[str, Build] = {}
     for target in sorted({target_for(d) for d in devices}):
-        defines = [f"BMOE_FAULT_{name.upper()}=1" for name in faults]
+        defines = [f"BMOE_FAULT_{name}=1" for name in faults]
         builds[target] = build(target, defines=defines, rebuild=rebuild, progress=say)
-    fixtures = generate(None, names=list(fixture_names) if fixture_names else None)
+    fixtures = generate(None, names=list(fixture_names) if fixture_names else None, reference=GATE_REQUEST)
 
     def open_one(device: Device) -> tuple[DeviceContext, DeviceSession | None]:
         b = builds[target_for(device)]
@@ -131,8 +133,10 @@ def prepare(
         farm_file=str(farm.path) if getattr(farm, "path", None) else farm_file,
         devices=[ctx for ctx, _ in opened],
         fixtures={f.name: f.sha256 for f in fixtures},
+        references={f.name: str(f.reference) for f in fixtures if f.reference is not None},
         engine_builds={t: b.build_id for t, b in builds.items()},
         compiled=[t for t, b in builds.items() if b.compiled],
+        faults=list(faults),
         started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         notes=notes,
     )

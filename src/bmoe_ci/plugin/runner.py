@@ -59,6 +59,7 @@ class DeviceRunner:
     timeouts: list[str] = field(default_factory=list)  # every timeout of this device, in order
     retired: str | None = None  # why the device is out of the run
     _cache: dict[str, dict[str, EngineResult] | InfraError] = field(default_factory=dict)
+    _texts: dict[str, dict[str, str | None]] = field(default_factory=dict)
 
     def take_engine_seconds(self) -> float:
         spent, self.engine_s = self.engine_s, 0.0
@@ -79,6 +80,46 @@ class DeviceRunner:
         if isinstance(cached, InfraError):
             raise cached
         return cached
+
+    def texts(self, key: str, paths: Sequence[str]) -> dict[str, str | None]:
+        """The text of device files (e.g. the route traces a plan wrote) in ONE round trip, cached by
+        `key`: path -> text, or None for a file that is not there (its run did not write it)."""
+        if key not in self._texts:
+            self._texts[key] = self._read_texts(paths)
+        return self._texts[key]
+
+    def _read_texts(self, paths: Sequence[str]) -> dict[str, str | None]:
+        if not paths:
+            return {}
+        # each file is announced by a line "\x1e<path>" (present) or "\x1f<path>" (missing); a newline
+        # after each file keeps the next marker at the start of a line, whatever the file ends with
+        script = ('for f; do if [ -r "$f" ]; then printf "\\036%s\\n" "$f"; cat "$f"; printf "\\n"; '
+                  'else printf "\\037%s\\n" "$f"; fi; done')
+        timeout = self.session.entry_deadline
+        r = self.session.run(["sh", "-c", script, "bmoe-ci", *paths], timeout)
+        if r.outcome is Outcome.INFRA or r.exit_code != 0:
+            raise r.infra or InfraError(self.session.device.name, "transfer",
+                                        f"reading {len(paths)} files: {r.describe()}")
+        out: dict[str, str | None] = {}
+        current: str | None = None
+        chunks: list[str] = []
+        # split on "\n" only: str.splitlines() would also split at the \x1e and \x1f markers
+        lines = r.stdout.decode(errors="replace").split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()  # after the newline the script prints last
+        for line in lines:
+            if line[:1] in ("\x1e", "\x1f") and line[1:] in paths:
+                if current is not None:
+                    out[current] = "\n".join(chunks)
+                name = line[1:]
+                current, chunks = (name, []) if line[0] == "\x1e" else (None, [])
+                if line[0] == "\x1f":
+                    out[name] = None
+            elif current is not None:
+                chunks.append(line)
+        if current is not None:
+            out[current] = "\n".join(chunks)
+        return {p: out.get(p) for p in paths}
 
     def single(self, argv: Sequence[str]) -> EngineResult:
         """One engine process for one command (the batch == single-process identity needs this)."""

@@ -124,6 +124,8 @@ def device_suite(run: DeviceRun, dev_dir: Path) -> TestSuite:
     props += [(f"repushed.{i}", what) for i, what in enumerate(run.repushed)]
     if run.infra_error is not None:
         props.append(("infra_error", run.infra_error))
+    if run.faults:
+        props.append(("engine_faults", ",".join(run.faults)))
     for name, value in props:
         suite.add_property(xml_text(name, 1000), xml_text(value, 4000))
     suite.add_testcases([_testcase(rec, dev_dir) for rec in run.reported_records()])
@@ -341,6 +343,7 @@ def device_run_from_junit(path: Path) -> DeviceRun:
             infra_error=infra_error,
             started=suite.timestamp,
             records=records,
+            faults=[f for f in props.get("engine_faults", "").split(",") if f],
         )
     except ValueError as exc:
         raise ReportError(f"{path}: {exc}") from None

@@ -151,6 +151,9 @@ class DeviceRun:
     infra_error: str | None = None
     started: str | None = None
     records: list[TestRecord] = field(default_factory=list)
+    faults: list[str] = field(default_factory=list)  # engine faults built in (a fault build, never plain green)
+    # fixture -> plan entry -> field -> value: what XDEV compares across devices (reports/xdev.py)
+    digests: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         check_device_name(self.device)
@@ -204,6 +207,7 @@ class RunMeta:
     compiled: list[str] = field(default_factory=list)
     fixtures: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # e.g. devices the selection skipped (quarantined)
+    faults: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": RUN_SCHEMA, **asdict(self)}

@@ -41,6 +41,7 @@ from bmoe_ci.reports.records import (
     write_json,
     write_run_json,
 )
+from bmoe_ci.reports.xdev import disagreements, with_xdev
 
 SUMMARY_SCHEMA = "bmoe-ci.summary/1"
 SUMMARY_JSON = "summary.json"
@@ -59,9 +60,13 @@ GATE_ORDER: tuple[str, ...] = (
     "G8d",
     "G8e",
     "G8w",
-    "G8r",
+    "REPLAY",
+    "INV",
     "CFG",
     "DET",
+    "REF",
+    "XDEV",
+    "BATCH-STDERR",
 )
 
 _WORD = {"pass": "", "fail": "FAIL", "error": "ERR", "skip": "SKIP"}
@@ -126,7 +131,8 @@ def derive_run_meta(results_dir: Path | str, runs: list[DeviceRun]) -> RunMeta:
     for r in runs:
         fixtures.update(r.fixtures)
     return RunMeta(
-        run=Path(results_dir).resolve().name, engine_builds=builds, fixtures=dict(sorted(fixtures.items()))
+        run=Path(results_dir).resolve().name, engine_builds=builds, fixtures=dict(sorted(fixtures.items())),
+        faults=sorted({f for r in runs for f in r.faults}),
     )
 
 
@@ -184,6 +190,7 @@ def build_summary(meta: RunMeta, runs: list[DeviceRun]) -> dict[str, Any]:
             "gate_counts": {g: per_gate[g] for g in ordered},
             "outputs": dict(sorted(run.outputs.items())),
             "fixtures": dict(sorted(run.fixtures.items())),
+            "faults": sorted(run.faults),
         }
 
     groups: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
@@ -209,12 +216,14 @@ def build_summary(meta: RunMeta, runs: list[DeviceRun]) -> dict[str, Any]:
         "engine_builds": dict(sorted(meta.engine_builds.items())),
         "compiled": sorted(meta.compiled),
         "notes": list(meta.notes),
+        "faults": sorted(set(meta.faults) | {f for r in runs for f in r.faults}),
         "fixtures": dict(sorted(meta.fixtures.items())),
         "gates": sorted(gates - {INFRA_GATE}, key=gate_sort_key),
         "devices": devices,
         "outputs_agree": {f: len(g) == 1 for f, g in output_groups.items()},
         "output_groups": output_groups,
         "outputs_cross_arch": cross_arch,
+        "disagreements": [d.to_dict() for d in disagreements(runs)],
         "problems": problems,
     }
 
@@ -233,14 +242,18 @@ def _matrix_rows(s: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     rows = []
     for name, d in s["devices"].items():
         cells = [cell_text(d["gate_counts"].get(g, {})) for g in s["gates"]]
-        rows.append([name, d["arch"], *cells, _STATUS[d["status"]]])
+        status = _STATUS[d["status"]] + (" (fault build)" if d.get("faults") else "")
+        rows.append([name, d["arch"], *cells, status])
     return header, rows
 
 
 def _headline(s: dict[str, Any]) -> str:
     t = s["totals"]
+    # a fault-injected engine is never shown as a plain green run
+    faults = s.get("faults") or []
+    built = f" (FAULT BUILD: {', '.join(faults)})" if faults else ""
     return (
-        f"{_STATUS[s['status']]}: {t['devices']} device(s), {t['tests']} tests: {t['passed']} passed, "
+        f"{_STATUS[s['status']]}{built}: {t['devices']} device(s), {t['tests']} tests: {t['passed']} passed, "
         f"{t['failed']} failed, {t['errors']} error{'' if t['errors'] == 1 else 's'}, {t['skipped']} skipped"
     )
 
@@ -270,8 +283,21 @@ def console_matrix(s: dict[str, Any]) -> str:
     if len(s["problems"]) > _MAX_LISTED:
         lines.append(f"  ... and {len(s['problems']) - _MAX_LISTED} more (see {SUMMARY_MD})")
     lines.append(_agreement_line(s))
+    for d in s["disagreements"][:_MAX_LISTED]:
+        lines.append(f"  XDEV {d['fixture']} {d['entry']} {d['field']}: {_values_text(d['values'])} "
+                     f"(minority: {', '.join(d['minority'])})")
+    if len(s["disagreements"]) > _MAX_LISTED:
+        lines.append(f"  ... and {len(s['disagreements']) - _MAX_LISTED} more disagreements (see {SUMMARY_MD})")
     lines += [f"note: {n}" for n in s.get("notes", [])]
     return "\n".join(lines)
+
+
+def _values_text(values: dict[str, Any]) -> str:
+    """``{"a": <sha256>, "b": 3}`` -> ``a=0123456789ab b=3`` (digests shortened to 12 characters)."""
+    def short(v: Any) -> str:
+        return v[:12] if isinstance(v, str) and len(v) == 64 else str(v)
+
+    return " ".join(f"{dev}={short(v)}" for dev, v in values.items())
 
 
 def _md(text: Any) -> str:
@@ -409,9 +435,15 @@ def markdown(s: dict[str, Any]) -> str:
             )
             rows_o.append([fixture, verdict, outs])
         lines += _table(["fixture", "verdict", "output sha256: devices (arch)"], rows_o)
+    if s["disagreements"]:
+        lines += ["", "## XDEV: what differed between devices", ""]
+        rows_d = [[d["fixture"], d["entry"], d["field"], _values_text(d["values"]), ", ".join(d["minority"])]
+                  for d in s["disagreements"]]
+        lines += _table(["fixture", "plan entry", "field", "values", "minority (fails XDEV)"], rows_d)
     return "\n".join(lines) + "\n"
 
 
+_FAULT_BUILD = "#9a6700"
 _COLOURS = {"pass": "#2da44e", "fail": "#cf222e", "error": "#bc4c00", "skip": "#8c959f", None: "#eaeef2"}
 
 
@@ -445,6 +477,8 @@ def matrix_svg(s: dict[str, Any]) -> str:
                 colour = "#ffffff" if devices[ri - 1]["gates"].get(gate) else "#57606a"
             elif ci == len(row) - 1:
                 fill, colour = _COLOURS[devices[ri - 1]["status"]], "#ffffff"
+                if devices[ri - 1].get("faults"):
+                    fill = _FAULT_BUILD  # not green: the engine was built with faults
             out.append(
                 f'<rect x="{x:.1f}" y="{y}" width="{widths[ci]:.1f}" height="{row_h}" fill="{fill}" '
                 'stroke="#d0d7de"/>'
@@ -472,9 +506,10 @@ def _write(results_dir: Path, meta: RunMeta, runs: list[DeviceRun]) -> dict[str,
 
 def summary(results_dir: Path | str, run_meta: RunMeta) -> dict[str, Any]:
     """Write summary.json, summary.md, matrix.svg and run.json for the devices found in *results_dir*;
-    returns the summary.json content (pass it to :func:`console_matrix`)."""
+    returns the summary.json content (pass it to :func:`console_matrix`). XDEV is derived over those
+    devices and written into their junit.xml and device.json (and the merged junit.xml)."""
     _, runs = load_results(results_dir)
-    return _write(Path(results_dir), run_meta, runs)
+    return _judge_and_write(Path(results_dir), run_meta, runs)
 
 
 def finalize(results_dir: Path | str, device_runs: list[DeviceRun], run_meta: RunMeta) -> dict[str, Any]:
@@ -484,20 +519,27 @@ def finalize(results_dir: Path | str, device_runs: list[DeviceRun], run_meta: Ru
     root = Path(results_dir)
     for run in device_runs:
         write_device_junit(root, run)
-    merge(root)
     return summary(root, run_meta)
 
 
 def rebuild(results_dir: Path | str) -> dict[str, Any]:
-    """What ``bmoe-ci report`` does: re-merge and re-summarise from the directory alone."""
+    """What ``bmoe-ci report`` does: re-derive XDEV, re-merge and re-summarise from the directory alone."""
     root = Path(results_dir)
     meta, runs = load_results(root)
     plan = read_plan(root)
     if plan is not None:  # a killed run: what never finished is an error, and counts add up to the plan
-        for name in reconcile(runs, plan):
-            write_device_junit(root, next(r for r in runs if r.device == name))
+        reconcile(runs, plan)
+    return _judge_and_write(root, meta or derive_run_meta(root, runs), runs)
+
+
+def _judge_and_write(root: Path, meta: RunMeta, runs: list[DeviceRun]) -> dict[str, Any]:
+    """XDEV is a verdict on the devices of the whole directory: derive it over all of them, write it into
+    each device's junit.xml and device.json, then merge and summarise."""
+    runs = with_xdev(runs)
+    for run in runs:
+        write_device_junit(root, run)
     merge(root)
-    return _write(root, meta or derive_run_meta(root, runs), runs)
+    return _write(root, meta, runs)
 
 
 def summary_json(s: dict[str, Any]) -> str:

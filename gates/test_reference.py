@@ -1,0 +1,88 @@
+"""REF: the device's resident run agrees with the independent reference (bmoe_ci.reference).
+
+Every other gate compares the engine with itself: two configurations that should give the same
+bytes. A bug that changes every configuration the same way (a RoPE position, a dequantisation
+scale, a normalisation) keeps every such pair identical and passes them all. REF pins an absolute
+expectation instead: the numpy reference, written from docs/model-math.md and never from the C,
+computed on the controller for the plan's prompt and length (cached beside the fixtures).
+
+  tokens   the `ref` plan entry's prompt and generated token ids equal the reference's, exactly
+  logits   its `--logits-out` rows for the first positions are within LOGITS_TOL of the reference's
+           (max over those rows of max_j |engine - ref| / max_j |ref|)
+
+The logits file is written on the device and pulled back once per fixture: the one round trip REF
+adds to the plan's single batch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bmoe_ci.farm import InfraError
+from bmoe_ci.plugin import GateState
+from bmoe_ci.plugin.context import DeviceContext
+from bmoe_ci.plugin.runner import DeviceRunner, EngineResult
+from bmoe_ci.reference import ReferenceOutput, relative_error
+from gates.compare import require_ok, save
+
+# The engine computes in f32 with fixed reduction orders, the reference in float64: measured at most
+# 7.4e-7 over the default fixtures (gemma4; Q8_0 3.9e-7: its weights dequantise exactly in f32).
+# 1e-5 leaves a factor of ten of margin and stays far below what a kernel or position bug does.
+LOGITS_TOL = 1e-5
+
+
+def reference_for(gate_state: GateState, device: DeviceContext, fixture: str) -> ReferenceOutput:
+    path = gate_state.run.references.get(fixture)
+    if path is None:  # the controller computes one per fixture: its absence is not the engine's doing
+        raise InfraError(device.name, "setup", f"no reference output was prepared for fixture {fixture}")
+    return ReferenceOutput.from_json(Path(path).read_text())
+
+
+def _discard(local: Path) -> None:
+    """Artifacts are kept for failures only."""
+    local.unlink(missing_ok=True)
+    for d in (local.parent, local.parent.parent):  # the test's directory, then artifacts/ if now empty
+        if d.is_dir() and not any(d.iterdir()):
+            d.rmdir()
+
+
+@pytest.mark.gate("REF")
+def test_resident_run_matches_reference(runs: dict[str, EngineResult], runner: DeviceRunner, device: DeviceContext,
+                                        fixture: str, gate_state: GateState, artifacts: Path) -> None:
+    ref = reference_for(gate_state, device, fixture)
+    r = runs["ref"]
+    require_ok(r, "ref")
+    if r.data["prompt_tokens"] != ref.prompt_tokens:
+        save(artifacts, ref=r)
+        raise AssertionError(f"the engine tokenized the prompt as {r.data['prompt_tokens']}, the reference as "
+                             f"{ref.prompt_tokens} (artifacts in {artifacts})")
+    tokens = r.data["tokens"]
+    if tokens != ref.tokens:
+        save(artifacts, ref=r)
+        first = next((i for i, (a, b) in enumerate(zip(tokens, ref.tokens, strict=False)) if a != b),
+                     min(len(tokens), len(ref.tokens)))
+        raise AssertionError(
+            f"generated tokens differ from the reference at step {first} of {len(ref.tokens)}: engine "
+            f"{tokens[first:first + 4]}, reference {ref.tokens[first:first + 4]} (reference margins: logit "
+            f"{ref.min_logit_margin:.3g}, routing {ref.min_route_margin:.3g}; artifacts in {artifacts})")
+    argv = list(r.argv)
+    if "--logits-out" not in argv:
+        raise AssertionError("the plan's `ref` entry has no --logits-out: REF cannot check the logits")
+    local = runner.session.pull(argv[argv.index("--logits-out") + 1], artifacts / "logits.f32")
+    raw = local.read_bytes()
+    n_vocab = ref.logits.shape[1]
+    n_rows = len(ref.logits)
+    if len(raw) % (4 * n_vocab) or len(raw) // (4 * n_vocab) < n_rows:
+        save(artifacts, ref=r)
+        raise AssertionError(f"the logits file has {len(raw)} bytes: not at least {n_rows} rows of {n_vocab} f32 "
+                             f"(artifacts in {artifacts})")
+    rows = np.frombuffer(raw, dtype="<f4").reshape(-1, n_vocab)[:n_rows]
+    rel, worst = relative_error(rows, ref.logits)
+    if not rel <= LOGITS_TOL:  # NaN fails too
+        save(artifacts, ref=r)
+        raise AssertionError(f"logits of position {worst} differ from the reference by {rel:.3g} (relative), above "
+                             f"{LOGITS_TOL:g} (artifacts in {artifacts})")
+    _discard(local)

@@ -1,0 +1,172 @@
+"""What `bmoe-ci mutants` writes: mutants.json (a contract: nightly CI reads it), the console table,
+the fault x gate picture (mutants.svg) and the generated table of docs/gates.md."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+from xml.sax.saxutils import escape
+
+from bmoe_ci.reports.records import atomic_write
+from bmoe_ci.reports.summary import gate_sort_key
+
+MUTANTS_SCHEMA = "bmoe-ci.mutants/1"
+MUTANTS_JSON = "mutants.json"
+MUTANTS_SVG = "mutants.svg"
+DOC_BEGIN = "<!-- BEGIN GENERATED: bmoe-ci mutants (do not edit by hand; `bmoe-ci mutants --write-doc`) -->"
+DOC_END = "<!-- END GENERATED: bmoe-ci mutants -->"
+DOC_HEADER = "| fault | area | breaks | caught by | expected | outcome |"
+_CELL = {"fail": "X", "pass": ".", "skip": "s", "error": "E", None: "-"}
+_COLOURS = {"fail": "#2da44e", "pass": "#eaeef2", "skip": "#d0d7de", "error": "#bc4c00", None: "#ffffff"}
+_OUTCOME_COLOURS = {"caught": "#2da44e", "survived": "#cf222e", "error": "#bc4c00"}
+
+
+class MutantsFileError(ValueError):
+    """mutants.json is missing or not in the bmoe-ci.mutants/1 format."""
+
+
+def mutants_doc(*, device: str, arch: str, engine_builds: dict[str, dict[str, str]], fixtures: list[str],
+                faults: list[dict[str, Any]], gates: list[str], clean: dict[str, str], started: str,
+                seconds: float) -> dict[str, Any]:
+    caught = sum(1 for f in faults if f["outcome"] == "caught")
+    return {
+        "schema": MUTANTS_SCHEMA,
+        "device": device,
+        "arch": arch,
+        "engine_builds": engine_builds,
+        "fixtures": fixtures,
+        "started": started,
+        "seconds": round(seconds, 1),
+        "score": {"caught": caught, "total": len(faults)},
+        "gates": gates,
+        "clean": clean,
+        "faults": faults,
+    }
+
+
+def write_mutants(results: Path, doc: dict[str, Any]) -> None:
+    atomic_write(results / MUTANTS_JSON, (json.dumps(doc, indent=2) + "\n").encode("utf-8"))
+    atomic_write(results / MUTANTS_SVG, matrix_svg(doc).encode("utf-8"))
+
+
+def read_mutants(results: Path) -> dict[str, Any]:
+    path = results / MUTANTS_JSON if results.is_dir() else results
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise MutantsFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise MutantsFileError(f"{path}: not JSON: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != MUTANTS_SCHEMA:
+        raise MutantsFileError(f"{path}: schema: not {MUTANTS_SCHEMA}")
+    for key in ("device", "arch", "score", "faults"):
+        if key not in doc:
+            raise MutantsFileError(f"{path}: {key}: missing")
+    return doc
+
+
+def score_line(doc: dict[str, Any]) -> str:
+    s = doc["score"]
+    outcomes = [f["outcome"] for f in doc["faults"]]
+    pct = 100.0 * s["caught"] / s["total"] if s["total"] else 0.0
+    return (f"mutation score on {doc['device']} ({doc['arch']}): {s['caught']}/{s['total']} caught ({pct:.0f}%), "
+            f"{outcomes.count('survived')} survived, {outcomes.count('error')} error(s)")
+
+
+def _gates(doc: dict[str, Any]) -> list[str]:
+    gates = set(doc.get("gates", []))
+    for f in doc["faults"]:
+        gates.update(f.get("gates", {}))
+    return sorted(gates, key=gate_sort_key)
+
+
+def console_table(doc: dict[str, Any]) -> str:
+    """One row per fault: a cell per gate (X failed = caught, . passed, s skipped, E error)."""
+    gates = _gates(doc)
+    header = ["fault", "area", *gates, "outcome"]
+    rows = [[f["name"], f["area"], *(_CELL[f.get("gates", {}).get(g)] for g in gates), f["outcome"].upper()]
+            for f in doc["faults"]]
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]
+    lines.append("cells: X the gate failed (caught), . passed, s skipped, E error (no verdict), - did not run")
+    for f in doc["faults"]:
+        if f["outcome"] != "caught":
+            lines.append(f"  {f['outcome'].upper()} {f['name']}: {f['message']}")
+    lines.append(score_line(doc))
+    return "\n".join(lines)
+
+
+def matrix_svg(doc: dict[str, Any]) -> str:
+    """The fault x gate matrix as a picture, in the style of the run's matrix.svg."""
+    gates = _gates(doc)
+    header = ["fault", "area", *gates, "outcome"]
+    rows = [[f["name"], f["area"], *(_CELL[f.get("gates", {}).get(g)] for g in gates), f["outcome"].upper()]
+            for f in doc["faults"]]
+    char, pad, row_h, title_h = 7.4, 10, 24, 30
+    widths = [max(48.0, max(len(str(r[i])) for r in [header, *rows]) * char + 2 * pad) for i in range(len(header))]
+    title = score_line(doc)
+    width = int(max(sum(widths), len(title) * (char + 0.6) + 8)) + 2
+    height = title_h + row_h * (len(rows) + 1) + 2
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'font-family="DejaVu Sans Mono, Menlo, Consolas, monospace" font-size="12">',
+        f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
+        f'<text x="4" y="19" font-size="13" font-weight="bold">{escape(title)}</text>',
+    ]
+    for ri, row in enumerate([header, *rows]):
+        y = title_h + ri * row_h
+        x = 1.0
+        fault = doc["faults"][ri - 1] if ri else None
+        for ci, text in enumerate(row):
+            fill, colour = ("#f6f8fa" if ri == 0 else "#ffffff"), "#1f2328"
+            if fault is not None and 2 <= ci < len(row) - 1:
+                verdict = fault.get("gates", {}).get(gates[ci - 2])
+                fill = _COLOURS[verdict]
+                colour = "#ffffff" if verdict in ("fail", "error") else "#57606a"
+            elif fault is not None and ci == len(row) - 1:
+                fill, colour = _OUTCOME_COLOURS[fault["outcome"]], "#ffffff"
+            out.append(f'<rect x="{x:.1f}" y="{y}" width="{widths[ci]:.1f}" height="{row_h}" fill="{fill}" '
+                       'stroke="#d0d7de"/>')
+            weight = ' font-weight="bold"' if ri == 0 or ci == len(row) - 1 else ""
+            out.append(f'<text x="{x + pad:.1f}" y="{y + 16}" fill="{colour}"{weight}>{escape(str(text))}</text>')
+            x += widths[ci]
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def _md(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def doc_section(doc: dict[str, Any]) -> str:
+    """The generated block of docs/gates.md (markers included)."""
+    fixtures = ", ".join(doc.get("fixtures") or []) or "every default fixture"
+    lines = [
+        DOC_BEGIN,
+        "",
+        f"Last run: `bmoe-ci mutants` on `{doc['device']}` ({doc['arch']}), fixtures: {fixtures}, "
+        f"{doc.get('started', '?')}, {doc.get('seconds', '?')} s. **{_md(score_line(doc))}.**",
+        "",
+        DOC_HEADER,
+        "|---|---|---|---|---|---|",
+    ]
+    for f in doc["faults"]:
+        caught = ", ".join(f["caught_by"]) or "none"
+        lines.append(f"| `{f['name']}` | {f['area']} | {_md(f.get('breaks', ''))} | {_md(caught)} | "
+                     f"{_md(', '.join(f['expected']))} | {f['outcome']} |")
+    lines += ["", DOC_END]
+    return "\n".join(lines)
+
+
+def write_doc(path: Path, doc: dict[str, Any]) -> None:
+    """Replace the generated block of `path` (between the markers) with the table of `doc`."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise MutantsFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    begin, end = text.find(DOC_BEGIN), text.find(DOC_END)
+    if begin < 0 or end < begin:
+        raise MutantsFileError(f"{path}: no generated block (a line {DOC_BEGIN!r} followed by {DOC_END!r})")
+    new = text[:begin] + doc_section(doc) + text[end + len(DOC_END):]
+    atomic_write(path, new.encode("utf-8"))

@@ -1,0 +1,73 @@
+"""The expert cache as docs/streaming.md states it: an LRU over (layer, expert) with a byte budget,
+each resident expert charged one slot; pinned entries are never evicted; a demand insert may go over
+budget when every entry is pinned, a speculative one never does."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+Key = tuple[int, int]  # (streamed layer index, expert)
+
+
+@dataclass
+class CacheEntry:
+    pins: int = 0
+    prefetched: bool = False  # read speculatively and not used yet
+
+
+@dataclass
+class LruCache:
+    budget: int
+    slot_bytes: int
+    entries: OrderedDict[Key, CacheEntry] = field(default_factory=OrderedDict)  # least recent first
+    evictions: int = 0
+
+    @property
+    def bytes(self) -> int:
+        return len(self.entries) * self.slot_bytes
+
+    def __contains__(self, key: Key) -> bool:
+        return key in self.entries
+
+    def touch(self, key: Key) -> None:
+        self.entries.move_to_end(key)
+
+    def _victim(self) -> Key | None:
+        return next((k for k, e in self.entries.items() if e.pins == 0), None)
+
+    def _evict(self, key: Key) -> None:
+        del self.entries[key]  # a prefetched entry evicted before use is simply lost
+        self.evictions += 1
+
+    def insert(self, key: Key, *, speculative: bool = False) -> bool:
+        """Insert as most recent, evicting least recent unpinned entries until it fits. A
+        speculative insert happens only if it fits without going over budget; returns whether the
+        entry was inserted."""
+        if speculative and self.bytes + self.slot_bytes > self.budget:
+            evictable = sum(1 for e in self.entries.values() if e.pins == 0) * self.slot_bytes
+            if self.slot_bytes > self.budget or self.bytes - evictable + self.slot_bytes > self.budget:
+                return False
+        while self.entries and self.bytes + self.slot_bytes > self.budget:
+            victim = self._victim()
+            if victim is None:
+                break  # everything is pinned: a demand load goes over budget until the pins drop
+            self._evict(victim)
+        self.entries[key] = CacheEntry(prefetched=speculative)
+        return True
+
+    def pin(self, key: Key) -> None:
+        self.entries[key].pins += 1
+
+    def unpin(self, key: Key) -> None:
+        e = self.entries.get(key)
+        if e is not None and e.pins > 0:
+            e.pins -= 1
+
+    def trim(self) -> None:
+        """Back to budget after the pins of a layer are dropped."""
+        while self.bytes > self.budget:
+            victim = self._victim()
+            if victim is None:
+                return
+            self._evict(victim)

@@ -1,0 +1,126 @@
+"""Reading `--route-trace` files, version 2 (the format is in docs/streaming.md)."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+VERSION_LINE = "# route_trace v2"
+COLUMNS = ("turn", "phase", "step", "layer", "slot", "router_expert", "expert", "router_weight", "weight",
+           "residency", "expert_bytes", "dropped", "substituted")
+FLOAT_COLUMNS = frozenset({"router_weight", "weight"})
+N_PARTS = 4  # gate, up, gate_up, down: the order of `part_bytes`
+
+
+class TraceError(ValueError):
+    """A trace that does not follow the documented format: one line naming the file, line and key."""
+
+
+def f32(x: float) -> float:
+    """The float32 nearest to x (round to nearest even, as a C cast does), as a Python float."""
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+@dataclass(frozen=True)
+class TraceRow:
+    line: int  # 1-based line in the file, for messages
+    turn: int
+    phase: int
+    step: int
+    layer: int
+    slot: int
+    router_expert: int
+    expert: int
+    router_weight: float  # exactly the float32 the engine printed with %.9g
+    weight: float
+    residency: int
+    expert_bytes: int
+    dropped: int
+    substituted: int
+
+
+@dataclass
+class Trace:
+    path: str
+    model: str
+    arch: str
+    layers: int
+    experts: int
+    top_k: int
+    slot_bytes: int
+    page_bytes: int
+    expert_bytes: dict[int, int] = field(default_factory=dict)  # MoE layer -> bytes of one expert
+    part_bytes: dict[int, tuple[int, ...]] = field(default_factory=dict)  # MoE layer -> bytes per part
+    rows: list[TraceRow] = field(default_factory=list)
+
+    @property
+    def moe_layers(self) -> list[int]:
+        return list(self.expert_bytes)
+
+
+def _int(value: str, where: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise TraceError(f"{where}: not an integer: {value!r}") from None
+
+
+def _pairs(body: str, where: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in body.split(" "):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise TraceError(f"{where}: expected key=value, got {item!r}")
+        out[key] = value
+    return out
+
+
+def parse_trace(text: str, path: str = "<trace>") -> Trace:
+    lines = text.splitlines()
+    if not lines or lines[0] != VERSION_LINE:
+        first = lines[0] if lines else ""
+        raise TraceError(f"{path}:1: expected {VERSION_LINE!r}, got {first[:60]!r}")
+    meta: dict[str, str] = {}
+    layer_bytes: dict[int, int] = {}
+    parts: dict[int, tuple[int, ...]] = {}
+    i = 1
+    while i < len(lines) and lines[i].startswith("# "):
+        body, where = lines[i][2:], f"{path}:{i + 1}"
+        if body.startswith("layer="):
+            kv = _pairs(body, where)
+            il = _int(kv.get("layer", ""), f"{where}:layer")
+            layer_bytes[il] = _int(kv.get("expert_bytes", ""), f"{where}:expert_bytes")
+            pb = kv.get("part_bytes", "").split(",")
+            if len(pb) != N_PARTS:
+                raise TraceError(f"{where}:part_bytes: expected {N_PARTS} values, got {kv.get('part_bytes')!r}")
+            parts[il] = tuple(_int(v, f"{where}:part_bytes") for v in pb)
+        elif body.startswith("slot_bytes="):
+            meta.update(_pairs(body, where))
+        else:
+            key, _, value = body.partition("=")
+            meta[key] = value
+        i += 1
+    for key in ("model", "arch", "layers", "experts", "top_k", "slot_bytes", "page_bytes"):
+        if key not in meta:
+            raise TraceError(f"{path}:{i}:{key}: missing from the preamble")
+    if i >= len(lines) or tuple(lines[i].split(",")) != COLUMNS:
+        got = lines[i] if i < len(lines) else "end of file"
+        raise TraceError(f"{path}:{i + 1}: expected the header {','.join(COLUMNS)!r}, got {got[:80]!r}")
+    t = Trace(path=path, model=meta["model"], arch=meta["arch"],
+              **{k: _int(meta[k], f"{path}:{k}") for k in ("layers", "experts", "top_k", "slot_bytes", "page_bytes")},
+              expert_bytes=layer_bytes, part_bytes=parts)
+    for n, line in enumerate(lines[i + 1:], start=i + 2):
+        cells = line.split(",")
+        if len(cells) != len(COLUMNS):
+            raise TraceError(f"{path}:{n}: {len(cells)} fields, expected {len(COLUMNS)}")
+        values: dict[str, int | float] = {}
+        for key, cell in zip(COLUMNS, cells, strict=True):
+            if key in FLOAT_COLUMNS:
+                try:
+                    values[key] = f32(float(cell))
+                except ValueError:
+                    raise TraceError(f"{path}:{n}:{key}: not a number: {cell!r}") from None
+            else:
+                values[key] = _int(cell, f"{path}:{n}:{key}")
+        t.rows.append(TraceRow(line=n, **values))  # type: ignore[arg-type]
+    return t

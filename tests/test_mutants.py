@@ -1,0 +1,244 @@
+"""The fault catalogue and `bmoe-ci mutants`: the catalogue names exactly the engine's fault sites; an
+unknown `--fault` is refused before any device is touched; a fault build is recorded and never shown as
+a plain green run; `bmoe-ci mutants` on a subset prints the table and the score and writes mutants.json;
+docs/gates.md carries the generated fault table."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bmoe_ci.mutants import CatalogueError, fault_sites, load_catalogue
+from bmoe_ci.mutants.report import DOC_BEGIN, DOC_END, DOC_HEADER, doc_section, write_doc
+from bmoe_ci.mutants.run import GateRunOutcome, NoVerdict, check_clean, classify
+from gate_run import REPO, host_farm, run_gates
+
+STATE_AREAS = {"policies", "cache", "prefetch", "trace", "counters"}
+
+
+# ---------------------------------------------------------------------------- the catalogue
+
+
+def test_catalogue_names_exactly_the_engine_fault_sites() -> None:
+    cat = load_catalogue()
+    sites = fault_sites()
+    assert set(cat.names()) == set(sites), {
+        "in engine/src, not catalogued": sorted(set(sites) - set(cat.names())),
+        "catalogued, no site in engine/src": sorted(set(cat.names()) - set(sites)),
+    }
+    for fault in cat.faults:
+        assert fault.file in sites[fault.name], (fault.name, fault.file, sites[fault.name])
+
+
+def test_catalogue_covers_the_engine_state_and_the_kernels() -> None:
+    faults = load_catalogue().faults
+    assert len(faults) >= 30
+    assert sum(f.area in STATE_AREAS for f in faults) * 2 >= len(faults)
+    assert sum(f.area in ("kernels", "attention") for f in faults) >= 5
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ('[[fault]]\nname = "X"\narea = "cache"\nfile = "a.c"\nbreaks = "b"\n', "fault[0] (X).expected"),
+    ('[[fault]]\nname = "X"\narea = "gpu"\nfile = "a.c"\nbreaks = "b"\nexpected = ["G1"]\n', "fault[0] (X).area"),
+    ('[[fault]]\nname = "x"\narea = "cache"\nfile = "a.c"\nbreaks = "b"\nexpected = ["G1"]\n', "fault[0] (x).name"),
+    ('[[fault]]\nname = "X"\narea = "cache"\nfile = "a.c"\nbreaks = "b"\nexpected = ["G1"]\ncolour = 1\n',
+     "fault[0].colour: unknown key"),
+    ('[[fault]]\nname = "X"\narea = "cache"\nfile = "a.c"\nbreaks = "b"\nexpected = ["G1"]\n' * 2,
+     "fault[1].name: X is listed twice"),
+    ("[[fault]\n", "faults.toml: "),
+    ("", "no [[fault]] entries"),
+])
+def test_malformed_catalogue_is_one_line_naming_the_entry(tmp_path: Path, body: str, message: str) -> None:
+    path = tmp_path / "faults.toml"
+    path.write_text(body)
+    with pytest.raises(CatalogueError) as info:
+        load_catalogue(path)
+    assert message in str(info.value) and str(path) in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+# ---------------------------------------------------------------------------- --fault in the gate suite
+
+
+def test_unknown_fault_is_refused_before_any_device_is_touched(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "gates", "-p", "no:cacheprovider", "-q", "--farm", str(host_farm(tmp_path)),
+         "--device", "host", "--results", str(results), "--fault", "NO_SUCH_FAULT"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 4, proc.stdout + proc.stderr  # pytest's usage-error status
+    errors = [ln for ln in proc.stderr.splitlines() if "NO_SUCH_FAULT" in ln]
+    assert len(errors) == 1 and "not in the fault catalogue" in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert not (tmp_path / "work").exists(), "the device's work directory was touched"
+    assert not results.exists()
+
+
+def test_a_fault_build_is_recorded_and_never_plain_green(tmp_path: Path) -> None:
+    # CFG_LOOSE_RANGE only breaks the CFG gate: the DET gates of this run pass on a fault build
+    run = run_gates(tmp_path, faults=("cfg_loose_range",), modules=("gates/test_determinism.py",))
+    assert run.returncode == 0, run.output[-3000:]
+    assert run.summary["status"] == "pass" and run.summary["faults"] == ["CFG_LOOSE_RANGE"]
+    assert run.summary["devices"]["host"]["faults"] == ["CFG_LOOSE_RANGE"]
+    assert "PASS (FAULT BUILD: CFG_LOOSE_RANGE)" in run.output
+    assert "PASS (fault build)" in run.output
+    results = tmp_path / "results"
+    for junit in (results / "junit.xml", results / "host" / "junit.xml"):
+        assert '<property name="engine_faults" value="CFG_LOOSE_RANGE"' in junit.read_text(), junit
+    assert "FAULT BUILD: CFG_LOOSE_RANGE" in (results / "summary.md").read_text()
+    assert "#9a6700" in (results / "matrix.svg").read_text()  # the status cell is not green
+    # `bmoe-ci report` rebuilds the same from the directory alone
+    (results / "host" / "device.json").unlink()
+    (results / "run.json").unlink()
+    from bmoe_ci.reports import rebuild
+
+    assert rebuild(results)["faults"] == ["CFG_LOOSE_RANGE"]
+
+
+# ---------------------------------------------------------------------------- classification
+
+
+def _outcome(tmp_path: Path, gates: dict[str, str] | None, problems: list[dict] | None = None,
+             infra: str | None = None, rc: int = 1) -> GateRunOutcome:
+    log = tmp_path / "pytest.log"
+    log.write_text("last words\n")
+    summary = None if gates is None else {
+        "devices": {"host": {"gates": gates, "infra_error": infra}}, "problems": problems or []}
+    return GateRunOutcome(rc, summary, log, 1.0)
+
+
+def test_classify_a_failure_is_a_catch_an_error_never_is(tmp_path: Path) -> None:
+    fault = load_catalogue().get("WRONG_OFFSET")
+    caught = classify(fault, _outcome(tmp_path, {"G1": "fail", "G2": "error", "DET": "pass"},
+                                      [{"gate": "G1", "outcome": "fail", "name": "G1[q]", "message": "bytes differ"}]),
+                      "host")
+    assert (caught.outcome, caught.caught_by, caught.message) == ("caught", ["G1"], "G1[q]: bytes differ")
+    error = classify(fault, _outcome(tmp_path, {"G1": "error", "DET": "pass"},
+                                     [{"gate": "G1", "outcome": "error", "name": "G1[q]", "message": "timeout"}]),
+                     "host")
+    assert (error.outcome, error.caught_by) == ("error", []) and "timeout" in error.message
+    survived = classify(fault, _outcome(tmp_path, {"G1": "pass", "REPLAY": "skip"}, rc=0), "host")
+    assert (survived.outcome, survived.caught_by) == ("survived", [])
+    assert classify(fault, _outcome(tmp_path, None, rc=3), "host").outcome == "error"
+    dead = classify(fault, _outcome(tmp_path, {"G1": "error"}, infra="unreachable"), "host")
+    assert dead.outcome == "error" and "unreachable" in dead.message
+
+
+def test_a_clean_engine_that_fails_gives_no_verdict(tmp_path: Path) -> None:
+    assert check_clean(_outcome(tmp_path, {"G1": "pass", "REPLAY": "skip"}, rc=0), "host") == {"G1": "pass",
+                                                                                           "REPLAY": "skip"}
+    for gates in ({"G1": "fail"}, {"G1": "error"}, {}, None):
+        with pytest.raises(NoVerdict):
+            check_clean(_outcome(tmp_path, gates), "host")
+
+
+# ---------------------------------------------------------------------------- bmoe-ci mutants
+
+
+def test_mutants_on_a_subset_prints_the_table_and_the_score(tmp_path: Path) -> None:
+    results = tmp_path / "mutants"
+    doc_file = tmp_path / "gates.md"
+    doc_file.write_text(f"# gates\n\nbefore\n\n{DOC_BEGIN}\nold\n{DOC_END}\n\nafter\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "bmoe_ci.cli", "mutants", "--farm", str(host_farm(tmp_path)), "--device", "host",
+         "--fixture", "qwen3moe", "--fault", "WRONG_OFFSET", "--fault", "cfg_loose_range", "--results", str(results),
+         "--write-doc", str(doc_file)],
+        cwd=REPO, capture_output=True, text=True, timeout=1800, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    doc = json.loads((results / "mutants.json").read_text())
+    assert doc["schema"] == "bmoe-ci.mutants/1" and doc["device"] == "host" and doc["fixtures"] == ["qwen3moe"]
+    assert doc["score"] == {"caught": 2, "total": 2}
+    assert set(doc["engine_builds"]) == {"clean", "WRONG_OFFSET", "CFG_LOOSE_RANGE"}
+    assert len({next(iter(b.values())) for b in doc["engine_builds"].values()}) == 3  # three distinct builds
+    by_name = {f["name"]: f for f in doc["faults"]}
+    assert by_name["WRONG_OFFSET"]["outcome"] == "caught" and "G1" in by_name["WRONG_OFFSET"]["caught_by"]
+    assert by_name["CFG_LOOSE_RANGE"]["caught_by"] == ["CFG"]
+    for f in doc["faults"]:
+        assert set(f) >= {"name", "area", "caught_by", "expected", "outcome", "message"}
+    # the table: a header with the gates, one row per fault with X under the gates that caught it
+    lines = proc.stdout.splitlines()
+    header = next(ln for ln in lines if ln.startswith("fault "))
+    cols = header.split()
+    row = next(ln for ln in lines if ln.startswith("CFG_LOOSE_RANGE")).split()
+    assert row[cols.index("CFG")] == "X" and row[cols.index("G1")] == "." and row[-1] == "CAUGHT"
+    assert "mutation score on host (x86_64): 2/2 caught (100%)" in proc.stdout.replace("aarch64", "x86_64")
+    assert "[2/2]" in proc.stderr  # progress
+    assert "<svg" in (results / "mutants.svg").read_text()
+    text = doc_file.read_text()
+    assert text.startswith("# gates\n\nbefore\n\n") and text.endswith("\n\nafter\n") and "\nold\n" not in text
+    assert "| `WRONG_OFFSET` | streamer |" in text
+    # the clean engine and each fault are ordinary gate runs, with their own summary
+    assert (results / "clean" / "summary.json").is_file()
+    assert json.loads((results / "faults" / "WRONG_OFFSET" / "summary.json").read_text())["faults"] == ["WRONG_OFFSET"]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--fault", "NOPE"], "--fault NOPE: not in the fault catalogue"),
+    (["--device", "nosuch"], "nosuch"),
+    (["--fixture", "nosuch"], "--fixture nosuch: no such fixture"),
+    (["--jobs", "0"], "--jobs 0"),
+])
+def test_mutants_bad_input_is_one_line_exit_2(tmp_path: Path, argv: list[str], message: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "mutants", "--farm", str(host_farm(tmp_path)),
+                           "--results", str(tmp_path / "r"), *argv],
+                          cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "work").exists()
+
+
+def test_results_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    target = tmp_path / "file"
+    target.write_text("x")
+    proc = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "mutants", "--farm", str(host_farm(tmp_path)),
+                           "--results", str(target)], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 2 and "not a directory" in proc.stderr
+
+
+# ---------------------------------------------------------------------------- docs/gates.md
+
+
+ROW = re.compile(r"^\| `([A-Z0-9_]+)` \| ([a-z]+) \| [^|]+ \| ([^|]+) \| ([^|]+) \| (caught|survived|error) \|$")
+
+
+def test_docs_fault_table_is_the_generated_one_and_names_every_fault() -> None:
+    text = (REPO / "docs" / "gates.md").read_text()
+    assert text.count(DOC_BEGIN) == 1 and text.count(DOC_END) == 1
+    block = text[text.index(DOC_BEGIN): text.index(DOC_END) + len(DOC_END)]
+    lines = block.splitlines()
+    assert DOC_HEADER in lines
+    rows = [ROW.match(ln) for ln in lines if ln.startswith("| `")]
+    assert all(rows), [ln for ln in lines if ln.startswith("| `") and not ROW.match(ln)]
+    cat = load_catalogue()
+    assert [m.group(1) for m in rows if m] == cat.names(), "the table is stale: run the documented command"
+    for m in rows:
+        assert m is not None and m.group(2) == cat.get(m.group(1)).area
+    # regenerating from the same data gives the same block (it is the generator's format, not a hand edit)
+    faults = [{"name": m.group(1), "area": m.group(2), "breaks": cat.get(m.group(1)).breaks,
+               "caught_by": [] if m.group(3).strip() == "none" else m.group(3).strip().split(", "),
+               "expected": m.group(4).strip().split(", "), "outcome": m.group(5)} for m in rows if m]
+    header = lines[2]
+    meta = re.match(r"Last run: `bmoe-ci mutants` on `([^`]+)` \(([^)]+)\), fixtures: (.*), (\S+), ([0-9.]+) s\. ",
+                    header)
+    assert meta, header
+    doc = {"device": meta.group(1), "arch": meta.group(2), "fixtures": meta.group(3).split(", "),
+           "started": meta.group(4), "seconds": float(meta.group(5)),
+           "score": {"caught": sum(f["outcome"] == "caught" for f in faults), "total": len(faults)}, "faults": faults}
+    assert doc_section(doc) == block
+
+
+def test_write_doc_without_markers_is_refused(tmp_path: Path) -> None:
+    from bmoe_ci.mutants.report import MutantsFileError
+
+    path = tmp_path / "gates.md"
+    path.write_text("# no markers\n")
+    with pytest.raises(MutantsFileError, match="no generated block"):
+        write_doc(path, {"faults": []})
+    assert path.read_text() == "# no markers\n"

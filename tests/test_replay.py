@@ -1,0 +1,167 @@
+"""The replay model (bmoe_ci.replay) against the real engine, and the replay's own teeth.
+
+* every decision and counter of real runs is predicted exactly, across the cache, prefetch, the drop
+  rule (renormalised or not, at other widths) and substitution, on normalised, scaled and
+  unnormalised fixtures;
+* a trace or a counter changed in one place is a mismatch naming the field and both values;
+* the LRU model: refresh on hit, pins, speculative inserts that never go over budget;
+* a malformed trace is one error naming file:line:key; the configuration is read from the argv.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bmoe_ci.replay import RunConfig, TraceError, mismatches, parse_trace, replay
+from bmoe_ci.replay.cache import LruCache
+
+PROMPT = "The quick brown fox"
+EVICTING = ("--cache-mb", "2", "--force-cache")
+CONFIGS = {
+    "cache-off": (),
+    "evicting": EVICTING,
+    "prefetch2": (*EVICTING, "--prefetch", "2", "--prefetch-sync"),
+    "drop": (*EVICTING, "--drop-cold-experts", "1.0"),
+    "drop-norenorm-k3": (*EVICTING, "--drop-cold-experts", "1.0", "--drop-no-renorm", "--n-expert-used", "3"),
+    "subst": (*EVICTING, "--expert-substitute", "1.0"),
+    "all-prefetch-drop-subst": (*EVICTING, "--prefetch", "3", "--prefetch-sync", "--drop-cold-experts", "0.75",
+                                "--expert-substitute", "0.3"),
+    "topk-all-1mib": ("--cache-mb", "1", "--force-cache", "--n-expert-used", "8", "--prefetch", "2",
+                      "--prefetch-sync"),
+}
+
+
+def traced_run(binary: Path, model: Path, tmp_path: Path, *args: str, n: int = 24) -> tuple[list[str], dict, str]:
+    trace = tmp_path / "trace.csv"
+    argv = ["run", "-m", str(model), "-p", PROMPT, "-n", str(n), "--json", *args, "--route-trace", str(trace)]
+    proc = subprocess.run([str(binary), *argv], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return argv, json.loads(proc.stdout)["counters"], trace.read_text()
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+@pytest.mark.parametrize("name", ["qwen3moe", "gemma4", "qwen3moe-nonorm"])
+def test_replay_predicts_every_decision_and_counter(engine_bin: Path, fixtures: dict[str, Path], tmp_path: Path,
+                                                    name: str, config: str) -> None:
+    argv, counters, text = traced_run(engine_bin, fixtures[name], tmp_path, *CONFIGS[config])
+    trace = parse_trace(text, "trace.csv")
+    pred = replay(trace, RunConfig.from_argv(argv))
+    assert pred.problems == []
+    assert mismatches(trace, pred, counters) == []
+    assert len(pred.rows) == counters["experts_routed"] > 0
+    if "--drop-cold-experts" in argv:  # the rule really decided something here
+        assert counters["experts_dropped"] > 0
+    if "--expert-substitute" in argv:
+        assert counters["subst_changed"] > 0
+
+
+@pytest.fixture(scope="module")
+def prefetch_run(engine_bin: Path, fixtures: dict[str, Path], tmp_path_factory: pytest.TempPathFactory):
+    return traced_run(engine_bin, fixtures["qwen3moe"], tmp_path_factory.mktemp("replay"),
+                      *EVICTING, "--prefetch", "1", "--prefetch-sync", "--drop-cold-experts", "1.0")
+
+
+def test_a_changed_counter_or_trace_field_is_named(prefetch_run) -> None:
+    argv, counters, text = prefetch_run
+    trace = parse_trace(text, "trace.csv")
+    pred = replay(trace, RunConfig.from_argv(argv))
+    assert mismatches(trace, pred, counters) == []
+    # a counter off by a factor of two
+    doubled = {**counters, "flash_bytes": 2 * counters["flash_bytes"]}
+    [m] = mismatches(trace, pred, doubled)
+    assert (m.where, m.field, m.engine, m.replay) == ("counters", "flash_bytes", doubled["flash_bytes"],
+                                                      counters["flash_bytes"])
+    # one row's residency changed: named by step, layer, slot and line
+    i = next(i for i, r in enumerate(trace.rows) if r.phase == 1 and r.residency == 1)
+    r = trace.rows[i]
+    trace.rows[i] = dataclasses.replace(r, residency=0)
+    [m] = mismatches(trace, pred, counters)
+    assert m.field == "residency" and (m.engine, m.replay) == (0, 1)
+    assert f"step {r.step} layer {r.layer} slot {r.slot} (line {r.line})" in m.where
+
+
+def test_a_wrong_configuration_is_caught(prefetch_run) -> None:
+    """The replay is not a mirror of the trace: told another budget or threshold, it disagrees."""
+    argv, counters, text = prefetch_run
+    trace = parse_trace(text, "trace.csv")
+    for other in (["--cache-mb", "3"], ["--drop-cold-experts", "0.5"], ["--prefetch", "0"]):
+        cfg = RunConfig.from_argv([*argv, *other])
+        assert mismatches(trace, replay(trace, cfg), counters), other
+
+
+def test_lru_refreshes_pins_and_never_speculates_over_budget() -> None:
+    c = LruCache(budget=3 * 100, slot_bytes=100)
+    for e in range(3):
+        c.insert((0, e))
+    c.touch((0, 0))  # a hit is made most recent: 1 is now the least recent
+    c.insert((0, 3))
+    assert list(c.entries) == [(0, 2), (0, 0), (0, 3)] and c.evictions == 1
+    for key in list(c.entries):
+        c.pin(key)
+    assert c.insert((0, 4), speculative=True) is False and (0, 4) not in c  # no room without a pinned victim
+    assert c.insert((0, 5)) is True and c.bytes == 400  # a demand load goes over budget
+    c.unpin((0, 2))
+    c.trim()
+    assert (0, 2) not in c and c.bytes == 300
+
+
+def test_malformed_trace_is_one_error_naming_file_line_key(prefetch_run) -> None:
+    _, _, text = prefetch_run
+    with pytest.raises(TraceError, match=r"^t.csv:1: expected '# route_trace v2'"):
+        parse_trace(text.replace("v2", "v1", 1), "t.csv")
+    lines = text.splitlines()
+    bad = "\n".join([*lines[:20], lines[20].replace(",0,", ",x,", 1), *lines[21:]])
+    with pytest.raises(TraceError, match=r"^t.csv:21:\w+: not an integer: 'x'$"):
+        parse_trace(bad, "t.csv")
+    no_slot = "\n".join(ln for ln in lines if not ln.startswith("# slot_bytes="))
+    with pytest.raises(TraceError, match=r"^t.csv:\d+:slot_bytes: missing from the preamble$"):
+        parse_trace(no_slot, "t.csv")
+
+
+def test_config_from_argv() -> None:
+    cfg = RunConfig.from_argv(["run", "-m", "m.gguf", "--cache-mb=2", "--force-cache", "--prefetch", "2",
+                               "--drop-cold-experts", "0.75", "--drop-no-renorm", "--expert-substitute", "1e-6",
+                               "--json"])
+    assert cfg == RunConfig(cache_mb=2, prefetch=2, drop_F=0.75, renorm=False, subst_L=1e-6)
+    assert cfg.budget == 2 << 20
+    assert RunConfig.from_argv(["run", "--mmap", "-p", "x"]) == RunConfig(mmap=True)
+
+
+class _Device:
+    name = "fake"
+    timeout_scale = 1.0
+
+
+class _Session:
+    """A device whose shell is this machine's: counts the round trips."""
+
+    device = _Device()
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def run(self, argv, timeout):
+        from bmoe_ci.farm import Outcome, RunResult
+
+        self.calls += 1
+        p = subprocess.run(list(argv), capture_output=True, timeout=timeout, check=False)
+        return RunResult("fake", tuple(argv), Outcome.EXITED, p.returncode, stdout=p.stdout, stderr=p.stderr)
+
+
+def test_traces_come_back_in_one_round_trip(tmp_path: Path) -> None:
+    from bmoe_ci.plugin.runner import DeviceRunner
+
+    a, b, gone = tmp_path / "a.csv", tmp_path / "b.csv", tmp_path / "gone.csv"
+    a.write_text("# route_trace v2\nx,y\n1,2\n")
+    b.write_text("second\n\nwith a blank line and no final newline")
+    session = _Session()
+    runner = DeviceRunner(session)  # type: ignore[arg-type]
+    paths = [str(a), str(gone), str(b)]
+    got = runner.texts("k", paths)
+    assert got == {str(a): a.read_text(), str(gone): None, str(b): b.read_text()}
+    assert runner.texts("k", paths) is got and session.calls == 1  # cached: one round trip per key
