@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -321,3 +323,79 @@ def test_a_device_whose_sshd_dies_mid_run_gives_errors_and_the_other_passes(tmp_
         assert problems and all(any(k in p["message"] for k in ("unreachable", "disconnect")) for p in problems)
         assert took < 240
         assert _engines_under(state / "devices" / ssh_name / "store") == []
+
+
+def _gates_cmd(farm: Path, results: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", *DET, "-p", "no:cacheprovider", "-q", "--farm", str(farm),
+            "--device", "host", "--results", str(results), "--fixture", "qwen3moe", *args]
+
+
+def _summary(results: Path) -> dict:
+    return json.loads((results / "summary.json").read_text())
+
+
+def test_a_second_run_on_a_leased_device_is_busy_or_waits_for_it(tmp_path: Path) -> None:
+    farm = host_farm(tmp_path)
+    # The same device, its engine slowed by an exec prefix (farm file only): the first run holds the lease
+    # long enough for the others to meet it.
+    slow = tmp_path / "slow.yaml"
+    slow.write_text(farm.read_text() + "    exec_prefix: [sh, -c, 'sleep 3; exec \"$@\"', slow]\n")
+    lease = tmp_path / "work" / ".bmoe-ci-lock" / "owner"
+    start = time.monotonic()
+    first = subprocess.Popen(_gates_cmd(slow, tmp_path / "r1"), cwd=REPO, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        while not lease.is_file() and first.poll() is None and time.monotonic() - start < 120:
+            time.sleep(0.05)
+        assert first.poll() is None and lease.is_file(), "the first run never leased the device"
+        waiter = subprocess.Popen(_gates_cmd(farm, tmp_path / "r3", "--lock-wait", "120"), cwd=REPO,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        busy = subprocess.run(_gates_cmd(farm, tmp_path / "r2"), cwd=REPO, capture_output=True, text=True,
+                              timeout=120, check=False)
+        assert first.poll() is None, "the first run ended before the second met its lease"
+        waited_out, _ = waiter.communicate(timeout=180)
+        first_rc = first.wait(timeout=60)
+        took = time.monotonic() - start
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(first.pid, signal.SIGKILL)
+    # the busy run: every test an infrastructure error naming the holder, nothing pushed, no verdict
+    refused = _summary(tmp_path / "r2")["devices"]["host"]
+    assert busy.returncode == 1, busy.stdout[-3000:]
+    # the gate's 3 tests and the device's own setup record: all errors
+    assert refused["errors"] == refused["tests"] == 4 and refused["passed"] == refused["failed"] == 0
+    assert refused["gate_counts"]["DET"] == {"pass": 0, "fail": 0, "error": 3, "skip": 0}
+    assert refused["pushed_bytes"] == 0
+    msg = refused["infra_error"]
+    holder = rf"\S+ \(pid {first.pid} on {re.escape(socket.gethostname())}\)"
+    assert re.search(rf"busy, held by {holder} since [\d-]+ [\d:]+ UTC; "
+                     r"heartbeat \d+s ago, expires in \d+s \(ttl 180s\)", msg), msg
+    # the first run and the waiting one both pass; the waiter ran after the first released the lease
+    assert first_rc == 0 and _summary(tmp_path / "r1")["devices"]["host"]["passed"] == 3
+    assert waiter.returncode == 0, waited_out[-3000:]
+    assert _summary(tmp_path / "r3")["devices"]["host"]["passed"] == 3
+    assert "waiting up to" in waited_out and f"pid {first.pid}" in waited_out
+    assert took < 120
+    assert not lease.exists()  # what is left: no lease, no temporaries
+    assert not [p for p in _store(tmp_path).iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_too_little_free_space_refuses_the_device_before_any_upload_and_the_other_goes_on(tmp_path: Path) -> None:
+    farm = _two_device_farm(tmp_path, 60.0)
+    text = farm.read_text().replace("name: host\n", "name: host\n    min_free_mb: 100000000\n", 1)
+    farm.write_text(text)
+    start = time.monotonic()
+    run = run_gates(tmp_path, farm=farm, device="all", modules=DET)
+    took = time.monotonic() - start
+    full, other = run.summary["devices"]["host"], run.summary["devices"]["host-b"]
+    assert run.returncode == 1, run.output[-3000:]
+    assert other["status"] == "pass" and other["passed"] == other["tests"] == 3
+    assert full["errors"] == full["tests"] and full["passed"] == full["failed"] == 0
+    assert full["gate_counts"]["DET"] == {"pass": 0, "fail": 0, "error": 3, "skip": 0}
+    assert full["pushed_bytes"] == 0
+    assert "MiB free" in full["infra_error"] and "100000000 MiB" in full["infra_error"]
+    assert "min_free_mb" in full["infra_error"]
+    assert took < 90
+    # what is left on the refused device: nothing stored, nothing half-uploaded
+    store = _store(tmp_path)
+    assert not store.exists() or list(store.iterdir()) == []
