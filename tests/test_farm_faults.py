@@ -4,6 +4,7 @@ asserts the verdicts, the counts, a time bound and what is left on the device.""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -54,7 +55,6 @@ def test_flipped_bytes_in_the_stored_engine_and_fixture_are_repushed_and_the_run
     assert host["pushed_bytes"] == sum(p.stat().st_size for p in stored)
     assert took < 300
     # what is left on the device: intact files under their hashes, no temporaries
-    import hashlib
 
     for p in _store(tmp_path).iterdir():
         assert not p.name.startswith(".tmp-")
@@ -399,3 +399,60 @@ def test_too_little_free_space_refuses_the_device_before_any_upload_and_the_othe
     # what is left on the refused device: nothing stored, nothing half-uploaded
     store = _store(tmp_path)
     assert not store.exists() or list(store.iterdir()) == []
+
+
+def test_an_interrupted_push_leaves_nothing_served_and_the_next_run_passes(tmp_path: Path) -> None:
+    state = tmp_path / "farm"
+    with localfarm.running(state) as resolved:
+        ssh_name = str(localfarm.layout()["SSH_HOST_NAME"])
+        farm = state / "no-retry.yaml"  # beside the resolved file: its relative paths still hold
+        farm.write_text(resolved.read_text().replace("  min_free_mb: 64\n", "  min_free_mb: 64\n  retries: 0\n"))
+        sshd = json.loads((state / "farm.json").read_text())["sshd"][ssh_name]["pid"]
+        store = state / "devices" / ssh_name / "store"
+        killed: list[int] = []
+        done = threading.Event()
+
+        def kill_the_upload() -> None:
+            # The device drops while the first upload's temporary grows: every ssh session (sftp is served
+            # inside the session process) is killed, the listener stays so the next run can connect.
+            while not done.is_set() and not killed:
+                if store.is_dir() and any(p.name.startswith(".tmp-") for p in store.iterdir()):
+                    for pid in _descendants(sshd):
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(pid, signal.SIGKILL)
+                        killed.append(pid)
+                time.sleep(0.002)
+
+        killer = threading.Thread(target=kill_the_upload, daemon=True)
+        killer.start()
+        start = time.monotonic()
+        try:
+            cut = run_gates(tmp_path, farm=farm, device=ssh_name, modules=DET, results=tmp_path / "r1")
+        finally:
+            done.set()
+            killer.join()
+        cut_s = time.monotonic() - start
+        assert killed, "no upload was caught in flight"
+        dev = cut.summary["devices"][ssh_name]
+        assert cut.returncode == 1, cut.output[-3000:]
+        assert dev["errors"] == dev["tests"] and dev["passed"] == dev["failed"] == 0
+        assert dev["gate_counts"]["DET"] == {"pass": 0, "fail": 0, "error": 3, "skip": 0}
+        assert "disconnect" in dev["infra_error"] and "upload of" in dev["infra_error"], dev["infra_error"]
+        # never served unverified: the cut upload is left only under its temporary name, what has a name is complete
+        [cut_tmp] = [p for p in store.iterdir() if p.name.startswith(".tmp-")]
+        cut_sha = cut_tmp.name.split("-")[2]
+        assert not (store / cut_sha).exists()
+        for p in store.iterdir():
+            if not p.name.startswith(".tmp-"):
+                assert hashlib.sha256(p.read_bytes()).hexdigest() == p.name
+
+        again = run_gates(tmp_path, farm=farm, device=ssh_name, modules=DET, results=tmp_path / "r2")
+        took = time.monotonic() - start
+        dev = again.summary["devices"][ssh_name]
+        assert again.returncode == 0, again.output[-3000:]
+        assert dev["status"] == "pass" and dev["passed"] == dev["tests"] == 3
+        assert cut_s < 60 and took < 120
+        left = list(store.iterdir())
+        assert left and not [p for p in left if p.name.startswith(".tmp-")]
+        assert all(hashlib.sha256(p.read_bytes()).hexdigest() == p.name for p in left)
+        assert cut_sha in {p.name for p in left}  # the cut file, uploaded again and verified
