@@ -440,7 +440,7 @@ def test_an_interrupted_push_leaves_nothing_served_and_the_next_run_passes(tmp_p
         assert "disconnect" in dev["infra_error"] and "upload of" in dev["infra_error"], dev["infra_error"]
         # never served unverified: the cut upload is left only under its temporary name, what has a name is complete
         [cut_tmp] = [p for p in store.iterdir() if p.name.startswith(".tmp-")]
-        cut_sha = cut_tmp.name.split("-")[2]
+        cut_sha = cut_tmp.name.split("-")[1]
         assert not (store / cut_sha).exists()
         for p in store.iterdir():
             if not p.name.startswith(".tmp-"):
