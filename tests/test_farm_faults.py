@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import junitparser
@@ -401,6 +402,37 @@ def test_too_little_free_space_refuses_the_device_before_any_upload_and_the_othe
     assert not store.exists() or list(store.iterdir()) == []
 
 
+@contextlib.contextmanager
+def _cut_first_upload(store: Path, sshd: int) -> Iterator[list[int]]:
+    """The device drops while the first upload's temporary grows: every ssh session (sftp is served inside
+    the session process) is killed; the listener stays, so a reconnect or the next run gets in."""
+    killed: list[int] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set() and not killed:
+            if store.is_dir() and any(p.name.startswith(".tmp-") for p in store.iterdir()):
+                for pid in _descendants(sshd):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+            time.sleep(0.002)
+
+    killer = threading.Thread(target=watch, daemon=True)
+    killer.start()
+    try:
+        yield killed
+    finally:
+        done.set()
+        killer.join()
+    assert killed, "no upload was caught in flight"
+
+
+def _junit_props(path: Path) -> dict[str, str]:
+    suite = next(iter(junitparser.JUnitXml.fromfile(str(path))))
+    return {p.name: p.value for p in suite.properties()}
+
+
 def test_an_interrupted_push_leaves_nothing_served_and_the_next_run_passes(tmp_path: Path) -> None:
     state = tmp_path / "farm"
     with localfarm.running(state) as resolved:
@@ -409,30 +441,10 @@ def test_an_interrupted_push_leaves_nothing_served_and_the_next_run_passes(tmp_p
         farm.write_text(resolved.read_text().replace("  min_free_mb: 64\n", "  min_free_mb: 64\n  retries: 0\n"))
         sshd = json.loads((state / "farm.json").read_text())["sshd"][ssh_name]["pid"]
         store = state / "devices" / ssh_name / "store"
-        killed: list[int] = []
-        done = threading.Event()
-
-        def kill_the_upload() -> None:
-            # The device drops while the first upload's temporary grows: every ssh session (sftp is served
-            # inside the session process) is killed, the listener stays so the next run can connect.
-            while not done.is_set() and not killed:
-                if store.is_dir() and any(p.name.startswith(".tmp-") for p in store.iterdir()):
-                    for pid in _descendants(sshd):
-                        with contextlib.suppress(ProcessLookupError):
-                            os.kill(pid, signal.SIGKILL)
-                        killed.append(pid)
-                time.sleep(0.002)
-
-        killer = threading.Thread(target=kill_the_upload, daemon=True)
-        killer.start()
         start = time.monotonic()
-        try:
+        with _cut_first_upload(store, sshd):
             cut = run_gates(tmp_path, farm=farm, device=ssh_name, modules=DET, results=tmp_path / "r1")
-        finally:
-            done.set()
-            killer.join()
         cut_s = time.monotonic() - start
-        assert killed, "no upload was caught in flight"
         dev = cut.summary["devices"][ssh_name]
         assert cut.returncode == 1, cut.output[-3000:]
         assert dev["errors"] == dev["tests"] and dev["passed"] == dev["failed"] == 0
@@ -456,3 +468,22 @@ def test_an_interrupted_push_leaves_nothing_served_and_the_next_run_passes(tmp_p
         assert left and not [p for p in left if p.name.startswith(".tmp-")]
         assert all(hashlib.sha256(p.read_bytes()).hexdigest() == p.name for p in left)
         assert cut_sha in {p.name for p in left}  # the cut file, uploaded again and verified
+        assert cut.summary["devices"][ssh_name]["retries"] == dev["retries"] == 0  # retries: 0
+
+        # with a retry allowed, the same cut costs one retry and the run passes; the retry is recorded
+        for p in left:
+            p.chmod(0o644)
+            p.unlink()
+        farm.write_text(farm.read_text().replace("  retries: 0\n", "  retries: 1\n"))
+        with _cut_first_upload(store, sshd):
+            retried = run_gates(tmp_path, farm=farm, device=ssh_name, modules=DET, results=tmp_path / "r3")
+        dev = retried.summary["devices"][ssh_name]
+        assert retried.returncode == 0, retried.output[-3000:]
+        assert dev["status"] == "pass" and dev["passed"] == dev["tests"] == 3 and dev["retries"] == 1
+        [note] = dev["retry_notes"]
+        assert note.startswith("upload of ") and "disconnect" in note and "retry 1 of 1" in note
+        props = _junit_props(tmp_path / "r3" / ssh_name / "junit.xml")
+        assert props["retries"] == "1" and props["retry.0"] == note
+        assert "Transient failures retried" in (tmp_path / "r3" / "summary.md").read_text()
+        assert not [p for p in store.iterdir() if p.name.startswith(".tmp-")]
+        assert time.monotonic() - start < 150
