@@ -4,13 +4,17 @@ asserts the verdicts, the counts, a time bound and what is left on the device.""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import junitparser
@@ -52,7 +56,6 @@ def test_flipped_bytes_in_the_stored_engine_and_fixture_are_repushed_and_the_run
     assert host["pushed_bytes"] == sum(p.stat().st_size for p in stored)
     assert took < 300
     # what is left on the device: intact files under their hashes, no temporaries
-    import hashlib
 
     for p in _store(tmp_path).iterdir():
         assert not p.name.startswith(".tmp-")
@@ -321,3 +324,166 @@ def test_a_device_whose_sshd_dies_mid_run_gives_errors_and_the_other_passes(tmp_
         assert problems and all(any(k in p["message"] for k in ("unreachable", "disconnect")) for p in problems)
         assert took < 240
         assert _engines_under(state / "devices" / ssh_name / "store") == []
+
+
+def _gates_cmd(farm: Path, results: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", *DET, "-p", "no:cacheprovider", "-q", "--farm", str(farm),
+            "--device", "host", "--results", str(results), "--fixture", "qwen3moe", *args]
+
+
+def _summary(results: Path) -> dict:
+    return json.loads((results / "summary.json").read_text())
+
+
+def test_a_second_run_on_a_leased_device_is_busy_or_waits_for_it(tmp_path: Path) -> None:
+    farm = host_farm(tmp_path)
+    # The same device, its engine slowed by an exec prefix (farm file only): the first run holds the lease
+    # long enough for the others to meet it.
+    slow = tmp_path / "slow.yaml"
+    slow.write_text(farm.read_text() + "    exec_prefix: [sh, -c, 'sleep 3; exec \"$@\"', slow]\n")
+    lease = tmp_path / "work" / ".bmoe-ci-lock" / "owner"
+    start = time.monotonic()
+    first = subprocess.Popen(_gates_cmd(slow, tmp_path / "r1"), cwd=REPO, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        while not lease.is_file() and first.poll() is None and time.monotonic() - start < 120:
+            time.sleep(0.05)
+        assert first.poll() is None and lease.is_file(), "the first run never leased the device"
+        waiter = subprocess.Popen(_gates_cmd(farm, tmp_path / "r3", "--lock-wait", "120"), cwd=REPO,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        busy = subprocess.run(_gates_cmd(farm, tmp_path / "r2"), cwd=REPO, capture_output=True, text=True,
+                              timeout=120, check=False)
+        assert first.poll() is None, "the first run ended before the second met its lease"
+        waited_out, _ = waiter.communicate(timeout=180)
+        first_rc = first.wait(timeout=60)
+        took = time.monotonic() - start
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(first.pid, signal.SIGKILL)
+    # the busy run: every test an infrastructure error naming the holder, nothing pushed, no verdict
+    refused = _summary(tmp_path / "r2")["devices"]["host"]
+    assert busy.returncode == 1, busy.stdout[-3000:]
+    # the gate's 3 tests and the device's own setup record: all errors
+    assert refused["errors"] == refused["tests"] == 4 and refused["passed"] == refused["failed"] == 0
+    assert refused["gate_counts"]["DET"] == {"pass": 0, "fail": 0, "error": 3, "skip": 0}
+    assert refused["pushed_bytes"] == 0
+    msg = refused["infra_error"]
+    holder = rf"\S+ \(pid {first.pid} on {re.escape(socket.gethostname())}\)"
+    assert re.search(rf"busy, held by {holder} since [\d-]+ [\d:]+ UTC; "
+                     r"heartbeat \d+s ago, expires in \d+s \(ttl 180s\)", msg), msg
+    # the first run and the waiting one both pass; the waiter ran after the first released the lease
+    assert first_rc == 0 and _summary(tmp_path / "r1")["devices"]["host"]["passed"] == 3
+    assert waiter.returncode == 0, waited_out[-3000:]
+    assert _summary(tmp_path / "r3")["devices"]["host"]["passed"] == 3
+    assert "waiting up to" in waited_out and f"pid {first.pid}" in waited_out
+    assert took < 120
+    assert not lease.exists()  # what is left: no lease, no temporaries
+    assert not [p for p in _store(tmp_path).iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_too_little_free_space_refuses_the_device_before_any_upload_and_the_other_goes_on(tmp_path: Path) -> None:
+    farm = _two_device_farm(tmp_path, 60.0)
+    text = farm.read_text().replace("name: host\n", "name: host\n    min_free_mb: 100000000\n", 1)
+    farm.write_text(text)
+    start = time.monotonic()
+    run = run_gates(tmp_path, farm=farm, device="all", modules=DET)
+    took = time.monotonic() - start
+    full, other = run.summary["devices"]["host"], run.summary["devices"]["host-b"]
+    assert run.returncode == 1, run.output[-3000:]
+    assert other["status"] == "pass" and other["passed"] == other["tests"] == 3
+    assert full["errors"] == full["tests"] and full["passed"] == full["failed"] == 0
+    assert full["gate_counts"]["DET"] == {"pass": 0, "fail": 0, "error": 3, "skip": 0}
+    assert full["pushed_bytes"] == 0
+    assert "MiB free" in full["infra_error"] and "100000000 MiB" in full["infra_error"]
+    assert "min_free_mb" in full["infra_error"]
+    assert took < 90
+    # what is left on the refused device: nothing stored, nothing half-uploaded
+    store = _store(tmp_path)
+    assert not store.exists() or list(store.iterdir()) == []
+
+
+@contextlib.contextmanager
+def _cut_first_upload(store: Path, sshd: int) -> Iterator[list[int]]:
+    """The device drops while the first upload's temporary grows: every ssh session (sftp is served inside
+    the session process) is killed; the listener stays, so a reconnect or the next run gets in."""
+    killed: list[int] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set() and not killed:
+            if store.is_dir() and any(p.name.startswith(".tmp-") for p in store.iterdir()):
+                for pid in _descendants(sshd):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+            time.sleep(0.002)
+
+    killer = threading.Thread(target=watch, daemon=True)
+    killer.start()
+    try:
+        yield killed
+    finally:
+        done.set()
+        killer.join()
+    assert killed, "no upload was caught in flight"
+
+
+def _junit_props(path: Path) -> dict[str, str]:
+    suite = next(iter(junitparser.JUnitXml.fromfile(str(path))))
+    return {p.name: p.value for p in suite.properties()}
+
+
+def test_an_interrupted_push_leaves_nothing_served_and_the_next_run_passes(tmp_path: Path) -> None:
+    state = tmp_path / "farm"
+    with localfarm.running(state) as resolved:
+        ssh_name = str(localfarm.layout()["SSH_HOST_NAME"])
+        farm = state / "no-retry.yaml"  # beside the resolved file: its relative paths still hold
+        farm.write_text(resolved.read_text().replace("  min_free_mb: 64\n", "  min_free_mb: 64\n  retries: 0\n"))
+        sshd = json.loads((state / "farm.json").read_text())["sshd"][ssh_name]["pid"]
+        store = state / "devices" / ssh_name / "store"
+        start = time.monotonic()
+        with _cut_first_upload(store, sshd):
+            cut = run_gates(tmp_path, farm=farm, device=ssh_name, modules=DET, results=tmp_path / "r1")
+        cut_s = time.monotonic() - start
+        dev = cut.summary["devices"][ssh_name]
+        assert cut.returncode == 1, cut.output[-3000:]
+        assert dev["errors"] == dev["tests"] and dev["passed"] == dev["failed"] == 0
+        assert dev["gate_counts"]["DET"] == {"pass": 0, "fail": 0, "error": 3, "skip": 0}
+        assert "disconnect" in dev["infra_error"] and "upload of" in dev["infra_error"], dev["infra_error"]
+        # never served unverified: the cut upload is left only under its temporary name, what has a name is complete
+        [cut_tmp] = [p for p in store.iterdir() if p.name.startswith(".tmp-")]
+        cut_sha = cut_tmp.name.split("-")[1]
+        assert not (store / cut_sha).exists()
+        for p in store.iterdir():
+            if not p.name.startswith(".tmp-"):
+                assert hashlib.sha256(p.read_bytes()).hexdigest() == p.name
+
+        again = run_gates(tmp_path, farm=farm, device=ssh_name, modules=DET, results=tmp_path / "r2")
+        took = time.monotonic() - start
+        dev = again.summary["devices"][ssh_name]
+        assert again.returncode == 0, again.output[-3000:]
+        assert dev["status"] == "pass" and dev["passed"] == dev["tests"] == 3
+        assert cut_s < 60 and took < 120
+        left = list(store.iterdir())
+        assert left and not [p for p in left if p.name.startswith(".tmp-")]
+        assert all(hashlib.sha256(p.read_bytes()).hexdigest() == p.name for p in left)
+        assert cut_sha in {p.name for p in left}  # the cut file, uploaded again and verified
+        assert cut.summary["devices"][ssh_name]["retries"] == dev["retries"] == 0  # retries: 0
+
+        # with a retry allowed, the same cut costs one retry and the run passes; the retry is recorded
+        for p in left:
+            p.chmod(0o644)
+            p.unlink()
+        farm.write_text(farm.read_text().replace("  retries: 0\n", "  retries: 1\n"))
+        with _cut_first_upload(store, sshd):
+            retried = run_gates(tmp_path, farm=farm, device=ssh_name, modules=DET, results=tmp_path / "r3")
+        dev = retried.summary["devices"][ssh_name]
+        assert retried.returncode == 0, retried.output[-3000:]
+        assert dev["status"] == "pass" and dev["passed"] == dev["tests"] == 3 and dev["retries"] == 1
+        [note] = dev["retry_notes"]
+        assert note.startswith("upload of ") and "disconnect" in note and "retry 1 of 1" in note
+        props = _junit_props(tmp_path / "r3" / ssh_name / "junit.xml")
+        assert props["retries"] == "1" and props["retry.0"] == note
+        assert "Transient failures retried" in (tmp_path / "r3" / "summary.md").read_text()
+        assert not [p for p in store.iterdir() if p.name.startswith(".tmp-")]
+        assert time.monotonic() - start < 150

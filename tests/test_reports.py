@@ -91,6 +91,7 @@ def phone_run() -> DeviceRun:
         pushed_bytes=1234,
         verified_files=3,
         repushed=["m.gguf: stored copy has sha256 aa, expected bb", "bmoe: upload has sha256 cc, expected dd"],
+        retries=["connect failed (unreachable: refused); retry 1 of 2 in 1s"],
         engine_s=3.0,
         wall_s=4.5,
         outputs=dict(OUT_SHA),
@@ -194,6 +195,7 @@ def test_device_junit_shape(results: Path) -> None:
     assert p["kind"] == "phone" and p["engine_build_id"] == "bid-arm" and p["target"] == "aarch64-linux-musl"
     assert p["pushed_bytes"] == "1234" and p["verified_files"] == "3"
     assert p["repushed.0"].startswith("m.gguf: stored copy") and p["repushed.1"].startswith("bmoe: upload")
+    assert p["retries"] == "1" and p["retry.0"].startswith("connect failed (unreachable")
     assert {k: v for k, v in p.items() if k.startswith("fixture.")} == {
         f"fixture.{f}.sha256": sha for f, sha in FX_SHA.items()
     }
@@ -422,6 +424,9 @@ def test_report_rebuilds_from_the_directory_alone(results: Path) -> None:
     assert after["devices"]["pixel8"]["verified_files"] == 3
     assert after["devices"]["pixel8"]["repushed"] == before["devices"]["pixel8"]["repushed"]
     assert len(after["devices"]["pixel8"]["repushed"]) == 2
+    assert after["devices"]["pixel8"]["retries"] == before["devices"]["pixel8"]["retries"] == 1
+    assert after["devices"]["pixel8"]["retry_notes"] == before["devices"]["pixel8"]["retry_notes"]
+    assert after["devices"]["host"]["retries"] == 0
     problems = {p["name"]: p for p in after["problems"]}
     assert problems["G1[gemma4]"]["artifacts"] == ["pixel8/G1-gemma4/stdout.txt"]
     assert after["engine_builds"] == META.engine_builds  # derived from the devices without run.json

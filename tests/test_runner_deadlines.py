@@ -4,6 +4,8 @@ that plan without running it again, and two timeouts take the device out of the 
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -88,3 +90,47 @@ def test_a_crash_under_the_watcher_is_a_crash_verdict(runner: DeviceRunner, tmp_
     assert res["a"].ok and res["c"].ok  # the rest of the plan was sent again
     assert res["b"].crashed == "SIGSEGV" and "engine crashed (SIGSEGV)" in res["b"].describe()
     assert runner.timeouts == [] and _ran(tmp_path) == ["a", "b", "c"]
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for its reaper is dead)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("hang", [True, False], ids=["timeout", "normal-end"])
+def test_what_the_engine_command_started_dies_with_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     hang: bool) -> None:
+    # The exec prefix forks a child that outlives nothing on its own: it must die with the engine's
+    # process group when the watcher kills the engine at the deadline, and when the engine simply ends.
+    farm = load_farm_file(host_farm(tmp_path))
+    child = tmp_path / "child.pid"
+    prefix = ["sh", "-c", 'sleep 300 </dev/null >/dev/null 2>&1 & echo $! >>"$CHILD_PID"; exec "$@"', "prefix"]
+    device = farm.devices["host"].model_copy(update={"entry_timeout": 2.0, "exec_prefix": prefix})
+    engine = tmp_path / "bmoe"
+    engine.write_text(ENGINE.format(python=sys.executable, target=f"{device.arch}-linux-musl"))
+    engine.chmod(0o755)
+    monkeypatch.setenv("RUNS_LOG", str(tmp_path / "runs.log"))
+    monkeypatch.setenv("CHILD_PID", str(child))
+    with open_session(device, run_id="groups", engine=engine, build_id="abc") as session:
+        runner = DeviceRunner(session)
+        start = time.monotonic()
+        if hang:
+            with pytest.raises(InfraError) as err:
+                runner.plan("p", [("a", ["run", "1"]), ("b", ["run", "hang"])])
+            assert err.value.kind == "timeout" and "entry 'b'" in err.value.reason
+        else:
+            assert runner.plan("p", [("a", ["run", "1"])])["a"].ok
+        assert time.monotonic() - start < 2.0 + 10
+    pids = [int(p) for p in child.read_text().split()]  # the preflight's --version, then the plan's
+    deadline = time.monotonic() + 3
+    while _alive(pids[-1]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    survived = _alive(pids[-1])
+    for pid in pids:  # a single run (the preflight's) is not under the watcher: clean up after it
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    assert not survived, "the engine command's child outlived it"

@@ -7,16 +7,22 @@ device even if the controller or the link is gone. So a plan runs under a small 
 
 * the engine writes its results to a temporary file in the store (``store/.tmp-batch-*``, swept by the
   next locked push if the watcher itself is killed);
-* the engine stays in the command's process group, so the command's own deadline (``timeout -s KILL``
-  on ssh devices, a process-group kill on local ones) still reaches it if the watcher dies;
-* a background loop looks at the file's size once a second: growth is progress (it says so on stderr,
-  which the controller's no-progress watchdog sees) and restarts the clock; ``DEADLINE`` seconds without
-  growth kill the engine process with ``SIGKILL`` (a ``bmoe``, under ``qemu-*`` or ``taskset`` which
-  exec it, is one process) and print :data:`DEADLINE_MARK` on stderr;
-* the loop also kills the engine when the watcher's own shell is gone (killed with its controller, or
-  by the command's deadline);
-* when the engine ends the results are copied to stdout and the file removed; the exit status is the
-  engine's (137 when the watcher killed it: :func:`deadline_hit` tells that from a crash).
+* the engine starts in its own process group (``setsid`` where the device has it: util-linux,
+  busybox, toybox; else the shell's job control, ``set -m``, as on macOS), so a kill reaches everything
+  the engine command started: an exec prefix's children, a forked helper. Its pid is the group's id
+  (``setsid`` does not fork when its caller is not a group leader, which a background job without job
+  control never is);
+* a background loop, in a process group of its own too, looks at the file's size once a second: growth
+  is progress (it says so on stderr, which the controller's no-progress watchdog sees) and restarts the
+  clock; ``DEADLINE`` seconds without growth kill the engine's process group with ``SIGKILL`` and print
+  :data:`DEADLINE_MARK` on stderr;
+* the loop also kills the engine's group when the watcher's own shell is gone (killed with its
+  controller, or by the command's own deadline, ``timeout -s KILL`` on ssh devices or a process-group
+  kill on local ones, which no longer reach the engine's group directly: that is why the loop lives
+  outside the command's group and outlives it by at most a second);
+* when the engine ends, whatever it left in its group is killed, the results are copied to stdout and
+  the file removed; the exit status is the engine's (137 when the watcher killed it:
+  :func:`deadline_hit` tells that from a crash).
 
 The loop's ``sleep`` has its output closed, so an orphaned ``sleep`` never holds the command's pipes
 open. Lines the watcher adds to stderr start with ``__bmoe_ci_`` and :func:`strip_marks` removes them.
@@ -32,30 +38,37 @@ IDLE_GRACE = 30.0
 PROGRESS_MARK = "__bmoe_ci_progress__"
 
 # $1 deadline (whole seconds), $2 result file, then the engine's argv (exec prefix included).
+# The loop is a separate `sh -c` so that it can get its own process group too (see the module docstring);
+# it takes $1 deadline, $2 result file, $3 engine pid (= its process group), $4 the watcher's pid.
 WATCH = r"""
 d=$1; f=$2; shift 2
 parent=$$
+loop='
+d=$1; f=$2; pid=$3; parent=$4
+last=0; idle=0
+while kill -0 "$pid" 2>/dev/null; do
+  sleep 1 </dev/null >/dev/null 2>&1
+  if ! kill -0 "$parent" 2>/dev/null; then kill -KILL -"$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null; exit 0; fi
+  n=$(wc -c <"$f" 2>/dev/null) || n=0
+  if [ "$n" -ne "$last" ]; then last=$n; idle=0; echo "__bmoe_ci_progress__ $n" >&2
+  else idle=$((idle + 1)); fi
+  if [ "$idle" -ge "$d" ]; then
+    echo "__bmoe_ci_entry_deadline__ $d" >&2
+    kill -KILL -"$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null
+    exit 0
+  fi
+done
+'
+if command -v setsid >/dev/null 2>&1; then own=setsid; else own=; set -m 2>/dev/null; fi
 exec 3<&0
-"$@" <&3 3<&- >"$f" &
+$own "$@" <&3 3<&- >"$f" &
 pid=$!
 exec 3<&-
-(
-  last=0; idle=0
-  while kill -0 "$pid" 2>/dev/null; do
-    sleep 1 </dev/null >/dev/null 2>&1
-    if ! kill -0 "$parent" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null; exit 0; fi
-    n=$(wc -c <"$f" 2>/dev/null) || n=0
-    if [ "$n" -ne "$last" ]; then last=$n; idle=0; echo "__bmoe_ci_progress__ $n" >&2
-    else idle=$((idle + 1)); fi
-    if [ "$idle" -ge "$d" ]; then
-      echo "__bmoe_ci_entry_deadline__ $d" >&2
-      kill -KILL "$pid" 2>/dev/null
-      exit 0
-    fi
-  done
-) </dev/null &
+$own sh -c "$loop" bmoe-ci "$d" "$f" "$pid" "$parent" </dev/null &
 w=$!
+set +m 2>/dev/null
 { wait "$pid"; } 2>/dev/null; rc=$?
+kill -KILL -"$pid" 2>/dev/null
 kill "$w" 2>/dev/null; wait "$w" 2>/dev/null
 cat "$f" 2>/dev/null; rm -f "$f"
 exit $rc

@@ -218,6 +218,7 @@ class DeviceSpec(BaseModel):
     entry_timeout: Annotated[float, Field(gt=0, le=86400)] = 120.0
     lease_ttl: Annotated[float, Field(ge=4, le=86400)] = 180.0
     retries: Annotated[StrictInt, Field(ge=0, le=10)] = 2
+    max_clock_skew: Annotated[float, Field(gt=0, le=31_536_000)] = 300.0
     quarantine_after: Annotated[StrictInt, Field(ge=0, le=1000)] = 3
     quarantine_hours: Annotated[float, Field(gt=0, le=8760)] = 24.0
 

@@ -8,7 +8,10 @@ or the transport's own kind when the device cannot be reached):
    runs a qemu user-mode emulator for the declared arch, the prefix must be present on the device and the
    arch is confirmed later from the target triple the engine reports;
 3. free space in the work directory (``df -Pk``) of at least ``min_free_mb``;
-4. engine: ``<exec prefix> <engine> --version`` prints ``bmoe <version> build <id> target <triple>``,
+4. clock: the device's ``date +%s`` within ``max_clock_skew`` seconds of the controller's clock (read in
+   the same round trip; its duration is allowed for). The device's clock stamps its use lists and
+   files, read next to the controller's times; far off, it marks a device that lost its time;
+5. engine: ``<exec prefix> <engine> --version`` prints ``bmoe <version> build <id> target <triple>``,
    with the expected build id and a triple whose arch is the declared arch.
 
 :func:`check_lite` runs 1 and 2 only (``bmoe-ci farm check``: no engine needed).
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import time
 from dataclasses import dataclass, field
 
 from .errors import InfraError
@@ -51,6 +55,7 @@ class PreflightReport:
     uname: str = ""
     arch_confirmed_by: str = ""  #: "uname" or "engine" (emulated devices), or "" when deferred
     free_mb: int | None = None
+    clock_skew_s: float | None = None  #: device clock minus controller clock
     engine: EngineVersion | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -60,6 +65,8 @@ class PreflightReport:
             parts.append(f"arch by {self.arch_confirmed_by}")
         if self.free_mb is not None:
             parts.append(f"{self.free_mb} MiB free")
+        if self.clock_skew_s is not None:
+            parts.append(f"clock {self.clock_skew_s:+.0f}s")
         if self.engine:
             parts.append(f"engine {self.engine.version} build {self.engine.build} target {self.engine.target}")
         return ", ".join(parts + self.notes)
@@ -75,20 +82,25 @@ if [ -n "$2" ]; then
   if command -v "$2" >/dev/null 2>&1; then echo "prefix ok"; else echo "prefix missing"; fi
 fi
 df -Pk "$1" 2>/dev/null | tail -n 1 | sed 's/^/df /'
+printf 'clock %s\n' "$(date +%s)"
 """
 
 
 def _probe(t: Transport) -> dict[str, str]:
-    """One round trip: ``uname -m``, whether the exec prefix exists, the work directory's ``df`` line."""
+    """One round trip: ``uname -m``, whether the exec prefix exists, the work directory's ``df`` line,
+    the device's clock; ``sent``/``back`` are the controller's clock around the round trip."""
     t.connect()
     tool = t.device.exec_prefix[0] if t.device.exec_prefix else ""
+    sent = time.time()
     r = t.sh(_PROBE, t.workdir, tool, timeout=30).raise_for_infra()
+    back = time.time()
     if not r.ok:
         raise _fail(t, f"probe (uname, df) failed: {r.describe()}: {r.stderr.decode(errors='replace').strip()[-200:]}")
     out: dict[str, str] = {}
     for line in r.stdout.decode(errors="replace").splitlines():
         key, _, value = line.partition(" ")
         out[key] = value.strip()
+    out["sent"], out["back"] = f"{sent:.3f}", f"{back:.3f}"
     return out
 
 
@@ -135,6 +147,27 @@ def check_free_space(t: Transport, report: PreflightReport, probe: dict[str, str
         raise _fail(t, f"only {report.free_mb} MiB free in {t.workdir}, need {d.min_free_mb} MiB (min_free_mb)")
 
 
+def check_clock(t: Transport, report: PreflightReport, probe: dict[str, str]) -> None:
+    """The device's clock against the controller's: the device read it somewhere in the round trip, so
+    the skew is measured from the round trip's middle and half its duration is allowed on top."""
+    d = t.device
+    try:
+        device_s = int(probe.get("clock", ""))
+        sent, back = float(probe["sent"]), float(probe["back"])
+    except (KeyError, ValueError):
+        raise _fail(t, f"cannot read the device's clock from 'date +%s' ({probe.get('clock')!r})") from None
+    skew = device_s - (sent + back) / 2
+    report.clock_skew_s = skew
+    # date +%s truncates to whole seconds: one more second of slack
+    if abs(skew) > d.max_clock_skew + (back - sent) / 2 + 1:
+        side = "ahead of" if skew > 0 else "behind"
+        raise _fail(
+            t,
+            f"clock {abs(skew):.0f}s {side} the controller's (device {device_s}, controller {back:.0f}, "
+            f"max_clock_skew {d.max_clock_skew:g}s): set the device's time",
+        )
+
+
 def check_engine(
     t: Transport, engine_path: str, build_id: str | None, report: PreflightReport, timeout: float = 60.0
 ) -> EngineVersion:
@@ -161,6 +194,7 @@ def preflight(t: Transport, *, engine_path: str | None = None, build_id: str | N
     probe = _probe(t)
     report = check_lite(t, probe=probe)
     check_free_space(t, report, probe)
+    check_clock(t, report, probe)
     if engine_path is not None:
         check_engine(t, engine_path, build_id, report)
     elif not report.arch_confirmed_by:

@@ -112,7 +112,7 @@ class RecordCollector:
         return DeviceRun(
             device=d.name, arch=d.arch, os=d.os, kind=d.kind, engine_build_id=d.build_id,
             target=d.target, fixtures=dict(self.run.fixtures), pushed_bytes=d.pushed_bytes,
-            verified_files=d.verified_files, repushed=list(d.repushed),
+            verified_files=d.verified_files, repushed=list(d.repushed), retries=list(d.retries),
             engine_s=round(self.engine_s.get(d.name, 0.0), 3),
             wall_s=round(self.wall_s.get(d.name, 0.0), 3),
             outputs=self.outputs.get(d.name, {}), infra_error=d.infra_error,

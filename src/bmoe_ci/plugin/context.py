@@ -20,6 +20,7 @@ class DeviceContext:
     pushed_bytes: int = 0
     verified_files: int = 0  # stored files whose hash the device checked in this run
     repushed: list[str] = field(default_factory=list)  # corrupted files found and re-pushed
+    retries: list[str] = field(default_factory=list)  # transient connect/upload failures that were retried
     setup_s: float = 0.0  # connect + lock + push + preflight, on the controller
 
 

@@ -119,6 +119,7 @@ def prepare(
         ctx.pushed_bytes = session.pushed_bytes
         ctx.verified_files = session.verified_files
         ctx.repushed = [str(m) for m in session.mismatches]
+        ctx.retries = list(session.transport.retries)
         for m in session.mismatches:
             say(f"{device.name}: hash mismatch, re-pushed: {m}")
         ctx.setup_s = time.monotonic() - started

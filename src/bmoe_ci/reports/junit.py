@@ -117,11 +117,13 @@ def device_suite(run: DeviceRun, dev_dir: Path) -> TestSuite:
     props += [
         ("pushed_bytes", str(run.pushed_bytes)),
         ("verified_files", str(run.verified_files)),
+        ("retries", str(len(run.retries))),
         ("engine_s", f"{run.engine_s:.3f}"),
         ("wall_s", f"{run.wall_s:.3f}"),
     ]
     props += [(f"output.{name}.sha256", sha) for name, sha in sorted(run.outputs.items())]
     props += [(f"repushed.{i}", what) for i, what in enumerate(run.repushed)]
+    props += [(f"retry.{i}", what) for i, what in enumerate(run.retries)]
     if run.infra_error is not None:
         props.append(("infra_error", run.infra_error))
     if run.faults:
@@ -325,6 +327,7 @@ def device_run_from_junit(path: Path) -> DeviceRun:
         verified = 0
     numbered = {int(k[9:]): v for k, v in props.items() if k.startswith("repushed.") and k[9:].isdigit()}
     repushed = [numbered[i] for i in sorted(numbered)]
+    retried = {int(k[6:]): v for k, v in props.items() if k.startswith("retry.") and k[6:].isdigit()}
     try:
         return DeviceRun(
             device=device,
@@ -337,6 +340,7 @@ def device_run_from_junit(path: Path) -> DeviceRun:
             pushed_bytes=pushed,
             verified_files=verified,
             repushed=repushed,
+            retries=[retried[i] for i in sorted(retried)],
             engine_s=_float("engine_s"),
             wall_s=_float("wall_s"),
             outputs=_prefixed(props, "output."),

@@ -145,6 +145,7 @@ class DeviceRun:
     pushed_bytes: int = 0
     verified_files: int = 0  # distinct stored files whose hash the device checked
     repushed: list[str] = field(default_factory=list)  # files found corrupted, then re-pushed
+    retries: list[str] = field(default_factory=list)  # retried transient connect/upload failures
     engine_s: float = 0.0
     wall_s: float = 0.0
     outputs: dict[str, str] = field(default_factory=dict)

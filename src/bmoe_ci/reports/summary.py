@@ -183,6 +183,8 @@ def build_summary(meta: RunMeta, runs: list[DeviceRun]) -> dict[str, Any]:
             "pushed_bytes": run.pushed_bytes,
             "verified_files": run.verified_files,
             "repushed": list(run.repushed),
+            "retries": len(run.retries),
+            "retry_notes": list(run.retries),
             "engine_s": round(run.engine_s, 3),
             "wall_s": round(run.wall_s, 3),
             "overhead_s": round(run.wall_s - run.engine_s, 3),
@@ -378,6 +380,10 @@ def markdown(s: dict[str, Any]) -> str:
     if repushed:
         lines += ["Found corrupted on the device, re-pushed and verified again:", ""]
         lines += [f"- {n}: {what}" for n, what in repushed] + [""]
+    retried = [(n, what) for n, d in s["devices"].items() for what in d.get("retry_notes", [])]
+    if retried:
+        lines += ["Transient failures retried (connect, upload):", ""]
+        lines += [f"- {n}: {what}" for n, what in retried] + [""]
     if s["problems"]:
         lines += ["## Failures and errors", ""]
         rows_p = [
