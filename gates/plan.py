@@ -16,14 +16,14 @@ N_PREDICT = GATE_REQUEST.n_predict
 REFERENCE = ("--mmap", "-p", PROMPT, "-n", str(N_PREDICT), "--json")
 
 
-# Streamed (no --mmap): the experts come from the file through the expert memory of DESIGN 3.4.
+# Streamed (no --mmap): the experts come from the file through the expert memory (docs/design.md, expert memory).
 STREAMED = ("-p", PROMPT, "-n", str(N_PREDICT), "--json")
 # A cache far below the fixtures' ~3 MiB of experts, so it evicts all the time (G2, G5, G8*).
 EVICTING = ("--cache-mb", "2", "--force-cache")
 PREFETCH = ("--prefetch", "1", "--prefetch-sync")
 
 # The lossy knobs (gates/test_lossy.py). Inert settings must leave the bytes alone; full strength must
-# fire without a signal. Dropping is armed in prefill too where the gate says so (DESIGN 5).
+# fire without a signal. Dropping is armed in prefill too where the gate says so (docs/gates.md).
 DROP = "--drop-cold-experts"
 SUBST = "--expert-substitute"
 INERT = "1e-6"

@@ -1,4 +1,4 @@
-"""DET: the engine's output is a function of (build, model, prompt, config) alone (DESIGN 3.3)."""
+"""DET: the engine's output is a function of (build, model, prompt, config) alone (docs/design.md, determinism)."""
 
 from __future__ import annotations
 

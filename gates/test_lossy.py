@@ -1,4 +1,4 @@
-"""The lossy knobs (DESIGN 3.5, docs/policies.md): the gates cover their machinery, not their output.
+"""The lossy knobs (docs/policies.md): the gates cover their machinery, not their output.
 
 G8a   drop at an inert threshold (1e-6) == the cached undropped stream, byte for byte
 G8a'  that run examined routings at the terminal node and dropped none
@@ -36,7 +36,7 @@ WARNING_RE = re.compile(
     r"here, against (\d+\.\d)% at the top-k 8 this was measured on; "
 )
 DROP_LINE_RE = re.compile(r"^moe-drop: (\d+)/(\d+) routed experts dropped \((\d+\.\d)%\), threshold (\S+) x uniform$")
-NARROW_TOPK = 4  # DESIGN 3.2: warn when the effective top-k is this or less
+NARROW_TOPK = 4  # docs/design.md, engine: result and exit codes: warn when the effective top-k is this or less
 
 
 def ok_or_fail(r: EngineResult, label: str, artifacts: Path) -> None:

@@ -1,4 +1,4 @@
-"""Expert streaming (DESIGN 3.4): the streamed modes produce the resident reference's bytes.
+"""Expert streaming (docs/design.md, expert memory): the streamed modes produce the resident reference's bytes.
 
 G1  --mmap (resident)            == streamed, cache off
 G2  streamed, cache off          == streamed through a cache that evicts all the time

@@ -1,5 +1,5 @@
 """The engine's output depends on nothing but (build, model, prompt, config): not on the thread
-count, not on the run. Byte-identity gates stand on this (DESIGN 3.3)."""
+count, not on the run. Byte-identity gates stand on this (docs/design.md, determinism)."""
 
 from __future__ import annotations
 

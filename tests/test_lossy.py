@@ -1,4 +1,4 @@
-"""The lossy knobs wired at the seam (DESIGN 3.5, docs/policies.md), end to end on the ASan + UBSan
+"""The lossy knobs wired at the seam (docs/policies.md), end to end on the ASan + UBSan
 engine:
 
 * the counters agree with the route trace on every default fixture: dropped slots are misses that
@@ -70,7 +70,7 @@ def test_counters_agree_with_route_trace(engine_asan_bin: Path, fixtures: dict[s
     if "--expert-substitute" in knob:
         decode = sum(1 for r in rows if r["phase"] == 1)
         assert c["subst_examined"] == decode and c["subst_changed"] > 0  # decode routings only
-    # the single-process lines, exactly as DESIGN 3.2 shapes them
+    # the single-process lines, exactly as docs/design.md, engine: result and exit codes shapes them
     lines = stderr.splitlines()
     drops = [ln for ln in lines if ln.startswith("moe-drop:")]
     substs = [ln for ln in lines if ln.startswith("moe-subst:")]

@@ -1,6 +1,7 @@
 """Hostile GGUF files against the engine's command line, under AddressSanitizer + UBSan.
 
-The CLI contract (DESIGN 3.1, engine/src/gguf.h): `bmoe info -m FILE` on a malformed model exits 3, on an
+The CLI contract (docs/design.md, engine: result and exit codes; engine/src/gguf.h): `bmoe info -m FILE`
+on a malformed model exits 3, on an
 unreadable one 4, and in both cases writes exactly one stderr line starting with `bmoe: error:` that
 names the file. No signal, no sanitizer report, no hang, whatever the file says.
 

@@ -1,4 +1,4 @@
-"""Expert streaming end to end (DESIGN 3.4), on the ASan + UBSan engine:
+"""Expert streaming end to end (docs/design.md, expert memory), on the ASan + UBSan engine:
 
 * the counters agree with the route trace, on every fixture, with the cache off, with an evicting
   cache and with prefetch: hits + misses == routed, flash_bytes == the trace's expert_bytes (plus

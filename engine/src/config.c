@@ -490,7 +490,7 @@ static int needs_cache(const bmoe_config *c, const char *flag, char *err, size_t
 
 int config_validate(const bmoe_config *c, char *err, size_t errlen) {
     int r;
-    /* The order below is the order of the option list (DESIGN 3.1); docs/engine-flags.md lists it. */
+    /* The order below is the order of the option list (docs/design.md, engine: command line); docs/engine-flags.md lists it. */
 
     /* 1. -m */
     if (c->model && !c->model[0]) return fail(err, errlen, "-m: the model path is empty");

@@ -44,7 +44,7 @@ void config_free(bmoe_config *c);
  * Range rules are validate()'s; the parser only refuses numbers that do not fit an int. */
 int config_parse(bmoe_config *c, int argc, char **argv, char *err, size_t errlen);
 
-/* Every rule of DESIGN 3.5. Returns 0 or 2 with a one-line message naming the flag and why.
+/* Every rule of validate() (docs/design.md, the seam and the lossy knobs). Returns 0 or 2 with a one-line message naming the flag and why.
  * Pure and deterministic: no I/O, no model, no locale; the first failing rule in the fixed order of
  * docs/engine-flags.md is reported. Does not require -m or a prompt (`bmoe check` runs without them). */
 int config_validate(const bmoe_config *c, char *err, size_t errlen);

@@ -108,7 +108,7 @@ static int build_seam(bmoe_engine *e, bmoe_error *err) {
         return 0;
     }
     /* Streaming: dense weights resident, experts read from the file into the expert memory of
-     * DESIGN 3.4, behind the hook. Routing policies plug into the hook (stream_hook_set_policy). */
+     * docs/design.md, expert memory, behind the hook. Routing policies plug into the hook (stream_hook_set_policy). */
     int rc = stream_hook_create(&e->stream, e->model, &e->cfg, e->top_k, e->n_prompt, err);
     if (rc) return rc;
     if (e->policies) {
@@ -172,7 +172,7 @@ int engine_open(const bmoe_config *cfg, bmoe_engine **out, bmoe_error *err) {
     e->pool = pool_create(cfg->threads);
     if (!e->pool) { rc = err_set(err, 1, NULL, "cannot start %d threads (-t)", cfg->threads); goto fail; }
     if ((rc = build_seam(e, err))) goto fail;
-    /* DESIGN 3.2: due when dropping is armed and the EFFECTIVE top-k is 4 or less */
+    /* docs/design.md, engine: result and exit codes: due when dropping is armed and the EFFECTIVE top-k is 4 or less */
     report_narrow_warning(e->warning, sizeof e->warning, cfg->drop_set, cfg->drop, e->top_k);
     rc = forward_create(&e->fwd, e->model, e->pool, &e->seam, e->cfg.ctx, e->n_prompt, e->top_k, msg, sizeof msg);
     if (rc) { err_set(err, rc, NULL, "%s", msg); goto fail; }

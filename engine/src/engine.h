@@ -20,7 +20,7 @@ int engine_generate(bmoe_engine *e, bmoe_error *err);
 /* Valid after a successful engine_generate, until engine_close. */
 const bmoe_result *engine_result(const bmoe_engine *e);
 
-/* The narrow-routing warning (DESIGN 3.2) when it is due for this run, else NULL. Known after
+/* The narrow-routing warning (docs/design.md, engine: result and exit codes) when it is due for this run, else NULL. Known after
  * engine_open; a single-process `run` prints it once to stderr at load, and the result carries the
  * same text in `warnings` (batch writes nothing to stderr). Valid until engine_close. */
 const char *engine_load_warning(const bmoe_engine *e);

@@ -1,4 +1,4 @@
-/* Expert memory of the streaming mode (DESIGN 3.4): reserved ranges, slots committed by a positioned
+/* Expert memory of the streaming mode (docs/design.md, expert memory): reserved ranges, slots committed by a positioned
  * read from the GGUF file, released on eviction.
  *
  * Two layouts:

@@ -1,4 +1,4 @@
-/* bmoe: the command line (DESIGN 3.1).
+/* bmoe: the command line (docs/design.md, engine: command line).
  *
  *   bmoe --version | run [options] | check [options] | info -m MODEL | batch PLAN.jsonl
  *
@@ -31,7 +31,7 @@ static const char USAGE[] =
 
 static void say_error(const bmoe_error *e) { fprintf(stderr, "bmoe: error: %s\n", e->msg); }
 
-/* What the armed lossy knobs did, at the end of a single-process run (DESIGN 3.2's exact shapes). */
+/* What the armed lossy knobs did, at the end of a single-process run (the exact shapes of docs/design.md, engine: result and exit codes). */
 static void report_policy_lines(const bmoe_config *cfg, const bmoe_counters *c) {
     char line[256];
     if (cfg->drop_set) {

@@ -368,7 +368,7 @@ int model_open(const char *path, int map, bmoe_model **out, char *err, size_t er
     char gerr[512] = "";
     int st = gguf_open(path, &m->g, gerr, sizeof gerr);
     if (st != BMOE_GGUF_OK || !m->g) {
-        /* DESIGN 3.2: an unreadable model file is exit 3 like a malformed one; 4 is kept for I/O
+        /* docs/design.md, engine: result and exit codes: an unreadable model file is exit 3 like a malformed one; 4 is kept for I/O
          * that fails once the model is open (a shard truncated mid-stream). */
         rc = st == BMOE_GGUF_ENOMEM ? 1 : 3;
         if (strstr(gerr, path)) fail(&L, rc, "%s", gerr);

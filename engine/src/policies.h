@@ -1,4 +1,4 @@
-/* The lossy knobs of DESIGN 3.5 as a routing policy for the streaming hook (stream_hook.h).
+/* The lossy knobs (docs/design.md, the seam and the lossy knobs) as a routing policy for the streaming hook (stream_hook.h).
  *
  * Glue only: the decisions are the pure modules' (policy_subst.c, policy_drop.c; docs/policies.md).
  * This file turns the run configuration into a `bmoe_route_policy`:

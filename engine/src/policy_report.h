@@ -1,4 +1,4 @@
-/* The lossy policies' human-readable lines (DESIGN 3.2; docs/policies.md "Counters and lines").
+/* The lossy policies' human-readable lines (docs/design.md, engine: result and exit codes; docs/policies.md "Counters and lines").
  *
  * Pure formatting: no I/O. The engine prints the results to stderr and may also put the warning into
  * the result's `warnings` array. All text is ASCII and locale-independent.

@@ -1,4 +1,4 @@
-/* Result JSON writers (DESIGN 3.2). Key order is fixed; see docs/engine.md for the fields. */
+/* Result JSON writers (docs/design.md, engine: result and exit codes). Key order is fixed; see docs/engine.md for the fields. */
 #include "result.h"
 
 #include <stdarg.h>

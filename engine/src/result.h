@@ -1,4 +1,4 @@
-/* What a run produced, and how it is written: the result JSON of DESIGN 3.2, error objects, the
+/* What a run produced, and how it is written: the result JSON (docs/design.md, engine: result and exit codes), error objects, the
  * `info` model facts. One writer per shape so `run --json`, `batch` and `info` agree byte for byte. */
 #ifndef BMOE_RESULT_H
 #define BMOE_RESULT_H
@@ -18,8 +18,8 @@
 #define BMOE_TARGET "unknown"
 #endif
 
-/* Exact, always on. In --mmap mode only experts_routed moves. The ten integer counters are DESIGN
- * 3.2's; weight_routed / weight_dropped are measurement extras (router weight mass examined and
+/* Exact, always on. In --mmap mode only experts_routed moves. The ten integer counters are those of
+ * docs/design.md; weight_routed / weight_dropped are measurement extras (router weight mass examined and
  * discarded by --drop-cold-experts, defined exactly in policies.h; 0 with dropping off). */
 typedef struct bmoe_counters {
     uint64_t experts_routed, experts_dropped, subst_examined, subst_changed, cache_hits, cache_misses,

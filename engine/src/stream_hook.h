@@ -42,7 +42,7 @@
 
 typedef struct bmoe_stream_hook bmoe_stream_hook;
 
-/* A routing policy (the lossy knobs of DESIGN 3.5; policies.c builds the real one from the config)
+/* A routing policy (the lossy knobs of docs/design.md, the seam and the lossy knobs; policies.c builds the real one from the config)
  * plugged into the hook. Both callbacks are optional; flag arrays are [T * k], zeroed by the hook
  * before the call, rank order per token. `resident[e]` is 1 when expert e of the layer is in the
  * cache (after its pending speculative reads settled); all zeros with the cache off. */
@@ -58,7 +58,7 @@ typedef struct bmoe_route_policy {
      * slot, whose id it must repoint at an expert that another, kept slot of the same token loads:
      * the hook does not load a dropped slot's expert (it costs no read), so a slot left pointing at
      * an expert that is not resident makes the matmul touch uncommitted memory (a fault, by design:
-     * DESIGN 3.4). The hook counts experts_dropped from the flags. */
+     * docs/design.md, expert memory). The hook counts experts_dropped from the flags. */
     int (*at_terminal)(void *self, bmoe_moe_result *r, const uint8_t *resident, uint8_t *dropped, bmoe_counters *c);
     int topk_in_prefill;      /* 0: at_topk runs on decode batches only */
     int terminal_in_prefill;  /* 0: prefill batches load at topk and are never dropped */

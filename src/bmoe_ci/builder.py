@@ -29,7 +29,7 @@ TARGETS: dict[str, bool] = {
     "aarch64-macos": False,
 }
 
-# Determinism (DESIGN 3.3): no fast-math and no FP contraction, so the same sources give the same
+# Determinism (docs/design.md, determinism): no fast-math and no FP contraction, so the same sources give the same
 # output bytes on x86_64 and aarch64. UBSan is off in release builds (zig enables it in debug modes).
 BASE_CFLAGS: tuple[str, ...] = (
     "-std=c11",

@@ -2,7 +2,7 @@
 
 Each case is ``(name, argv, verdict, message)``: ``argv`` is what follows ``bmoe check``; ``verdict``
 is ``"ok"`` or ``"error"``; ``message`` is the exact one-line message after ``error: `` (``None`` for
-``ok``). The contract of ``bmoe check`` (DESIGN 3.1): stdout is exactly ``ok`` with exit 0, or
+``ok``). The contract of ``bmoe check`` (docs/design.md, engine: command line): stdout is exactly ``ok`` with exit 0, or
 ``error: <message>`` with exit 2. ``validate()`` is pure and needs no model, so every device must
 give the same verdict and message for every case: the project's own tests run the table against the
 host build (tests/test_check_table.py) and the gate suite runs it on every device (gate CFG).

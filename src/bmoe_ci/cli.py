@@ -1,4 +1,4 @@
-"""`bmoe-ci`: the command line scripts and CI call (DESIGN 2.1).
+"""`bmoe-ci`: the command line scripts and CI call (README, Commands).
 
 Every command exits non-zero with a one-line reason on bad input and shows progress on stderr.
 """

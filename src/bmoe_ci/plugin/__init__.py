@@ -4,7 +4,8 @@
     pytest gates --device pool:nightly -n 4
 
 The plugin is inert unless the session runs the gate suite (a path inside `gates/`, or `--device`).
-Then, on the controller only (DESIGN 8: session fixtures run once per xdist worker):
+Then, on the controller only (session fixtures run once per xdist worker: docs/design.md, the gate
+suite under pytest-xdist):
   * pytest_sessionstart  builds, generates fixtures, leases/pushes/preflights every device
                          (plugin/prepare.py) and hands the result to workers as JSON;
   * pytest_runtest_logreport  turns each test's phases into one record per device;

@@ -1,6 +1,6 @@
 """Turns pytest's per-phase reports into one result record per test and device (controller side).
 
-Classification (DESIGN 4): an assertion in the test body is a gate *failure*; an infrastructure
+Classification (docs/design.md, outcomes): an assertion in the test body is a gate *failure*; an infrastructure
 problem (InfraError, marked by the worker as `bmoe.infra`) or any error in setup/teardown is an
 *error*; a skip keeps its reason. A test whose phases never all arrived (a crashed xdist worker)
 is an error too.
