@@ -113,8 +113,12 @@ def test_killed_device_is_missing_not_failing_and_shards_merge(
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == str(merged / "report.html")
     m = json.loads((merged / "nightly.json").read_text())
-    for key in ("devices", "tests", "passed", "failed", "errors", "skipped"):
+    for key in ("devices", "tests", "failed", "errors"):
         assert m["totals"][key] == na["totals"][key] + nb["totals"][key], key
+    # XDEV is re-judged over both shards: each shard's lone device skipped it; merged, they agree (passes)
+    assert m["totals"]["passed"] + m["totals"]["skipped"] == (na["totals"]["passed"] + nb["totals"]["passed"]
+                                                              + na["totals"]["skipped"] + nb["totals"]["skipped"])
+    assert m["totals"]["skipped"] <= na["totals"]["skipped"] + nb["totals"]["skipped"]
     assert m["totals"]["devices"] == 2 and set(m["devices"]) == {"host", "spare"}
     assert m["pool"] == "nightly+shard-b" and not m["disagreements"]  # host and spare agree byte for byte
     assert (merged / "junit.xml").is_file() and (merged / "host" / "junit.xml").is_file()

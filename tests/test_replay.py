@@ -141,6 +141,7 @@ class _Session:
     """A device whose shell is this machine's: counts the round trips."""
 
     device = _Device()
+    entry_deadline = 60.0
 
     def __init__(self) -> None:
         self.calls = 0

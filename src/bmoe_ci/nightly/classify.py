@@ -199,9 +199,12 @@ def disagreements_from_outputs(outputs: list[OutputRow]) -> list[Disagreement]:
 
 
 def disagreements_from_summary(summary: dict[str, Any]) -> list[Disagreement] | None:
-    """The summary's own ``disagreements`` (cross-device gate), or None when it has none."""
+    """The summary's own ``disagreements`` (the XDEV gate), or None when the summary holds no XDEV verdict
+    (results recorded without per-entry digests): then the caller compares the per-device outputs."""
     raw = summary.get("disagreements")
-    if raw is None:
+    judged = any(g == "XDEV" and o != "skip" for d in summary.get("devices", {}).values()
+                 for g, o in d.get("gates", {}).items())
+    if raw is None or (not raw and not judged):
         return None
     return [Disagreement(fixture=str(d["fixture"]), entry=str(d.get("entry", "")), field=str(d.get("field", "")),
                          values={str(k): str(v) for k, v in d.get("values", {}).items()},
