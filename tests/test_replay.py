@@ -213,7 +213,7 @@ def test_traces_come_back_in_one_round_trip(tmp_path: Path) -> None:
     from bmoe_ci.plugin.runner import DeviceRunner
 
     a, b, gone = tmp_path / "a.csv", tmp_path / "b.csv", tmp_path / "gone.csv"
-    a.write_text("# route_trace v2\nx,y\n1,2\n")
+    a.write_text("# route_trace v3\nx,y\n1,2\n")
     b.write_text("second\n\nwith a blank line and no final newline")
     session = _Session()
     runner = DeviceRunner(session)  # type: ignore[arg-type]
