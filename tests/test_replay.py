@@ -5,6 +5,8 @@
   unnormalised fixtures;
 * a trace or a counter changed in one place is a mismatch naming the field and both values;
 * the LRU model: refresh on hit, pins, speculative inserts that never go over budget;
+* substitution: the rule re-run on the recorded scores predicts every executed expert, flag and
+  count, at two margins on three fixtures; a flipped flag or a changed score is named;
 * a malformed trace is one error naming file:line:key; the configuration is read from the argv.
 """
 
@@ -85,6 +87,55 @@ def test_a_changed_counter_or_trace_field_is_named(prefetch_run) -> None:
     assert f"step {r.step} layer {r.layer} slot {r.slot} (line {r.line})" in m.where
 
 
+@pytest.mark.parametrize("L", ["0.15", "1.0"])
+@pytest.mark.parametrize("name", ["qwen3moe", "gemma4", "qwen3moe-nonorm"])
+def test_substitution_is_predicted_exactly(engine_bin: Path, fixtures: dict[str, Path], tmp_path: Path, name: str,
+                                          L: str) -> None:
+    """The rule of docs/policies.md re-run on the trace's scores: every executed expert, flag and count."""
+    argv, counters, text = traced_run(engine_bin, fixtures[name], tmp_path, *EVICTING, "--expert-substitute", L)
+    trace = parse_trace(text, "trace.csv")
+    pred = replay(trace, RunConfig.from_argv(argv))
+    assert pred.problems == [] and mismatches(trace, pred, counters) == []
+    decode = [p for p in pred.rows if p.row.phase == 1]
+    assert all(p.row.scores is not None for p in decode if p.row.slot == 0)
+    assert all(p.row.scores is None for p in pred.rows if p.row.phase == 0 or p.row.slot > 0)
+    assert counters["subst_examined"] == pred.counters["subst_examined"] == len(decode)
+    assert counters["subst_changed"] == pred.counters["subst_changed"] == sum(p.substituted for p in decode) > 0
+    assert any(p.expert != p.row.router_expert for p in decode)  # the replay chose experts itself
+    # held to the exact margin: half of it (a plausible bug) predicts other decisions on some fixture
+    # row or count, which is what catches the SUBST_MARGIN_HALF fault
+    half = RunConfig.from_argv([*argv, "--expert-substitute", str(float(L) / 2)])
+    assert mismatches(trace, replay(trace, half), counters)
+
+
+def test_a_flipped_flag_or_changed_score_is_named(engine_bin: Path, fixtures: dict[str, Path],
+                                                  tmp_path: Path) -> None:
+    argv, counters, text = traced_run(engine_bin, fixtures["qwen3moe"], tmp_path, *EVICTING,
+                                      "--expert-substitute", "1.0")
+    trace = parse_trace(text, "trace.csv")
+    cfg = RunConfig.from_argv(argv)
+    assert mismatches(trace, replay(trace, cfg), counters) == []
+    # one substituted flag flipped in the trace: that row, that field
+    i = next(i for i, r in enumerate(trace.rows) if r.phase == 1 and r.substituted == 0)
+    r = trace.rows[i]
+    trace.rows[i] = dataclasses.replace(r, substituted=1)
+    [m] = mismatches(trace, replay(trace, cfg), counters)
+    assert (m.field, m.engine, m.replay) == ("substituted", 1, 0)
+    assert f"step {r.step} layer {r.layer} slot {r.slot} (line {r.line})" in m.where
+    trace.rows[i] = r
+    # one score changed: the expert substituted in is given probability 0, so the rule cannot take it
+    j = next(j for j, r in enumerate(trace.rows) if r.substituted)
+    first = j - trace.rows[j].slot
+    scores = list(trace.rows[first].scores or ())
+    scores[trace.rows[j].expert] = 0.0
+    trace.rows[first] = dataclasses.replace(trace.rows[first], scores=tuple(scores))
+    found = mismatches(trace, replay(trace, cfg), counters)
+    assert any(m.field == "expert" and f"(line {trace.rows[j].line})" in m.where and m.engine == trace.rows[j].expert
+               for m in found), found
+    assert any(m.where == "counters" and m.field == "subst_changed" for m in found) or \
+        any(m.field == "substituted" for m in found)
+
+
 def test_a_wrong_configuration_is_caught(prefetch_run) -> None:
     """The replay is not a mirror of the trace: told another budget or threshold, it disagrees."""
     argv, counters, text = prefetch_run
@@ -112,12 +163,16 @@ def test_lru_refreshes_pins_and_never_speculates_over_budget() -> None:
 
 def test_malformed_trace_is_one_error_naming_file_line_key(prefetch_run) -> None:
     _, _, text = prefetch_run
-    with pytest.raises(TraceError, match=r"^t.csv:1: expected '# route_trace v2'"):
-        parse_trace(text.replace("v2", "v1", 1), "t.csv")
+    with pytest.raises(TraceError, match=r"^t.csv:1: expected '# route_trace v3'"):
+        parse_trace(text.replace("v3", "v2", 1), "t.csv")
     lines = text.splitlines()
     bad = "\n".join([*lines[:20], lines[20].replace(",0,", ",x,", 1), *lines[21:]])
     with pytest.raises(TraceError, match=r"^t.csv:21:\w+: not an integer: 'x'$"):
         parse_trace(bad, "t.csv")
+    assert lines[20].endswith(",")  # no substitution armed: the scores cell is empty
+    few = "\n".join([*lines[:20], lines[20] + "0.5 0.25", *lines[21:]])
+    with pytest.raises(TraceError, match=r"^t.csv:21:scores: 2 scores, expected \d+ \(one per expert\)$"):
+        parse_trace(few, "t.csv")
     no_slot = "\n".join(ln for ln in lines if not ln.startswith("# slot_bytes="))
     with pytest.raises(TraceError, match=r"^t.csv:\d+:slot_bytes: missing from the preamble$"):
         parse_trace(no_slot, "t.csv")
@@ -141,7 +196,7 @@ class _Session:
     """A device whose shell is this machine's: counts the round trips."""
 
     device = _Device()
-    entry_deadline = 60.0
+    entry_deadline = 60.0  # seconds the runner allows one device round trip (a session property)
 
     def __init__(self) -> None:
         self.calls = 0
@@ -158,7 +213,7 @@ def test_traces_come_back_in_one_round_trip(tmp_path: Path) -> None:
     from bmoe_ci.plugin.runner import DeviceRunner
 
     a, b, gone = tmp_path / "a.csv", tmp_path / "b.csv", tmp_path / "gone.csv"
-    a.write_text("# route_trace v2\nx,y\n1,2\n")
+    a.write_text("# route_trace v3\nx,y\n1,2\n")
     b.write_text("second\n\nwith a blank line and no final newline")
     session = _Session()
     runner = DeviceRunner(session)  # type: ignore[arg-type]

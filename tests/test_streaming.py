@@ -30,7 +30,7 @@ FIXTURES = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "q
 PROMPT = "The quick brown fox"
 EVICTING = ("--cache-mb", "2", "--force-cache")
 COLUMNS = ["turn", "phase", "step", "layer", "slot", "router_expert", "expert", "router_weight", "weight", "residency",
-           "expert_bytes", "dropped", "substituted"]
+           "expert_bytes", "dropped", "substituted", "scores"]
 FLOATS = ("router_weight", "weight")
 
 
@@ -46,11 +46,11 @@ def run_json(binary: Path, model: Path, *args: str | Path, n: int = 24) -> dict:
     return json.loads(proc.stdout)
 
 
-def read_trace(path: Path) -> tuple[dict[str, str], dict[int, int], list[dict[str, int | float]]]:
+def read_trace(path: Path) -> tuple[dict[str, str], dict[int, int], list[dict[str, int | float | str]]]:
     """(preamble keys, expert_bytes per MoE layer, rows)."""
     text = path.read_text()
     lines = text.splitlines()
-    assert lines[0] == "# route_trace v2"
+    assert lines[0] == "# route_trace v3"
     meta: dict[str, str] = {}
     layers: dict[int, int] = {}
     i = 1
@@ -68,7 +68,7 @@ def read_trace(path: Path) -> tuple[dict[str, str], dict[int, int], list[dict[st
         i += 1
     reader = csv.DictReader(io.StringIO("\n".join(lines[i:]) + "\n"))
     assert reader.fieldnames == COLUMNS
-    rows = [{k: (float(v) if k in FLOATS else int(v)) for k, v in r.items()} for r in reader]
+    rows = [{k: (float(v) if k in FLOATS else v if k == "scores" else int(v)) for k, v in r.items()} for r in reader]
     return meta, layers, rows
 
 
@@ -103,6 +103,8 @@ def test_counters_agree_with_route_trace(engine_asan_bin: Path, fixtures: dict[s
     # the preamble is the model's facts
     k = res["model"]["top_k_effective"]
     slot, page = int(meta.pop("slot_bytes")), int(meta.pop("page_bytes"))
+    # substitution ranks log(scores) only when the sorted tensor holds softmax probabilities
+    assert meta.pop("scores_are_probs") == ("1" if facts["gating"]["func"] == "softmax" else "0")
     assert page % 4096 == 0 and slot % page == 0 and slot > facts["expert_bytes"]
     assert meta == {"model": str(model), "arch": facts["arch"], "layers": str(facts["layers"]),
                     "experts": str(facts["n_expert"]), "top_k": str(k)}
@@ -334,4 +336,4 @@ def test_shard_truncated_mid_stream(engine_asan_bin: Path, fixtures: dict[str, P
     assert "ffn_" in lines[0] and "_exps.weight expert" in lines[0]
     result = json.loads(out)
     assert result == {"ok": False, "error": {"kind": "io", "message": lines[0][len("bmoe: error: "):]}}
-    assert trace_text.startswith("# route_trace v2\n")
+    assert trace_text.startswith("# route_trace v3\n")

@@ -81,6 +81,9 @@ int subst_row(const float *scores, int scores_are_probs, const uint8_t *resident
 
     for (int e = 0; e < n_expert; e++) work[e] = key_of(scores[e], scores_are_probs);
     double margin = L * finite_range(work, n_expert);
+#ifdef BMOE_FAULT_SUBST_MARGIN_HALF
+    margin *= 0.5; /* fault: the margin is L/2 x range (a "half-width" band): it still fires, only less */
+#endif
     if (margin != 0.0 && !isnan(margin))
         for (int e = 0; e < n_expert; e++)
 #ifndef BMOE_FAULT_SUBST_PREFER_MISS

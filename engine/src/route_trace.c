@@ -38,11 +38,12 @@ int trace_open(bmoe_route_trace **out, const char *path, const bmoe_model *m, in
         return 4;
     }
     setvbuf(t->f, NULL, _IOFBF, 1 << 16);
-    fputs("# route_trace v2\n# model=", t->f);
+    fputs("# route_trace v3\n# model=", t->f);
     put_safe(t->f, m->path);
     fputs("\n# arch=", t->f);
     put_safe(t->f, m->arch);
     fprintf(t->f, "\n# layers=%d\n# experts=%d\n# top_k=%d\n", m->hp.n_layer, m->hp.n_expert, top_k);
+    fprintf(t->f, "# scores_are_probs=%d\n", m->hp.gating && m->hp.gating->scores_are_probs ? 1 : 0);
     fprintf(t->f, "# slot_bytes=%llu page_bytes=%llu\n", (unsigned long long)geo.slot_bytes,
             (unsigned long long)geo.page_bytes);
     for (int i = 0; i < m->n_moe_layers; i++) {
@@ -53,17 +54,20 @@ int trace_open(bmoe_route_trace **out, const char *path, const bmoe_model *m, in
         fputc('\n', t->f);
     }
     fputs("turn,phase,step,layer,slot,router_expert,expert,router_weight,weight,residency,expert_bytes,dropped,"
-          "substituted\n", t->f);
+          "substituted,scores\n", t->f);
     *out = t;
     return 0;
 }
 
 void trace_row(bmoe_route_trace *t, const bmoe_trace_row *r) {
     if (!t || t->write_errno) return;
-    if (fprintf(t->f, "%d,%d,%d,%d,%d,%d,%d,%.9g,%.9g,%d,%llu,%d,%d\n", r->turn, r->phase, r->step, r->layer, r->slot,
-                r->router_expert, r->expert, (double)r->router_weight, (double)r->weight, r->residency,
-                (unsigned long long)r->expert_bytes, r->dropped, r->substituted) < 0)
-        t->write_errno = errno ? errno : EIO;
+    int bad = fprintf(t->f, "%d,%d,%d,%d,%d,%d,%d,%.9g,%.9g,%d,%llu,%d,%d,", r->turn, r->phase, r->step, r->layer,
+                      r->slot, r->router_expert, r->expert, (double)r->router_weight, (double)r->weight, r->residency,
+                      (unsigned long long)r->expert_bytes, r->dropped, r->substituted) < 0;
+    for (int e = 0; r->scores && e < r->n_scores && !bad; e++)
+        bad = fprintf(t->f, "%s%.9g", e ? " " : "", (double)r->scores[e]) < 0;
+    if (!bad) bad = fputc('\n', t->f) == EOF;
+    if (bad) t->write_errno = errno ? errno : EIO;
     t->rows++;
 }
 

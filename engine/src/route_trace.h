@@ -1,19 +1,23 @@
 /* --route-trace FILE: one CSV row per routed slot (docs/streaming.md#the-route-trace---route-trace-file).
  *
- *   # route_trace v2
+ *   # route_trace v3
  *   # model=<path>
  *   # arch=<arch>
  *   # layers=<block_count>
  *   # experts=<n_expert>
  *   # top_k=<effective top-k>
+ *   # scores_are_probs=<0|1>              1: substitution ranks log(scores) (softmax gating)
  *   # slot_bytes=<n> page_bytes=<n>       what one resident expert costs the cache, and its rounding
  *   # layer=<il> expert_bytes=<n> part_bytes=<gate>,<up>,<gate_up>,<down>   one line per MoE layer
- *   turn,phase,step,layer,slot,router_expert,expert,router_weight,weight,residency,expert_bytes,dropped,substituted
- *   0,0,0,0,0,5,5,0.612345695,0.612345695,0,98304,0,0
+ *   turn,phase,step,layer,slot,router_expert,expert,router_weight,weight,residency,expert_bytes,dropped,substituted,scores
+ *   0,0,0,0,0,5,5,0.612345695,0.612345695,0,98304,0,0,
  *
  * v2 carries what an exact replay of the cache and the policies needs: the router's own choice
  * (router_expert, before substitution) and the final weight before any drop edit (router_weight),
  * beside what executed; the slot geometry lets a reader derive the cache's capacity.
+ * v3 adds `scores`: on the first slot row of each routing that substitution examined, the n_expert
+ * scores it re-ranked, space-separated (%.9g: each reads back to the same float32); empty otherwise,
+ * so a trace without substitution grows by one comma a row.
  *
  * Values written from the file (model path, arch) are shown with control bytes, commas and
  * non-ASCII bytes as '?', so the preamble stays one line per key. Weights are printed with %.9g
@@ -37,6 +41,8 @@ typedef struct bmoe_trace_row {
     int residency;           /* 0 miss, 1 hit, 2 hit on a prefetched expert's first use */
     uint64_t expert_bytes;   /* bytes read for this row (charged once per read expert), else 0 */
     int dropped, substituted;
+    const float *scores;     /* the scores substitution re-ranked for this routing (slot 0 only), else NULL */
+    int n_scores;
 } bmoe_trace_row;
 
 /* The expert memory's slot geometry, for the preamble. */

@@ -44,6 +44,8 @@ struct bmoe_stream_hook {
     int32_t *router_ids;        /* [max_batch * k] the router's ids, before substitution (the trace) */
     float *router_w;            /* [max_batch * k] final weights before the drop edit (the trace) */
     int cur_router_w;           /* router_w holds this layer's weights (a drop decision ran) */
+    float *router_scores;       /* [max_batch * E] the scores substitution re-ranked (the trace) */
+    int cur_scores;             /* router_scores holds this layer's scores (substitution ran) */
     uint8_t *dropped, *changed, *row_res;
     uint64_t *row_bytes;
     uint8_t *res0, *resident, *seen, *charged; /* [E] */
@@ -334,6 +336,7 @@ static void write_trace(bmoe_stream_hook *h, const bmoe_moe_result *r) {
                 .router_weight = h->cur_router_w ? h->router_w[i] : w, .weight = w,
                 .residency = h->row_res[i], .expert_bytes = h->row_bytes[i], .dropped = h->dropped[i],
                 .substituted = h->changed[i],
+                .scores = h->cur_scores && s == 0 ? h->router_scores + (size_t)t * h->E : NULL, .n_scores = h->E,
             };
 #ifdef BMOE_FAULT_TRACE_RESIDENCY_AFTER
             row.residency = 1; /* fault: residency taken after the load, when every executed expert is resident */
@@ -373,11 +376,10 @@ int stream_hook_fn(void *user, bmoe_moe_result *r) {
         }
         h->cur_loaded = 0;
         h->cur_terminal = CHAIN_UNKNOWN;
-#ifndef BMOE_FAULT_SUBST_FLAGS_NOT_RESET /* fault: the previous layer's substitution flags linger */
         memset(h->changed, 0, (size_t)n);
-#endif
         memset(h->dropped, 0, (size_t)n);
         h->cur_router_w = 0;
+        h->cur_scores = 0;
         memcpy(h->router_ids, r->ids, (size_t)n * sizeof *r->ids);
         /* 1. re-ranking (substitution), before residency is taken for the load and before any drop */
         if (h->has_policy && h->policy.at_topk && (r->phase == 1 || h->policy.topk_in_prefill)) {
@@ -386,6 +388,10 @@ int stream_hook_fn(void *user, bmoe_moe_result *r) {
             rc = h->policy.at_topk(h->policy.self, r, h->resident, h->changed, &h->c);
             if (rc) return hfail(h, rc, "ffn_moe_topk-%d: the substitution policy failed (code %d)", r->layer, rc);
             for (int i = 0; i < n; i++) h->c.subst_changed += h->changed[i] ? 1 : 0;
+            if (h->trace && r->scores) {
+                memcpy(h->router_scores, r->scores, (size_t)r->n_tokens * h->E * sizeof *r->scores);
+                h->cur_scores = 1;
+            }
         }
         memcpy(h->pre_ids, r->ids, (size_t)n * sizeof *r->ids);
         for (int i = 0; i < n; i++)
@@ -616,12 +622,13 @@ int stream_hook_create(bmoe_stream_hook **out, bmoe_model *m, const bmoe_config 
     h->pre_ids = calloc(rows, sizeof *h->pre_ids);
     h->router_ids = calloc(rows, sizeof *h->router_ids);
     h->router_w = calloc(rows, sizeof *h->router_w);
+    h->router_scores = calloc((size_t)max_batch * E, sizeof *h->router_scores);
     h->dropped = calloc(rows, 1);
     h->changed = calloc(rows, 1);
     h->row_res = calloc(rows, 1);
     h->row_bytes = calloc(rows, sizeof *h->row_bytes);
     if (!h->prefetched || !h->shared_of || !h->pinned || !h->uniq || !h->res0 || !h->resident || !h->seen ||
-        !h->charged || !h->chain || !h->pre_ids || !h->router_ids || !h->router_w || !h->dropped || !h->changed || !h->row_res || !h->row_bytes) {
+        !h->charged || !h->chain || !h->pre_ids || !h->router_ids || !h->router_w || !h->router_scores || !h->dropped || !h->changed || !h->row_res || !h->row_bytes) {
         rc = err_set(err, 1, NULL, "out of memory");
         goto fail;
     }
@@ -652,7 +659,7 @@ void stream_hook_destroy(bmoe_stream_hook *h) {
         trace_close(h->trace, m, sizeof m);
     }
     free(h->li_of); free(h->eb); free(h->shared_of); free(h->groups); free(h->prefetched); free(h->spec_keys);
-    free(h->plan_l); free(h->plan_e); free(h->pinned); free(h->pre_ids); free(h->router_ids); free(h->router_w); free(h->dropped); free(h->changed);
+    free(h->plan_l); free(h->plan_e); free(h->pinned); free(h->pre_ids); free(h->router_ids); free(h->router_w); free(h->router_scores); free(h->dropped); free(h->changed);
     free(h->row_res); free(h->row_bytes); free(h->res0); free(h->resident); free(h->seen); free(h->charged);
     free(h->uniq);
     chain_free(h->chain);

@@ -459,6 +459,7 @@ static void test_hook_policy_and_trace(fake *f) {
     bmoe_route_policy pol = { &t, toy_topk, toy_terminal, 1, 0 };
     stream_hook_set_policy(h, &pol);
     drive d = {0};
+    for (int e = 0; e < NE; e++) d.probs[e] = 0.1f * (float)(e + 1);
     /* prefill: substitution runs, the drop does not (terminal unknown, and prefill is excluded) */
     set_row(&d, 0, 1, 2);
     CHECK(pass(h, &d, 1, 1, 0, 0, 0) == 0);
@@ -484,18 +485,22 @@ static void test_hook_policy_and_trace(fake *f) {
     snprintf(geo, sizeof geo, "\n# slot_bytes=%llu page_bytes=", (unsigned long long)stream_hook_slot_bytes(h));
     stream_hook_destroy(h);
     const char *txt = slurp(trace);
-    CHECK(txt && strncmp(txt, "# route_trace v2\n# model=fake.gguf\n# arch=qwen3moe\n# layers=3\n# experts=5\n# top_k=2\n",
+    CHECK(txt && strncmp(txt, "# route_trace v3\n# model=fake.gguf\n# arch=qwen3moe\n# layers=3\n# experts=5\n# top_k=2\n",
                          84) == 0);
     CHECK(txt && strstr(txt, geo));
     CHECK(txt && strstr(txt, "\n# layer=1 expert_bytes=306004 part_bytes=3000,3000,0,300004\n"
                              "# layer=2 expert_bytes=306004 part_bytes=3000,3000,0,300004\n"));
     CHECK(txt && strstr(txt, "\nturn,phase,step,layer,slot,router_expert,expert,router_weight,weight,residency,"
-                             "expert_bytes,dropped,substituted\n"));
+                             "expert_bytes,dropped,substituted,scores\n"));
+    CHECK(txt && strstr(txt, "\n# scores_are_probs="));
     /* the rows: the router's expert, the expert as executed after substitution (before drop
-     * repointing), the weight before the drop edit and as applied */
-    CHECK(txt && strstr(txt, "\n0,0,0,1,0,1,1,0.75,0.75,0,306004,0,0\n0,0,0,1,1,2,4,0.25,0.25,0,306004,0,1\n"));
-    CHECK(txt && strstr(txt, "\n0,1,0,1,0,0,0,0.75,0.75,0,306004,0,0\n0,1,0,1,1,3,4,0.25,0.25,1,0,0,1\n"));
-    CHECK(txt && strstr(txt, "\n0,1,1,1,0,4,4,0.75,0.75,1,0,0,0\n0,1,1,1,1,2,2,0.25,0,0,0,1,0\n"));
+     * repointing), the weight before the drop edit and as applied; the routing's first slot row carries
+     * the scores the substitution re-ranked (%.9g, so each reads back to the same float) */
+#define SC "0.100000001 0.200000003 0.300000012 0.400000006 0.5"
+    CHECK(txt && strstr(txt, "\n0,0,0,1,0,1,1,0.75,0.75,0,306004,0,0," SC "\n0,0,0,1,1,2,4,0.25,0.25,0,306004,0,1,\n"));
+    CHECK(txt && strstr(txt, "\n0,1,0,1,0,0,0,0.75,0.75,0,306004,0,0," SC "\n0,1,0,1,1,3,4,0.25,0.25,1,0,0,1,\n"));
+    CHECK(txt && strstr(txt, "\n0,1,1,1,0,4,4,0.75,0.75,1,0,0,0," SC "\n0,1,1,1,1,2,2,0.25,0,0,0,1,0,\n"));
+#undef SC
     unlink(trace);
 }
 
@@ -605,7 +610,7 @@ static void test_hook_prefetch(fake *f) {
     stream_hook_destroy(h);
     /* the prefetched expert's read is charged to its first use (residency 2) */
     const char *txt = slurp(trace);
-    CHECK(txt && strstr(txt, "\n0,1,0,2,0,2,2,0.75,0.75,2,306004,0,0\n0,1,0,2,1,3,3,0.25,0.25,0,306004,0,0\n"));
+    CHECK(txt && strstr(txt, "\n0,1,0,2,0,2,2,0.75,0.75,2,306004,0,0,\n0,1,0,2,1,3,3,0.25,0.25,0,306004,0,0,\n"));
     unlink(trace);
 }
 

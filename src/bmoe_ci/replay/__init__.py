@@ -1,5 +1,5 @@
 """A reference model of the expert cache and the routing policies, written from docs/streaming.md and
-docs/policies.md (not from the engine's C): given a run's route trace (v2) and its configuration, it
+docs/policies.md (not from the engine's C): given a run's route trace (v3) and its configuration, it
 replays the LRU, the pins, prefetch, the drop rule and the substitution rule, and predicts every
 decision and counter the engine reports."""
 

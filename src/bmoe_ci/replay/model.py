@@ -3,11 +3,9 @@ the engine decided and counted, following docs/streaming.md (the cache, the load
 docs/policies.md (the drop rule, the substitution rule).
 
 What it takes from the trace as input: the router's choice (`router_expert`), the final weights
-before any drop (`router_weight`), the slot geometry and, for substitution only, the ids the
-re-ranking produced (`expert`): the trace does not carry the router's scores for all E experts, so
-the replay cannot re-rank; it checks instead that the change is one the rule allows (only resident
-experts come in, only misses go out). Everything else (residency, reads, bytes, drops, the weights
-as applied, every counter) is predicted."""
+before any drop (`router_weight`), the slot geometry and, where substitution examined a routing, the
+router's scores over all experts (`scores`). Everything else (the substitution decisions, residency,
+reads, bytes, drops, the weights as applied, every counter) is predicted."""
 
 from __future__ import annotations
 
@@ -16,6 +14,7 @@ from dataclasses import dataclass, field
 
 from bmoe_ci.replay.cache import LruCache
 from bmoe_ci.replay.config import RunConfig
+from bmoe_ci.replay.subst import subst_row
 from bmoe_ci.replay.trace import Trace, TraceRow, f32
 
 STREAM_ALIGN = 4096
@@ -41,7 +40,7 @@ def slot_bytes(trace: Trace) -> int:
 @dataclass(frozen=True)
 class RowPrediction:
     row: TraceRow
-    expert: int  # what executes (the router's, unless a legal substitution changed it)
+    expert: int  # what executes (the router's, unless substitution changed it)
     residency: int
     expert_bytes: int
     dropped: int
@@ -116,29 +115,30 @@ class _Replayer:
     def resident(self, li: int, e: int) -> bool:
         return self.cache is not None and (li, e) in self.cache
 
-    def substitute(self, li: int, rows: list[TraceRow], k: int) -> list[int]:
-        """The ids that execute. With substitution armed on a decode pass: the trace's ids, checked
-        against what the rule allows; otherwise the router's own."""
+    def substitute(self, li: int, rows: list[TraceRow], k: int) -> tuple[list[int], list[int]]:
+        """The ids that execute and the substituted flags. With substitution armed on a decode pass:
+        the rule of docs/policies.md on the scores the trace recorded, against the residency this
+        model holds at the decision; otherwise the router's own ids, unflagged."""
         router = [r.router_expert for r in rows]
         if self.cfg.subst_L is None or rows[0].phase != 1:
-            return router
-        ids = [r.expert for r in rows]
+            return router, [0] * len(rows)
+        ids: list[int] = []
+        flags: list[int] = []
+        resident = [self.resident(li, e) for e in range(self.trace.experts)]
         for t in range(0, len(rows), k):
-            want, got = router[t:t + k], ids[t:t + k]
-            where = f"step {rows[t].step} layer {rows[t].layer}"
-            self.count("subst_examined", k)
-            if set(got) == set(want) and got != want:
-                self.pred.problems.append(f"{where}: the router's own set re-ordered ({want} -> {got}): a set "
-                                          "that does not change is not written")
-            for e in set(got) - set(want):
-                if not self.resident(li, e):
-                    self.pred.problems.append(f"{where}: expert {e} substituted in but not resident at the decision")
-            for e in set(want) - set(got):
-                if self.resident(li, e):
-                    self.pred.problems.append(f"{where}: resident expert {e} pushed out by substitution")
-            if len(set(got)) != k:
-                self.pred.problems.append(f"{where}: duplicate experts after substitution: {got}")
-        return ids
+            scores = rows[t].scores
+            if scores is None:
+                self.pred.problems.append(f"line {rows[t].line}: step {rows[t].step} layer {rows[t].layer}: "
+                                          "substitution armed but the routing's scores are not in the trace")
+                ids += router[t:t + k]
+                flags += [0] * k
+                continue
+            res = subst_row(scores, self.trace.scores_are_probs, resident, router[t:t + k], self.cfg.subst_L)
+            self.count("subst_examined", res.examined)
+            self.count("subst_changed", res.changed)
+            ids += res.ids
+            flags += res.substituted
+        return ids, flags
 
     def prefetch(self, li: int, eb: dict[int, int]) -> None:
         """docs/streaming.md, --prefetch: the previous token's experts at the next L layers (cyclic)."""
@@ -171,13 +171,7 @@ class _Replayer:
         eb = {self.li_of[il]: b for il, b in self.trace.expert_bytes.items()}
         self.unpin_layer()  # ffn_moe_logits: a new layer
         self.count("experts_routed", len(rows))
-        ids = self.substitute(li, rows, k)  # ffn_moe_topk
-        subst = [0] * len(rows)
-        for t in range(0, len(rows), k):
-            router = {r.router_expert for r in rows[t:t + k]}
-            for s in range(t, t + k):
-                subst[s] = int(ids[s] not in router)
-        self.count("subst_changed", sum(subst))
+        ids, subst = self.substitute(li, rows, k)  # ffn_moe_topk
         self.last[li] = ids[len(rows) - k:]  # the batch's last token, for prefetch
         # the drop rule at the terminal node: decode, or prefill with --drop-in-prefill, and only on a
         # layer whose chain was learned from an earlier pass (a one-batch prompt is every layer's first)

@@ -1,13 +1,13 @@
-"""Reading `--route-trace` files, version 2 (the format is in docs/streaming.md)."""
+"""Reading `--route-trace` files, version 3 (the format is in docs/streaming.md)."""
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
 
-VERSION_LINE = "# route_trace v2"
+VERSION_LINE = "# route_trace v3"
 COLUMNS = ("turn", "phase", "step", "layer", "slot", "router_expert", "expert", "router_weight", "weight",
-           "residency", "expert_bytes", "dropped", "substituted")
+           "residency", "expert_bytes", "dropped", "substituted", "scores")
 FLOAT_COLUMNS = frozenset({"router_weight", "weight"})
 N_PARTS = 4  # gate, up, gate_up, down: the order of `part_bytes`
 
@@ -37,6 +37,7 @@ class TraceRow:
     expert_bytes: int
     dropped: int
     substituted: int
+    scores: tuple[float, ...] | None  # slot 0 of a routing substitution examined: its E scores, as float32
 
 
 @dataclass
@@ -49,6 +50,7 @@ class Trace:
     top_k: int
     slot_bytes: int
     page_bytes: int
+    scores_are_probs: bool
     expert_bytes: dict[int, int] = field(default_factory=dict)  # MoE layer -> bytes of one expert
     part_bytes: dict[int, tuple[int, ...]] = field(default_factory=dict)  # MoE layer -> bytes per part
     rows: list[TraceRow] = field(default_factory=list)
@@ -63,6 +65,23 @@ def _int(value: str, where: str) -> int:
         return int(value)
     except ValueError:
         raise TraceError(f"{where}: not an integer: {value!r}") from None
+
+
+def _float32(cell: str, where: str) -> float:
+    try:
+        return f32(float(cell))
+    except ValueError:
+        raise TraceError(f"{where}: not a number: {cell!r}") from None
+
+
+def _scores(cell: str, experts: int, where: str) -> tuple[float, ...] | None:
+    """The `scores` cell: empty, or `experts` space-separated floats."""
+    if not cell:
+        return None
+    values = cell.split(" ")
+    if len(values) != experts:
+        raise TraceError(f"{where}: {len(values)} scores, expected {experts} (one per expert)")
+    return tuple(_float32(v, where) for v in values)
 
 
 def _pairs(body: str, where: str) -> dict[str, str]:
@@ -100,7 +119,7 @@ def parse_trace(text: str, path: str = "<trace>") -> Trace:
             key, _, value = body.partition("=")
             meta[key] = value
         i += 1
-    for key in ("model", "arch", "layers", "experts", "top_k", "slot_bytes", "page_bytes"):
+    for key in ("model", "arch", "layers", "experts", "top_k", "scores_are_probs", "slot_bytes", "page_bytes"):
         if key not in meta:
             raise TraceError(f"{path}:{i}:{key}: missing from the preamble")
     if i >= len(lines) or tuple(lines[i].split(",")) != COLUMNS:
@@ -108,18 +127,18 @@ def parse_trace(text: str, path: str = "<trace>") -> Trace:
         raise TraceError(f"{path}:{i + 1}: expected the header {','.join(COLUMNS)!r}, got {got[:80]!r}")
     t = Trace(path=path, model=meta["model"], arch=meta["arch"],
               **{k: _int(meta[k], f"{path}:{k}") for k in ("layers", "experts", "top_k", "slot_bytes", "page_bytes")},
+              scores_are_probs=_int(meta["scores_are_probs"], f"{path}:scores_are_probs") != 0,
               expert_bytes=layer_bytes, part_bytes=parts)
     for n, line in enumerate(lines[i + 1:], start=i + 2):
         cells = line.split(",")
         if len(cells) != len(COLUMNS):
             raise TraceError(f"{path}:{n}: {len(cells)} fields, expected {len(COLUMNS)}")
-        values: dict[str, int | float] = {}
+        values: dict[str, int | float | tuple[float, ...] | None] = {}
         for key, cell in zip(COLUMNS, cells, strict=True):
-            if key in FLOAT_COLUMNS:
-                try:
-                    values[key] = f32(float(cell))
-                except ValueError:
-                    raise TraceError(f"{path}:{n}:{key}: not a number: {cell!r}") from None
+            if key == "scores":
+                values[key] = _scores(cell, t.experts, f"{path}:{n}:scores")
+            elif key in FLOAT_COLUMNS:
+                values[key] = _float32(cell, f"{path}:{n}:{key}")
             else:
                 values[key] = _int(cell, f"{path}:{n}:{key}")
         t.rows.append(TraceRow(line=n, **values))  # type: ignore[arg-type]
