@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
-from xml.sax.saxutils import escape
 
 from bmoe_ci.reports.records import atomic_write
-from bmoe_ci.reports.summary import gate_sort_key
+from bmoe_ci.reports.summary import gate_sort_key, svg_table
 
 MUTANTS_SCHEMA = "bmoe-ci.mutants/1"
 MUTANTS_JSON = "mutants.json"
@@ -103,36 +102,17 @@ def matrix_svg(doc: dict[str, Any]) -> str:
     header = ["fault", "area", *gates, "outcome"]
     rows = [[f["name"], f["area"], *(_CELL[f.get("gates", {}).get(g)] for g in gates), f["outcome"].upper()]
             for f in doc["faults"]]
-    char, pad, row_h, title_h = 7.4, 10, 24, 30
-    widths = [max(48.0, max(len(str(r[i])) for r in [header, *rows]) * char + 2 * pad) for i in range(len(header))]
-    title = score_line(doc)
-    width = int(max(sum(widths), len(title) * (char + 0.6) + 8)) + 2
-    height = title_h + row_h * (len(rows) + 1) + 2
-    out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'font-family="DejaVu Sans Mono, Menlo, Consolas, monospace" font-size="12">',
-        f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
-        f'<text x="4" y="19" font-size="13" font-weight="bold">{escape(title)}</text>',
-    ]
-    for ri, row in enumerate([header, *rows]):
-        y = title_h + ri * row_h
-        x = 1.0
-        fault = doc["faults"][ri - 1] if ri else None
-        for ci, text in enumerate(row):
-            fill, colour = ("#f6f8fa" if ri == 0 else "#ffffff"), "#1f2328"
-            if fault is not None and 2 <= ci < len(row) - 1:
-                verdict = fault.get("gates", {}).get(gates[ci - 2])
-                fill = _COLOURS[verdict]
-                colour = "#ffffff" if verdict in ("fail", "error") else "#57606a"
-            elif fault is not None and ci == len(row) - 1:
-                fill, colour = _OUTCOME_COLOURS[fault["outcome"]], "#ffffff"
-            out.append(f'<rect x="{x:.1f}" y="{y}" width="{widths[ci]:.1f}" height="{row_h}" fill="{fill}" '
-                       'stroke="#d0d7de"/>')
-            weight = ' font-weight="bold"' if ri == 0 or ci == len(row) - 1 else ""
-            out.append(f'<text x="{x + pad:.1f}" y="{y + 16}" fill="{colour}"{weight}>{escape(str(text))}</text>')
-            x += widths[ci]
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
+
+    def style(row: int, col: int) -> tuple[str, str]:
+        fault = doc["faults"][row]
+        if 2 <= col < len(header) - 1:
+            verdict = fault.get("gates", {}).get(gates[col - 2])
+            return _COLOURS[verdict], ("#ffffff" if verdict in ("fail", "error") else "#57606a")
+        if col == len(header) - 1:
+            return _OUTCOME_COLOURS[fault["outcome"]], "#ffffff"
+        return "#ffffff", "#1f2328"
+
+    return svg_table(score_line(doc), header, rows, style)
 
 
 def _md(text: Any) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
@@ -453,14 +454,15 @@ _FAULT_BUILD = "#9a6700"
 _COLOURS = {"pass": "#2da44e", "fail": "#cf222e", "error": "#bc4c00", "skip": "#8c959f", None: "#eaeef2"}
 
 
-def matrix_svg(s: dict[str, Any]) -> str:
-    """The device x gate matrix as a self-contained SVG picture."""
-    header, rows = _matrix_rows(s)
-    char, pad, row_h = 7.4, 10, 24
-    widths = [max(len(str(r[i])) for r in [header, *rows]) * char + 2 * pad for i in range(len(header))]
-    widths = [max(w, 48) for w in widths]
-    title_h = 30
-    title = f"run {s['run']}: {_headline(s)}"
+CellStyle = Callable[[int, int], tuple[str, str]]
+
+
+def svg_table(title: str, header: list[str], rows: list[list[Any]], style: CellStyle) -> str:
+    """A titled table as a self-contained SVG picture (the run's matrix, the mutants' matrix).
+    `style(row, column)` gives a body cell's (fill, text colour); the header row is grey, and the
+    header and the last column are bold."""
+    char, pad, row_h, title_h = 7.4, 10, 24, 30
+    widths = [max(48.0, max(len(str(r[i])) for r in [header, *rows]) * char + 2 * pad) for i in range(len(header))]
     width = int(max(sum(widths), len(title) * (char + 0.6) + 8)) + 2
     height = title_h + row_h * (len(rows) + 1) + 2
     out = [
@@ -469,33 +471,35 @@ def matrix_svg(s: dict[str, Any]) -> str:
         f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
         f'<text x="4" y="19" font-size="13" font-weight="bold">{escape(title)}</text>',
     ]
-    devices = list(s["devices"].values())
     for ri, row in enumerate([header, *rows]):
         y = title_h + ri * row_h
         x = 1.0
         for ci, text in enumerate(row):
-            fill, colour = "#ffffff", "#1f2328"
-            if ri == 0:
-                fill = "#f6f8fa"
-            elif 2 <= ci < len(row) - 1:
-                gate = s["gates"][ci - 2]
-                fill = _COLOURS[devices[ri - 1]["gates"].get(gate)]
-                colour = "#ffffff" if devices[ri - 1]["gates"].get(gate) else "#57606a"
-            elif ci == len(row) - 1:
-                fill, colour = _COLOURS[devices[ri - 1]["status"]], "#ffffff"
-                if devices[ri - 1].get("faults"):
-                    fill = _FAULT_BUILD  # not green: the engine was built with faults
-            out.append(
-                f'<rect x="{x:.1f}" y="{y}" width="{widths[ci]:.1f}" height="{row_h}" fill="{fill}" '
-                'stroke="#d0d7de"/>'
-            )
+            fill, colour = ("#f6f8fa", "#1f2328") if ri == 0 else style(ri - 1, ci)
+            out.append(f'<rect x="{x:.1f}" y="{y}" width="{widths[ci]:.1f}" height="{row_h}" fill="{fill}" '
+                       'stroke="#d0d7de"/>')
             weight = ' font-weight="bold"' if ri == 0 or ci == len(row) - 1 else ""
-            out.append(
-                f'<text x="{x + pad:.1f}" y="{y + 16}" fill="{colour}"{weight}>{escape(str(text))}</text>'
-            )
+            out.append(f'<text x="{x + pad:.1f}" y="{y + 16}" fill="{colour}"{weight}>{escape(str(text))}</text>')
             x += widths[ci]
     out.append("</svg>")
     return "\n".join(out) + "\n"
+
+
+def matrix_svg(s: dict[str, Any]) -> str:
+    """The device x gate matrix as a self-contained SVG picture."""
+    header, rows = _matrix_rows(s)
+    devices = list(s["devices"].values())
+
+    def style(row: int, col: int) -> tuple[str, str]:
+        device = devices[row]
+        if 2 <= col < len(header) - 1:
+            verdict = device["gates"].get(s["gates"][col - 2])
+            return _COLOURS[verdict], ("#ffffff" if verdict else "#57606a")
+        if col == len(header) - 1:  # a fault build is never green
+            return (_FAULT_BUILD if device.get("faults") else _COLOURS[device["status"]]), "#ffffff"
+        return "#ffffff", "#1f2328"
+
+    return svg_table(f"run {s['run']}: {_headline(s)}", header, rows, style)
 
 
 # ---------------------------------------------------------------------------- writing
