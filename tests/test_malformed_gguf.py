@@ -1,9 +1,8 @@
 """Hostile GGUF files against the engine's command line, under AddressSanitizer + UBSan.
 
 The CLI contract (docs/design.md, engine: result and exit codes; engine/src/gguf.h): `bmoe info -m FILE`
-on a malformed model exits 3, on an
-unreadable one 4, and in both cases writes exactly one stderr line starting with `bmoe: error:` that
-names the file. No signal, no sanitizer report, no hang, whatever the file says.
+on a malformed or unreadable model exits 3 (4 is for I/O that fails once the model is open), and writes
+exactly one stderr line starting with `bmoe: error:` that names the file. No signal, no sanitizer report, no hang, whatever the file says.
 
 The files come from tests/gguf_corpus.py (raw bytes written with struct, so any field can lie); the
 metadata cases start from the real qwen3moe fixture and change one key.
