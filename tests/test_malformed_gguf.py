@@ -2,7 +2,8 @@
 
 The CLI contract (docs/design.md, engine: result and exit codes; engine/src/gguf.h): `bmoe info -m FILE`
 on a malformed or unreadable model exits 3 (4 is for I/O that fails once the model is open), and writes
-exactly one stderr line starting with `bmoe: error:` that names the file. No signal, no sanitizer report, no hang, whatever the file says.
+exactly one stderr line starting with `bmoe: error:` that names the file. No signal, no sanitizer
+report, no hang, whatever the file says.
 
 The files come from tests/gguf_corpus.py (raw bytes written with struct, so any field can lie); the
 metadata cases start from the real qwen3moe fixture and change one key.
