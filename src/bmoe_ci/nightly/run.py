@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bmoe_ci.farm import FarmError, default_run_id, load_farm
+from bmoe_ci.mutants.catalogue import CatalogueError, load_catalogue
 from bmoe_ci.nightly.classify import (
     Classification,
     FlakyPolicy,
@@ -37,7 +38,6 @@ from bmoe_ci.nightly.report import (
     write_index,
     write_report,
 )
-from bmoe_ci.mutants.catalogue import CatalogueError, load_catalogue
 from bmoe_ci.paths import repo_root
 from bmoe_ci.reports import ReportError, load_results
 from bmoe_ci.reports.junit import JUNIT_XML
