@@ -62,6 +62,23 @@ def test_replay_predicts_every_decision_and_counter(engine_bin: Path, fixtures: 
         assert counters["subst_changed"] > 0
 
 
+def test_one_layer_larger_than_the_cache_is_replayed(engine_bin: Path, fixtures: dict[str, Path],
+                                                    tmp_path: Path) -> None:
+    """The gate plan's stress entry (topk-all-prefetch2: every expert, two prefetch rounds, 1 MiB) on
+    `wide`, whose 16 experts of one layer outweigh the budget: demand loads go over budget while the
+    layer's pins hold, and the replay still predicts every decision. On qwen3moe one layer fits."""
+    stress = ("--cache-mb", "1", "--force-cache", "--prefetch", "2", "--prefetch-sync")
+    argv, counters, text = traced_run(engine_bin, fixtures["wide"], tmp_path, *stress, "--n-expert-used", "16",
+                                      n=8)
+    pred = replay(parse_trace(text, "trace.csv"), RunConfig.from_argv(argv))
+    assert pred.problems == [] and mismatches(parse_trace(text, "trace.csv"), pred, counters) == []
+    assert 16 * pred.slot_bytes > 1 << 20 and pred.over_budget_loads > 0
+    argv, counters, text = traced_run(engine_bin, fixtures["qwen3moe"], tmp_path, *stress, "--n-expert-used", "8",
+                                      n=8)
+    pred = replay(parse_trace(text, "trace.csv"), RunConfig.from_argv(argv))
+    assert mismatches(parse_trace(text, "trace.csv"), pred, counters) == [] and pred.over_budget_loads == 0
+
+
 @pytest.fixture(scope="module")
 def prefetch_run(engine_bin: Path, fixtures: dict[str, Path], tmp_path_factory: pytest.TempPathFactory):
     return traced_run(engine_bin, fixtures["qwen3moe"], tmp_path_factory.mktemp("replay"),
