@@ -4,7 +4,7 @@ G8a   drop at an inert threshold (1e-6) == the cached undropped stream, byte for
 G8a'  that run examined routings at the terminal node and dropped none
 G8b   drop at 1.0 with --drop-in-prefill against the evicting cache: completes, no signal, fired
 G8c   top-k forced to 1: drop at 1.0 == the undropped k=1 run, byte for byte, nothing dropped
-G8d   substitution at margin 1e-6 == the cached stream; slots examined, none changed
+G8d   substitution at margin 1e-6 == the cached stream; slots examined, none changed but exact ties
 G8e   substitution at margin 1.0 completes and fires
 G8w   the narrow-routing warning: present once with F/k and F/8 computed here, exactly when the
       effective top-k is 4 or less; absent with dropping off and at top-k 8; once on stderr too
