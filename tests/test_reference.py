@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from bmoe_ci.fixtures import generate
+from bmoe_ci.fixtures.spec import load_specs
 from bmoe_ci.reference import Generation, Model, relative_error
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,14 +71,21 @@ def test_reference_generation_varies_and_routes_every_expert(models: dict, name:
     assert len(set(gen.tokens[:N_TEXT])) >= 8, f"greedy output barely varies: {gen.tokens}"
     moe_layers = sorted({r.layer for r in gen.routes})
     assert moe_layers == [i for i in range(m.hp.n_layer) if i >= m.hp.n_dense]
+    tie = load_specs().specs[name].init.router_tie
+    # a tied expert after the first is only routed together with it, which a short generation may not see
+    expected = set(range(m.hp.n_expert)) - set(tie[1:])
     for il in moe_layers:
         used = {e for r in gen.routes if r.layer == il for e in r.ids}
-        assert used == set(range(m.hp.n_expert)), (
-            f"layer {il} never routed {set(range(m.hp.n_expert)) - used}"
-        )
-    # near-ties would make an f32 engine legitimately disagree: the fixtures keep clear of them
+        assert used >= expected, f"layer {il} never routed {expected - used}"
+    # near-ties would make an f32 engine legitimately disagree: the fixtures keep clear of them. Exact
+    # ties are by design where init.router_tie gives experts one router row (both sides break them by
+    # expert index, the engine's documented rank order), so those margins of exactly 0 are left out.
     assert gen.min_logit_margin > 1e-3
-    assert gen.min_route_margin > 1e-6
+    margins = [r.margin for r in gen.routes]
+    if load_specs().specs[name].init.router_tie:
+        assert 0.0 in margins  # the tie really reaches the top-k boundary
+        margins = [x for x in margins if x != 0.0]
+    assert min(margins) > 1e-6
 
 
 def test_reference_split_equals_whole(models: dict):
