@@ -80,6 +80,14 @@ static void rmsnorm(float *out, const float *x, const float *w, int n, double ep
     for (int i = 0; i < n; i++) out[i] = (x[i] * scale) * w[i];
 }
 
+/* out = x / sqrt(mean(x^2) + eps), no weight (llama.cpp's v-norm and gemma4's router input). */
+static void rmsnorm_plain(float *out, const float *x, int n, double eps) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+    float scale = (float)(1.0 / sqrt(ss / n + eps));
+    for (int i = 0; i < n; i++) out[i] = x[i] * scale;
+}
+
 static void rmsnorm_rows(float *out, const float *x, const float *w, int T, int n, double eps) {
     for (int t = 0; t < T; t++) rmsnorm(out + (size_t)t * n, x + (size_t)t * n, w, n, eps);
 }
@@ -176,6 +184,10 @@ static void qk_rows(void *ctx, int t0, int t1, int tid) {
         if (0)
 #endif
             for (int h = 0; h < Hkv; h++) rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, J->ly->attn_k_norm, hd, hp->eps);
+        if (f->m->recipe->v_norm) {
+            float *v = f->v + (size_t)t * f->v_dim;
+            for (int h = 0; h < Hkv; h++) rmsnorm_plain(v + (size_t)h * hp->head_dim_v, v + (size_t)h * hp->head_dim_v, hp->head_dim_v, hp->eps);
+        }
         double p = (double)(J->pos0 + t);
         for (int j = 0; j < half; j++) { /* NeoX pairing: (v[j], v[j + n_rot/2]) */
             double sd, cd;
@@ -211,7 +223,7 @@ static void attn_heads(void *ctx, int i0, int i1, int tid) {
     bmoe_forward *f = J->f;
     const bmoe_hparams *hp = &f->m->hp;
     int H = hp->n_head, hd = hp->head_dim, hdv = hp->head_dim_v, group = hp->n_head / hp->n_head_kv;
-    float inv_sqrt_hd = (float)(1.0 / sqrt((double)hd));
+    float inv_sqrt_hd = f->m->recipe->attn_scale_one ? 1.0f : (float)(1.0 / sqrt((double)hd));
     float *sc = f->scratch + (size_t)tid * f->n_ctx;
     const float *kc = f->k_cache + (size_t)J->il * f->n_ctx * f->kv_dim;
     const float *vc = f->v_cache + (size_t)J->il * f->n_ctx * f->v_dim;
@@ -356,9 +368,19 @@ static int moe_ffn(bmoe_forward *f, const moe_ctx *c, char *err, size_t errlen) 
     int T = c->T, E = hp->n_expert, k = f->top_k, d = f->d;
     int rc;
 
-    /* h = rmsnorm(x) * ffn_norm; the router reads h */
+    /* h = rmsnorm(x) * ffn_norm; the router reads h, or (gemma4) rmsnorm(x) / sqrt(d) * ffn_gate_inp.scale */
     rmsnorm_rows(f->xn, f->x, ly->ffn_norm, T, d, hp->eps);
-    matmul(f, &ly->ffn_gate_inp, f->xn, T, f->rlog);
+    if (ly->ffn_gate_inp_s) {
+        float inv_sqrt_d = (float)(1.0 / sqrt((double)d));
+        for (int t = 0; t < T; t++) {
+            float *r = f->hm + (size_t)t * d;
+            rmsnorm_plain(r, f->x + (size_t)t * d, d, hp->eps);
+            for (int i = 0; i < d; i++) r[i] = (r[i] * inv_sqrt_d) * ly->ffn_gate_inp_s[i];
+        }
+        matmul(f, &ly->ffn_gate_inp, f->hm, T, f->rlog);
+    } else {
+        matmul(f, &ly->ffn_gate_inp, f->xn, T, f->rlog);
+    }
     if ((rc = emit(f, c, BMOE_NODE_LOGITS, err, errlen))) return rc;
 
     for (int t = 0; t < T; t++) {
@@ -533,7 +555,10 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
     if (!f->inv_freq) oom = 1;
     else {
         double lb = bm_log(hp->rope_base);
-        for (int j = 0; j < hp->n_rot / 2; j++) f->inv_freq[j] = bm_exp(-(2.0 * j / hp->n_rot) * lb);
+        for (int j = 0; j < hp->n_rot / 2; j++) {
+            f->inv_freq[j] = bm_exp(-(2.0 * j / hp->n_rot) * lb);
+            if (m->rope_freqs) f->inv_freq[j] /= (double)m->rope_freqs[j]; /* frequency divisors (rope_freqs) */
+        }
     }
     size_t D = (size_t)f->d;
     f->x = alloc_f(T * D, sizeof(float), &oom);
