@@ -22,7 +22,8 @@ struct bmoe_forward {
     int n_ctx, max_batch, top_k;
     int d, q_dim, kv_dim, v_dim, o_dim, ff_max;
     float *k_cache, *v_cache;     /* [layer][n_ctx][kv_dim], [layer][n_ctx][v_dim] */
-    double *inv_freq;             /* RoPE: base^(-2j/n_rot), j < n_rot/2 */
+    double *inv_freq;             /* RoPE: base^(-2j/n_rot) / rope_freqs[j], j < n_rot/2 */
+    double *inv_freq_swa;         /* sliding-window layers: base_swa^(-2j/n_rot_swa), j < n_rot_swa/2 */
     /* activations, [max_batch, ...] */
     float *x, *xn, *hm, *q, *k, *v, *att, *o, *ffn, *sh;
     float *hg, *hu;               /* dense / shared FFN hidden [T, ff_max] */
@@ -173,7 +174,9 @@ static void qk_rows(void *ctx, int t0, int t1, int tid) {
     const attn_job *J = ctx;
     bmoe_forward *f = J->f;
     const bmoe_hparams *hp = &f->m->hp;
-    int hd = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv, half = hp->n_rot / 2;
+    int hd = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
+    int half = (J->ly->is_swa ? hp->n_rot_swa : hp->n_rot) / 2;
+    const double *inv_freq = J->ly->is_swa ? f->inv_freq_swa : f->inv_freq;
     for (int t = t0; t < t1; t++) {
         float *q = f->q + (size_t)t * f->q_dim, *k = f->k + (size_t)t * f->kv_dim;
         if (J->ly->attn_q_norm)
@@ -191,10 +194,10 @@ static void qk_rows(void *ctx, int t0, int t1, int tid) {
         double p = (double)(J->pos0 + t);
         for (int j = 0; j < half; j++) { /* NeoX pairing: (v[j], v[j + n_rot/2]) */
             double sd, cd;
-            bm_sincos(p * f->inv_freq[j], &sd, &cd);
+            bm_sincos(p * inv_freq[j], &sd, &cd);
             float s = (float)sd, c = (float)cd, s_q = s, c_q = c;
 #ifdef BMOE_FAULT_ROPE_POS /* Fault: q rotated one position ahead of k, every q-k distance off by one (REF) */
-            bm_sincos((p + 1.0) * f->inv_freq[j], &sd, &cd), s_q = (float)sd, c_q = (float)cd;
+            bm_sincos((p + 1.0) * inv_freq[j], &sd, &cd), s_q = (float)sd, c_q = (float)cd;
 #endif
             for (int h = 0; h < H; h++) {
                 float *v = q + (size_t)h * hd, a = v[j], b = v[j + half];
@@ -229,14 +232,17 @@ static void attn_heads(void *ctx, int i0, int i1, int tid) {
     const float *vc = f->v_cache + (size_t)J->il * f->n_ctx * f->v_dim;
     for (int i = i0; i < i1; i++) {
         int t = i / H, h = i % H, g = h / group, p = J->pos0 + t;
+        /* a sliding-window layer sees the n_swa latest positions (p - j < n_swa) */
+        int j0 = J->ly->is_swa && p - hp->n_swa + 1 > 0 ? p - hp->n_swa + 1 : 0;
         const float *q = f->q + (size_t)t * f->q_dim + (size_t)h * hd;
-        for (int j = 0; j <= p; j++) sc[j] = dot_f32(q, kc + (size_t)j * f->kv_dim + (size_t)g * hd, (size_t)hd) * inv_sqrt_hd;
-        softmax(sc, p + 1);
+        for (int j = j0; j <= p; j++)
+            sc[j - j0] = dot_f32(q, kc + (size_t)j * f->kv_dim + (size_t)g * hd, (size_t)hd) * inv_sqrt_hd;
+        softmax(sc, p + 1 - j0);
         float *out = f->att + (size_t)t * f->o_dim + (size_t)h * hdv;
         for (int c = 0; c < hdv; c++) out[c] = 0.0f;
-        for (int j = 0; j <= p; j++) {
+        for (int j = j0; j <= p; j++) {
             const float *vj = vc + (size_t)j * f->v_dim + (size_t)g * hdv;
-            for (int c = 0; c < hdv; c++) out[c] += sc[j] * vj[c];
+            for (int c = 0; c < hdv; c++) out[c] += sc[j - j0] * vj[c];
         }
     }
 }
@@ -560,6 +566,12 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
             if (m->rope_freqs) f->inv_freq[j] /= (double)m->rope_freqs[j]; /* frequency divisors (rope_freqs) */
         }
     }
+    f->inv_freq_swa = calloc((size_t)(hp->n_rot_swa / 2 + 1), sizeof(double));
+    if (!f->inv_freq_swa) oom = 1;
+    else if (hp->n_rot_swa > 0) {
+        double lb = bm_log(hp->rope_base_swa);
+        for (int j = 0; j < hp->n_rot_swa / 2; j++) f->inv_freq_swa[j] = bm_exp(-(2.0 * j / hp->n_rot_swa) * lb);
+    }
     size_t D = (size_t)f->d;
     f->x = alloc_f(T * D, sizeof(float), &oom);
     f->xn = alloc_f(T * D, sizeof(float), &oom);
@@ -598,7 +610,7 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
 
 void forward_free(bmoe_forward *f) {
     if (!f) return;
-    free(f->k_cache); free(f->v_cache); free(f->inv_freq);
+    free(f->k_cache); free(f->v_cache); free(f->inv_freq); free(f->inv_freq_swa);
     free(f->x); free(f->xn); free(f->hm); free(f->xl); free(f->q); free(f->k); free(f->v); free(f->att);
     free(f->o); free(f->ffn); free(f->sh); free(f->hg); free(f->hu);
     free(f->rlog); free(f->rprob); free(f->w); free(f->ids);

@@ -264,11 +264,13 @@ static int read_shared_width(loader *L) {
     return 0;
 }
 
-/* Sliding-window keys (gemma4): llama.cpp requires them; the engine implements only global attention, so
- * the pattern must mark every layer global, and the per-layer-input and shared-KV parts must be absent. */
+/* Sliding-window keys (gemma4): llama.cpp requires them. A sliding-window layer attends to the n_swa
+ * latest positions and rotates with its own RoPE base and dims, without rope_freqs; its head sizes must
+ * equal the global ones (per-layer head sizes are not implemented), and per-layer input embeddings,
+ * shared KV layers and logit soft-capping are refused. */
 static int read_swa(loader *L) {
     bmoe_model *m = L->m;
-    const bmoe_hparams *hp = &m->hp;
+    bmoe_hparams *hp = &m->hp;
     int rc, v = 0;
     char e[256] = "";
     const gguf_kv *kv = NULL;
@@ -279,17 +281,28 @@ static int read_swa(loader *L) {
     if (kv->n != (uint64_t)hp->n_layer)
         return fail(L, 3, "%s: %s has %llu entries but block_count is %d", m->path, key, (unsigned long long)kv->n,
                     hp->n_layer);
+    m->swa_pattern = calloc((size_t)hp->n_layer, 1);
+    if (!m->swa_pattern) return fail(L, 1, "out of memory");
     for (uint64_t i = 0; i < kv->n; i++) {
         uint64_t u = 0;
         int ok = kv->arr_type == GGUF_TYPE_BOOL ? (u = ((const uint8_t *)kv->data)[i], 1) : gguf_arr_u64(kv, i, &u);
         if (!ok) return fail(L, 3, "%s: %s must be an array of booleans or integers", m->path, key);
-        if (u != 0)
-            return fail(L, 3, "%s: %s marks layer %llu as sliding-window; only global attention is implemented "
-                        "(mark every layer false)", m->path, key, (unsigned long long)i);
+        m->swa_pattern[i] = u != 0;
     }
-    if ((rc = get_int(L, "attention.sliding_window", 1, 0, 0, MAX_CTX, &v))) return rc;
+    if ((rc = get_int(L, "attention.sliding_window", 1, 0, 1, MAX_CTX, &hp->n_swa))) return rc;
     if ((rc = get_int(L, "attention.key_length_swa", 1, 0, 1, MAX_DIM, &v))) return rc;
+    if (v != hp->head_dim)
+        return fail(L, 3, "%s: %s.attention.key_length_swa = %d differs from key_length %d: per-layer head sizes "
+                    "are not implemented", m->path, m->arch, v, hp->head_dim);
     if ((rc = get_int(L, "attention.value_length_swa", 1, 0, 1, MAX_DIM, &v))) return rc;
+    if (v != hp->head_dim_v)
+        return fail(L, 3, "%s: %s.attention.value_length_swa = %d differs from value_length %d: per-layer head "
+                    "sizes are not implemented", m->path, m->arch, v, hp->head_dim_v);
+    if ((rc = get_int(L, "rope.dimension_count_swa", 0, hp->n_rot, 0, hp->head_dim, &hp->n_rot_swa))) return rc;
+    if (hp->n_rot_swa % 2 != 0)
+        return fail(L, 3, "%s: %s.rope.dimension_count_swa = %d is odd", m->path, m->arch, hp->n_rot_swa);
+    /* llama.cpp's default for a sliding-window layer's base is 10000, not rope.freq_base */
+    if ((rc = get_real(L, "rope.freq_base_swa", 0, 10000.0, 1e-6, 1e30, &hp->rope_base_swa))) return rc;
     if ((rc = get_int(L, "embedding_length_per_layer_input", 1, 0, 0, MAX_DIM, &v))) return rc;
     if (v != 0)
         return fail(L, 3, "%s: %s.embedding_length_per_layer_input = %d: per-layer input embeddings are not "
@@ -396,7 +409,10 @@ static int bind_tensors(loader *L) {
     if ((rc = bind_vec(L, "output_norm.weight", 1, d, &m->output_norm))) return rc;
     if ((rc = bind(L, "output.weight", r->output_required, 2, d, V, 1, &m->output))) return rc;
     if (!m->output.t) { m->output = m->token_embd; m->output_tied = 1; }
-    if (r->rope_freqs) {
+    if (hp->n_layer < 1) return fail(L, 3, "%s: %s.block_count is 0", m->path, m->arch);
+    int any_global = 0;
+    for (int il = 0; il < hp->n_layer; il++) any_global |= !(m->swa_pattern && m->swa_pattern[il]);
+    if (r->rope_freqs && any_global) { /* llama.cpp: required once a layer is global */
         if ((rc = bind_vec(L, "rope_freqs.weight", 1, hd / 2, &m->rope_freqs))) return rc;
         for (uint64_t j = 0; m->maps && j < hd / 2; j++)
             if (!(m->rope_freqs[j] > 0.0f && m->rope_freqs[j] < 1e30f))
@@ -409,6 +425,7 @@ static int bind_tensors(loader *L) {
     if (!m->layers || !m->moe_layers) return fail(L, 1, "out of memory");
     for (int il = 0; il < hp->n_layer; il++) {
         bmoe_layer *ly = &m->layers[il];
+        ly->is_swa = m->swa_pattern ? m->swa_pattern[il] : 0;
         if ((rc = bind_layer_vec(L, il, "attn_norm", 1, d, &ly->attn_norm))) return rc;
         if ((rc = bind_layer(L, il, "attn_q", 1, 2, d, H * hd, 1, &ly->attn_q))) return rc;
         if ((rc = bind_layer(L, il, "attn_k", 1, 2, d, Hkv * hd, 1, &ly->attn_k))) return rc;
@@ -566,6 +583,7 @@ void model_close(bmoe_model *m) {
     free(m->moe_layers);
     free(m->output_norm);
     free(m->rope_freqs);
+    free(m->swa_pattern);
     if (m->maps && m->g)
         for (uint32_t s = 0; s < m->g->n_shards; s++)
             if (m->maps[s]) munmap(m->maps[s], (size_t)m->map_len[s]);

@@ -97,6 +97,13 @@ class HParams:
     gating: int
     norm_w: bool
     w_scale: float
+    swa: tuple[bool, ...] = ()  # per layer: sliding-window attention (gemma4)
+    n_swa: int = 0  # a sliding-window position sees the n_swa latest positions, itself included
+    n_rot_swa: int = 0
+    rope_base_swa: float = 10000.0
+
+    def is_swa(self, il: int) -> bool:
+        return bool(self.swa) and self.swa[il]
 
 
 @dataclass(frozen=True)
@@ -235,10 +242,17 @@ class Model:
             n_ff_shexp = None if n_ff is None else int(n_ff)
         else:
             n_ff_shexp = None
-        if recipe.rope_freqs:  # gemma4: only global attention and no per-layer inputs are modelled
-            pattern = list(get(f"{arch}.attention.sliding_window_pattern"))
-            if any(pattern) or int(get(f"{arch}.embedding_length_per_layer_input")) != 0:
-                raise ModelError(f"{arch}: sliding-window layers or per-layer inputs are not modelled")
+        swa: tuple[bool, ...] = ()
+        n_swa, n_rot_swa, base_swa = 0, 0, 10000.0
+        if recipe.rope_freqs:  # gemma4: sliding-window layers; per-layer inputs are not modelled
+            swa = tuple(bool(v) for v in get(f"{arch}.attention.sliding_window_pattern"))
+            n_swa = int(get(f"{arch}.attention.sliding_window"))
+            n_rot_swa = int(get(f"{arch}.rope.dimension_count_swa", get(f"{arch}.rope.dimension_count", hd)))
+            base_swa = float(get(f"{arch}.rope.freq_base_swa", 10000.0))
+            if int(get(f"{arch}.attention.key_length_swa")) != hd:
+                raise ModelError(f"{arch}.attention.key_length_swa: per-layer head sizes are not modelled")
+            if int(get(f"{arch}.embedding_length_per_layer_input")) != 0:
+                raise ModelError(f"{arch}: per-layer inputs are not modelled")
         hp = HParams(
             arch=arch,
             n_layer=int(get(f"{arch}.block_count")),
@@ -260,6 +274,10 @@ class Model:
             gating=gating,
             norm_w=bool(recipe.norm_w if norm_key is None else norm_key),
             w_scale=1.0 if scale_key == 0.0 else scale_key,
+            swa=swa,
+            n_swa=n_swa,
+            n_rot_swa=n_rot_swa,
+            rope_base_swa=base_swa,
         )
         if hp.gating not in (1, 2, 3):
             raise ModelError(f"{arch}.expert_gating_func: {hp.gating} is not 1, 2 or 3")
@@ -341,7 +359,7 @@ class Model:
             if r.shared_expert:
                 for n in ("pre_ffw_norm_2", "post_ffw_norm_1", "post_ffw_norm_2", "post_ffw_norm"):
                     need(f"{b}{n}.weight", (d,))
-        if r.rope_freqs:
+        if r.rope_freqs and not all(hp.swa):
             need("rope_freqs.weight", (hp.hd // 2,))
 
     def _is_dense(self, il: int) -> bool:
@@ -395,13 +413,14 @@ class Model:
         y = _rmsnorm(x, hp.eps) * t["output_norm.weight"]
         return y @ self._out.T
 
-    def _rope(self, v: np.ndarray, pos: np.ndarray) -> np.ndarray:
-        """NeoX pairing on the first n_rot dims of the last axis; v is [n, heads, hd]."""
-        nrot = self.hp.n_rot
+    def _rope(self, v: np.ndarray, pos: np.ndarray, swa: bool = False) -> np.ndarray:
+        """NeoX pairing on the first n_rot dims of the last axis; v is [n, heads, hd]. A sliding-window
+        layer rotates n_rot_swa dims with its own base and no rope_freqs."""
+        nrot = self.hp.n_rot_swa if swa else self.hp.n_rot
         half = nrot // 2
         j = np.arange(half)
-        freq = self.hp.rope_base ** (-2.0 * j / nrot)
-        if self.recipe.rope_freqs:
+        freq = (self.hp.rope_base_swa if swa else self.hp.rope_base) ** (-2.0 * j / nrot)
+        if self.recipe.rope_freqs and not swa:
             freq = freq / self.t["rope_freqs.weight"][:half]
         theta = pos[:, None] * freq  # [n, half]
         cos, sin = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
@@ -422,7 +441,8 @@ class Model:
             k = _rmsnorm(k, hp.eps) * t[b + "attn_k_norm.weight"]
         if self.recipe.v_norm:
             v = _rmsnorm(v, hp.eps)
-        q, k = self._rope(q, pos), self._rope(k, pos)
+        swa = hp.is_swa(il)
+        q, k = self._rope(q, pos, swa), self._rope(k, pos, swa)
         if cache["k"][il] is None:
             cache["k"][il], cache["v"][il] = k, v
         else:
@@ -437,6 +457,8 @@ class Model:
             if not self.recipe.attn_scale_one:
                 s = s / math.sqrt(hp.hd)
             mask = np.arange(K.shape[0])[None, :] > pos[:, None]
+            if swa:  # the window: key position j is visible from p when p - j < n_swa
+                mask |= pos[:, None] - np.arange(K.shape[0])[None, :] >= hp.n_swa
             s = np.where(mask, -np.inf, s)
             out[:, hh, :] = _softmax(s) @ Vv[:, g, :]
         return out.reshape(n, hp.n_head * hp.hdv) @ t[b + "attn_output.weight"].T
