@@ -383,7 +383,7 @@ def test_gating_and_structure_keys(generated: dict):
     assert "qwen3moe.expert_weights_scale" not in q
     assert not any(k.startswith("gemma4.expert_weights") or k == "gemma4.expert_gating_func" for k in g)
     assert g["gemma4.leading_dense_block_count"] == 1
-    assert g["gemma4.attention.sliding_window_pattern"] == [False] * 5  # every layer global
+    assert g["gemma4.attention.sliding_window_pattern"] == [True, False, True, False, True]  # even layers slide
     assert g["gemma4.embedding_length_per_layer_input"] == 0
     assert (w["qwen3moe.expert_count"], w["qwen3moe.expert_used_count"]) == (16, 8)
     assert "qwen3moe.expert_gating_func" not in w  # wide runs on the recipe's defaults
