@@ -414,7 +414,9 @@ static int bind_tensors(loader *L) {
     for (int il = 0; il < hp->n_layer; il++) any_global |= !(m->swa_pattern && m->swa_pattern[il]);
     if (r->rope_freqs && any_global) { /* llama.cpp: required once a layer is global */
         if ((rc = bind_vec(L, "rope_freqs.weight", 1, hd / 2, &m->rope_freqs))) return rc;
-        for (uint64_t j = 0; m->maps && j < hd / 2; j++)
+        const gguf_tensor *rt = gguf_find_tensor(m->g, "rope_freqs.weight");
+        int mapped = rt && m->maps && m->maps[rt->shard]; /* `bmoe info` does not map: no values to check */
+        for (uint64_t j = 0; mapped && j < hd / 2; j++)
             if (!(m->rope_freqs[j] > 0.0f && m->rope_freqs[j] < 1e30f))
                 return fail(L, 3, "%s: rope_freqs.weight[%llu] = %g is not a positive finite divisor", m->path,
                             (unsigned long long)j, (double)m->rope_freqs[j]);
