@@ -114,6 +114,7 @@ static void build(const char *path, variant v) {
     kv_vocab(&g, V);
     tensor(&g, "token_embd.weight", 2, D, V, 1, 1.0f, GGML_TYPE_F32);
     tensor(&g, "output_norm.weight", 1, D, 1, 1, 1, GGML_TYPE_F32);
+    if (v.dots1) tensor(&g, "output.weight", 2, D, V, 1, 1.0f, GGML_TYPE_F32); /* dots1 never ties */
     for (int il = 0; il < L; il++) {
 #define T(name, nd, a, b, c, s, ty) do { snprintf(n, sizeof n, "blk.%d." name ".weight", il); tensor(&g, n, nd, a, b, c, s, ty); } while (0)
         T("attn_norm", 1, D, 1, 1, 1, GGML_TYPE_F32);
