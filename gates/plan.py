@@ -37,7 +37,8 @@ def model_args(model: str, *args: str) -> list[str]:
 
 
 # Stress (REPLAY, INV): a decode long enough to cycle the evicting cache many times over, and a routing
-# of every expert at once (top-k == the expert count) with two layers of prefetch against a 1 MiB cache.
+# of every expert at once (top-k == the expert count) with two layers of prefetch against a 1 MiB cache
+# (on `wide`, one layer's experts alone outweigh it: demand loads go over budget).
 LONG_DECODE = ("-p", PROMPT, "-n", "128", "--json")
 # every expert of a layer, every step, against a 1 MiB cache reads ~8x the default entry's experts:
 # 8 tokens (7 decode steps, each with two prefetch rounds' worth of guesses) are enough to stress it

@@ -16,10 +16,11 @@ from gguf.quants import dequantize
 from bmoe_ci.fixtures import SpecError, generate, load_specs, parse_specs, read_manifest, sha256_files
 from bmoe_ci.fixtures.llama_cpp_table import missing_keys, tensor_problems
 from bmoe_ci.fixtures.model import metadata
-from bmoe_ci.fixtures.spec import default_specs_path
+from bmoe_ci.fixtures.spec import FixtureSpec, default_specs_path
 
 DEFAULTS = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-nonorm"]
 VARIANTS = ["qwen3moe-sigmoid", "qwen3moe-softmax-sel"]
+COMMITTED = ["trained", "trained-q8_0"]  # default fixtures that are committed files (test_trained_fixtures.py)
 
 
 def _spec_doc() -> dict:
@@ -44,21 +45,21 @@ def _tensors(path: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def generated(fixture_dir: Path) -> dict:
-    return {f.name: f for f in generate(fixture_dir, names=DEFAULTS + VARIANTS)}
+    return {f.name: f for f in generate(fixture_dir, names=DEFAULTS + VARIANTS + COMMITTED)}
 
 
 # ------------------------------------------------------------------ specs
 
 
-def test_spec_file_defaults_are_the_six():
+def test_spec_file_defaults_are_the_six_generated_and_the_two_committed():
     specs = load_specs()
-    assert specs.defaults == DEFAULTS
+    assert specs.defaults == DEFAULTS + COMMITTED
     assert {"bench-large", *VARIANTS} <= set(specs.specs)
     assert not specs.specs["bench-large"].default
 
 
 def test_generate_without_names_makes_the_defaults(fixture_dir: Path):
-    assert [f.name for f in generate(fixture_dir)] == DEFAULTS
+    assert [f.name for f in generate(fixture_dir)] == DEFAULTS + COMMITTED
 
 
 def test_unknown_fixture_name_lists_the_known(tmp_path: Path):
@@ -91,6 +92,8 @@ def _first(doc: dict) -> dict:
         (lambda d: _first(d)["gating"].update(func=4), r"'qwen3moe': gating\.func: "),
         (lambda d: _first(d).update(name="Bad Name"), r"'Bad Name': name: "),
         (lambda d: _first(d)["dims"].update(rope_dims=15), r"dims\.rope_dims: must be even"),
+        (lambda d: _first(d).update(init={"router_tie": [0, 8]}), r"init\.router_tie: .* of 0\.\.7"),
+        (lambda d: _first(d).update(init={"router_tie": [3]}), r"init\.router_tie: .*at least two distinct"),
         (
             lambda d: d["fixtures"][3]["dims"].update(dense_layers=1),
             r"'wide': dims\.ffn: required when dense",
@@ -249,7 +252,7 @@ def test_split_holds_the_same_tensors_as_qwen3moe(generated: dict):
         assert bytes(split[name].data) == bytes(t.data), name
 
 
-@pytest.mark.parametrize("name", DEFAULTS + VARIANTS)
+@pytest.mark.parametrize("name", DEFAULTS + VARIANTS + COMMITTED)
 def test_tensor_names_are_llama_cpp_names_of_the_arch(generated: dict, name: str):
     arch = _meta(generated[name].path)["general.architecture"]
     (arch_enum,) = [a for a, n in MODEL_ARCH_NAMES.items() if n == arch]
@@ -359,7 +362,7 @@ REQUIRED_KEYS = [
 ]
 
 
-@pytest.mark.parametrize("name", DEFAULTS)
+@pytest.mark.parametrize("name", DEFAULTS + COMMITTED)
 def test_metadata_and_vocabulary(generated: dict, name: str):
     meta = _meta(generated[name].path)
     arch = meta["general.architecture"]
@@ -410,8 +413,13 @@ def test_gating_and_structure_keys(generated: dict):
 def test_every_fixture_has_the_keys_llama_cpp_requires(name: str):
     """Every specified fixture (bench ones too: metadata only, nothing is generated) carries the keys
     llama.cpp's loader requires for its architecture (the table in bmoe_ci.fixtures.llama_cpp_table)."""
-    meta = {key: value for key, value, _, _ in metadata(load_specs().specs[name])}
-    meta["general.architecture"] = load_specs().specs[name].arch  # gguf's writer adds it first
+    specs = load_specs()
+    spec = specs.specs[name]
+    if isinstance(spec, FixtureSpec):
+        meta = {key: value for key, value, _, _ in metadata(spec)}
+        meta["general.architecture"] = spec.arch  # gguf's writer adds it first
+    else:  # a committed file: its own metadata
+        meta = _meta(spec.source(specs.path.parent))
     assert missing_keys(meta) == []
 
 
@@ -485,9 +493,12 @@ def test_q8_0_types_and_values(generated: dict):
         blocks_max = np.abs(b.reshape(-1, 32)).max(axis=1, keepdims=True)
         bound = blocks_max / 127 * (0.5 + 127 * 2**-11) + 1e-6  # rounding + the f16 scale's rounding
         assert np.all(np.abs(a - b).reshape(-1, 32) <= bound), name
-    np.testing.assert_array_equal(
-        np.asarray(q8["blk.0.ffn_gate_inp.weight"].data), np.asarray(f32["blk.0.ffn_gate_inp.weight"].data)
-    )
+    # the router stays F32: qwen3moe's rows, but expert 1's row is expert 0's (init.router_tie [0, 1])
+    router_q8 = np.asarray(q8["blk.0.ffn_gate_inp.weight"].data)
+    router_f32 = np.asarray(f32["blk.0.ffn_gate_inp.weight"].data).copy()
+    assert not np.array_equal(router_f32[1], router_f32[0])
+    router_f32[1] = router_f32[0]
+    np.testing.assert_array_equal(router_q8, router_f32)
 
 
 def test_special_tokens_can_never_win(generated: dict):
