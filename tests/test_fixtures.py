@@ -14,7 +14,9 @@ from gguf import MODEL_ARCH_NAMES, MODEL_TENSORS, TENSOR_NAMES, GGMLQuantization
 from gguf.quants import dequantize
 
 from bmoe_ci.fixtures import SpecError, generate, load_specs, parse_specs, read_manifest, sha256_files
-from bmoe_ci.fixtures.spec import default_specs_path
+from bmoe_ci.fixtures.llama_cpp_table import missing_keys, tensor_problems
+from bmoe_ci.fixtures.model import metadata
+from bmoe_ci.fixtures.spec import FixtureSpec, default_specs_path
 
 DEFAULTS = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-nonorm"]
 VARIANTS = ["qwen3moe-sigmoid", "qwen3moe-softmax-sel"]
@@ -255,7 +257,9 @@ def test_tensor_names_are_llama_cpp_names_of_the_arch(generated: dict, name: str
     arch = _meta(generated[name].path)["general.architecture"]
     (arch_enum,) = [a for a, n in MODEL_ARCH_NAMES.items() if n == arch]
     patterns = [
-        re.escape(TENSOR_NAMES[t]).replace(r"\{bid\}", r"\d+") + r"\.weight" for t in MODEL_TENSORS[arch_enum]
+        # .scale: gemma4's router input scale (llama.cpp's ffn_gate_inp "scale" tensor)
+        re.escape(TENSOR_NAMES[t]).replace(r"\{bid\}", r"\d+") + r"\.(weight|scale)"
+        for t in MODEL_TENSORS[arch_enum]
     ]
     for tname in _tensors(generated[name].path):
         assert any(re.fullmatch(p, tname) for p in patterns), f"{tname} is not a {arch} tensor"
@@ -276,6 +280,8 @@ def _expected_shapes(meta: dict, arch: str, tensors: dict) -> dict[str, tuple[in
     out = {"token_embd.weight": (d, V), "output_norm.weight": (d,)}
     if "output.weight" in tensors:
         out["output.weight"] = (d, V)
+    if arch == "gemma4":
+        out["rope_freqs.weight"] = (hd // 2,)
     for i in range(L):
         b = f"blk.{i}."
         out |= {
@@ -297,9 +303,17 @@ def _expected_shapes(meta: dict, arch: str, tensors: dict) -> dict[str, tuple[in
             continue
         out[b + "ffn_gate_inp.weight"] = (d, E)
         out[b + "ffn_down_exps.weight"] = (f, d, E)
-        if arch == "gemma4":
-            S = g("expert_shared_feed_forward_length")
+        if arch == "dots1":
+            S = f * g("expert_shared_count")
             out |= {
+                b + "ffn_gate_shexp.weight": (d, S),
+                b + "ffn_up_shexp.weight": (d, S),
+                b + "ffn_down_shexp.weight": (S, d),
+            }
+        if arch == "gemma4":
+            S = g("feed_forward_length")
+            out |= {
+                b + "ffn_gate_inp.scale": (d,),
                 b + "ffn_gate_up_exps.weight": (d, 2 * f, E),
                 b + "ffn_gate.weight": (d, S),
                 b + "ffn_up.weight": (d, S),
@@ -370,19 +384,86 @@ def test_gating_and_structure_keys(generated: dict):
     q, g, w = (_meta(generated[n].path) for n in ("qwen3moe", "gemma4", "wide"))
     assert q["qwen3moe.expert_gating_func"] == 1 and q["qwen3moe.expert_weights_norm"] is True
     assert "qwen3moe.expert_weights_scale" not in q
-    assert g["gemma4.expert_weights_scale"] != 1.0
+    assert not any(k.startswith("gemma4.expert_weights") or k == "gemma4.expert_gating_func" for k in g)
     assert g["gemma4.leading_dense_block_count"] == 1
-    assert "gemma4.expert_shared_feed_forward_length" in g
+    assert g["gemma4.attention.sliding_window_pattern"] == [True, False, True, False, True]  # even layers slide
+    assert g["gemma4.embedding_length_per_layer_input"] == 0
     assert (w["qwen3moe.expert_count"], w["qwen3moe.expert_used_count"]) == (16, 8)
     assert "qwen3moe.expert_gating_func" not in w  # wide runs on the recipe's defaults
     s = _meta(generated["qwen3moe-sigmoid"].path)
-    assert (
-        s["qwen3moe.expert_gating_func"],
-        s["qwen3moe.expert_weights_norm"],
-        s["qwen3moe.expert_weights_scale"],
-    ) == (2, True, 2.5)
+    assert (s["dots1.expert_gating_func"], s["dots1.expert_weights_norm"], s["dots1.expert_weights_scale"]) == (
+        2,
+        True,
+        2.5,
+    )
     x = _meta(generated["qwen3moe-softmax-sel"].path)
-    assert (x["qwen3moe.expert_gating_func"], x["qwen3moe.expert_weights_norm"]) == (3, False)
+    assert (x["dots1.expert_gating_func"], x["dots1.expert_weights_norm"]) == (3, False)
+    n = _meta(generated["qwen3moe-nonorm"].path)
+    assert (n["general.architecture"], n["dots1.expert_gating_func"], n["dots1.expert_weights_norm"]) == (
+        "dots1",
+        1,
+        False,
+    )
+
+
+# ------------------------------------------------------------------ what llama.cpp requires
+
+
+@pytest.mark.parametrize("name", list(load_specs().specs))
+def test_every_fixture_has_the_keys_llama_cpp_requires(name: str):
+    """Every specified fixture (bench ones too: metadata only, nothing is generated) carries the keys
+    llama.cpp's loader requires for its architecture (the table in bmoe_ci.fixtures.llama_cpp_table)."""
+    specs = load_specs()
+    spec = specs.specs[name]
+    if isinstance(spec, FixtureSpec):
+        meta = {key: value for key, value, _, _ in metadata(spec)}
+        meta["general.architecture"] = spec.arch  # gguf's writer adds it first
+    else:  # a committed file: its own metadata
+        meta = _meta(spec.source(specs.path.parent))
+    assert missing_keys(meta) == []
+
+
+@pytest.mark.parametrize("name", DEFAULTS + VARIANTS)
+def test_every_fixture_has_the_tensors_llama_cpp_requires(generated: dict, name: str):
+    meta = _meta(generated[name].path)
+    assert missing_keys(meta) == []
+    assert tensor_problems(meta, set(_tensors(generated[name].path))) == []
+
+
+def test_the_llama_cpp_table_notices_what_is_missing(generated: dict):
+    meta = _meta(generated["gemma4"].path)
+    names = set(_tensors(generated["gemma4"].path))
+    del meta["gemma4.attention.sliding_window_pattern"]
+    assert missing_keys(meta) == ["gemma4.attention.sliding_window_pattern"]
+    assert tensor_problems(meta, names - {"rope_freqs.weight"}) == ["missing rope_freqs.weight"]
+    dots = _meta(generated["qwen3moe-nonorm"].path)
+    assert tensor_problems(dots, set(_tensors(generated["qwen3moe-nonorm"].path)) | {"blk.0.ffn_gate.weight"}) == [
+        "not created by llama.cpp: blk.0.ffn_gate.weight"
+    ]
+    del dots["dots1.expert_gating_func"]
+    assert missing_keys(dots) == ["dots1.expert_gating_func"]
+
+
+@pytest.mark.parametrize(
+    ("arch", "change", "message"),
+    [
+        ("qwen3moe", {"gating": {"func": 1, "norm": False}}, "put other gating on arch dots1"),
+        ("gemma4", {"gating": {"scale": 1.25}}, "put other gating on arch dots1"),
+        ("dots1", {"gating": {}}, "gating.func: llama.cpp's dots1 has no default gating"),
+        ("dots1", {"dims": {"kv_heads": 2}}, "kv_heads: llama.cpp's dots1 sizes k and v by heads"),
+        ("qwen3moe", {"dims": {"rope_dims": 8}}, "rope_dims: llama.cpp's qwen3moe rotates the whole head"),
+        ("gemma4", {"dims": {"shared_ffn": 96}}, "shared_ffn: llama.cpp's gemma4 sizes the shared expert"),
+    ],
+)
+def test_specs_llama_cpp_would_read_differently_are_refused(arch: str, change: dict, message: str):
+    base = {"qwen3moe": "qwen3moe", "gemma4": "gemma4", "dots1": "qwen3moe-nonorm"}[arch]
+    doc = _spec_doc()
+    (item,) = [copy.deepcopy(f) for f in doc["fixtures"] if f["name"] == base]
+    for key, value in change.items():
+        item[key] = {**item.get(key, {}), **value} if value else {}
+    item.pop("default", None)
+    with pytest.raises(SpecError, match=re.escape(message)):
+        parse_specs({"version": 1, "fixtures": [item]}, "t.yaml")
 
 
 def test_gemma4_structure(generated: dict):
@@ -391,6 +472,8 @@ def test_gemma4_structure(generated: dict):
     assert "blk.0.ffn_gate_inp.weight" not in t and "blk.0.ffn_gate.weight" in t  # dense layer 0
     assert "blk.1.ffn_gate_up_exps.weight" in t and "blk.1.ffn_gate_exps.weight" not in t
     assert "blk.1.ffn_gate.weight" in t  # the shared expert
+    assert "blk.1.ffn_gate_inp.scale" in t and "blk.0.ffn_gate_inp.scale" not in t  # the router's input scale
+    assert "rope_freqs.weight" in t
 
 
 def test_q8_0_types_and_values(generated: dict):

@@ -32,10 +32,35 @@ typedef struct bmoe_recipe {
     int gating;             /* default bmoe_gating_id */
     int norm_w;             /* default: normalise the selected weights */
     int fused_gate_up;      /* experts as ffn_gate_up_exps [d, 2f, E] instead of gate + up */
-    int shared_expert;      /* a resident shared expert (ffn_gate/up/down) beside the routed ones */
+    int shared_expert;      /* bmoe_shexp: a resident shared expert beside the routed ones, and its names */
     int post_norms;         /* post_attention_norm and the MoE norm sandwich (required) */
     int n_dense_lead;       /* default leading_dense_block_count */
+    /* How llama.cpp's graph for the architecture reads the file (llama.cpp src/models/<arch>.cpp): */
+    int gating_keys;        /* bmoe_gating_keys: are expert_gating_func / _weights_norm / _weights_scale read? */
+    int full_rope;          /* rope.dimension_count must equal attention.key_length (llama.cpp asserts it) */
+    int output_required;    /* output.weight must be present (no tying to token_embd) */
+    int router_prescale;    /* the router reads rmsnorm(x) / sqrt(d) * ffn_gate_inp.scale (not ffn_norm's h) */
+    int v_norm;             /* v is RMS-normed per head, without a weight */
+    int attn_scale_one;     /* attention scores are q.k (no 1/sqrt(head dim)) */
+    int rope_freqs;         /* rope_freqs.weight [head dim / 2] divides the RoPE frequencies (required) */
+    int swa_keys;           /* sliding-window keys required; only an all-global pattern is implemented */
 } bmoe_recipe;
+
+/* Where the shared expert lives. */
+typedef enum {
+    BMOE_SHEXP_NONE = 0,
+    BMOE_SHEXP_FFN = 1,     /* ffn_gate/up/down of feed_forward_length, in the norm sandwich (gemma4) */
+    BMOE_SHEXP_NAMED = 2,   /* ffn_gate/up/down_shexp of expert_feed_forward_length x expert_shared_count,
+                             * added to the routed sum (dots1) */
+} bmoe_shexp;
+
+/* Whether the gating keys are part of the architecture in llama.cpp. */
+typedef enum {
+    BMOE_GATING_KEYS_FIXED = 0,    /* llama.cpp's graph hard-codes the recipe's gating, norm and scale 1:
+                                    * a file whose keys say otherwise is refused, never silently ignored */
+    BMOE_GATING_KEYS_READ = 1,     /* read; expert_gating_func is required (llama.cpp aborts without one),
+                                    * expert_weights_norm defaults to false, expert_weights_scale 0 means 1 */
+} bmoe_gating_keys;
 
 /* NULL when the architecture has no recipe. */
 const bmoe_recipe *arch_recipe(const char *arch, unsigned long len);

@@ -22,7 +22,8 @@ struct bmoe_forward {
     int n_ctx, max_batch, top_k;
     int d, q_dim, kv_dim, v_dim, o_dim, ff_max;
     float *k_cache, *v_cache;     /* [layer][n_ctx][kv_dim], [layer][n_ctx][v_dim] */
-    double *inv_freq;             /* RoPE: base^(-2j/n_rot), j < n_rot/2 */
+    double *inv_freq;             /* RoPE: base^(-2j/n_rot) / rope_freqs[j], j < n_rot/2 */
+    double *inv_freq_swa;         /* sliding-window layers: base_swa^(-2j/n_rot_swa), j < n_rot_swa/2 */
     /* activations, [max_batch, ...] */
     float *x, *xn, *hm, *q, *k, *v, *att, *o, *ffn, *sh;
     float *hg, *hu;               /* dense / shared FFN hidden [T, ff_max] */
@@ -78,6 +79,14 @@ static void rmsnorm(float *out, const float *x, const float *w, int n, double ep
     float scale = (float)(1.0 / (sqrt(ss / n) + eps)); /* fault: eps added outside the square root */
 #endif
     for (int i = 0; i < n; i++) out[i] = (x[i] * scale) * w[i];
+}
+
+/* out = x / sqrt(mean(x^2) + eps), no weight (llama.cpp's v-norm and gemma4's router input). */
+static void rmsnorm_plain(float *out, const float *x, int n, double eps) {
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += (double)x[i] * (double)x[i];
+    float scale = (float)(1.0 / sqrt(ss / n + eps));
+    for (int i = 0; i < n; i++) out[i] = x[i] * scale;
 }
 
 static void rmsnorm_rows(float *out, const float *x, const float *w, int T, int n, double eps) {
@@ -165,7 +174,9 @@ static void qk_rows(void *ctx, int t0, int t1, int tid) {
     const attn_job *J = ctx;
     bmoe_forward *f = J->f;
     const bmoe_hparams *hp = &f->m->hp;
-    int hd = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv, half = hp->n_rot / 2;
+    int hd = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
+    int half = (J->ly->is_swa ? hp->n_rot_swa : hp->n_rot) / 2;
+    const double *inv_freq = J->ly->is_swa ? f->inv_freq_swa : f->inv_freq;
     for (int t = t0; t < t1; t++) {
         float *q = f->q + (size_t)t * f->q_dim, *k = f->k + (size_t)t * f->kv_dim;
         if (J->ly->attn_q_norm)
@@ -176,13 +187,17 @@ static void qk_rows(void *ctx, int t0, int t1, int tid) {
         if (0)
 #endif
             for (int h = 0; h < Hkv; h++) rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, J->ly->attn_k_norm, hd, hp->eps);
+        if (f->m->recipe->v_norm) {
+            float *v = f->v + (size_t)t * f->v_dim;
+            for (int h = 0; h < Hkv; h++) rmsnorm_plain(v + (size_t)h * hp->head_dim_v, v + (size_t)h * hp->head_dim_v, hp->head_dim_v, hp->eps);
+        }
         double p = (double)(J->pos0 + t);
         for (int j = 0; j < half; j++) { /* NeoX pairing: (v[j], v[j + n_rot/2]) */
             double sd, cd;
-            bm_sincos(p * f->inv_freq[j], &sd, &cd);
+            bm_sincos(p * inv_freq[j], &sd, &cd);
             float s = (float)sd, c = (float)cd, s_q = s, c_q = c;
 #ifdef BMOE_FAULT_ROPE_POS /* Fault: q rotated one position ahead of k, every q-k distance off by one (REF) */
-            bm_sincos((p + 1.0) * f->inv_freq[j], &sd, &cd), s_q = (float)sd, c_q = (float)cd;
+            bm_sincos((p + 1.0) * inv_freq[j], &sd, &cd), s_q = (float)sd, c_q = (float)cd;
 #endif
             for (int h = 0; h < H; h++) {
                 float *v = q + (size_t)h * hd, a = v[j], b = v[j + half];
@@ -211,20 +226,23 @@ static void attn_heads(void *ctx, int i0, int i1, int tid) {
     bmoe_forward *f = J->f;
     const bmoe_hparams *hp = &f->m->hp;
     int H = hp->n_head, hd = hp->head_dim, hdv = hp->head_dim_v, group = hp->n_head / hp->n_head_kv;
-    float inv_sqrt_hd = (float)(1.0 / sqrt((double)hd));
+    float inv_sqrt_hd = f->m->recipe->attn_scale_one ? 1.0f : (float)(1.0 / sqrt((double)hd));
     float *sc = f->scratch + (size_t)tid * f->n_ctx;
     const float *kc = f->k_cache + (size_t)J->il * f->n_ctx * f->kv_dim;
     const float *vc = f->v_cache + (size_t)J->il * f->n_ctx * f->v_dim;
     for (int i = i0; i < i1; i++) {
         int t = i / H, h = i % H, g = h / group, p = J->pos0 + t;
+        /* a sliding-window layer sees the n_swa latest positions (p - j < n_swa) */
+        int j0 = J->ly->is_swa && p - hp->n_swa + 1 > 0 ? p - hp->n_swa + 1 : 0;
         const float *q = f->q + (size_t)t * f->q_dim + (size_t)h * hd;
-        for (int j = 0; j <= p; j++) sc[j] = dot_f32(q, kc + (size_t)j * f->kv_dim + (size_t)g * hd, (size_t)hd) * inv_sqrt_hd;
-        softmax(sc, p + 1);
+        for (int j = j0; j <= p; j++)
+            sc[j - j0] = dot_f32(q, kc + (size_t)j * f->kv_dim + (size_t)g * hd, (size_t)hd) * inv_sqrt_hd;
+        softmax(sc, p + 1 - j0);
         float *out = f->att + (size_t)t * f->o_dim + (size_t)h * hdv;
         for (int c = 0; c < hdv; c++) out[c] = 0.0f;
-        for (int j = 0; j <= p; j++) {
+        for (int j = j0; j <= p; j++) {
             const float *vj = vc + (size_t)j * f->v_dim + (size_t)g * hdv;
-            for (int c = 0; c < hdv; c++) out[c] += sc[j] * vj[c];
+            for (int c = 0; c < hdv; c++) out[c] += sc[j - j0] * vj[c];
         }
     }
 }
@@ -356,9 +374,19 @@ static int moe_ffn(bmoe_forward *f, const moe_ctx *c, char *err, size_t errlen) 
     int T = c->T, E = hp->n_expert, k = f->top_k, d = f->d;
     int rc;
 
-    /* h = rmsnorm(x) * ffn_norm; the router reads h */
+    /* h = rmsnorm(x) * ffn_norm; the router reads h, or (gemma4) rmsnorm(x) / sqrt(d) * ffn_gate_inp.scale */
     rmsnorm_rows(f->xn, f->x, ly->ffn_norm, T, d, hp->eps);
-    matmul(f, &ly->ffn_gate_inp, f->xn, T, f->rlog);
+    if (ly->ffn_gate_inp_s) {
+        float inv_sqrt_d = (float)(1.0 / sqrt((double)d));
+        for (int t = 0; t < T; t++) {
+            float *r = f->hm + (size_t)t * d;
+            rmsnorm_plain(r, f->x + (size_t)t * d, d, hp->eps);
+            for (int i = 0; i < d; i++) r[i] = (r[i] * inv_sqrt_d) * ly->ffn_gate_inp_s[i];
+        }
+        matmul(f, &ly->ffn_gate_inp, f->hm, T, f->rlog);
+    } else {
+        matmul(f, &ly->ffn_gate_inp, f->xn, T, f->rlog);
+    }
     if ((rc = emit(f, c, BMOE_NODE_LOGITS, err, errlen))) return rc;
 
     for (int t = 0; t < T; t++) {
@@ -533,7 +561,16 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
     if (!f->inv_freq) oom = 1;
     else {
         double lb = bm_log(hp->rope_base);
-        for (int j = 0; j < hp->n_rot / 2; j++) f->inv_freq[j] = bm_exp(-(2.0 * j / hp->n_rot) * lb);
+        for (int j = 0; j < hp->n_rot / 2; j++) {
+            f->inv_freq[j] = bm_exp(-(2.0 * j / hp->n_rot) * lb);
+            if (m->rope_freqs) f->inv_freq[j] /= (double)m->rope_freqs[j]; /* frequency divisors (rope_freqs) */
+        }
+    }
+    f->inv_freq_swa = calloc((size_t)(hp->n_rot_swa / 2 + 1), sizeof(double));
+    if (!f->inv_freq_swa) oom = 1;
+    else if (hp->n_rot_swa > 0) {
+        double lb = bm_log(hp->rope_base_swa);
+        for (int j = 0; j < hp->n_rot_swa / 2; j++) f->inv_freq_swa[j] = bm_exp(-(2.0 * j / hp->n_rot_swa) * lb);
     }
     size_t D = (size_t)f->d;
     f->x = alloc_f(T * D, sizeof(float), &oom);
@@ -573,7 +610,7 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
 
 void forward_free(bmoe_forward *f) {
     if (!f) return;
-    free(f->k_cache); free(f->v_cache); free(f->inv_freq);
+    free(f->k_cache); free(f->v_cache); free(f->inv_freq); free(f->inv_freq_swa);
     free(f->x); free(f->xn); free(f->hm); free(f->xl); free(f->q); free(f->k); free(f->v); free(f->att);
     free(f->o); free(f->ffn); free(f->sh); free(f->hg); free(f->hu);
     free(f->rlog); free(f->rprob); free(f->w); free(f->ids);

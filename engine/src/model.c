@@ -184,6 +184,140 @@ static int bind_layer(loader *L, int il, const char *what, int required, int n_e
     return bind(L, name, required, n_exp, e0, e1, e2, w);
 }
 
+/* The gating keys, as llama.cpp's graph for the architecture uses them (arch.h, bmoe_gating_keys). */
+static int read_gating(loader *L) {
+    bmoe_model *m = L->m;
+    bmoe_hparams *hp = &m->hp;
+    const bmoe_recipe *r = m->recipe;
+    int rc, gid = 0, norm = -1;
+    double scale = 0.0;
+    if ((rc = get_int(L, "expert_gating_func", 0, 0, 0, 1 << 30, &gid))) return rc;
+    if ((rc = get_flag(L, "expert_weights_norm", -1, &norm))) return rc;
+    if ((rc = get_real(L, "expert_weights_scale", 0, 0.0, 0.0, 1e30, &scale))) return rc;
+    if (r->gating_keys == BMOE_GATING_KEYS_FIXED) {
+        /* llama.cpp ignores these keys for this architecture: a value that asks for anything else would
+         * give a model llama.cpp computes differently, so it is refused rather than followed or ignored */
+        const bmoe_gating *g = arch_gating(r->gating);
+        if (gid != 0 && gid != r->gating)
+            return fail(L, 3, "%s: %s.expert_gating_func = %d: llama.cpp's %s graph always uses %s gating (%d); "
+                        "use an architecture that reads the key (dots1)", m->path, m->arch, gid, m->arch,
+                        g->name, r->gating);
+        if (norm >= 0 && norm != r->norm_w)
+            return fail(L, 3, "%s: %s.expert_weights_norm = %s: llama.cpp's %s graph always %s the selected "
+                        "weights; use an architecture that reads the key (dots1)", m->path, m->arch,
+                        norm ? "true" : "false", m->arch, r->norm_w ? "normalises" : "leaves unnormalised");
+        if (scale != 0.0 && scale != 1.0)
+            return fail(L, 3, "%s: %s.expert_weights_scale = %g: llama.cpp's %s graph never scales the routing "
+                        "weights; use an architecture that reads the key (dots1)", m->path, m->arch, scale, m->arch);
+        hp->gating = g;
+        hp->norm_w = r->norm_w;
+        hp->w_scale = 1.0;
+        return 0;
+    }
+    if (gid == 0) {
+        if (hp->n_expert > 0)
+            return fail(L, 3, "%s: required metadata key %s.expert_gating_func is missing (llama.cpp's %s graph "
+                        "has no default gating)", m->path, m->arch, m->arch);
+        gid = BMOE_GATING_SOFTMAX; /* no MoE layer: never used */
+    }
+    hp->gating = arch_gating(gid);
+    if (!hp->gating)
+        return fail(L, 3, "%s: %s.expert_gating_func = %d is not implemented (1 softmax, 2 sigmoid, 3 softmax over "
+                    "the selected)", m->path, m->arch, gid);
+    hp->norm_w = norm < 0 ? r->norm_w : norm;
+    hp->w_scale = scale == 0.0 ? 1.0 : scale; /* llama.cpp: a scale of 0 or 1 adds no node */
+    return 0;
+}
+
+/* The shared expert's hidden width, from the keys llama.cpp's graph reads for it. */
+static int read_shared_width(loader *L) {
+    bmoe_model *m = L->m;
+    bmoe_hparams *hp = &m->hp;
+    const bmoe_recipe *r = m->recipe;
+    int rc, given = -1;
+    if ((rc = get_int(L, "expert_shared_feed_forward_length", 0, -1, 0, MAX_DIM, &given))) return rc;
+    hp->n_ff_shexp = 0;
+    if (r->shared_expert == BMOE_SHEXP_FFN) {
+        /* llama.cpp sizes gemma4's shared expert by feed_forward_length and ignores the shared key */
+        if (given >= 0 && given != hp->n_ff)
+            return fail(L, 3, "%s: %s.expert_shared_feed_forward_length = %d differs from feed_forward_length %d "
+                        "(llama.cpp's %s graph sizes the shared expert by feed_forward_length)", m->path, m->arch,
+                        given, hp->n_ff, m->arch);
+        hp->n_ff_shexp = hp->n_ff;
+    } else if (r->shared_expert == BMOE_SHEXP_NAMED) {
+        if (given >= 0)
+            return fail(L, 3, "%s: %s.expert_shared_feed_forward_length is not read by llama.cpp's %s graph (the "
+                        "shared expert is expert_feed_forward_length x expert_shared_count)", m->path, m->arch,
+                        m->arch);
+        if ((rc = get_int(L, "expert_shared_count", hp->n_expert > 0, 0, 0, MAX_EXPERTS, &hp->n_expert_shared)))
+            return rc;
+        if (hp->n_expert > 0 && hp->n_expert_shared < 1)
+            return fail(L, 3, "%s: %s.expert_shared_count = 0: llama.cpp's %s graph always has a shared expert",
+                        m->path, m->arch, m->arch);
+        if ((uint64_t)hp->n_ff_exp * (uint64_t)hp->n_expert_shared > MAX_DIM)
+            return fail(L, 3, "%s: %s: shared expert width exceeds %d", m->path, m->arch, MAX_DIM);
+        hp->n_ff_shexp = hp->n_ff_exp * hp->n_expert_shared;
+    } else if (given >= 0) {
+        return fail(L, 3, "%s: %s.expert_shared_feed_forward_length: the %s architecture has no shared expert",
+                    m->path, m->arch, m->arch);
+    }
+    return 0;
+}
+
+/* Sliding-window keys (gemma4): llama.cpp requires them. A sliding-window layer attends to the n_swa
+ * latest positions and rotates with its own RoPE base and dims, without rope_freqs; its head sizes must
+ * equal the global ones (per-layer head sizes are not implemented), and per-layer input embeddings,
+ * shared KV layers and logit soft-capping are refused. */
+static int read_swa(loader *L) {
+    bmoe_model *m = L->m;
+    bmoe_hparams *hp = &m->hp;
+    int rc, v = 0;
+    char e[256] = "";
+    const gguf_kv *kv = NULL;
+    const char *key = akey(L, "attention.sliding_window_pattern");
+    int r = gguf_get_arr(m->g, key, GGUF_TYPE_COUNT, &kv, e, sizeof e);
+    if (r < 0) return bad_type(L, key, e);
+    if (r == 0) return fail(L, 3, "%s: required metadata key %s is missing", m->path, key);
+    if (kv->n != (uint64_t)hp->n_layer)
+        return fail(L, 3, "%s: %s has %llu entries but block_count is %d", m->path, key, (unsigned long long)kv->n,
+                    hp->n_layer);
+    m->swa_pattern = calloc((size_t)hp->n_layer, 1);
+    if (!m->swa_pattern) return fail(L, 1, "out of memory");
+    for (uint64_t i = 0; i < kv->n; i++) {
+        uint64_t u = 0;
+        int ok = kv->arr_type == GGUF_TYPE_BOOL ? (u = ((const uint8_t *)kv->data)[i], 1) : gguf_arr_u64(kv, i, &u);
+        if (!ok) return fail(L, 3, "%s: %s must be an array of booleans or integers", m->path, key);
+        m->swa_pattern[i] = u != 0;
+    }
+    if ((rc = get_int(L, "attention.sliding_window", 1, 0, 1, MAX_CTX, &hp->n_swa))) return rc;
+    if ((rc = get_int(L, "attention.key_length_swa", 1, 0, 1, MAX_DIM, &v))) return rc;
+    if (v != hp->head_dim)
+        return fail(L, 3, "%s: %s.attention.key_length_swa = %d differs from key_length %d: per-layer head sizes "
+                    "are not implemented", m->path, m->arch, v, hp->head_dim);
+    if ((rc = get_int(L, "attention.value_length_swa", 1, 0, 1, MAX_DIM, &v))) return rc;
+    if (v != hp->head_dim_v)
+        return fail(L, 3, "%s: %s.attention.value_length_swa = %d differs from value_length %d: per-layer head "
+                    "sizes are not implemented", m->path, m->arch, v, hp->head_dim_v);
+    if ((rc = get_int(L, "rope.dimension_count_swa", 0, hp->n_rot, 0, hp->head_dim, &hp->n_rot_swa))) return rc;
+    if (hp->n_rot_swa % 2 != 0)
+        return fail(L, 3, "%s: %s.rope.dimension_count_swa = %d is odd", m->path, m->arch, hp->n_rot_swa);
+    /* llama.cpp's default for a sliding-window layer's base is 10000, not rope.freq_base */
+    if ((rc = get_real(L, "rope.freq_base_swa", 0, 10000.0, 1e-6, 1e30, &hp->rope_base_swa))) return rc;
+    if ((rc = get_int(L, "embedding_length_per_layer_input", 1, 0, 0, MAX_DIM, &v))) return rc;
+    if (v != 0)
+        return fail(L, 3, "%s: %s.embedding_length_per_layer_input = %d: per-layer input embeddings are not "
+                    "implemented (write 0)", m->path, m->arch, v);
+    if ((rc = get_int(L, "attention.shared_kv_layers", 0, 0, 0, MAX_LAYERS, &v))) return rc;
+    if (v != 0)
+        return fail(L, 3, "%s: %s.attention.shared_kv_layers = %d: KV sharing is not implemented", m->path, m->arch, v);
+    double cap = 0.0;
+    if ((rc = get_real(L, "final_logit_softcapping", 0, 0.0, 0.0, 1e30, &cap))) return rc;
+    if (cap != 0.0)
+        return fail(L, 3, "%s: %s.final_logit_softcapping = %g: logit soft-capping is not implemented", m->path,
+                    m->arch, cap);
+    return 0;
+}
+
 static int read_hparams(loader *L) {
     bmoe_model *m = L->m;
     bmoe_hparams *hp = &m->hp;
@@ -213,15 +347,16 @@ static int read_hparams(loader *L) {
     if ((rc = get_int(L, "expert_count", 0, 0, 0, MAX_EXPERTS, &hp->n_expert))) return rc;
     if ((rc = get_int(L, "expert_used_count", 0, 0, 0, MAX_EXPERTS, &hp->n_expert_used))) return rc;
     if ((rc = get_int(L, "expert_feed_forward_length", 0, 0, 0, MAX_DIM, &hp->n_ff_exp))) return rc;
-    if ((rc = get_int(L, "expert_shared_feed_forward_length", 0, hp->n_ff, 0, MAX_DIM, &hp->n_ff_shexp))) return rc;
     if ((rc = get_int(L, "leading_dense_block_count", 0, r->n_dense_lead, 0, hp->n_layer, &hp->n_dense_lead))) return rc;
-    int gid = r->gating;
-    if ((rc = get_int(L, "expert_gating_func", 0, 0, 0, 1 << 30, &gid))) return rc;
-    if (gid == 0) gid = r->gating; /* llama.cpp's "none": the architecture's default */
-    hp->gating = arch_gating(gid);
-    if (!hp->gating) return fail(L, 3, "%s: %s.expert_gating_func = %d is not a known gating (1 softmax, 2 sigmoid, 3 softmax over the selected)", m->path, m->arch, gid);
-    if ((rc = get_flag(L, "expert_weights_norm", r->norm_w, &hp->norm_w))) return rc;
-    if ((rc = get_real(L, "expert_weights_scale", 0, 1.0, 1e-30, 1e30, &hp->w_scale))) return rc;
+    if (hp->head_dim_v != hp->head_dim)
+        return fail(L, 3, "%s: %s.attention.value_length %d differs from key_length %d (llama.cpp's %s graph "
+                    "requires them equal)", m->path, m->arch, hp->head_dim_v, hp->head_dim, m->arch);
+    if (r->full_rope && hp->n_rot != hp->head_dim)
+        return fail(L, 3, "%s: %s.rope.dimension_count %d differs from key_length %d (partial RoPE is not part of "
+                    "llama.cpp's %s graph)", m->path, m->arch, hp->n_rot, hp->head_dim, m->arch);
+    if ((rc = read_gating(L))) return rc;
+    if ((rc = read_shared_width(L))) return rc;
+    if (r->swa_keys && (rc = read_swa(L))) return rc;
     return 0;
 }
 
@@ -272,14 +407,27 @@ static int bind_tensors(loader *L) {
     int rc;
     if ((rc = bind(L, "token_embd.weight", 1, 2, d, V, 1, &m->token_embd))) return rc;
     if ((rc = bind_vec(L, "output_norm.weight", 1, d, &m->output_norm))) return rc;
-    if ((rc = bind(L, "output.weight", 0, 2, d, V, 1, &m->output))) return rc;
+    if ((rc = bind(L, "output.weight", r->output_required, 2, d, V, 1, &m->output))) return rc;
     if (!m->output.t) { m->output = m->token_embd; m->output_tied = 1; }
+    if (hp->n_layer < 1) return fail(L, 3, "%s: %s.block_count is 0", m->path, m->arch);
+    int any_global = 0;
+    for (int il = 0; il < hp->n_layer; il++) any_global |= !(m->swa_pattern && m->swa_pattern[il]);
+    if (r->rope_freqs && any_global) { /* llama.cpp: required once a layer is global */
+        if ((rc = bind_vec(L, "rope_freqs.weight", 1, hd / 2, &m->rope_freqs))) return rc;
+        const gguf_tensor *rt = gguf_find_tensor(m->g, "rope_freqs.weight");
+        int mapped = rt && m->maps && m->maps[rt->shard]; /* `bmoe info` does not map: no values to check */
+        for (uint64_t j = 0; mapped && j < hd / 2; j++)
+            if (!(m->rope_freqs[j] > 0.0f && m->rope_freqs[j] < 1e30f))
+                return fail(L, 3, "%s: rope_freqs.weight[%llu] = %g is not a positive finite divisor", m->path,
+                            (unsigned long long)j, (double)m->rope_freqs[j]);
+    }
 
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     m->moe_layers = calloc((size_t)hp->n_layer, sizeof *m->moe_layers);
     if (!m->layers || !m->moe_layers) return fail(L, 1, "out of memory");
     for (int il = 0; il < hp->n_layer; il++) {
         bmoe_layer *ly = &m->layers[il];
+        ly->is_swa = m->swa_pattern ? m->swa_pattern[il] : 0;
         if ((rc = bind_layer_vec(L, il, "attn_norm", 1, d, &ly->attn_norm))) return rc;
         if ((rc = bind_layer(L, il, "attn_q", 1, 2, d, H * hd, 1, &ly->attn_q))) return rc;
         if ((rc = bind_layer(L, il, "attn_k", 1, 2, d, Hkv * hd, 1, &ly->attn_k))) return rc;
@@ -291,6 +439,14 @@ static int bind_tensors(loader *L) {
         if ((rc = bind_layer_vec(L, il, "ffn_norm", 1, d, &ly->ffn_norm))) return rc;
 
         char name[96];
+        /* parts of llama.cpp's graphs the engine does not implement: refused, never ignored */
+        static const char *const unsupported[] = { "layer_output_scale.weight", "exp_probs_b.bias",
+                                                   "attn_qkv.weight", "ffn_gate_inp.bias" };
+        for (size_t u = 0; u < sizeof unsupported / sizeof unsupported[0]; u++) {
+            snprintf(name, sizeof name, "blk.%d.%s", il, unsupported[u]);
+            if (gguf_find_tensor(m->g, name))
+                return fail(L, 3, "%s: tensor %s is not implemented by the engine", m->path, name);
+        }
         snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il);
         ly->is_moe = il >= hp->n_dense_lead && gguf_find_tensor(m->g, name) != NULL;
         if (!ly->is_moe) {
@@ -312,6 +468,10 @@ static int bind_tensors(loader *L) {
             return fail(L, 3, "%s: required metadata key %s.expert_feed_forward_length is missing", m->path, m->arch);
         uint64_t E = (uint64_t)hp->n_expert, f = (uint64_t)hp->n_ff_exp;
         if ((rc = bind_layer(L, il, "ffn_gate_inp", 1, 2, d, E, 1, &ly->ffn_gate_inp))) return rc;
+        if (r->router_prescale) {
+            snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.scale", il);
+            if ((rc = bind_vec(L, name, 1, d, &ly->ffn_gate_inp_s))) return rc;
+        }
         if (r->fused_gate_up) {
             if ((rc = bind_layer(L, il, "ffn_gate_up_exps", 1, 3, d, 2 * f, E, &ly->exps[BMOE_EXP_GATE_UP]))) return rc;
             if ((rc = expert_part(L, il, BMOE_EXP_GATE_UP, &ly->exps[BMOE_EXP_GATE_UP]))) return rc;
@@ -323,13 +483,15 @@ static int bind_tensors(loader *L) {
         }
         if ((rc = bind_layer(L, il, "ffn_down_exps", 1, 3, f, d, E, &ly->exps[BMOE_EXP_DOWN]))) return rc;
         if ((rc = expert_part(L, il, BMOE_EXP_DOWN, &ly->exps[BMOE_EXP_DOWN]))) return rc;
-        if (r->shared_expert) {
+        if (r->shared_expert != BMOE_SHEXP_NONE) {
+            int named = r->shared_expert == BMOE_SHEXP_NAMED;
             if (hp->n_ff_shexp < 1)
-                return fail(L, 3, "%s: required metadata key %s.expert_shared_feed_forward_length is missing", m->path, m->arch);
+                return fail(L, 3, "%s: required metadata key %s.%s is missing", m->path, m->arch,
+                            named ? "expert_shared_count" : "feed_forward_length");
             uint64_t S = (uint64_t)hp->n_ff_shexp;
-            if ((rc = bind_layer(L, il, "ffn_gate", 1, 2, d, S, 1, &ly->ffn_gate))) return rc;
-            if ((rc = bind_layer(L, il, "ffn_up", 1, 2, d, S, 1, &ly->ffn_up))) return rc;
-            if ((rc = bind_layer(L, il, "ffn_down", 1, 2, S, d, 1, &ly->ffn_down))) return rc;
+            if ((rc = bind_layer(L, il, named ? "ffn_gate_shexp" : "ffn_gate", 1, 2, d, S, 1, &ly->ffn_gate))) return rc;
+            if ((rc = bind_layer(L, il, named ? "ffn_up_shexp" : "ffn_up", 1, 2, d, S, 1, &ly->ffn_up))) return rc;
+            if ((rc = bind_layer(L, il, named ? "ffn_down_shexp" : "ffn_down", 1, 2, S, d, 1, &ly->ffn_down))) return rc;
         }
         if (r->post_norms) {
             if ((rc = bind_layer_vec(L, il, "pre_ffw_norm_2", 1, d, &ly->pre_ffw_norm_2))) return rc;
@@ -416,12 +578,14 @@ void model_close(bmoe_model *m) {
             bmoe_layer *ly = &m->layers[il];
             free(ly->attn_norm); free(ly->attn_q_norm); free(ly->attn_k_norm); free(ly->post_attention_norm);
             free(ly->ffn_norm); free(ly->pre_ffw_norm_2); free(ly->post_ffw_norm_1); free(ly->post_ffw_norm_2);
-            free(ly->post_ffw_norm);
+            free(ly->post_ffw_norm); free(ly->ffn_gate_inp_s);
         }
     }
     free(m->layers);
     free(m->moe_layers);
     free(m->output_norm);
+    free(m->rope_freqs);
+    free(m->swa_pattern);
     if (m->maps && m->g)
         for (uint32_t s = 0; s < m->g->n_shards; s++)
             if (m->maps[s]) munmap(m->maps[s], (size_t)m->map_len[s]);

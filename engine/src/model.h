@@ -40,12 +40,14 @@ typedef struct bmoe_expert_part {
 
 typedef struct bmoe_layer {
     int is_moe;
+    int is_swa;               /* sliding-window attention (attention.sliding_window_pattern) */
     /* 1-D norm weights, dequantised to f32 at load (owned); NULL when absent */
     float *attn_norm, *attn_q_norm, *attn_k_norm, *post_attention_norm, *ffn_norm;
     float *pre_ffw_norm_2, *post_ffw_norm_1, *post_ffw_norm_2, *post_ffw_norm;
     bmoe_weight attn_q, attn_k, attn_v, attn_output;
     bmoe_weight ffn_gate, ffn_up, ffn_down;   /* the dense FFN, or the shared expert of a MoE layer */
     bmoe_weight ffn_gate_inp;                 /* router [d, E] */
+    float *ffn_gate_inp_s;                    /* router input scale [d] (recipes with router_prescale) */
     bmoe_weight exps[BMOE_EXP_NPARTS];        /* whole 3-D expert tensors (data may be unused) */
     bmoe_expert_part exp_part[BMOE_EXP_NPARTS];
     uint64_t expert_bytes;                    /* bytes of one expert over all its parts */
@@ -55,6 +57,11 @@ typedef struct bmoe_hparams {
     int n_layer, n_ctx_train, n_embd, n_ff, n_head, n_head_kv, head_dim, head_dim_v, n_rot;
     double eps, rope_base;
     int n_expert, n_expert_used, n_ff_exp, n_ff_shexp, n_dense_lead;
+    int n_expert_shared;                      /* BMOE_SHEXP_NAMED: the shared expert is this many experts wide */
+    int n_swa;                                /* sliding window (recipes with swa_keys): a position attends
+                                               * to the n_swa latest positions, itself included */
+    int n_rot_swa;                            /* rotated dims of a sliding-window layer */
+    double rope_base_swa;                     /* RoPE base of a sliding-window layer (no rope_freqs there) */
     int n_vocab;
     const bmoe_gating *gating;
     int norm_w;
@@ -73,6 +80,8 @@ typedef struct bmoe_model {
     bmoe_weight token_embd, output; /* output may alias token_embd (tied) */
     int output_tied;
     float *output_norm;
+    float *rope_freqs;            /* [head_dim / 2] frequency divisors of the global layers, else NULL */
+    uint8_t *swa_pattern;         /* [n_layer]: 1 = sliding-window layer (recipes with swa_keys), else NULL */
     bmoe_layer *layers;
     int n_moe_layers;
     int *moe_layers;              /* indices of the MoE layers, ascending */

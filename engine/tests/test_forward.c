@@ -87,28 +87,34 @@ typedef struct {
     int gating, norm_set, norm, bad_shape, bad_type, no_eps;
     float scale;
     uint32_t exp_type;
+    int dots1;                  /* arch dots1: a shared expert ffn_*_shexp of F x 1, gating keys read */
 } variant;
 
 static void build(const char *path, variant v) {
     gb g = {0};
-    char n[96];
-    kv_str(&g, "general.architecture", "qwen3moe");
-    kv_u32(&g, "qwen3moe.block_count", L);
-    kv_u32(&g, "qwen3moe.context_length", 64);
-    kv_u32(&g, "qwen3moe.embedding_length", D);
-    kv_u32(&g, "qwen3moe.attention.head_count", H);
-    kv_u32(&g, "qwen3moe.attention.head_count_kv", HKV);
-    kv_u32(&g, "qwen3moe.attention.key_length", HD);
-    if (!v.no_eps) kv_f32(&g, "qwen3moe.attention.layer_norm_rms_epsilon", 1e-6f);
-    kv_u32(&g, "qwen3moe.expert_count", E);
-    kv_u32(&g, "qwen3moe.expert_used_count", K);
-    kv_u32(&g, "qwen3moe.expert_feed_forward_length", F);
-    if (v.gating) kv_u32(&g, "qwen3moe.expert_gating_func", (uint32_t)v.gating);
-    if (v.norm_set) kv_bool(&g, "qwen3moe.expert_weights_norm", v.norm);
-    if (v.scale != 0) kv_f32(&g, "qwen3moe.expert_weights_scale", v.scale);
+    char n[96], key[96];
+    const char *arch = v.dots1 ? "dots1" : "qwen3moe";
+#define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, arch), key)
+    kv_str(&g, "general.architecture", arch);
+    kv_u32(&g, KEY("block_count"), L);
+    kv_u32(&g, KEY("context_length"), 64);
+    kv_u32(&g, KEY("embedding_length"), D);
+    kv_u32(&g, KEY("attention.head_count"), H);
+    kv_u32(&g, KEY("attention.head_count_kv"), HKV);
+    kv_u32(&g, KEY("attention.key_length"), HD);
+    if (!v.no_eps) kv_f32(&g, KEY("attention.layer_norm_rms_epsilon"), 1e-6f);
+    kv_u32(&g, KEY("expert_count"), E);
+    kv_u32(&g, KEY("expert_used_count"), K);
+    kv_u32(&g, KEY("expert_feed_forward_length"), F);
+    if (v.gating) kv_u32(&g, KEY("expert_gating_func"), (uint32_t)v.gating);
+    if (v.norm_set) kv_bool(&g, KEY("expert_weights_norm"), v.norm);
+    if (v.scale != 0) kv_f32(&g, KEY("expert_weights_scale"), v.scale);
+    if (v.dots1) kv_u32(&g, KEY("expert_shared_count"), 1);
+#undef KEY
     kv_vocab(&g, V);
     tensor(&g, "token_embd.weight", 2, D, V, 1, 1.0f, GGML_TYPE_F32);
     tensor(&g, "output_norm.weight", 1, D, 1, 1, 1, GGML_TYPE_F32);
+    if (v.dots1) tensor(&g, "output.weight", 2, D, V, 1, 1.0f, GGML_TYPE_F32); /* dots1 never ties */
     for (int il = 0; il < L; il++) {
 #define T(name, nd, a, b, c, s, ty) do { snprintf(n, sizeof n, "blk.%d." name ".weight", il); tensor(&g, n, nd, a, b, c, s, ty); } while (0)
         T("attn_norm", 1, D, 1, 1, 1, GGML_TYPE_F32);
@@ -125,6 +131,11 @@ static void build(const char *path, variant v) {
         T("ffn_up_exps", 3, D, (v.bad_shape && il == 1) ? F + 32 : F, E, 0.3f,
           (v.bad_type && il == 1) ? (et == GGML_TYPE_F32 ? GGML_TYPE_Q8_0 : GGML_TYPE_F32) : et);
         T("ffn_down_exps", 3, F, D, E, 0.3f, et);
+        if (v.dots1) {
+            T("ffn_gate_shexp", 2, D, F, 1, 0.3f, GGML_TYPE_F32);
+            T("ffn_up_shexp", 2, D, F, 1, 0.3f, GGML_TYPE_F32);
+            T("ffn_down_shexp", 2, F, D, 1, 0.3f, GGML_TYPE_F32);
+        }
 #undef T
     }
     CHECK(write_file(&g, path) == 0);
@@ -283,7 +294,7 @@ static void test_forward(const char *dir) {
 static void test_gating_variants(const char *dir) {
     char path[512];
     snprintf(path, sizeof path, "%s/gate3.gguf", dir);
-    build(path, (variant){ .gating = 3, .norm_set = 1, .norm = 0, .scale = 2.0f, .exp_type = GGML_TYPE_Q8_0 });
+    build(path, (variant){ .gating = 3, .norm_set = 1, .norm = 0, .scale = 2.0f, .exp_type = GGML_TYPE_Q8_0, .dots1 = 1 });
     const int32_t toks[2] = { 2, 7 };
     static float o[2 * V];
     rec h = { .abort_layer = -1, .force_expert = -1 };
@@ -298,7 +309,7 @@ static void test_gating_variants(const char *dir) {
     unlink(path);
 
     snprintf(path, sizeof path, "%s/gate2.gguf", dir);
-    build(path, (variant){ .gating = 2, .exp_type = GGML_TYPE_F32 });
+    build(path, (variant){ .gating = 2, .norm_set = 1, .norm = 1, .exp_type = GGML_TYPE_F32, .dots1 = 1 });
     rec h2 = { .abort_layer = -1, .force_expert = -1 };
     CHECK(run(path, 1, &h2, NULL, toks, 2, 0, o, NULL) == 0);
     CHECK(h2.n == 12 && h2.node[4] == BMOE_NODE_WEIGHTS_NORM && h2.probs_flag == 0);
@@ -318,9 +329,31 @@ static void test_refusals(const char *dir) {
     build(path, (variant){ .no_eps = 1, .exp_type = GGML_TYPE_F32 });
     CHECK(model_open(path, 1, &m, err, sizeof err) == 3);
     CHECK(strstr(err, "qwen3moe.attention.layer_norm_rms_epsilon") != NULL);
-    build(path, (variant){ .gating = 9, .exp_type = GGML_TYPE_F32 });
+    build(path, (variant){ .gating = 9, .exp_type = GGML_TYPE_F32, .dots1 = 1 });
     CHECK(model_open(path, 1, &m, err, sizeof err) == 3);
     CHECK(strstr(err, "expert_gating_func") != NULL);
+    /* qwen3moe: llama.cpp always routes softmax, normalised, unscaled: contrary keys are refused */
+    build(path, (variant){ .gating = 1, .norm_set = 1, .norm = 0, .exp_type = GGML_TYPE_F32 });
+    CHECK(model_open(path, 1, &m, err, sizeof err) == 3);
+    CHECK(strstr(err, "qwen3moe.expert_weights_norm = false") != NULL && strstr(err, "dots1") != NULL);
+    build(path, (variant){ .gating = 2, .exp_type = GGML_TYPE_F32 });
+    CHECK(model_open(path, 1, &m, err, sizeof err) == 3 && strstr(err, "qwen3moe.expert_gating_func = 2") != NULL);
+    build(path, (variant){ .scale = 2.0f, .exp_type = GGML_TYPE_F32 });
+    CHECK(model_open(path, 1, &m, err, sizeof err) == 3 && strstr(err, "qwen3moe.expert_weights_scale = 2") != NULL);
+    build(path, (variant){ .gating = 1, .norm_set = 1, .norm = 1, .scale = 1.0f, .exp_type = GGML_TYPE_F32 });
+    CHECK(model_open(path, 1, &m, err, sizeof err) == 0); /* keys that agree are fine */
+    model_close(m);
+    m = NULL;
+    /* dots1: the gating key is required (llama.cpp has no default), the shared expert is bound */
+    build(path, (variant){ .exp_type = GGML_TYPE_F32, .dots1 = 1 });
+    CHECK(model_open(path, 1, &m, err, sizeof err) == 3 && strstr(err, "dots1.expert_gating_func is missing") != NULL);
+    build(path, (variant){ .gating = 1, .exp_type = GGML_TYPE_F32, .dots1 = 1 });
+    CHECK(model_open(path, 1, &m, err, sizeof err) == 0);
+    if (m) {
+        CHECK(m->hp.norm_w == 0 && m->hp.n_ff_shexp == F && m->layers[1].ffn_down.t != NULL);
+        model_close(m);
+        m = NULL;
+    }
     unlink(path);
     snprintf(path, sizeof path, "%s/does-not-exist.gguf", dir);
     CHECK(model_open(path, 1, &m, err, sizeof err) == 3);

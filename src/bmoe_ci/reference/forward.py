@@ -41,13 +41,23 @@ class Recipe:
     gating: int
     norm_w: bool
     fused_gate_up: bool
-    shared_expert: bool
+    shared: str  # "" none | "sandwich" (ffn_gate/up/down of feed_forward_length) | "shexp" (ffn_*_shexp)
     post_norms: bool
+    gating_keys: bool  # the gating keys are read (else fixed by the architecture: a contrary key is an error)
+    router_prescale: bool = False  # router input rmsnorm(x) / sqrt(d) * ffn_gate_inp.scale
+    v_norm: bool = False  # v rms-normed per head, no weight
+    attn_scale_one: bool = False  # scores q.k, not q.k / sqrt(hd)
+    rope_freqs: bool = False  # rope_freqs.weight divides the frequencies
+
+    @property
+    def shared_expert(self) -> bool:
+        return self.shared == "sandwich"
 
 
 RECIPES = {
-    "qwen3moe": Recipe("silu", True, False, 1, True, False, False, False),
-    "gemma4": Recipe("gelu", True, True, 1, True, True, True, True),
+    "qwen3moe": Recipe("silu", True, False, 1, True, False, "", False, False),
+    "gemma4": Recipe("gelu", True, True, 1, True, True, "sandwich", True, False, True, True, True, True),
+    "dots1": Recipe("silu", True, False, 0, False, False, "shexp", False, True),
 }
 
 _SPLIT_RE = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
@@ -87,6 +97,13 @@ class HParams:
     gating: int
     norm_w: bool
     w_scale: float
+    swa: tuple[bool, ...] = ()  # per layer: sliding-window attention (gemma4)
+    n_swa: int = 0  # a sliding-window position sees the n_swa latest positions, itself included
+    n_rot_swa: int = 0
+    rope_base_swa: float = 10000.0
+
+    def is_swa(self, il: int) -> bool:
+        return bool(self.swa) and self.swa[il]
 
 
 @dataclass(frozen=True)
@@ -208,6 +225,34 @@ class Model:
         n_head = int(get(f"{arch}.attention.head_count"))
         hd = int(get(f"{arch}.attention.key_length", d // n_head))
         n_ff = get(f"{arch}.feed_forward_length", None)
+        gating = int(get(f"{arch}.expert_gating_func", 0))
+        norm_key = get(f"{arch}.expert_weights_norm", None)
+        scale_key = float(get(f"{arch}.expert_weights_scale", 0.0))
+        if not recipe.gating_keys:
+            if gating not in (0, recipe.gating) or norm_key not in (None, recipe.norm_w) or scale_key not in (0, 1):
+                raise ModelError(f"{arch}: the gating keys contradict the architecture's fixed gating")
+            gating, norm_key, scale_key = recipe.gating, recipe.norm_w, 1.0
+        elif gating == 0:
+            raise ModelError(f"{arch}.expert_gating_func: required for this architecture")
+        if recipe.shared == "shexp":
+            n_ff_shexp: int | None = int(get(f"{arch}.expert_feed_forward_length")) * int(
+                get(f"{arch}.expert_shared_count")
+            )
+        elif recipe.shared == "sandwich":
+            n_ff_shexp = None if n_ff is None else int(n_ff)
+        else:
+            n_ff_shexp = None
+        swa: tuple[bool, ...] = ()
+        n_swa, n_rot_swa, base_swa = 0, 0, 10000.0
+        if recipe.rope_freqs:  # gemma4: sliding-window layers; per-layer inputs are not modelled
+            swa = tuple(bool(v) for v in get(f"{arch}.attention.sliding_window_pattern"))
+            n_swa = int(get(f"{arch}.attention.sliding_window"))
+            n_rot_swa = int(get(f"{arch}.rope.dimension_count_swa", get(f"{arch}.rope.dimension_count", hd)))
+            base_swa = float(get(f"{arch}.rope.freq_base_swa", 10000.0))
+            if int(get(f"{arch}.attention.key_length_swa")) != hd:
+                raise ModelError(f"{arch}.attention.key_length_swa: per-layer head sizes are not modelled")
+            if int(get(f"{arch}.embedding_length_per_layer_input")) != 0:
+                raise ModelError(f"{arch}: per-layer inputs are not modelled")
         hp = HParams(
             arch=arch,
             n_layer=int(get(f"{arch}.block_count")),
@@ -224,13 +269,15 @@ class Model:
             n_expert=int(get(f"{arch}.expert_count")),
             n_expert_used=int(get(f"{arch}.expert_used_count")),
             n_ff_exp=int(get(f"{arch}.expert_feed_forward_length")),
-            n_ff_shexp=(lambda v: None if v is None else int(v))(
-                get(f"{arch}.expert_shared_feed_forward_length", n_ff)
-            ),
+            n_ff_shexp=n_ff_shexp,
             n_dense=int(get(f"{arch}.leading_dense_block_count", 0)),
-            gating=int(get(f"{arch}.expert_gating_func", recipe.gating)),
-            norm_w=bool(get(f"{arch}.expert_weights_norm", recipe.norm_w)),
-            w_scale=float(get(f"{arch}.expert_weights_scale", 1.0)),
+            gating=gating,
+            norm_w=bool(recipe.norm_w if norm_key is None else norm_key),
+            w_scale=1.0 if scale_key == 0.0 else scale_key,
+            swa=swa,
+            n_swa=n_swa,
+            n_rot_swa=n_rot_swa,
+            rope_base_swa=base_swa,
         )
         if hp.gating not in (1, 2, 3):
             raise ModelError(f"{arch}.expert_gating_func: {hp.gating} is not 1, 2 or 3")
@@ -299,15 +346,21 @@ class Model:
                 need(b + "ffn_gate_exps.weight", (E, f, d))
                 need(b + "ffn_up_exps.weight", (E, f, d))
             need(b + "ffn_down_exps.weight", (E, d, f))
-            if r.shared_expert:
+            if r.router_prescale:
+                need(b + "ffn_gate_inp.scale", (d,))
+            if r.shared:
                 sf = hp.n_ff_shexp
                 if sf is None:
-                    raise ModelError(f"{hp.arch}.expert_shared_feed_forward_length: required")
-                need(b + "ffn_gate.weight", (sf, d))
-                need(b + "ffn_up.weight", (sf, d))
-                need(b + "ffn_down.weight", (d, sf))
+                    raise ModelError(f"{hp.arch}: the shared expert's width is not given")
+                sx = "_shexp" if r.shared == "shexp" else ""
+                need(f"{b}ffn_gate{sx}.weight", (sf, d))
+                need(f"{b}ffn_up{sx}.weight", (sf, d))
+                need(f"{b}ffn_down{sx}.weight", (d, sf))
+            if r.shared_expert:
                 for n in ("pre_ffw_norm_2", "post_ffw_norm_1", "post_ffw_norm_2", "post_ffw_norm"):
                     need(f"{b}{n}.weight", (d,))
+        if r.rope_freqs and not all(hp.swa):
+            need("rope_freqs.weight", (hp.hd // 2,))
 
     def _is_dense(self, il: int) -> bool:
         return il < self.hp.n_dense or f"blk.{il}.ffn_gate_inp.weight" not in self.t
@@ -360,12 +413,16 @@ class Model:
         y = _rmsnorm(x, hp.eps) * t["output_norm.weight"]
         return y @ self._out.T
 
-    def _rope(self, v: np.ndarray, pos: np.ndarray) -> np.ndarray:
-        """NeoX pairing on the first n_rot dims of the last axis; v is [n, heads, hd]."""
-        nrot = self.hp.n_rot
+    def _rope(self, v: np.ndarray, pos: np.ndarray, swa: bool = False) -> np.ndarray:
+        """NeoX pairing on the first n_rot dims of the last axis; v is [n, heads, hd]. A sliding-window
+        layer rotates n_rot_swa dims with its own base and no rope_freqs."""
+        nrot = self.hp.n_rot_swa if swa else self.hp.n_rot
         half = nrot // 2
         j = np.arange(half)
-        theta = pos[:, None] * self.hp.rope_base ** (-2.0 * j / nrot)  # [n, half]
+        freq = (self.hp.rope_base_swa if swa else self.hp.rope_base) ** (-2.0 * j / nrot)
+        if self.recipe.rope_freqs and not swa:
+            freq = freq / self.t["rope_freqs.weight"][:half]
+        theta = pos[:, None] * freq  # [n, half]
         cos, sin = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
         out = v.copy()
         a, b_ = v[..., :half], v[..., half:nrot]
@@ -382,7 +439,10 @@ class Model:
         if self.recipe.qk_norm:
             q = _rmsnorm(q, hp.eps) * t[b + "attn_q_norm.weight"]
             k = _rmsnorm(k, hp.eps) * t[b + "attn_k_norm.weight"]
-        q, k = self._rope(q, pos), self._rope(k, pos)
+        if self.recipe.v_norm:
+            v = _rmsnorm(v, hp.eps)
+        swa = hp.is_swa(il)
+        q, k = self._rope(q, pos, swa), self._rope(k, pos, swa)
         if cache["k"][il] is None:
             cache["k"][il], cache["v"][il] = k, v
         else:
@@ -393,8 +453,12 @@ class Model:
         out = np.empty((n, hp.n_head, hp.hdv))
         for hh in range(hp.n_head):
             g = hh // group
-            s = (q[:, hh, :] @ K[:, g, :].T) / math.sqrt(hp.hd)  # [n, p0+n]
+            s = q[:, hh, :] @ K[:, g, :].T  # [n, p0+n]
+            if not self.recipe.attn_scale_one:
+                s = s / math.sqrt(hp.hd)
             mask = np.arange(K.shape[0])[None, :] > pos[:, None]
+            if swa:  # the window: key position j is visible from p when p - j < n_swa
+                mask |= pos[:, None] - np.arange(K.shape[0])[None, :] >= hp.n_swa
             s = np.where(mask, -np.inf, s)
             out[:, hh, :] = _softmax(s) @ Vv[:, g, :]
         return out.reshape(n, hp.n_head * hp.hdv) @ t[b + "attn_output.weight"].T
@@ -414,7 +478,14 @@ class Model:
                 y = _rmsnorm(y, hp.eps) * t[b + "post_ffw_norm.weight"]
             return y
         h_moe = _rmsnorm(x, hp.eps) * t[b + "pre_ffw_norm_2.weight"] if r.shared_expert else h
-        moe = self._moe(il, h, h_moe, pos, routes)
+        router_in = h
+        if r.router_prescale:
+            router_in = _rmsnorm(x, hp.eps) / math.sqrt(hp.d) * t[b + "ffn_gate_inp.scale"]
+        moe = self._moe(il, router_in, h_moe, pos, routes)
+        if r.shared == "shexp":
+            return moe + self._mlp(
+                h, t[b + "ffn_gate_shexp.weight"], t[b + "ffn_up_shexp.weight"], t[b + "ffn_down_shexp.weight"]
+            )
         if not r.shared_expert:
             return moe
         sh = self._mlp(h, t[b + "ffn_gate.weight"], t[b + "ffn_up.weight"], t[b + "ffn_down.weight"])

@@ -1,0 +1,114 @@
+"""Every fixture in llama.cpp (llama-cpp-python): it loads, and greedy decoding from the engine's prompt
+tokens gives the engine's tokens; llama.cpp's logits agree with the numpy reference.
+
+Optional: needs `llama_cpp` (`pip install '.[bench]'`); CI does not install it, and the tests then skip
+saying so. llama.cpp runs on one thread with an F32 KV cache and flash attention off, every position's
+logits kept (logits_all), the prompt evaluated as one batch, then one token per step (the same shape of
+run as the engine's prefill and decode).
+
+Tolerances (relative, per row: max |llama.cpp - reference| / max |reference|, as in test_reference;
+measured figures in docs/fixtures.md, "Against llama.cpp"): TOL_F32 = 1e-5 on the F32 qwen3moe and
+dots1 fixtures (measured 7e-7); TOL_GEMMA4 = 5e-2 on gemma4 (measured 2.5e-2 from the first position
+on, with the same greedy tokens; the cause is not identified: see the docs); TOL_Q8_0 = 0.25 on Q8_0
+(ggml rounds activations to 8 bits; measured 0.14 after 40 positions). Tokens must be identical: the
+fixtures keep clear of near-ties.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bmoe_ci.fixtures import generate, load_specs
+from bmoe_ci.reference import Model, relative_error
+from bmoe_ci.reference.outputs import GATE_REQUEST
+
+llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install '.[bench]')")
+
+REPO = Path(__file__).resolve().parents[1]
+#: every fixture but the benchmark models (hundreds of MiB; their spec keys are checked in test_fixtures)
+FIXTURES = [n for n in load_specs().specs if not n.startswith("bench-")]
+Q8 = {n for n, s in load_specs().specs.items() if s.dtype == "Q8_0"}
+TOL_F32 = 1e-5
+TOL_GEMMA4 = 5e-2
+TOL_Q8_0 = 0.25
+GEMMA4 = {n for n, s in load_specs().specs.items() if s.arch == "gemma4"}
+N_PREDICT = GATE_REQUEST.n_predict
+PROMPTS = [GATE_REQUEST.prompt, "Hello, world! "]
+
+
+@pytest.fixture(scope="module")
+def models(fixture_dir: Path) -> dict[str, Path]:
+    return {f.name: f.path for f in generate(fixture_dir, names=FIXTURES)}
+
+
+def llama_greedy(path: Path, prompt: list[int], n: int) -> tuple[list[int], np.ndarray]:
+    """llama.cpp's greedy tokens from `prompt` and the logits of every position it ran."""
+    llm = llama_cpp.Llama(
+        model_path=str(path),
+        n_ctx=len(prompt) + n + 8,
+        n_batch=512,
+        n_ubatch=512,
+        n_threads=1,
+        n_threads_batch=1,
+        logits_all=True,
+        flash_attn=False,
+        type_k=llama_cpp.GGML_TYPE_F32,
+        type_v=llama_cpp.GGML_TYPE_F32,
+        verbose=False,
+    )
+    try:
+        llm.eval(prompt)
+        rows = [np.array(llm.scores[: llm.n_tokens], dtype=np.float64)]
+        out: list[int] = []
+        while len(out) < n:
+            tok = int(np.argmax(rows[-1][-1]))
+            if tok == llm.token_eos():
+                break
+            out.append(tok)
+            if len(out) == n:
+                break
+            llm.eval([tok])
+            rows.append(np.array(llm.scores[llm.n_tokens - 1 : llm.n_tokens], dtype=np.float64))
+        return out, np.vstack(rows)
+    finally:
+        llm.close()
+
+
+def engine_greedy(engine: Path, path: Path, prompt: str, n: int) -> tuple[list[int], list[int]]:
+    """The engine's prompt tokens (its own tokenizer, as the gates run it) and greedy tokens."""
+    cmd = [str(engine), "run", "-m", str(path), "--mmap", "-p", prompt, "-n", str(n), "--json"]
+    proc = subprocess.run(cmd, capture_output=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
+    result = json.loads(proc.stdout)
+    return [int(t) for t in result["prompt_tokens"]], [int(t) for t in result["tokens"]]
+
+
+@pytest.fixture(scope="module")
+def engine(request: pytest.FixtureRequest) -> Path:
+    return request.getfixturevalue("engine_bin")
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+@pytest.mark.parametrize("name", FIXTURES)
+def test_llama_cpp_decodes_the_engines_tokens(
+    request: pytest.FixtureRequest, engine: Path, models: dict, name: str, prompt: str
+):
+    if name in Q8:
+        # ggml rounds activations to Q8_0 blocks before a Q8_0 matmul; this engine computes with float
+        # activations, so a near-tie can resolve differently (measured: "Hello, world! " on
+        # qwen3moe-q8_0 parts at step 12). Modelling llama.cpp's activation quantisation is the kernels
+        # work of issue 12 (branch i12-kernels); until then the Q8_0 cases are expected to fail, and
+        # report XPASS when they agree.
+        request.applymarker(pytest.mark.xfail(reason="engine does not quantise activations yet", strict=False))
+    prompt_tokens, tokens = engine_greedy(engine, models[name], prompt, N_PREDICT)
+    got, rows = llama_greedy(models[name], prompt_tokens, N_PREDICT)
+    assert got == tokens, f"{name}: llama.cpp {got}\nengine    {tokens}"
+    ref = Model.load(models[name]).logits(prompt_tokens + got[:-1])
+    rel, worst = relative_error(rows, ref)
+    tol = TOL_Q8_0 if name in Q8 else TOL_GEMMA4 if name in GEMMA4 else TOL_F32
+    assert rel <= tol, f"{name}: llama.cpp differs from the reference by {rel:.3g} (row {worst}) > {tol:g}"
