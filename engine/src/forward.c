@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels.h"
 #include "tensor.h"
 
 struct bmoe_forward {
@@ -32,6 +33,10 @@ struct bmoe_forward {
     int *cnt, *start, *order;     /* bucketing rows by expert: [E], [E], [T] */
     float *scratch;               /* attention scores, [threads][n_ctx] */
     float *xl;                    /* normed rows for the output matmul [T, d] */
+    int8_t *xq;                   /* a matmul input quantised to Q8_0 (Q8_0 weights) [T, in_max] */
+    float *xd;                    /* its block scales [T, in_max / 32] */
+    size_t in_max;                /* the widest matmul input */
+    bm_kernels kern;
     uint64_t experts_routed;
 };
 
@@ -109,16 +114,32 @@ typedef struct {
     uint32_t type;
     size_t row_bytes, n_in, n_out;
     const float *x;
+    const int8_t *xq;   /* Q8_0 weights: x quantised, [T, n_in] and [T, n_in / 32] */
+    const float *xd;
     float *y;
     int T;
+    const bm_kernels *k;
 } mm_job;
 
 static void mm_rows(void *ctx, int j0, int j1, int tid) {
     const mm_job *J = ctx;
+    size_t n = J->n_in, nb = n / BMOE_Q8_0_BLOCK;
     for (int j = j0; j < j1; j++) {
         const uint8_t *row = J->w + (size_t)j * J->row_bytes;
-        for (int t = 0; t < J->T; t++)
-            J->y[(size_t)t * J->n_out + j] = row_dot(J->type, row, J->x + (size_t)t * J->n_in, J->n_in);
+        float *y = J->y + j;
+        switch (J->type) {
+        case GGML_TYPE_Q8_0:
+            for (int t = 0; t < J->T; t++) y[(size_t)t * J->n_out] = J->k->dot_q8_0(row, J->xq + (size_t)t * n, J->xd + (size_t)t * nb, n);
+            break;
+        case GGML_TYPE_F16:
+            for (int t = 0; t < J->T; t++) y[(size_t)t * J->n_out] = J->k->dot_f16(row, J->x + (size_t)t * n, n);
+            break;
+        case GGML_TYPE_F32:
+            for (int t = 0; t < J->T; t++) y[(size_t)t * J->n_out] = J->k->dot_f32((const float *)row, J->x + (size_t)t * n, n);
+            break;
+        default:
+            for (int t = 0; t < J->T; t++) y[(size_t)t * J->n_out] = 0.0f;
+        }
 #ifdef BMOE_FAULT_THREAD_ORDER
         /* Fault: the result depends on which thread computed the row (DET-threads must notice). */
         if (tid > 0)
@@ -129,7 +150,10 @@ static void mm_rows(void *ctx, int j0, int j1, int tid) {
 
 static void matmul_raw(bmoe_forward *f, const void *w, uint32_t type, size_t row_bytes, size_t n_in, size_t n_out,
                        const float *x, int T, float *y) {
-    mm_job J = { w, type, row_bytes, n_in, n_out, x, y, T };
+    mm_job J = { w, type, row_bytes, n_in, n_out, x, f->xq, f->xd, y, T, &f->kern };
+    if (type == GGML_TYPE_Q8_0) /* once per matmul input, not per row (n_in <= in_max: forward_create) */
+        for (int t = 0; t < T; t++)
+            bm_quantize_q8_0(x + (size_t)t * n_in, n_in, f->xq + (size_t)t * n_in, f->xd + (size_t)t * (n_in / BMOE_Q8_0_BLOCK));
     /* A matmul too small to amortise waking the pool runs on the caller. Same rows, same code, so
      * the result is the same either way. */
     if ((size_t)T * n_out * row_bytes < MM_PARALLEL_MIN_BYTES) mm_rows(&J, 0, (int)n_out, 0);
@@ -218,7 +242,7 @@ static void attn_heads(void *ctx, int i0, int i1, int tid) {
     for (int i = i0; i < i1; i++) {
         int t = i / H, h = i % H, g = h / group, p = J->pos0 + t;
         const float *q = f->q + (size_t)t * f->q_dim + (size_t)h * hd;
-        for (int j = 0; j <= p; j++) sc[j] = dot_f32(q, kc + (size_t)j * f->kv_dim + (size_t)g * hd, (size_t)hd) * inv_sqrt_hd;
+        for (int j = 0; j <= p; j++) sc[j] = f->kern.dot_f32(q, kc + (size_t)j * f->kv_dim + (size_t)g * hd, (size_t)hd) * inv_sqrt_hd;
         softmax(sc, p + 1);
         float *out = f->att + (size_t)t * f->o_dim + (size_t)h * hdv;
         for (int c = 0; c < hdv; c++) out[c] = 0.0f;
@@ -469,6 +493,14 @@ int forward_eval(bmoe_forward *f, const int32_t *tokens, int T, int pos0, int ph
 
 uint64_t forward_experts_routed(const bmoe_forward *f) { return f->experts_routed; }
 
+int forward_set_kernels(bmoe_forward *f, bm_kpath path) {
+    if (!bm_kpath_available(path)) return 2;
+    bm_kernels_get(path, &f->kern);
+    return 0;
+}
+
+bm_kpath forward_kernels(const bmoe_forward *f) { return f->kern.path; }
+
 /* ---- setup ------------------------------------------------------------------------------------ */
 
 /* a * b * c with overflow checking; 0 on overflow */
@@ -562,6 +594,14 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
     f->start = alloc_f(E, sizeof(int), &oom);
     f->order = alloc_f(T, sizeof(int), &oom);
     f->scratch = alloc_f((size_t)pool_threads(pool) * (size_t)n_ctx, sizeof(float), &oom);
+    size_t in_max = D;
+    if ((size_t)f->o_dim > in_max) in_max = (size_t)f->o_dim;
+    if ((size_t)f->ff_max > in_max) in_max = (size_t)f->ff_max;
+    if (fe > in_max) in_max = fe;
+    f->in_max = in_max;
+    f->xq = alloc_f(T * in_max, sizeof(int8_t), &oom);
+    f->xd = alloc_f(T * (in_max / BMOE_Q8_0_BLOCK + 1), sizeof(float), &oom);
+    bm_kernels_get(bm_kpath_best(), &f->kern);
     if (oom) {
         snprintf(err, errlen, "out of memory for a batch of %d positions", max_batch);
         forward_free(f);
@@ -578,6 +618,6 @@ void forward_free(bmoe_forward *f) {
     free(f->o); free(f->ffn); free(f->sh); free(f->hg); free(f->hu);
     free(f->rlog); free(f->rprob); free(f->w); free(f->ids);
     free(f->moe); free(f->gx); free(f->eg); free(f->eu); free(f->eo);
-    free(f->cnt); free(f->start); free(f->order); free(f->scratch);
+    free(f->cnt); free(f->start); free(f->order); free(f->scratch); free(f->xq); free(f->xd);
     free(f);
 }

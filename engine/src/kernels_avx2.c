@@ -1,0 +1,130 @@
+/* x86_64 AVX2 kernels: the scalar path's bits (kernels.h), eight float lanes in one register.
+ *
+ * Only the functions below are compiled for AVX2 + F16C (a function attribute, not a whole-binary
+ * flag), and they are used only after the CPU check. Multiply and add are separate instructions:
+ * FMA is not enabled, and the build has -ffp-contract=off. */
+#include "kernels.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+
+#include "kernels_lanes.h"
+
+#define AVX2_FN __attribute__((target("avx2,f16c")))
+
+/* The eight lanes, combined with the fixed tree. */
+static float sum_lanes(const float l[8]) {
+#ifdef BMOE_FAULT_SIMD_LANE_ORDER
+    /* fault: the usual SIMD horizontal sum (high half onto low half first), not the fixed tree */
+    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+#else
+    return bm_sum8(l);
+#endif
+}
+
+AVX2_FN static float dot_f32_avx2(const float *a, const float *b, size_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+    float l[8];
+    _mm256_storeu_ps(l, acc);
+    for (; i < n; i++) l[i & 7] += a[i] * b[i];
+    return sum_lanes(l);
+}
+
+AVX2_FN static float dot_f16_avx2(const uint8_t *w, const float *x, size_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 wf = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 2 * i))); /* exact */
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(wf, _mm256_loadu_ps(x + i)));
+    }
+    float l[8];
+    _mm256_storeu_ps(l, acc);
+    for (; i < n; i++) l[i & 7] += bm_f16_to_f32(bm_rd16(w + 2 * i)) * x[i];
+    return sum_lanes(l);
+}
+
+/* The exact integer dot product of one block, as eight int32 partial sums. |w| (as unsigned, so
+ * -128 is 128) times x * sign(w): pairs stay within int16 because |x| <= 127. */
+AVX2_FN static inline __m256i block_dot(const uint8_t *blk, const int8_t *xq) {
+    __m256i wv = _mm256_loadu_si256((const __m256i *)(blk + 2));
+    __m256i xv = _mm256_loadu_si256((const __m256i *)xq);
+    __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
+    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+AVX2_FN static float dot_q8_0_avx2(const uint8_t *w, const int8_t *xq, const float *xd, size_t n) {
+    size_t nb = n / BMOE_Q8_0_BLOCK, b = 0;
+    __m256 acc = _mm256_setzero_ps();
+    for (; b + 8 <= nb; b += 8) {
+        const uint8_t *blk = w + b * BMOE_Q8_0_BYTES;
+        const int8_t *p = xq + b * BMOE_Q8_0_BLOCK;
+        __m256i v[8];
+        for (int k = 0; k < 8; k++) v[k] = block_dot(blk + (size_t)k * BMOE_Q8_0_BYTES, p + k * BMOE_Q8_0_BLOCK);
+        /* lane k of s = block k's exact sum */
+        __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
+        __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
+        __m256i h0123 = _mm256_hadd_epi32(h01, h23), h4567 = _mm256_hadd_epi32(h45, h67);
+        __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
+                                     _mm256_permute2x128_si256(h0123, h4567, 0x31));
+        const size_t B = BMOE_Q8_0_BYTES;
+#ifndef BMOE_FAULT_Q8_0_FIRST_SCALE
+        __m128i sc = _mm_set_epi16((short)bm_rd16(blk + 7 * B), (short)bm_rd16(blk + 6 * B), (short)bm_rd16(blk + 5 * B),
+                                   (short)bm_rd16(blk + 4 * B), (short)bm_rd16(blk + 3 * B), (short)bm_rd16(blk + 2 * B),
+                                   (short)bm_rd16(blk + B), (short)bm_rd16(blk));
+#else
+        __m128i sc = _mm_set1_epi16((short)bm_rd16(w)); /* fault: every block uses the row's first scale */
+        (void)B;
+#endif
+        __m256 dd = _mm256_mul_ps(_mm256_cvtph_ps(sc), _mm256_loadu_ps(xd + b));
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s), dd));
+    }
+    float l[8];
+    _mm256_storeu_ps(l, acc);
+    for (; b < nb; b++) { /* the last nb mod 8 blocks, as the scalar path does them */
+        const uint8_t *blk = w + b * BMOE_Q8_0_BYTES;
+        const int8_t *q = (const int8_t *)(blk + 2), *p = xq + b * BMOE_Q8_0_BLOCK;
+        int32_t s = 0;
+        for (int i = 0; i < BMOE_Q8_0_BLOCK; i++) s += (int32_t)q[i] * (int32_t)p[i];
+#ifndef BMOE_FAULT_Q8_0_FIRST_SCALE
+        float dw = bm_f16_to_f32(bm_rd16(blk));
+#else
+        float dw = bm_f16_to_f32(bm_rd16(w));
+#endif
+        l[b & 7] += (float)s * (dw * xd[b]);
+    }
+    return sum_lanes(l);
+}
+
+static int cpu_has_avx2_f16c(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, f16c = (c >> 29) & 1;
+    if (!osxsave || !avx || !f16c) return 0;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & 6u) != 6u) return 0; /* the OS saves the ymm registers */
+    if (__get_cpuid_max(0, NULL) < 7) return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    return (b >> 5) & 1;
+}
+
+int bm_kernels_avx2(bm_kernels *k) {
+    if (!cpu_has_avx2_f16c()) return 0;
+    k->path = BM_KPATH_AVX2;
+    k->dot_f32 = dot_f32_avx2;
+    k->dot_f16 = dot_f16_avx2;
+    k->dot_q8_0 = dot_q8_0_avx2;
+    return 1;
+}
+
+#else
+
+int bm_kernels_avx2(bm_kernels *k) {
+    (void)k;
+    return 0;
+}
+
+#endif
