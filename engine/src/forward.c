@@ -30,6 +30,10 @@ struct bmoe_forward {
     float *rlog, *rprob, *w;      /* router logits and probs [T, E], weights [T, top_k] */
     int32_t *ids;                 /* [T, top_k] */
     float *moe, *gx, *eg, *eu, *eo; /* expert path: sum [T,d], gathered in [T,d], hidden [T,2f], [T,f], out [T,d] */
+    float *keg, *keu, *keo;       /* one token's k experts at once: [k,2f], [k,f], [k,d] */
+    int8_t *kxq;                  /* their hidden rows quantised [k,f], scales [k,f/32] */
+    float *kxd;
+    bmoe_expert_view *kv;         /* their views [k] */
     int *cnt, *start, *order;     /* bucketing rows by expert: [E], [E], [T] */
     float *scratch;               /* attention scores, [threads][n_ctx] */
     float *xl;                    /* normed rows for the output matmul [T, d] */
@@ -121,25 +125,25 @@ typedef struct {
     const bm_kernels *k;
 } mm_job;
 
+/* One weight row times one input row: x as floats, or (Q8_0 weights) its quantised blocks xq/xd. */
+static inline float row_dot(const bm_kernels *k, uint32_t type, const uint8_t *row, const float *x, const int8_t *xq,
+                            const float *xd, size_t n) {
+    switch (type) {
+    case GGML_TYPE_Q8_0: return k->dot_q8_0(row, xq, xd, n);
+    case GGML_TYPE_F16: return k->dot_f16(row, x, n);
+    case GGML_TYPE_F32: return k->dot_f32((const float *)row, x, n);
+    default: return 0.0f;
+    }
+}
+
 static void mm_rows(void *ctx, int j0, int j1, int tid) {
     const mm_job *J = ctx;
     size_t n = J->n_in, nb = n / BMOE_Q8_0_BLOCK;
     for (int j = j0; j < j1; j++) {
         const uint8_t *row = J->w + (size_t)j * J->row_bytes;
-        float *y = J->y + j;
-        switch (J->type) {
-        case GGML_TYPE_Q8_0:
-            for (int t = 0; t < J->T; t++) y[(size_t)t * J->n_out] = J->k->dot_q8_0(row, J->xq + (size_t)t * n, J->xd + (size_t)t * nb, n);
-            break;
-        case GGML_TYPE_F16:
-            for (int t = 0; t < J->T; t++) y[(size_t)t * J->n_out] = J->k->dot_f16(row, J->x + (size_t)t * n, n);
-            break;
-        case GGML_TYPE_F32:
-            for (int t = 0; t < J->T; t++) y[(size_t)t * J->n_out] = J->k->dot_f32((const float *)row, J->x + (size_t)t * n, n);
-            break;
-        default:
-            for (int t = 0; t < J->T; t++) y[(size_t)t * J->n_out] = 0.0f;
-        }
+        for (int t = 0; t < J->T; t++)
+            J->y[(size_t)t * J->n_out + j] =
+                row_dot(J->k, J->type, row, J->x + (size_t)t * n, J->xq + (size_t)t * n, J->xd + (size_t)t * nb, n);
 #ifdef BMOE_FAULT_THREAD_ORDER
         /* Fault: the result depends on which thread computed the row (DET-threads must notice). */
         if (tid > 0)
@@ -362,6 +366,99 @@ static int experts_slot(bmoe_forward *f, int il, int T, int s, char *err, size_t
     return 0;
 }
 
+/* One token (decode): its k routed experts in two pool jobs instead of three matmuls per expert, so
+ * the threads share every expert's rows. Each output element is still one row's dot product, computed
+ * by one thread with the same code and inputs as experts_slot would use, and moe accumulates in slot
+ * order: the bits are experts_slot's. */
+typedef struct {
+    bmoe_forward *f;
+    const bmoe_expert_part *P;
+    int k;
+    size_t fe, d;
+} tok_experts_job;
+
+static void tok_gate_up_rows(void *ctx, int i0, int i1, int tid) {
+    const tok_experts_job *J = ctx;
+    bmoe_forward *f = J->f;
+    size_t F2 = 2 * J->fe;
+    for (int i = i0; i < i1; i++) {
+        size_t s = (size_t)i / F2, r = (size_t)i % F2;
+        const bmoe_expert_view *v = &f->kv[s];
+        const bmoe_expert_part *p;
+        const uint8_t *row;
+        if (v->gate_up) {
+            p = &J->P[BMOE_EXP_GATE_UP];
+            row = (const uint8_t *)v->gate_up + r * p->row_bytes;
+        } else if (r < J->fe) {
+            p = &J->P[BMOE_EXP_GATE];
+            row = (const uint8_t *)v->gate + r * p->row_bytes;
+        } else {
+            p = &J->P[BMOE_EXP_UP];
+            row = (const uint8_t *)v->up + (r - J->fe) * p->row_bytes;
+        }
+        f->keg[i] = row_dot(&f->kern, p->type, row, f->hm, f->xq, f->xd, J->d);
+#ifdef BMOE_FAULT_THREAD_ORDER
+        if (tid > 0) f->keg[i] *= 1.25f; /* fault: as in mm_rows */
+#endif
+    }
+}
+
+static void tok_down_rows(void *ctx, int i0, int i1, int tid) {
+    const tok_experts_job *J = ctx;
+    bmoe_forward *f = J->f;
+    const bmoe_expert_part *p = &J->P[BMOE_EXP_DOWN];
+    size_t nb = J->fe / BMOE_Q8_0_BLOCK;
+    for (int i = i0; i < i1; i++) {
+        size_t s = (size_t)i / J->d, c = (size_t)i % J->d;
+        const uint8_t *row = (const uint8_t *)f->kv[s].down + c * p->row_bytes;
+        f->keo[i] = row_dot(&f->kern, p->type, row, f->keu + s * J->fe, f->kxq + s * J->fe, f->kxd + s * nb, J->fe);
+#ifdef BMOE_FAULT_THREAD_ORDER
+        if (tid > 0) f->keo[i] *= 1.25f; /* fault: as in mm_rows */
+#endif
+    }
+}
+
+static int experts_token(bmoe_forward *f, int il, char *err, size_t errlen) {
+    const bmoe_model *m = f->m;
+    const bmoe_layer *ly = &m->layers[il];
+    int k = f->top_k, d = f->d;
+    size_t fe = (size_t)m->hp.n_ff_exp;
+    bmoe_act a = m->recipe->act;
+    for (int s = 0; s < k; s++) { /* the views in slot order, as experts_slot asks for them */
+        int e = f->ids[s];
+        bmoe_expert_view *v = &f->kv[s];
+        int rc = f->seam->experts.view(f->seam->experts.self, il, e, v);
+        if (rc) {
+            snprintf(err, errlen, "expert source failed for layer %d expert %d", il, e);
+            return rc;
+        }
+        if (!v->gate_up && !(v->gate && v->up)) {
+            snprintf(err, errlen, "expert source gave no gate/up weights for layer %d expert %d", il, e);
+            return 1;
+        }
+        if (!v->down) {
+            snprintf(err, errlen, "expert source gave no down weights for layer %d expert %d", il, e);
+            return 1;
+        }
+    }
+    tok_experts_job J = { f, ly->exp_part, k, fe, (size_t)d };
+    bm_quantize_q8_0(f->hm, (size_t)d, f->xq, f->xd);
+    pool_run(f->pool, (int)((size_t)k * 2 * fe), tok_gate_up_rows, &J);
+    for (int s = 0; s < k; s++) {
+        const float *g = f->keg + (size_t)s * 2 * fe;
+        float *u = f->keu + (size_t)s * fe;
+        for (size_t j = 0; j < fe; j++) u[j] = act(a, g[j]) * g[fe + j];
+        bm_quantize_q8_0(u, fe, f->kxq + (size_t)s * fe, f->kxd + (size_t)s * (fe / BMOE_Q8_0_BLOCK));
+    }
+    pool_run(f->pool, k * d, tok_down_rows, &J);
+    for (int s = 0; s < k; s++) {
+        float wt = f->w[s];
+        const float *src = f->keo + (size_t)s * d;
+        for (int c = 0; c < d; c++) f->moe[c] += wt * src[c];
+    }
+    return 0;
+}
+
 static int check_ids(bmoe_forward *f, const moe_ctx *c, bmoe_node node, char *err, size_t errlen) {
     int E = f->m->hp.n_expert;
     for (size_t i = 0; i < (size_t)c->T * f->top_k; i++)
@@ -427,8 +524,12 @@ static int moe_ffn(bmoe_forward *f, const moe_ctx *c, char *err, size_t errlen) 
     if (ly->pre_ffw_norm_2) rmsnorm_rows(f->hm, f->x, ly->pre_ffw_norm_2, T, d, hp->eps);
     else memcpy(f->hm, f->xn, (size_t)T * d * sizeof(float));
     memset(f->moe, 0, (size_t)T * d * sizeof(float));
-    for (int s = 0; s < k; s++)
-        if ((rc = experts_slot(f, c->il, T, s, err, errlen))) return rc;
+    if (T == 1) {
+        if ((rc = experts_token(f, c->il, err, errlen))) return rc;
+    } else {
+        for (int s = 0; s < k; s++)
+            if ((rc = experts_slot(f, c->il, T, s, err, errlen))) return rc;
+    }
 
     /* the norm sandwich and the shared expert, each step only where the model has its tensors */
     if (ly->post_ffw_norm_2) rmsnorm_rows(f->moe, f->moe, ly->post_ffw_norm_2, T, d, hp->eps);
@@ -601,6 +702,12 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
     f->in_max = in_max;
     f->xq = alloc_f(T * in_max, sizeof(int8_t), &oom);
     f->xd = alloc_f(T * (in_max / BMOE_Q8_0_BLOCK + 1), sizeof(float), &oom);
+    f->keg = alloc_f(K * 2 * fe, sizeof(float), &oom);
+    f->keu = alloc_f(K * fe, sizeof(float), &oom);
+    f->keo = alloc_f(K * D, sizeof(float), &oom);
+    f->kxq = alloc_f(K * fe, sizeof(int8_t), &oom);
+    f->kxd = alloc_f(K * (fe / BMOE_Q8_0_BLOCK + 1), sizeof(float), &oom);
+    f->kv = alloc_f(K, sizeof(bmoe_expert_view), &oom);
     bm_kernels_get(bm_kpath_best(), &f->kern);
     if (oom) {
         snprintf(err, errlen, "out of memory for a batch of %d positions", max_batch);
@@ -619,5 +726,6 @@ void forward_free(bmoe_forward *f) {
     free(f->rlog); free(f->rprob); free(f->w); free(f->ids);
     free(f->moe); free(f->gx); free(f->eg); free(f->eu); free(f->eo);
     free(f->cnt); free(f->start); free(f->order); free(f->scratch); free(f->xq); free(f->xd);
+    free(f->keg); free(f->keu); free(f->keo); free(f->kxq); free(f->kxd); free(f->kv);
     free(f);
 }
