@@ -4,7 +4,7 @@
  *   attention      norm, q/k/v, per-head qk-norm, RoPE, KV cache, causal softmax attention
  *   moe_ffn        router → the named results through the hook → experts via the expert source
  *
- * Every matmul is parallel over output rows with a static partition (threads.h), every other
+ * Every matmul is parallel over output rows in chunks (threads.h), every other
  * reduction runs serially in index order, so the output does not depend on the thread count. */
 #include "forward.h"
 
@@ -168,13 +168,50 @@ static void matmul(bmoe_forward *f, const bmoe_weight *W, const float *x, int T,
     matmul_raw(f, W->data, W->type, (size_t)W->row_bytes, (size_t)W->ne[0], (size_t)W->ne[1], x, T, y);
 }
 
+/* Several matmuls of the same input (q, k, v; gate, up) as one pool job over all their rows: one
+ * wake-up instead of one each. Each row is computed as matmul() computes it. */
+typedef struct {
+    int n;
+    mm_job mm[3];
+    int end[3]; /* cumulative row counts */
+} mm_multi_job;
+
+static void mm_multi_rows(void *ctx, int i0, int i1, int tid) {
+    const mm_multi_job *M = ctx;
+    for (int m = 0, base = 0; m < M->n; base = M->end[m], m++) {
+        int a = i0 > base ? i0 : base, b = i1 < M->end[m] ? i1 : M->end[m];
+        if (a < b) mm_rows((void *)&M->mm[m], a - base, b - base, tid);
+    }
+}
+
+static void matmul_multi(bmoe_forward *f, int n, const bmoe_weight *const *W, const float *x, int T, float *const *y) {
+    mm_multi_job M = { n, {{0}}, {0} };
+    int quantised = 0;
+    size_t bytes = 0;
+    for (int m = 0; m < n; m++) {
+        size_t n_in = (size_t)W[m]->ne[0], n_out = (size_t)W[m]->ne[1];
+        mm_job J = { W[m]->data, W[m]->type, (size_t)W[m]->row_bytes, n_in, n_out, x, f->xq, f->xd, y[m], T, &f->kern };
+        M.mm[m] = J;
+        M.end[m] = (m ? M.end[m - 1] : 0) + (int)n_out;
+        bytes += (size_t)T * n_out * (size_t)W[m]->row_bytes;
+        if (W[m]->type == GGML_TYPE_Q8_0 && !quantised) { /* the same input: quantised once */
+            for (int t = 0; t < T; t++)
+                bm_quantize_q8_0(x + (size_t)t * n_in, n_in, f->xq + (size_t)t * n_in, f->xd + (size_t)t * (n_in / BMOE_Q8_0_BLOCK));
+            quantised = 1;
+        }
+    }
+    if (bytes < MM_PARALLEL_MIN_BYTES) mm_multi_rows(&M, 0, M.end[n - 1], 0);
+    else pool_run(f->pool, M.end[n - 1], mm_multi_rows, &M);
+}
+
 /* FFN with resident weights: y = D (act(G h) * U h), h [T, n_in]. */
 static void ffn_dense(bmoe_forward *f, const bmoe_weight *G, const bmoe_weight *U, const bmoe_weight *D,
                       const float *h, int T, float *y) {
     size_t F = (size_t)G->ne[1];
     bmoe_act a = f->m->recipe->act;
-    matmul(f, G, h, T, f->hg);
-    matmul(f, U, h, T, f->hu);
+    const bmoe_weight *W[2] = { G, U };
+    float *const y2[2] = { f->hg, f->hu };
+    matmul_multi(f, 2, W, h, T, y2);
     for (size_t i = 0; i < (size_t)T * F; i++) f->hu[i] = act(a, f->hg[i]) * f->hu[i];
     matmul(f, D, f->hu, T, y);
 }
@@ -262,9 +299,9 @@ static void attention(bmoe_forward *f, int il, int T, int pos0) {
     const bmoe_layer *ly = &m->layers[il];
     int d = f->d;
     rmsnorm_rows(f->xn, f->x, ly->attn_norm, T, d, m->hp.eps);
-    matmul(f, &ly->attn_q, f->xn, T, f->q);
-    matmul(f, &ly->attn_k, f->xn, T, f->k);
-    matmul(f, &ly->attn_v, f->xn, T, f->v);
+    const bmoe_weight *W[3] = { &ly->attn_q, &ly->attn_k, &ly->attn_v };
+    float *const y3[3] = { f->q, f->k, f->v };
+    matmul_multi(f, 3, W, f->xn, T, y3);
     attn_job J = { f, ly, il, T, pos0 };
     pool_run(f->pool, T, qk_rows, &J);
     pool_run(f->pool, T * m->hp.n_head, attn_heads, &J);
