@@ -157,7 +157,7 @@ static void matmul_raw(bmoe_forward *f, const void *w, uint32_t type, size_t row
     mm_job J = { w, type, row_bytes, n_in, n_out, x, f->xq, f->xd, y, T, &f->kern };
     if (type == GGML_TYPE_Q8_0) /* once per matmul input, not per row (n_in <= in_max: forward_create) */
         for (int t = 0; t < T; t++)
-            bm_quantize_q8_0(x + (size_t)t * n_in, n_in, f->xq + (size_t)t * n_in, f->xd + (size_t)t * (n_in / BMOE_Q8_0_BLOCK));
+            f->kern.quantize_q8_0(x + (size_t)t * n_in, n_in, f->xq + (size_t)t * n_in, f->xd + (size_t)t * (n_in / BMOE_Q8_0_BLOCK));
     /* A matmul too small to amortise waking the pool runs on the caller. Same rows, same code, so
      * the result is the same either way. */
     if ((size_t)T * n_out * row_bytes < MM_PARALLEL_MIN_BYTES) mm_rows(&J, 0, (int)n_out, 0);
@@ -196,7 +196,7 @@ static void matmul_multi(bmoe_forward *f, int n, const bmoe_weight *const *W, co
         bytes += (size_t)T * n_out * (size_t)W[m]->row_bytes;
         if (W[m]->type == GGML_TYPE_Q8_0 && !quantised) { /* the same input: quantised once */
             for (int t = 0; t < T; t++)
-                bm_quantize_q8_0(x + (size_t)t * n_in, n_in, f->xq + (size_t)t * n_in, f->xd + (size_t)t * (n_in / BMOE_Q8_0_BLOCK));
+                f->kern.quantize_q8_0(x + (size_t)t * n_in, n_in, f->xq + (size_t)t * n_in, f->xd + (size_t)t * (n_in / BMOE_Q8_0_BLOCK));
             quantised = 1;
         }
     }
@@ -479,13 +479,13 @@ static int experts_token(bmoe_forward *f, int il, char *err, size_t errlen) {
         }
     }
     tok_experts_job J = { f, ly->exp_part, k, fe, (size_t)d };
-    bm_quantize_q8_0(f->hm, (size_t)d, f->xq, f->xd);
+    f->kern.quantize_q8_0(f->hm, (size_t)d, f->xq, f->xd);
     pool_run(f->pool, (int)((size_t)k * 2 * fe), tok_gate_up_rows, &J);
     for (int s = 0; s < k; s++) {
         const float *g = f->keg + (size_t)s * 2 * fe;
         float *u = f->keu + (size_t)s * fe;
         for (size_t j = 0; j < fe; j++) u[j] = act(a, g[j]) * g[fe + j];
-        bm_quantize_q8_0(u, fe, f->kxq + (size_t)s * fe, f->kxd + (size_t)s * (fe / BMOE_Q8_0_BLOCK));
+        f->kern.quantize_q8_0(u, fe, f->kxq + (size_t)s * fe, f->kxd + (size_t)s * (fe / BMOE_Q8_0_BLOCK));
     }
     pool_run(f->pool, k * d, tok_down_rows, &J);
     for (int s = 0; s < k; s++) {

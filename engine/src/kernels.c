@@ -94,6 +94,7 @@ static int fill(bm_kpath p, bm_kernels *k) {
         k->dot_f32 = bm_dot_f32_scalar;
         k->dot_f16 = bm_dot_f16_scalar;
         k->dot_q8_0 = bm_dot_q8_0_scalar;
+        k->quantize_q8_0 = bm_quantize_q8_0;
         return 1;
     case BM_KPATH_AVX2: return bm_kernels_avx2(k);
     case BM_KPATH_NEON: return bm_kernels_neon(k, 0);

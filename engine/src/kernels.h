@@ -24,6 +24,8 @@ typedef struct bm_kernels {
     float (*dot_f16)(const uint8_t *w, const float *x, size_t n);
     /* w: n/32 Q8_0 blocks; xq: n int8, xd: n/32 scales from bm_quantize_q8_0. n a multiple of 32. */
     float (*dot_q8_0)(const uint8_t *w, const int8_t *xq, const float *xd, size_t n);
+    /* bm_quantize_q8_0's result, exactly (the SIMD paths vectorise the per-value steps) */
+    void (*quantize_q8_0)(const float *x, size_t n, int8_t *xq, float *xd);
 } bm_kernels;
 
 /* "scalar", "avx2", "neon", "neon-dot". */
@@ -40,7 +42,8 @@ void bm_kernels_get(bm_kpath p, bm_kernels *k);
 /* Quantises x (n a multiple of 32) to Q8_0 blocks the way ggml's quantize_row_q8_0 does: per block
  * amax = max |x|, d = amax / 127, id = 1/d (0 when d is 0), q = round-half-away(x * id); the scale
  * kept is d rounded to f16 (xd[b] holds that f16 value as a float). A NaN in a block makes its scale
- * NaN (and its q 0), so a NaN still reaches the output. Scalar on every path (O(n), exact). */
+ * NaN (and its q 0), so a NaN still reaches the output. This is the scalar definition; a path's
+ * quantize_q8_0 gives exactly its bytes. */
 void bm_quantize_q8_0(const float *x, size_t n, int8_t *xq, float *xd);
 
 /* The scalar path's functions, for the SIMD files' tails and the tests. */

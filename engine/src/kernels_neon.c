@@ -137,6 +137,7 @@ int bm_kernels_neon(bm_kernels *k, int dot) {
     k->dot_f32 = dot_f32_neon;
     k->dot_f16 = dot_f16_neon;
     k->dot_q8_0 = dot ? dot_q8_0_neon_dot : dot_q8_0_neon;
+    k->quantize_q8_0 = bm_quantize_q8_0; /* O(n) against the O(n * rows) dot products */
     return 1;
 }
 

@@ -94,9 +94,16 @@ double bm_exp(double x) {
     double t = x * INV_LN2;
     int n = (int)(t < 0 ? t - 0.5 : t + 0.5);
     double r = (x - n * LN2_HI) - n * LN2_LO;
-    /* Taylor series to r^14 in nested form: 1 + r(1 + r/2(1 + r/3(...))) */
-    double p = 1.0;
-    for (int k = 14; k >= 1; k--) p = 1.0 + p * r / k;
+    /* Taylor series to r^14, Horner form with the coefficients 1/k! (no division: this runs for every
+     * SiLU and softmax element) */
+    static const double INV_FACT[15] = {
+        1.0, 1.0, 0.5, 0.16666666666666666, 0.041666666666666664, 0.0083333333333333332,
+        0.0013888888888888889, 0.00019841269841269841, 2.4801587301587302e-05, 2.7557319223985893e-06,
+        2.7557319223985888e-07, 2.505210838544172e-08, 2.08767569878681e-09, 1.6059043836821613e-10,
+        1.1470745597729725e-11,
+    };
+    double p = INV_FACT[14];
+    for (int k = 13; k >= 0; k--) p = p * r + INV_FACT[k];
     /* scale by 2^n in two steps so subnormal results come out right */
     if (n > 1023) return p * pow2i(1023) * pow2i(n - 1023);
     if (n < -1022) return p * pow2i(-1022) * pow2i(n + 1022 < -1022 ? -1022 : n + 1022);

@@ -113,6 +113,39 @@ static void test_quantize(void) {
     free(x40); free(q40); free(d40);
 }
 
+/* every path's quantisation gives the scalar bytes: random values, exact ties, zeros, subnormals,
+ * NaN and infinities, blocks whose amax is a tie too */
+static void test_quantize_paths(void) {
+    enum { NB = 24 };
+    float x[NB * 32], d0[NB], d1[NB];
+    int8_t q0[NB * 32], q1[NB * 32];
+    for (int rep = 0; rep < 40; rep++) {
+        for (int i = 0; i < NB * 32; i++) {
+            switch (urand() % 12) {
+            case 0: x[i] = (float)((int)(urand() % 255) - 127) * 0.5f; break; /* ties once scaled by 1 */
+            case 1: x[i] = 0.0f; break;
+            case 2: x[i] = frand() * 1e-40f; break;
+            default: x[i] = fvalue();
+            }
+        }
+        for (int i = 0; i < 32; i++) x[i] = (float)((int)(urand() % 255) - 127) * 0.5f; /* amax 63.5 or so */
+        x[0] = 127.0f;                                                                    /* block 0: id 1 */
+        if (rep % 4 == 1) x[32 * 3 + 5] = NAN;
+        if (rep % 4 == 2) x[32 * 4 + 7] = INFINITY;
+        if (rep % 4 == 3) x[32 * 5 + 9] = -INFINITY;
+        for (int i = 32 * 6; i < 32 * 7; i++) x[i] = 0.0f;
+        bm_quantize_q8_0(x, NB * 32, q0, d0);
+        for (int p = 0; p < n_paths; p++) {
+            memset(q1, 0x55, sizeof q1);
+            paths[p].quantize_q8_0(x, NB * 32, q1, d1);
+            CHECK(memcmp(q0, q1, sizeof q0) == 0);
+            int same = 1;
+            for (int b = 0; b < NB; b++) same &= bits_of(d0[b]) == bits_of(d1[b]) || (isnan(d0[b]) && isnan(d1[b]));
+            CHECK(same);
+        }
+    }
+}
+
 static void test_q8_0(void) {
     enum { NB = 40 };
     uint8_t *w = malloc((size_t)NB * BMOE_Q8_0_BYTES);
@@ -176,6 +209,7 @@ int main(void) {
     test_names();
     test_quantize();
     test_f32_f16();
+    test_quantize_paths();
     test_q8_0();
     return check_report("test_kernels");
 }
