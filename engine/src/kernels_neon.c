@@ -1,13 +1,15 @@
 /* aarch64 NEON kernels: the scalar path's bits (kernels.h), eight float lanes in two registers.
  *
  * NEON is part of every aarch64 CPU. The Q8_0 block sum uses `sdot` (the dotprod extension) where
- * the CPU reports it (HWCAP_ASIMDDP), widening multiplies otherwise; both are exact integer sums.
+ * the CPU reports it (HWCAP_ASIMDDP, Linux), widening multiplies otherwise; both are exact integer sums.
  * Multiply and add are separate instructions (vmulq + vaddq; the build has -ffp-contract=off). */
 #include "kernels.h"
 
 #if defined(__aarch64__)
 #include <arm_neon.h>
+#if defined(__linux__)
 #include <sys/auxv.h>
+#endif
 
 #include "kernels_lanes.h"
 
@@ -132,7 +134,11 @@ DOT_FN static float dot_q8_0_neon_dot(const uint8_t *w, const int8_t *xq, const 
 }
 
 int bm_kernels_neon(bm_kernels *k, int dot) {
+#if defined(__linux__)
     if (dot && !(getauxval(AT_HWCAP) & HWCAP_ASIMDDP)) return 0;
+#else
+    if (dot) return 0; /* no HWCAP outside Linux: the widening-multiply path */
+#endif
     k->path = dot ? BM_KPATH_NEON_DOT : BM_KPATH_NEON;
     k->dot_f32 = dot_f32_neon;
     k->dot_f16 = dot_f16_neon;
