@@ -98,13 +98,6 @@ def engine(request: pytest.FixtureRequest) -> Path:
 def test_llama_cpp_decodes_the_engines_tokens(
     request: pytest.FixtureRequest, engine: Path, models: dict, name: str, prompt: str
 ):
-    if name in Q8:
-        # ggml rounds activations to Q8_0 blocks before a Q8_0 matmul; this engine computes with float
-        # activations, so a near-tie can resolve differently (measured: "Hello, world! " on
-        # qwen3moe-q8_0 parts at step 12). Modelling llama.cpp's activation quantisation is the kernels
-        # work of issue 12 (branch i12-kernels); until then the Q8_0 cases are expected to fail, and
-        # report XPASS when they agree.
-        request.applymarker(pytest.mark.xfail(reason="engine does not quantise activations yet", strict=False))
     prompt_tokens, tokens = engine_greedy(engine, models[name], prompt, N_PREDICT)
     got, rows = llama_greedy(models[name], prompt_tokens, N_PREDICT)
     assert got == tokens, f"{name}: llama.cpp {got}\nengine    {tokens}"

@@ -33,6 +33,8 @@ typedef struct bmoe_config {
     const char *route_trace;    /* --route-trace FILE */
     int json;                   /* --json */
     const char *logits_out;     /* --logits-out FILE: raw f32 [positions, V], every evaluated position */
+    const char *kernels;        /* kernel path (kernels.h): the BMOE_KERNELS environment variable, not a flag;
+                                 * NULL = auto. Checked by engine_open (it depends on the CPU), not validate() */
 } bmoe_config;
 
 void config_defaults(bmoe_config *c);

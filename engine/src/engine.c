@@ -22,6 +22,7 @@
 #include "policy_report.h"
 #include "seam.h"
 #include "stream_hook.h"
+#include "kernels.h"
 #include "threads.h"
 #include "tokenizer.h"
 
@@ -134,6 +135,13 @@ int engine_open(const bmoe_config *cfg, bmoe_engine **out, bmoe_error *err) {
     int rc = config_validate(cfg, msg, sizeof msg);
     if (rc) return err_set(err, 2, "config", "%s", msg);
     if ((rc = config_require_run(cfg, msg, sizeof msg))) return err_set(err, 2, "usage", "%s", msg);
+    int kpath = -1; /* auto */
+    if (cfg->kernels && bm_kpath_parse(cfg->kernels, &kpath))
+        return err_set(err, 2, "config", "BMOE_KERNELS: unknown kernel path '%.40s' (auto, scalar, avx2, neon, neon-dot)",
+                       cfg->kernels);
+    if (kpath >= 0 && !bm_kpath_available((bm_kpath)kpath))
+        return err_set(err, 2, "config", "BMOE_KERNELS: the %s kernels are not available on this CPU or build",
+                       bm_kpath_name((bm_kpath)kpath));
 
     bmoe_engine *e = calloc(1, sizeof *e);
     if (!e) return err_set(err, 1, NULL, "out of memory");
@@ -176,6 +184,7 @@ int engine_open(const bmoe_config *cfg, bmoe_engine **out, bmoe_error *err) {
     report_narrow_warning(e->warning, sizeof e->warning, cfg->drop_set, cfg->drop, e->top_k);
     rc = forward_create(&e->fwd, e->model, e->pool, &e->seam, e->cfg.ctx, e->n_prompt, e->top_k, msg, sizeof msg);
     if (rc) { err_set(err, rc, NULL, "%s", msg); goto fail; }
+    if (kpath >= 0) forward_set_kernels(e->fwd, (bm_kpath)kpath); /* available: checked above */
 
     size_t rows = cfg->logits_out ? (size_t)e->n_prompt : 1;
     e->logits = malloc(rows * (size_t)hp->n_vocab * sizeof(float));
@@ -285,6 +294,7 @@ int engine_generate(bmoe_engine *e, bmoe_error *err) {
     r->text_len = e->text_len;
     r->counters = e->counters;
     r->timing = e->timing;
+    r->kernels = bm_kpath_name(forward_kernels(e->fwd));
     if (e->warning[0] && r->n_warnings < BMOE_MAX_WARNINGS) r->warnings[r->n_warnings++] = e->warning;
     if (e->stream)
         r->n_warnings += stream_hook_warnings(e->stream, r->warnings + r->n_warnings, BMOE_MAX_WARNINGS - r->n_warnings);

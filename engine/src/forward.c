@@ -4,7 +4,7 @@
  *   attention      norm, q/k/v, per-head qk-norm, RoPE, KV cache, causal softmax attention
  *   moe_ffn        router → the named results through the hook → experts via the expert source
  *
- * Every matmul is parallel over output rows with a static partition (threads.h), every other
+ * Every matmul is parallel over output rows in chunks (threads.h), every other
  * reduction runs serially in index order, so the output does not depend on the thread count. */
 #include "forward.h"
 
@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels.h"
 #include "tensor.h"
 
 struct bmoe_forward {
@@ -30,9 +31,17 @@ struct bmoe_forward {
     float *rlog, *rprob, *w;      /* router logits and probs [T, E], weights [T, top_k] */
     int32_t *ids;                 /* [T, top_k] */
     float *moe, *gx, *eg, *eu, *eo; /* expert path: sum [T,d], gathered in [T,d], hidden [T,2f], [T,f], out [T,d] */
+    float *keg, *keu, *keo;       /* one token's k experts at once: [k,2f], [k,f], [k,d] */
+    int8_t *kxq;                  /* their hidden rows quantised [k,f], scales [k,f/32] */
+    float *kxd;
+    bmoe_expert_view *kv;         /* their views [k] */
     int *cnt, *start, *order;     /* bucketing rows by expert: [E], [E], [T] */
     float *scratch;               /* attention scores, [threads][n_ctx] */
     float *xl;                    /* normed rows for the output matmul [T, d] */
+    int8_t *xq;                   /* a matmul input quantised to Q8_0 (Q8_0 weights) [T, in_max] */
+    float *xd;                    /* its block scales [T, in_max / 32] */
+    size_t in_max;                /* the widest matmul input */
+    bm_kernels kern;
     uint64_t experts_routed;
 };
 
@@ -118,16 +127,32 @@ typedef struct {
     uint32_t type;
     size_t row_bytes, n_in, n_out;
     const float *x;
+    const int8_t *xq;   /* Q8_0 weights: x quantised, [T, n_in] and [T, n_in / 32] */
+    const float *xd;
     float *y;
     int T;
+    const bm_kernels *k;
 } mm_job;
+
+/* One weight row times one input row: x as floats, or (Q8_0 weights) its quantised blocks xq/xd. */
+static inline float row_dot(const bm_kernels *k, uint32_t type, const uint8_t *row, const float *x, const int8_t *xq,
+                            const float *xd, size_t n) {
+    switch (type) {
+    case GGML_TYPE_Q8_0: return k->dot_q8_0(row, xq, xd, n);
+    case GGML_TYPE_F16: return k->dot_f16(row, x, n);
+    case GGML_TYPE_F32: return k->dot_f32((const float *)row, x, n);
+    default: return 0.0f;
+    }
+}
 
 static void mm_rows(void *ctx, int j0, int j1, int tid) {
     const mm_job *J = ctx;
+    size_t n = J->n_in, nb = n / BMOE_Q8_0_BLOCK;
     for (int j = j0; j < j1; j++) {
         const uint8_t *row = J->w + (size_t)j * J->row_bytes;
         for (int t = 0; t < J->T; t++)
-            J->y[(size_t)t * J->n_out + j] = row_dot(J->type, row, J->x + (size_t)t * J->n_in, J->n_in);
+            J->y[(size_t)t * J->n_out + j] =
+                row_dot(J->k, J->type, row, J->x + (size_t)t * n, J->xq + (size_t)t * n, J->xd + (size_t)t * nb, n);
 #ifdef BMOE_FAULT_THREAD_ORDER
         /* Fault: the result depends on which thread computed the row (DET-threads must notice). */
         if (tid > 0)
@@ -138,7 +163,10 @@ static void mm_rows(void *ctx, int j0, int j1, int tid) {
 
 static void matmul_raw(bmoe_forward *f, const void *w, uint32_t type, size_t row_bytes, size_t n_in, size_t n_out,
                        const float *x, int T, float *y) {
-    mm_job J = { w, type, row_bytes, n_in, n_out, x, y, T };
+    mm_job J = { w, type, row_bytes, n_in, n_out, x, f->xq, f->xd, y, T, &f->kern };
+    if (type == GGML_TYPE_Q8_0) /* once per matmul input, not per row (n_in <= in_max: forward_create) */
+        for (int t = 0; t < T; t++)
+            f->kern.quantize_q8_0(x + (size_t)t * n_in, n_in, f->xq + (size_t)t * n_in, f->xd + (size_t)t * (n_in / BMOE_Q8_0_BLOCK));
     /* A matmul too small to amortise waking the pool runs on the caller. Same rows, same code, so
      * the result is the same either way. */
     if ((size_t)T * n_out * row_bytes < MM_PARALLEL_MIN_BYTES) mm_rows(&J, 0, (int)n_out, 0);
@@ -149,13 +177,50 @@ static void matmul(bmoe_forward *f, const bmoe_weight *W, const float *x, int T,
     matmul_raw(f, W->data, W->type, (size_t)W->row_bytes, (size_t)W->ne[0], (size_t)W->ne[1], x, T, y);
 }
 
+/* Several matmuls of the same input (q, k, v; gate, up) as one pool job over all their rows: one
+ * wake-up instead of one each. Each row is computed as matmul() computes it. */
+typedef struct {
+    int n;
+    mm_job mm[3];
+    int end[3]; /* cumulative row counts */
+} mm_multi_job;
+
+static void mm_multi_rows(void *ctx, int i0, int i1, int tid) {
+    const mm_multi_job *M = ctx;
+    for (int m = 0, base = 0; m < M->n; base = M->end[m], m++) {
+        int a = i0 > base ? i0 : base, b = i1 < M->end[m] ? i1 : M->end[m];
+        if (a < b) mm_rows((void *)&M->mm[m], a - base, b - base, tid);
+    }
+}
+
+static void matmul_multi(bmoe_forward *f, int n, const bmoe_weight *const *W, const float *x, int T, float *const *y) {
+    mm_multi_job M = { n, {{0}}, {0} };
+    int quantised = 0;
+    size_t bytes = 0;
+    for (int m = 0; m < n; m++) {
+        size_t n_in = (size_t)W[m]->ne[0], n_out = (size_t)W[m]->ne[1];
+        mm_job J = { W[m]->data, W[m]->type, (size_t)W[m]->row_bytes, n_in, n_out, x, f->xq, f->xd, y[m], T, &f->kern };
+        M.mm[m] = J;
+        M.end[m] = (m ? M.end[m - 1] : 0) + (int)n_out;
+        bytes += (size_t)T * n_out * (size_t)W[m]->row_bytes;
+        if (W[m]->type == GGML_TYPE_Q8_0 && !quantised) { /* the same input: quantised once */
+            for (int t = 0; t < T; t++)
+                f->kern.quantize_q8_0(x + (size_t)t * n_in, n_in, f->xq + (size_t)t * n_in, f->xd + (size_t)t * (n_in / BMOE_Q8_0_BLOCK));
+            quantised = 1;
+        }
+    }
+    if (bytes < MM_PARALLEL_MIN_BYTES) mm_multi_rows(&M, 0, M.end[n - 1], 0);
+    else pool_run(f->pool, M.end[n - 1], mm_multi_rows, &M);
+}
+
 /* FFN with resident weights: y = D (act(G h) * U h), h [T, n_in]. */
 static void ffn_dense(bmoe_forward *f, const bmoe_weight *G, const bmoe_weight *U, const bmoe_weight *D,
                       const float *h, int T, float *y) {
     size_t F = (size_t)G->ne[1];
     bmoe_act a = f->m->recipe->act;
-    matmul(f, G, h, T, f->hg);
-    matmul(f, U, h, T, f->hu);
+    const bmoe_weight *W[2] = { G, U };
+    float *const y2[2] = { f->hg, f->hu };
+    matmul_multi(f, 2, W, h, T, y2);
     for (size_t i = 0; i < (size_t)T * F; i++) f->hu[i] = act(a, f->hg[i]) * f->hu[i];
     matmul(f, D, f->hu, T, y);
 }
@@ -236,7 +301,7 @@ static void attn_heads(void *ctx, int i0, int i1, int tid) {
         int j0 = J->ly->is_swa && p - hp->n_swa + 1 > 0 ? p - hp->n_swa + 1 : 0;
         const float *q = f->q + (size_t)t * f->q_dim + (size_t)h * hd;
         for (int j = j0; j <= p; j++)
-            sc[j - j0] = dot_f32(q, kc + (size_t)j * f->kv_dim + (size_t)g * hd, (size_t)hd) * inv_sqrt_hd;
+            sc[j - j0] = f->kern.dot_f32(q, kc + (size_t)j * f->kv_dim + (size_t)g * hd, (size_t)hd) * inv_sqrt_hd;
         softmax(sc, p + 1 - j0);
         float *out = f->att + (size_t)t * f->o_dim + (size_t)h * hdv;
         for (int c = 0; c < hdv; c++) out[c] = 0.0f;
@@ -252,9 +317,9 @@ static void attention(bmoe_forward *f, int il, int T, int pos0) {
     const bmoe_layer *ly = &m->layers[il];
     int d = f->d;
     rmsnorm_rows(f->xn, f->x, ly->attn_norm, T, d, m->hp.eps);
-    matmul(f, &ly->attn_q, f->xn, T, f->q);
-    matmul(f, &ly->attn_k, f->xn, T, f->k);
-    matmul(f, &ly->attn_v, f->xn, T, f->v);
+    const bmoe_weight *W[3] = { &ly->attn_q, &ly->attn_k, &ly->attn_v };
+    float *const y3[3] = { f->q, f->k, f->v };
+    matmul_multi(f, 3, W, f->xn, T, y3);
     attn_job J = { f, ly, il, T, pos0 };
     pool_run(f->pool, T, qk_rows, &J);
     pool_run(f->pool, T * m->hp.n_head, attn_heads, &J);
@@ -356,6 +421,99 @@ static int experts_slot(bmoe_forward *f, int il, int T, int s, char *err, size_t
     return 0;
 }
 
+/* One token (decode): its k routed experts in two pool jobs instead of three matmuls per expert, so
+ * the threads share every expert's rows. Each output element is still one row's dot product, computed
+ * by one thread with the same code and inputs as experts_slot would use, and moe accumulates in slot
+ * order: the bits are experts_slot's. */
+typedef struct {
+    bmoe_forward *f;
+    const bmoe_expert_part *P;
+    int k;
+    size_t fe, d;
+} tok_experts_job;
+
+static void tok_gate_up_rows(void *ctx, int i0, int i1, int tid) {
+    const tok_experts_job *J = ctx;
+    bmoe_forward *f = J->f;
+    size_t F2 = 2 * J->fe;
+    for (int i = i0; i < i1; i++) {
+        size_t s = (size_t)i / F2, r = (size_t)i % F2;
+        const bmoe_expert_view *v = &f->kv[s];
+        const bmoe_expert_part *p;
+        const uint8_t *row;
+        if (v->gate_up) {
+            p = &J->P[BMOE_EXP_GATE_UP];
+            row = (const uint8_t *)v->gate_up + r * p->row_bytes;
+        } else if (r < J->fe) {
+            p = &J->P[BMOE_EXP_GATE];
+            row = (const uint8_t *)v->gate + r * p->row_bytes;
+        } else {
+            p = &J->P[BMOE_EXP_UP];
+            row = (const uint8_t *)v->up + (r - J->fe) * p->row_bytes;
+        }
+        f->keg[i] = row_dot(&f->kern, p->type, row, f->hm, f->xq, f->xd, J->d);
+#ifdef BMOE_FAULT_THREAD_ORDER
+        if (tid > 0) f->keg[i] *= 1.25f; /* fault: as in mm_rows */
+#endif
+    }
+}
+
+static void tok_down_rows(void *ctx, int i0, int i1, int tid) {
+    const tok_experts_job *J = ctx;
+    bmoe_forward *f = J->f;
+    const bmoe_expert_part *p = &J->P[BMOE_EXP_DOWN];
+    size_t nb = J->fe / BMOE_Q8_0_BLOCK;
+    for (int i = i0; i < i1; i++) {
+        size_t s = (size_t)i / J->d, c = (size_t)i % J->d;
+        const uint8_t *row = (const uint8_t *)f->kv[s].down + c * p->row_bytes;
+        f->keo[i] = row_dot(&f->kern, p->type, row, f->keu + s * J->fe, f->kxq + s * J->fe, f->kxd + s * nb, J->fe);
+#ifdef BMOE_FAULT_THREAD_ORDER
+        if (tid > 0) f->keo[i] *= 1.25f; /* fault: as in mm_rows */
+#endif
+    }
+}
+
+static int experts_token(bmoe_forward *f, int il, char *err, size_t errlen) {
+    const bmoe_model *m = f->m;
+    const bmoe_layer *ly = &m->layers[il];
+    int k = f->top_k, d = f->d;
+    size_t fe = (size_t)m->hp.n_ff_exp;
+    bmoe_act a = m->recipe->act;
+    for (int s = 0; s < k; s++) { /* the views in slot order, as experts_slot asks for them */
+        int e = f->ids[s];
+        bmoe_expert_view *v = &f->kv[s];
+        int rc = f->seam->experts.view(f->seam->experts.self, il, e, v);
+        if (rc) {
+            snprintf(err, errlen, "expert source failed for layer %d expert %d", il, e);
+            return rc;
+        }
+        if (!v->gate_up && !(v->gate && v->up)) {
+            snprintf(err, errlen, "expert source gave no gate/up weights for layer %d expert %d", il, e);
+            return 1;
+        }
+        if (!v->down) {
+            snprintf(err, errlen, "expert source gave no down weights for layer %d expert %d", il, e);
+            return 1;
+        }
+    }
+    tok_experts_job J = { f, ly->exp_part, k, fe, (size_t)d };
+    f->kern.quantize_q8_0(f->hm, (size_t)d, f->xq, f->xd);
+    pool_run(f->pool, (int)((size_t)k * 2 * fe), tok_gate_up_rows, &J);
+    for (int s = 0; s < k; s++) {
+        const float *g = f->keg + (size_t)s * 2 * fe;
+        float *u = f->keu + (size_t)s * fe;
+        for (size_t j = 0; j < fe; j++) u[j] = act(a, g[j]) * g[fe + j];
+        f->kern.quantize_q8_0(u, fe, f->kxq + (size_t)s * fe, f->kxd + (size_t)s * (fe / BMOE_Q8_0_BLOCK));
+    }
+    pool_run(f->pool, k * d, tok_down_rows, &J);
+    for (int s = 0; s < k; s++) {
+        float wt = f->w[s];
+        const float *src = f->keo + (size_t)s * d;
+        for (int c = 0; c < d; c++) f->moe[c] += wt * src[c];
+    }
+    return 0;
+}
+
 static int check_ids(bmoe_forward *f, const moe_ctx *c, bmoe_node node, char *err, size_t errlen) {
     int E = f->m->hp.n_expert;
     for (size_t i = 0; i < (size_t)c->T * f->top_k; i++)
@@ -431,8 +589,12 @@ static int moe_ffn(bmoe_forward *f, const moe_ctx *c, char *err, size_t errlen) 
     if (ly->pre_ffw_norm_2) rmsnorm_rows(f->hm, f->x, ly->pre_ffw_norm_2, T, d, hp->eps);
     else memcpy(f->hm, f->xn, (size_t)T * d * sizeof(float));
     memset(f->moe, 0, (size_t)T * d * sizeof(float));
-    for (int s = 0; s < k; s++)
-        if ((rc = experts_slot(f, c->il, T, s, err, errlen))) return rc;
+    if (T == 1) {
+        if ((rc = experts_token(f, c->il, err, errlen))) return rc;
+    } else {
+        for (int s = 0; s < k; s++)
+            if ((rc = experts_slot(f, c->il, T, s, err, errlen))) return rc;
+    }
 
     /* the norm sandwich and the shared expert, each step only where the model has its tensors */
     if (ly->post_ffw_norm_2) rmsnorm_rows(f->moe, f->moe, ly->post_ffw_norm_2, T, d, hp->eps);
@@ -496,6 +658,14 @@ int forward_eval(bmoe_forward *f, const int32_t *tokens, int T, int pos0, int ph
 }
 
 uint64_t forward_experts_routed(const bmoe_forward *f) { return f->experts_routed; }
+
+int forward_set_kernels(bmoe_forward *f, bm_kpath path) {
+    if (!bm_kpath_available(path)) return 2;
+    bm_kernels_get(path, &f->kern);
+    return 0;
+}
+
+bm_kpath forward_kernels(const bmoe_forward *f) { return f->kern.path; }
 
 /* ---- setup ------------------------------------------------------------------------------------ */
 
@@ -599,6 +769,20 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
     f->start = alloc_f(E, sizeof(int), &oom);
     f->order = alloc_f(T, sizeof(int), &oom);
     f->scratch = alloc_f((size_t)pool_threads(pool) * (size_t)n_ctx, sizeof(float), &oom);
+    size_t in_max = D;
+    if ((size_t)f->o_dim > in_max) in_max = (size_t)f->o_dim;
+    if ((size_t)f->ff_max > in_max) in_max = (size_t)f->ff_max;
+    if (fe > in_max) in_max = fe;
+    f->in_max = in_max;
+    f->xq = alloc_f(T * in_max, sizeof(int8_t), &oom);
+    f->xd = alloc_f(T * (in_max / BMOE_Q8_0_BLOCK + 1), sizeof(float), &oom);
+    f->keg = alloc_f(K * 2 * fe, sizeof(float), &oom);
+    f->keu = alloc_f(K * fe, sizeof(float), &oom);
+    f->keo = alloc_f(K * D, sizeof(float), &oom);
+    f->kxq = alloc_f(K * fe, sizeof(int8_t), &oom);
+    f->kxd = alloc_f(K * (fe / BMOE_Q8_0_BLOCK + 1), sizeof(float), &oom);
+    f->kv = alloc_f(K, sizeof(bmoe_expert_view), &oom);
+    bm_kernels_get(bm_kpath_best(), &f->kern);
     if (oom) {
         snprintf(err, errlen, "out of memory for a batch of %d positions", max_batch);
         forward_free(f);
@@ -615,6 +799,7 @@ void forward_free(bmoe_forward *f) {
     free(f->o); free(f->ffn); free(f->sh); free(f->hg); free(f->hu);
     free(f->rlog); free(f->rprob); free(f->w); free(f->ids);
     free(f->moe); free(f->gx); free(f->eg); free(f->eu); free(f->eo);
-    free(f->cnt); free(f->start); free(f->order); free(f->scratch);
+    free(f->cnt); free(f->start); free(f->order); free(f->scratch); free(f->xq); free(f->xd);
+    free(f->keg); free(f->keu); free(f->keo); free(f->kxq); free(f->kxd); free(f->kv);
     free(f);
 }

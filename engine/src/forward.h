@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels.h"
 #include "model.h"
 #include "seam.h"
 #include "threads.h"
@@ -21,6 +22,11 @@ typedef struct bmoe_forward bmoe_forward;
 int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, const bmoe_seam *seam, int n_ctx,
                    int max_batch, int top_k, char *err, size_t errlen);
 void forward_free(bmoe_forward *f);
+
+/* The kernel path the matmuls and attention use (kernels.h); forward_create picks the fastest one
+ * this CPU has. Every path gives the same bits. Returns 0, or 2 when the path is not available here. */
+int forward_set_kernels(bmoe_forward *f, bm_kpath path);
+bm_kpath forward_kernels(const bmoe_forward *f);
 
 /* Evaluates tokens[0..T) at positions pos0..pos0+T-1. phase 0 prefill / 1 decode, step = decode step
  * (both only label the hook's results). Writes logits: all T rows [T, V] when all_logits, else only

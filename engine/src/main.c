@@ -61,6 +61,7 @@ static int do_run(int argc, char **argv, int batch, const char *id) {
     char msg[1024] = "";
     config_defaults(&cfg);
     int rc = config_parse(&cfg, argc, argv, msg, sizeof msg);
+    cfg.kernels = getenv("BMOE_KERNELS"); /* docs/engine-flags.md, environment */
     int json = batch || cfg.json;
     if (rc) err_set(&err, 2, "usage", "%s", msg);
     bmoe_engine *e = NULL;

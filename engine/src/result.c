@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "json.h"
+#include "kernels.h"
 
 const char *err_kind_for_code(int code) {
     switch (code) {
@@ -87,6 +88,7 @@ void result_write_run(FILE *out, int with_id, const char *id, const bmoe_result 
     json_str(&w, "version", BMOE_VERSION);
     json_str(&w, "build_id", BMOE_BUILD_ID);
     json_str(&w, "target", BMOE_TARGET);
+    json_str(&w, "kernels", r->kernels ? r->kernels : "scalar");
     config_to_json(r->config, &w, "config");
     write_model(&w, "model", r->model, r->top_k_effective);
     json_begin_array(&w, "prompt_tokens");
@@ -143,6 +145,11 @@ void result_write_info(FILE *out, const bmoe_model *m) {
     json_str(&w, "version", BMOE_VERSION);
     json_str(&w, "build_id", BMOE_BUILD_ID);
     json_str(&w, "target", BMOE_TARGET);
+    json_str(&w, "kernels", bm_kpath_name(bm_kpath_best())); /* what a run picks by default here */
+    json_begin_array(&w, "kernels_available");
+    for (int p = 0; p < BM_KPATH_COUNT; p++)
+        if (bm_kpath_available((bm_kpath)p)) json_str(&w, NULL, bm_kpath_name((bm_kpath)p));
+    json_end_array(&w);
     model_fields(&w, m, -1);
     /* where each expert lives: what a streamer reads (expert e at offset + e * stride) */
     json_begin_array(&w, "expert_layout");

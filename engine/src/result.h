@@ -60,6 +60,7 @@ typedef struct bmoe_result {
     size_t text_len;
     bmoe_counters counters;
     bmoe_timing timing;
+    const char *kernels;           /* the kernel path the run used (kernels.h) */
     const char *warnings[BMOE_MAX_WARNINGS];
     int n_warnings;
 } bmoe_result;

@@ -56,57 +56,6 @@ uint16_t bm_f32_to_f16(float f) {
 
 static inline uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 
-/* ---- dot products -------------------------------------------------------------------------- */
-
-static inline float sum8(const float a[8]) {
-    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-}
-
-float dot_f32(const float *a, const float *b, size_t n) {
-    float acc[8] = {0};
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
-    for (; i < n; i++) acc[i & 7] += a[i] * b[i];
-    return sum8(acc);
-}
-
-static float dot_f16(const uint8_t *w, const float *x, size_t n) {
-    float acc[8] = {0};
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int l = 0; l < 8; l++) acc[l] += bm_f16_to_f32(rd16(w + 2 * (i + l))) * x[i + l];
-    for (; i < n; i++) acc[i & 7] += bm_f16_to_f32(rd16(w + 2 * i)) * x[i];
-    return sum8(acc);
-}
-
-static float dot_q8_0(const uint8_t *w, const float *x, size_t n) {
-    float total = 0.0f;
-    for (size_t b = 0; b < n / BMOE_Q8_0_BLOCK; b++) {
-        const uint8_t *blk = w + b * BMOE_Q8_0_BYTES;
-        const int8_t *q = (const int8_t *)(blk + 2);
-        const float *xb = x + b * BMOE_Q8_0_BLOCK;
-        float acc[8] = {0};
-        for (int i = 0; i < BMOE_Q8_0_BLOCK; i += 8)
-            for (int l = 0; l < 8; l++) acc[l] += (float)q[i + l] * xb[i + l];
-#ifndef BMOE_FAULT_Q8_0_FIRST_SCALE
-        total += bm_f16_to_f32(rd16(blk)) * sum8(acc);
-#else
-        total += bm_f16_to_f32(rd16(w)) * sum8(acc); /* fault: every block uses the row's first scale */
-#endif
-    }
-    return total;
-}
-
-float row_dot(uint32_t type, const void *row, const float *x, size_t n) {
-    switch (type) {
-    case GGML_TYPE_F32: return dot_f32((const float *)row, x, n);
-    case GGML_TYPE_F16: return dot_f16((const uint8_t *)row, x, n);
-    case GGML_TYPE_Q8_0: return dot_q8_0((const uint8_t *)row, x, n);
-    default: return 0.0f;
-    }
-}
-
 void row_to_f32(uint32_t type, const void *row, float *y, size_t n) {
     const uint8_t *w = (const uint8_t *)row;
     switch (type) {
@@ -145,9 +94,16 @@ double bm_exp(double x) {
     double t = x * INV_LN2;
     int n = (int)(t < 0 ? t - 0.5 : t + 0.5);
     double r = (x - n * LN2_HI) - n * LN2_LO;
-    /* Taylor series to r^14 in nested form: 1 + r(1 + r/2(1 + r/3(...))) */
-    double p = 1.0;
-    for (int k = 14; k >= 1; k--) p = 1.0 + p * r / k;
+    /* Taylor series to r^14, Horner form with the coefficients 1/k! (no division: this runs for every
+     * SiLU and softmax element) */
+    static const double INV_FACT[15] = {
+        1.0, 1.0, 0.5, 0.16666666666666666, 0.041666666666666664, 0.0083333333333333332,
+        0.0013888888888888889, 0.00019841269841269841, 2.4801587301587302e-05, 2.7557319223985893e-06,
+        2.7557319223985888e-07, 2.505210838544172e-08, 2.08767569878681e-09, 1.6059043836821613e-10,
+        1.1470745597729725e-11,
+    };
+    double p = INV_FACT[14];
+    for (int k = 13; k >= 0; k--) p = p * r + INV_FACT[k];
     /* scale by 2^n in two steps so subnormal results come out right */
     if (n > 1023) return p * pow2i(1023) * pow2i(n - 1023);
     if (n < -1022) return p * pow2i(-1022) * pow2i(n + 1022 < -1022 ? -1022 : n + 1022);

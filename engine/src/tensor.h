@@ -1,5 +1,5 @@
-/* Numeric kernels: f16 conversion, row-by-vector dot products, row dequantisation, and the few
- * transcendental functions the forward pass needs.
+/* Numeric helpers: f16 conversion, row dequantisation, and the few transcendental functions the
+ * forward pass needs. The matmul dot products are in kernels.h.
  *
  * Determinism: every function here has one fixed evaluation order, uses only IEEE +,-,*,/ and sqrt
  * (the build has -ffp-contract=off, so no fused multiply-add), and nothing depends on the thread
@@ -17,12 +17,6 @@
 float bm_f16_to_f32(uint16_t h);  /* exact; subnormals, inf and NaN (payload kept) */
 uint16_t bm_f32_to_f16(float f);  /* round to nearest even; overflow to inf */
 
-/* The dot products sum in 8 lanes (element i goes to lane i mod 8, in increasing i), and the lanes are
- * combined as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)). Q8_0 does that inside each 32-element block on
- * q*x, then adds scale*block_sum to a running total, block after block. */
-float dot_f32(const float *a, const float *b, size_t n);
-/* `row` is n elements of `type` (F32, F16 or Q8_0; n a multiple of the block size). Unknown type → 0. */
-float row_dot(uint32_t type, const void *row, const float *x, size_t n);
 /* Dequantises n elements of `row` into y. */
 void row_to_f32(uint32_t type, const void *row, float *y, size_t n);
 

@@ -10,6 +10,8 @@
 
 /* Spin iterations before sleeping: a few microseconds, the gap between two matmuls of a token. */
 #define POOL_SPIN 20000
+/* Chunks per thread and job (a job is split into about n_threads * POOL_CHUNKS chunks). */
+#define POOL_CHUNKS 4
 
 struct worker { bmoe_pool *pool; int tid; pthread_t th; };
 
@@ -25,13 +27,18 @@ struct bmoe_pool {
     /* the current job, written before generation is bumped */
     bmoe_pool_fn fn;
     void *ctx;
-    int n;
+    int n, chunk;
+    atomic_int next;        /* the first item not yet claimed */
 };
 
+/* Claims chunks until none is left: a thread the OS delays leaves its chunks to the others. */
 static void run_share(bmoe_pool *p, int tid) {
-    long long n = p->n, N = p->n_threads;
-    int i0 = (int)(n * tid / N), i1 = (int)(n * (tid + 1) / N);
-    if (i1 > i0) p->fn(p->ctx, i0, i1, tid);
+    for (;;) {
+        int i0 = atomic_fetch_add(&p->next, p->chunk);
+        if (i0 >= p->n) break;
+        int i1 = p->n - i0 > p->chunk ? i0 + p->chunk : p->n;
+        p->fn(p->ctx, i0, i1, tid);
+    }
 }
 
 static void *worker_main(void *arg) {
@@ -66,6 +73,7 @@ bmoe_pool *pool_create(int n_threads) {
     atomic_init(&p->generation, 0);
     atomic_init(&p->pending, 0);
     atomic_init(&p->quit, 0);
+    atomic_init(&p->next, 0);
     if (pthread_mutex_init(&p->mu, NULL) != 0) { free(p); return NULL; }
     if (pthread_cond_init(&p->wake, NULL) != 0) { pthread_mutex_destroy(&p->mu); free(p); return NULL; }
     if (pthread_cond_init(&p->done, NULL) != 0) {
@@ -95,6 +103,10 @@ void pool_run(bmoe_pool *p, int n, bmoe_pool_fn fn, void *ctx) {
     p->fn = fn;
     p->ctx = ctx;
     p->n = n;
+    /* about POOL_CHUNKS chunks per thread, so the threads finish close together */
+    p->chunk = n / (p->n_threads * POOL_CHUNKS);
+    if (p->chunk < 1) p->chunk = 1;
+    atomic_store(&p->next, 0);
     atomic_store(&p->pending, p->n_threads - 1);
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->generation, 1); /* seq_cst: the job fields above are visible to whoever sees it */

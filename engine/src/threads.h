@@ -1,8 +1,10 @@
-/* A persistent pthread pool with one operation: a parallel for over [0, n) with a static partition.
+/* A persistent pthread pool with one operation: a parallel for over [0, n), split into chunks.
  *
- * Thread i of N always gets the contiguous range [n*i/N, n*(i+1)/N). Work items must be independent
- * (each output element computed by exactly one thread, with the same code whatever N is), which is
- * what makes results identical for any thread count. The calling thread is thread 0. */
+ * The threads claim contiguous chunks of about n / (4 N) items from a shared counter until none is
+ * left, so which thread computes an item varies from run to run. Work items must therefore be
+ * independent (each output element computed by exactly one call, with the same code and inputs
+ * whichever thread runs it and whatever N is), which is what makes results identical for any thread
+ * count. The calling thread is thread 0. */
 #ifndef BMOE_THREADS_H
 #define BMOE_THREADS_H
 

@@ -1,7 +1,9 @@
 """An independent numpy forward pass, written from docs/model-math.md (not from the C engine).
 
 It reads a GGUF model (a single file or the first shard of a llama.cpp split model) with gguf's
-GGUFReader, dequantizes Q8_0 with gguf.quants, and computes in float64. It gives the logits of every
+GGUFReader, dequantizes Q8_0 with gguf.quants, and computes in float64, except that the input of every
+matmul with Q8_0 weights is first quantised to Q8_0 blocks exactly as the engine does it (docs/model-math.md,
+"Activation quantisation": that step is part of the model the engine computes). It gives the logits of every
 position of a token sequence and greedy generations, and records the routing it took (for checks
 that fixtures route every expert, and to tell a real mismatch from a near-tie).
 
@@ -135,6 +137,30 @@ class Generation:
         return min((r.margin for r in self.routes), default=math.inf)
 
 
+def quantize_q8_0(x: np.ndarray) -> np.ndarray:
+    """x [..., n], n a multiple of 32 -> the values the engine multiplies Q8_0 weights with (float64).
+
+    Per block of 32, in float32 as the engine (docs/model-math.md): amax = max |x|, d = amax / 127,
+    id = 1/d (0 when d is 0), q = round-half-away-from-zero(clamp(x * id, -127, 127)); the scale kept
+    is d rounded to f16. The result is q * f16(d), exact in float64. A NaN block stays NaN."""
+    x32 = np.asarray(x, dtype=np.float32)
+    shape = x32.shape
+    if shape[-1] % 32:
+        raise ValueError(f"quantize_q8_0: {shape[-1]} values are not whole blocks of 32")
+    b = x32.reshape(*shape[:-1], shape[-1] // 32, 32)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        amax = np.max(np.abs(b), axis=-1, keepdims=True)  # NaN when the block has one
+        d = amax / np.float32(127)
+        inv = np.where(d != 0, np.float32(1) / np.where(d != 0, d, np.float32(1)), np.float32(0)).astype(np.float32)
+        t = np.clip(b * inv, np.float32(-127), np.float32(127))
+        t = np.where(np.isnan(t), np.float32(0), t)
+        tr = np.trunc(t)
+        frac = t - tr  # exact
+        q = tr + (frac >= 0.5) - (frac <= -0.5)
+        scale = d.astype(np.float16).astype(np.float64)
+        return (q.astype(np.float64) * scale).reshape(shape)
+
+
 def _rmsnorm(x: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
 
@@ -174,8 +200,10 @@ class Model:
         eos: int | None,
         add_bos: bool,
         bos: int | None,
+        q8_0: frozenset[str] = frozenset(),
     ) -> None:
         self.hp = hp
+        self.q8_0 = q8_0  # names of the Q8_0 tensors: their matmuls quantise the input
         self.recipe = RECIPES[hp.arch]
         self.t = tensors
         self.vocab = vocab
@@ -191,7 +219,8 @@ class Model:
         except KeyError as exc:
             raise ModelError(f"tokenizer.ggml.tokens: no token for byte image {exc}") from None
         self._u2b = {c: b for b, c in b2u.items()}
-        self._out = tensors.get("output.weight", tensors["token_embd.weight"])
+        self._out_name = "output.weight" if "output.weight" in tensors else "token_embd.weight"
+        self._out = tensors[self._out_name]
         if self._out.shape != (self.n_vocab, hp.d):
             raise ModelError(f"output.weight: shape {self._out.shape}, expected {(self.n_vocab, hp.d)}")
 
@@ -284,11 +313,14 @@ class Model:
         if hp.n_head % hp.n_head_kv:
             raise ModelError(f"{arch}.attention.head_count_kv: {hp.n_head_kv} does not divide {hp.n_head}")
         tensors: dict[str, np.ndarray] = {}
+        q8_0: set[str] = set()
         for p, r in zip(paths, readers, strict=True):
             for t in r.tensors:
                 if t.name in tensors:
                     raise ModelError(f"{p.name}: duplicate tensor {t.name}")
                 tensors[t.name] = _to_f64(t)
+                if t.tensor_type == GGMLQuantizationType.Q8_0:
+                    q8_0.add(t.name)
         if len(paths) > 1 and int(get("split.tensors.count")) != len(tensors):
             raise ModelError(f"split.tensors.count {get('split.tensors.count')} != {len(tensors)} tensors")
         vocab = list(get("tokenizer.ggml.tokens"))
@@ -304,6 +336,7 @@ class Model:
             None if eos is None else int(eos),
             add_bos,
             None if bos is None else int(bos),
+            frozenset(q8_0),
         )
         model._check_shapes()
         return model
@@ -411,7 +444,14 @@ class Model:
             x = x + self._ffn(il, x, pos, routes)
         cache["pos"] = p0 + n
         y = _rmsnorm(x, hp.eps) * t["output_norm.weight"]
-        return y @ self._out.T
+        return self._q(y, self._out_name) @ self._out.T
+
+    def _q(self, x: np.ndarray, name: str) -> np.ndarray:
+        """The input of a matmul with tensor `name`: quantised when the weights are Q8_0."""
+        return quantize_q8_0(x) if name in self.q8_0 else x
+
+    def _mm(self, x: np.ndarray, name: str) -> np.ndarray:
+        return self._q(x, name) @ self.t[name].T
 
     def _rope(self, v: np.ndarray, pos: np.ndarray, swa: bool = False) -> np.ndarray:
         """NeoX pairing on the first n_rot dims of the last axis; v is [n, heads, hd]. A sliding-window
@@ -433,9 +473,9 @@ class Model:
     def _attention(self, il: int, h: np.ndarray, pos: np.ndarray, cache: dict[str, Any]) -> np.ndarray:
         hp, t, b = self.hp, self.t, f"blk.{il}."
         n = h.shape[0]
-        q = (h @ t[b + "attn_q.weight"].T).reshape(n, hp.n_head, hp.hd)
-        k = (h @ t[b + "attn_k.weight"].T).reshape(n, hp.n_head_kv, hp.hd)
-        v = (h @ t[b + "attn_v.weight"].T).reshape(n, hp.n_head_kv, hp.hdv)
+        q = self._mm(h, b + "attn_q.weight").reshape(n, hp.n_head, hp.hd)
+        k = self._mm(h, b + "attn_k.weight").reshape(n, hp.n_head_kv, hp.hd)
+        v = self._mm(h, b + "attn_v.weight").reshape(n, hp.n_head_kv, hp.hdv)
         if self.recipe.qk_norm:
             q = _rmsnorm(q, hp.eps) * t[b + "attn_q_norm.weight"]
             k = _rmsnorm(k, hp.eps) * t[b + "attn_k_norm.weight"]
@@ -461,19 +501,29 @@ class Model:
                 mask |= pos[:, None] - np.arange(K.shape[0])[None, :] >= hp.n_swa
             s = np.where(mask, -np.inf, s)
             out[:, hh, :] = _softmax(s) @ Vv[:, g, :]
-        return out.reshape(n, hp.n_head * hp.hdv) @ t[b + "attn_output.weight"].T
+        return self._mm(out.reshape(n, hp.n_head * hp.hdv), b + "attn_output.weight")
 
     def _act(self, z: np.ndarray) -> np.ndarray:
         return _silu(z) if self.recipe.act == "silu" else _gelu(z)
 
-    def _mlp(self, h: np.ndarray, gate: np.ndarray, up: np.ndarray, down: np.ndarray) -> np.ndarray:
-        return (self._act(h @ gate.T) * (h @ up.T)) @ down.T
+    def _mlp(
+        self, h: np.ndarray, gate: np.ndarray, up: np.ndarray, down: np.ndarray, names: tuple[str, str]
+    ) -> np.ndarray:
+        """names: the tensors gate/up and down come from (they decide the input quantisation)."""
+        h = self._q(h, names[0])
+        return self._q(self._act(h @ gate.T) * (h @ up.T), names[1]) @ down.T
 
     def _ffn(self, il: int, x: np.ndarray, pos: np.ndarray, routes: list[Route] | None) -> np.ndarray:
         hp, r, t, b = self.hp, self.recipe, self.t, f"blk.{il}."
         h = _rmsnorm(x, hp.eps) * t[b + "ffn_norm.weight"]
         if self._is_dense(il):
-            y = self._mlp(h, t[b + "ffn_gate.weight"], t[b + "ffn_up.weight"], t[b + "ffn_down.weight"])
+            y = self._mlp(
+                h,
+                t[b + "ffn_gate.weight"],
+                t[b + "ffn_up.weight"],
+                t[b + "ffn_down.weight"],
+                (b + "ffn_gate.weight", b + "ffn_down.weight"),
+            )
             if b + "post_ffw_norm.weight" in t:
                 y = _rmsnorm(y, hp.eps) * t[b + "post_ffw_norm.weight"]
             return y
@@ -488,7 +538,13 @@ class Model:
             )
         if not r.shared_expert:
             return moe
-        sh = self._mlp(h, t[b + "ffn_gate.weight"], t[b + "ffn_up.weight"], t[b + "ffn_down.weight"])
+        sh = self._mlp(
+            h,
+            t[b + "ffn_gate.weight"],
+            t[b + "ffn_up.weight"],
+            t[b + "ffn_down.weight"],
+            (b + "ffn_gate.weight", b + "ffn_down.weight"),
+        )
         z = (
             _rmsnorm(sh, hp.eps) * t[b + "post_ffw_norm_1.weight"]
             + _rmsnorm(moe, hp.eps) * t[b + "post_ffw_norm_2.weight"]
@@ -521,23 +577,23 @@ class Model:
     ) -> np.ndarray:
         hp, r, t, b = self.hp, self.recipe, self.t, f"blk.{il}."
         f = hp.n_ff_exp
-        logits = h @ t[b + "ffn_gate_inp.weight"].T  # [n, E]
+        logits = self._mm(h, b + "ffn_gate_inp.weight")  # [n, E]
         out = np.zeros_like(h_moe)
         down = t[b + "ffn_down_exps.weight"]
         for row in range(h.shape[0]):
             ids, w, margin = self.route(logits[row])
             if routes is not None:
-                routes.append(
-                    Route(int(pos[row]), il, tuple(int(i) for i in ids), tuple(float(v) for v in w), margin)
-                )
+                routes.append(Route(int(pos[row]), il, tuple(int(i) for i in ids), tuple(float(v) for v in w), margin))
             acc = np.zeros(hp.d)
             for e, we in zip(ids, w, strict=True):
                 if r.fused_gate_up:
-                    gu = t[b + "ffn_gate_up_exps.weight"][e]
+                    gname = b + "ffn_gate_up_exps.weight"
+                    gu = t[gname][e]
                     gate, up = gu[:f], gu[f:]
                 else:
-                    gate, up = t[b + "ffn_gate_exps.weight"][e], t[b + "ffn_up_exps.weight"][e]
-                acc += we * self._mlp(h_moe[row], gate, up, down[e])
+                    gname = b + "ffn_gate_exps.weight"
+                    gate, up = t[gname][e], t[b + "ffn_up_exps.weight"][e]
+                acc += we * self._mlp(h_moe[row], gate, up, down[e], (gname, b + "ffn_down_exps.weight"))
             out[row] = acc
         return out
 

@@ -1,0 +1,168 @@
+"""The engine against llama.cpp on the same GGUF, same CPU: decode and prefill tok/s side by side.
+
+    pip install -e '.[bench]'        # llama-cpp-python (pinned); never installed by CI
+    python bench/vs_llama_cpp.py [--rounds 5] [--tokens 32] [--threads 1,2]
+
+The model is the generated `bench-large` fixture (qwen3moe, Q8_0, d 1024, 8 layers, 32 experts,
+top-4, ~431 MiB). The engine runs resident (`--mmap`), its host build from the builder (runtime kernel
+dispatch); llama.cpp runs in this process through llama-cpp-python (mmap, greedy decode from the
+engine's prompt tokens, each thread count its own context, built once). Both decode the same number
+of tokens. Rounds are interleaved (every (program, threads) pair once per round, rotating the order)
+so drift on a shared machine hits all of them alike; medians are the figures to read.
+
+Before timing, the engine's output is checked to be identical at every thread count and on every
+kernel path this CPU has (BMOE_KERNELS): a speed-up that changed a byte would be a bug. Exit status 1
+when it is not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from bmoe_ci.builder import build
+from bmoe_ci.fixtures import generate
+
+PROMPT = "The quick brown fox jumps over the lazy dog. Determinism is the foundation; speed is the product."
+
+
+@dataclass(frozen=True)
+class Timing:
+    prefill_tok_s: float
+    decode_tok_s: float
+    tokens: tuple[int, ...]
+
+
+def run_engine(engine: str, model: str, threads: int, n: int, kernels: str = "auto") -> tuple[Timing, dict[str, Any]]:
+    env = {**os.environ, "BMOE_KERNELS": kernels}
+    proc = subprocess.run(
+        [engine, "run", "-m", model, "--mmap", "-p", PROMPT, "-n", str(n), "-t", str(threads), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
+    r = json.loads(proc.stdout)
+    t = r["timing"]
+    return Timing(len(r["prompt_tokens"]) / t["prefill_s"], t["decode_tok_s"], tuple(r["tokens"])), r
+
+
+class LlamaRunner:
+    """One llama.cpp context per thread count; greedy decode from given prompt tokens."""
+
+    def __init__(self, model: str, threads: int, n_ctx: int) -> None:
+        import llama_cpp  # the optional `bench` extra
+
+        self.llm = llama_cpp.Llama(
+            model_path=model,
+            n_threads=threads,
+            n_threads_batch=threads,
+            n_ctx=n_ctx,
+            n_batch=512,
+            use_mmap=True,
+            verbose=False,
+            logits_all=False,
+        )
+
+    def run(self, prompt: list[int], n: int) -> Timing:
+        import numpy as np
+
+        llm = self.llm
+        llm.reset()
+        t0 = time.perf_counter()
+        llm.eval(prompt)
+        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        t1 = time.perf_counter()
+        out = [tok]
+        steps = 0
+        while len(out) < n:  # like the engine: the last sampled token is not evaluated
+            llm.eval([tok])
+            steps += 1
+            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            out.append(tok)
+        t2 = time.perf_counter()
+        return Timing(len(prompt) / (t1 - t0), steps / (t2 - t1) if steps else 0.0, tuple(out))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--threads", default="1,2")
+    args = parser.parse_args()
+    threads = [int(t) for t in args.threads.split(",") if t]
+    try:
+        import llama_cpp
+    except ImportError:
+        print("llama-cpp-python is not installed: pip install -e '.[bench]'", file=sys.stderr)
+        return 2
+
+    engine = str(build("host").path)
+    (model,) = generate(None, names=["bench-large"])
+    path = str(model.path)
+    info = json.loads(subprocess.run([engine, "info", "-m", path], capture_output=True, text=True, check=True).stdout)
+    paths = info["kernels_available"]
+    size_mib = sum(f.stat().st_size for f in model.files) / 2**20
+    print(
+        f"model {model.name}: {size_mib:.0f} MiB; engine {engine} (kernels {info['kernels']}, available "
+        f"{', '.join(paths)}); llama-cpp-python {llama_cpp.__version__}; {args.tokens} tokens, "
+        f"{args.rounds} rounds, threads {threads}; cpu count {os.cpu_count()}"
+    )
+
+    # identity first: every thread count and kernel path gives the same tokens and bytes
+    outputs: dict[str, str] = {}
+    prompt: list[int] = []
+    for t in threads:
+        for k in paths:
+            _, r = run_engine(engine, path, t, args.tokens, k)
+            outputs[f"-t {t} {k}"] = r["text_hex"] + json.dumps(r["tokens"])
+            prompt = list(r["prompt_tokens"])
+    identical = len(set(outputs.values())) == 1
+    print(f"engine output identical at every thread count and kernel path ({', '.join(outputs)}): {identical}")
+
+    runners = {t: LlamaRunner(path, t, len(prompt) + args.tokens + 8) for t in threads}
+    configs = [(prog, t) for t in threads for prog in ("engine", "llama.cpp")]
+    results: dict[tuple[str, int], list[Timing]] = {c: [] for c in configs}
+    for rnd in range(args.rounds):
+        order = configs[rnd % len(configs) :] + configs[: rnd % len(configs)]
+        for prog, t in order:
+            if prog == "engine":
+                results[(prog, t)].append(run_engine(engine, path, t, args.tokens)[0])
+            else:
+                results[(prog, t)].append(runners[t].run(prompt, args.tokens))
+
+    def med(prog: str, t: int, field: str) -> float:
+        return statistics.median(getattr(x, field) for x in results[(prog, t)])
+
+    print()
+    print(
+        f"{'threads':>7} {'engine decode':>14} {'llama.cpp decode':>17} {'ratio':>6}   "
+        f"{'engine prefill':>15} {'llama.cpp prefill':>18} {'ratio':>6}   (tok/s, medians)"
+    )
+    for t in threads:
+        ed, ld = med("engine", t, "decode_tok_s"), med("llama.cpp", t, "decode_tok_s")
+        ep, lp = med("engine", t, "prefill_tok_s"), med("llama.cpp", t, "prefill_tok_s")
+        print(f"{t:>7} {ed:>14.2f} {ld:>17.2f} {ed / ld:>6.2f}   {ep:>15.1f} {lp:>18.1f} {ep / lp:>6.2f}")
+    for t in threads:
+        e_dec = [round(x.decode_tok_s, 1) for x in results[("engine", t)]]
+        l_dec = [round(x.decode_tok_s, 1) for x in results[("llama.cpp", t)]]
+        print(f"  -t {t} decode per round: engine {e_dec}, llama.cpp {l_dec}")
+    if len(threads) > 1:
+        t0, t1 = threads[0], threads[-1]
+        es = med("engine", t1, "decode_tok_s") / med("engine", t0, "decode_tok_s")
+        ls = med("llama.cpp", t1, "decode_tok_s") / med("llama.cpp", t0, "decode_tok_s")
+        print(f"  scaling -t {t0} -> -t {t1} (decode): engine {es:.2f}x, llama.cpp {ls:.2f}x")
+    same_tokens = all(x.tokens == results[("engine", threads[0])][0].tokens for x in results[("llama.cpp", threads[0])])
+    print(f"llama.cpp greedy tokens equal the engine's: {same_tokens}")
+    return 0 if identical else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

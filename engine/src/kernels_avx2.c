@@ -1,0 +1,174 @@
+/* x86_64 AVX2 kernels: the scalar path's bits (kernels.h), eight float lanes in one register.
+ *
+ * Only the functions below are compiled for AVX2 + F16C (a function attribute, not a whole-binary
+ * flag), and they are used only after the CPU check. Multiply and add are separate instructions:
+ * FMA is not enabled, and the build has -ffp-contract=off. */
+#include "kernels.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+
+#include "kernels_lanes.h"
+
+#define AVX2_FN __attribute__((target("avx2,f16c")))
+
+/* The eight lanes, combined with the fixed tree. */
+static float sum_lanes(const float l[8]) {
+#ifdef BMOE_FAULT_SIMD_LANE_ORDER
+    /* fault: the usual SIMD horizontal sum (high half onto low half first), not the fixed tree */
+    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+#else
+    return bm_sum8(l);
+#endif
+}
+
+AVX2_FN static float dot_f32_avx2(const float *a, const float *b, size_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+    float l[8];
+    _mm256_storeu_ps(l, acc);
+    for (; i < n; i++) l[i & 7] += a[i] * b[i];
+    return sum_lanes(l);
+}
+
+AVX2_FN static float dot_f16_avx2(const uint8_t *w, const float *x, size_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 wf = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 2 * i))); /* exact */
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(wf, _mm256_loadu_ps(x + i)));
+    }
+    float l[8];
+    _mm256_storeu_ps(l, acc);
+    for (; i < n; i++) l[i & 7] += bm_f16_to_f32(bm_rd16(w + 2 * i)) * x[i];
+    return sum_lanes(l);
+}
+
+/* The exact integer dot product of one block, as eight int32 partial sums. |w| (as unsigned, so
+ * -128 is 128) times x * sign(w): pairs stay within int16 because |x| <= 127. */
+AVX2_FN static inline __m256i block_dot(const uint8_t *blk, const int8_t *xq) {
+    __m256i wv = _mm256_loadu_si256((const __m256i *)(blk + 2));
+    __m256i xv = _mm256_loadu_si256((const __m256i *)xq);
+    __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(xv, wv));
+    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+AVX2_FN static float dot_q8_0_avx2(const uint8_t *w, const int8_t *xq, const float *xd, size_t n) {
+    size_t nb = n / BMOE_Q8_0_BLOCK, b = 0;
+    __m256 acc = _mm256_setzero_ps();
+    for (; b + 8 <= nb; b += 8) {
+        const uint8_t *blk = w + b * BMOE_Q8_0_BYTES;
+        const int8_t *p = xq + b * BMOE_Q8_0_BLOCK;
+        __m256i v[8];
+        for (int k = 0; k < 8; k++) v[k] = block_dot(blk + (size_t)k * BMOE_Q8_0_BYTES, p + k * BMOE_Q8_0_BLOCK);
+        /* lane k of s = block k's exact sum */
+        __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
+        __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
+        __m256i h0123 = _mm256_hadd_epi32(h01, h23), h4567 = _mm256_hadd_epi32(h45, h67);
+        __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
+                                     _mm256_permute2x128_si256(h0123, h4567, 0x31));
+        const size_t B = BMOE_Q8_0_BYTES;
+#ifndef BMOE_FAULT_Q8_0_FIRST_SCALE
+        __m128i sc = _mm_set_epi16((short)bm_rd16(blk + 7 * B), (short)bm_rd16(blk + 6 * B), (short)bm_rd16(blk + 5 * B),
+                                   (short)bm_rd16(blk + 4 * B), (short)bm_rd16(blk + 3 * B), (short)bm_rd16(blk + 2 * B),
+                                   (short)bm_rd16(blk + B), (short)bm_rd16(blk));
+#else
+        __m128i sc = _mm_set1_epi16((short)bm_rd16(w)); /* fault: every block uses the row's first scale */
+        (void)B;
+#endif
+        __m256 dd = _mm256_mul_ps(_mm256_cvtph_ps(sc), _mm256_loadu_ps(xd + b));
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s), dd));
+    }
+    float l[8];
+    _mm256_storeu_ps(l, acc);
+    for (; b < nb; b++) { /* the last nb mod 8 blocks, as the scalar path does them */
+        const uint8_t *blk = w + b * BMOE_Q8_0_BYTES;
+        const int8_t *q = (const int8_t *)(blk + 2), *p = xq + b * BMOE_Q8_0_BLOCK;
+        int32_t s = 0;
+        for (int i = 0; i < BMOE_Q8_0_BLOCK; i++) s += (int32_t)q[i] * (int32_t)p[i];
+#ifndef BMOE_FAULT_Q8_0_FIRST_SCALE
+        float dw = bm_f16_to_f32(bm_rd16(blk));
+#else
+        float dw = bm_f16_to_f32(bm_rd16(w));
+#endif
+        l[b & 7] += (float)s * (dw * xd[b]);
+    }
+    return sum_lanes(l);
+}
+
+/* bm_quantize_q8_0, eight values at a time. Every step is exact or the same IEEE operation as the
+ * scalar code (max of |x|, x * id, clamp, truncation, the half-away rounding); a block with a NaN or
+ * an infinity goes to the scalar code. */
+AVX2_FN static void quantize_q8_0_avx2(const float *x, size_t n, int8_t *xq, float *xd) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
+    const __m256 half = _mm256_set1_ps(0.5f), mhalf = _mm256_set1_ps(-0.5f), one = _mm256_set1_ps(1.0f);
+    for (size_t b = 0; b < n / BMOE_Q8_0_BLOCK; b++) {
+        const float *v = x + b * BMOE_Q8_0_BLOCK;
+        int8_t *q = xq + b * BMOE_Q8_0_BLOCK;
+        __m256 x4[4];
+        for (int i = 0; i < 4; i++) x4[i] = _mm256_loadu_ps(v + 8 * i);
+        __m256 a = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, x4[0]), _mm256_andnot_ps(sign, x4[1])),
+                                 _mm256_max_ps(_mm256_andnot_ps(sign, x4[2]), _mm256_andnot_ps(sign, x4[3])));
+        __m256 bad = _mm256_cmp_ps(a, _mm256_set1_ps(3.40282347e+38f), _CMP_NLE_UQ); /* NaN or inf */
+        for (int i = 0; i < 4; i++) bad = _mm256_or_ps(bad, _mm256_cmp_ps(x4[i], x4[i], _CMP_UNORD_Q));
+        if (_mm256_movemask_ps(bad)) {
+            bm_quantize_q8_0(v, BMOE_Q8_0_BLOCK, q, xd + b);
+            continue;
+        }
+        __m128 m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+        float amax = _mm_cvtss_f32(m);
+        float d = amax / 127.0f;
+        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        xd[b] = bm_f16_to_f32(bm_f32_to_f16(d));
+        __m256 idv = _mm256_set1_ps(id);
+        __m256i r[4];
+        for (int i = 0; i < 4; i++) {
+            __m256 t = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(x4[i], idv), lo), hi);
+            __m256 tr = _mm256_round_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            __m256 fr = _mm256_sub_ps(t, tr);
+            __m256 up = _mm256_and_ps(_mm256_cmp_ps(fr, half, _CMP_GE_OQ), one);
+            __m256 dn = _mm256_and_ps(_mm256_cmp_ps(fr, mhalf, _CMP_LE_OQ), one);
+            r[i] = _mm256_cvttps_epi32(_mm256_sub_ps(_mm256_add_ps(tr, up), dn));
+        }
+        __m256i p16 = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+        /* the packs work per 128-bit half: put the 4-byte groups back in order */
+        p16 = _mm256_permutevar8x32_epi32(p16, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)q, p16);
+    }
+}
+
+static int cpu_has_avx2_f16c(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, f16c = (c >> 29) & 1;
+    if (!osxsave || !avx || !f16c) return 0;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & 6u) != 6u) return 0; /* the OS saves the ymm registers */
+    if (__get_cpuid_max(0, NULL) < 7) return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    return (b >> 5) & 1;
+}
+
+int bm_kernels_avx2(bm_kernels *k) {
+    if (!cpu_has_avx2_f16c()) return 0;
+    k->path = BM_KPATH_AVX2;
+    k->dot_f32 = dot_f32_avx2;
+    k->dot_f16 = dot_f16_avx2;
+    k->dot_q8_0 = dot_q8_0_avx2;
+    k->quantize_q8_0 = quantize_q8_0_avx2;
+    return 1;
+}
+
+#else
+
+int bm_kernels_avx2(bm_kernels *k) {
+    (void)k;
+    return 0;
+}
+
+#endif

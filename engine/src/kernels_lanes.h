@@ -1,0 +1,17 @@
+/* Helpers shared by the kernel files (kernels.c, kernels_avx2.c, kernels_neon.c): the one lane tree
+ * and the little-endian f16 load. Internal to the kernels. */
+#ifndef BMOE_KERNELS_LANES_H
+#define BMOE_KERNELS_LANES_H
+
+#include <stdint.h>
+
+#include "tensor.h"
+
+/* The fixed tree every path ends with (kernels.h). */
+static inline float bm_sum8(const float a[8]) {
+    return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
+static inline uint16_t bm_rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+
+#endif

@@ -1,0 +1,158 @@
+/* aarch64 NEON kernels: the scalar path's bits (kernels.h), eight float lanes in two registers.
+ *
+ * NEON is part of every aarch64 CPU. The Q8_0 block sum uses `sdot` (the dotprod extension) where
+ * the CPU reports it (HWCAP_ASIMDDP, Linux), widening multiplies otherwise; both are exact integer sums.
+ * Multiply and add are separate instructions (vmulq + vaddq; the build has -ffp-contract=off). */
+#include "kernels.h"
+
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#if defined(__linux__)
+#include <sys/auxv.h>
+#endif
+
+#include "kernels_lanes.h"
+
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1UL << 20)
+#endif
+
+#define DOT_FN __attribute__((target("arch=armv8.2-a+dotprod")))
+
+static float dot_f32_neon(const float *a, const float *b, size_t n) {
+    float32x4_t a0 = vdupq_n_f32(0.0f), a1 = vdupq_n_f32(0.0f);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        a0 = vaddq_f32(a0, vmulq_f32(vld1q_f32(a + i), vld1q_f32(b + i)));
+        a1 = vaddq_f32(a1, vmulq_f32(vld1q_f32(a + i + 4), vld1q_f32(b + i + 4)));
+    }
+    float l[8];
+    vst1q_f32(l, a0);
+    vst1q_f32(l + 4, a1);
+    for (; i < n; i++) l[i & 7] += a[i] * b[i];
+    return bm_sum8(l);
+}
+
+static float dot_f16_neon(const uint8_t *w, const float *x, size_t n) {
+    float32x4_t a0 = vdupq_n_f32(0.0f), a1 = vdupq_n_f32(0.0f);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint16x8_t h = vreinterpretq_u16_u8(vld1q_u8(w + 2 * i)); /* little-endian halves */
+        float32x4_t w0 = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h)));  /* exact */
+        float32x4_t w1 = vcvt_f32_f16(vreinterpret_f16_u16(vget_high_u16(h)));
+        a0 = vaddq_f32(a0, vmulq_f32(w0, vld1q_f32(x + i)));
+        a1 = vaddq_f32(a1, vmulq_f32(w1, vld1q_f32(x + i + 4)));
+    }
+    float l[8];
+    vst1q_f32(l, a0);
+    vst1q_f32(l + 4, a1);
+    for (; i < n; i++) l[i & 7] += bm_f16_to_f32(bm_rd16(w + 2 * i)) * x[i];
+    return bm_sum8(l);
+}
+
+static inline int32_t block_dot_mull(const uint8_t *blk, const int8_t *p) {
+    const int8_t *q = (const int8_t *)(blk + 2);
+    int8x16_t w0 = vld1q_s8(q), w1 = vld1q_s8(q + 16), x0 = vld1q_s8(p), x1 = vld1q_s8(p + 16);
+    /* |w * x| <= 128 * 127, two of them fit an int16 */
+    int16x8_t p0 = vmlal_s8(vmull_s8(vget_low_s8(w0), vget_low_s8(x0)), vget_high_s8(w0), vget_high_s8(x0));
+    int16x8_t p1 = vmlal_s8(vmull_s8(vget_low_s8(w1), vget_low_s8(x1)), vget_high_s8(w1), vget_high_s8(x1));
+    return vaddvq_s32(vpadalq_s16(vpaddlq_s16(p0), p1));
+}
+
+DOT_FN static inline int32_t block_dot_sdot(const uint8_t *blk, const int8_t *p) {
+    const int8_t *q = (const int8_t *)(blk + 2);
+    int32x4_t s = vdotq_s32(vdupq_n_s32(0), vld1q_s8(q), vld1q_s8(p));
+    s = vdotq_s32(s, vld1q_s8(q + 16), vld1q_s8(p + 16));
+    return vaddvq_s32(s);
+}
+
+/* Eight blocks' exact sums s[0..7] into the two lane registers, as the scalar path adds them. */
+static inline void add8(float32x4_t *a0, float32x4_t *a1, const int32_t s[8], const uint8_t *w, const uint8_t *blk,
+                        const float *xd) {
+    uint16_t sc[8];
+    for (int k = 0; k < 8; k++) {
+#ifndef BMOE_FAULT_Q8_0_FIRST_SCALE
+        sc[k] = bm_rd16(blk + (size_t)k * BMOE_Q8_0_BYTES);
+#else
+        sc[k] = bm_rd16(w); /* fault: every block uses the row's first scale */
+#endif
+    }
+    (void)w;
+    uint16x8_t h = vld1q_u16(sc);
+    float32x4_t d0 = vmulq_f32(vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h))), vld1q_f32(xd));
+    float32x4_t d1 = vmulq_f32(vcvt_f32_f16(vreinterpret_f16_u16(vget_high_u16(h))), vld1q_f32(xd + 4));
+    *a0 = vaddq_f32(*a0, vmulq_f32(vcvtq_f32_s32(vld1q_s32(s)), d0));
+    *a1 = vaddq_f32(*a1, vmulq_f32(vcvtq_f32_s32(vld1q_s32(s + 4)), d1));
+}
+
+static float tail_q8_0(float l[8], const uint8_t *w, const int8_t *xq, const float *xd, size_t b, size_t nb) {
+    for (; b < nb; b++) {
+        const uint8_t *blk = w + b * BMOE_Q8_0_BYTES;
+        const int8_t *q = (const int8_t *)(blk + 2), *p = xq + b * BMOE_Q8_0_BLOCK;
+        int32_t s = 0;
+        for (int i = 0; i < BMOE_Q8_0_BLOCK; i++) s += (int32_t)q[i] * (int32_t)p[i];
+#ifndef BMOE_FAULT_Q8_0_FIRST_SCALE
+        float dw = bm_f16_to_f32(bm_rd16(blk));
+#else
+        float dw = bm_f16_to_f32(bm_rd16(w));
+#endif
+        l[b & 7] += (float)s * (dw * xd[b]);
+    }
+    return bm_sum8(l);
+}
+
+static float dot_q8_0_neon(const uint8_t *w, const int8_t *xq, const float *xd, size_t n) {
+    size_t nb = n / BMOE_Q8_0_BLOCK, b = 0;
+    float32x4_t a0 = vdupq_n_f32(0.0f), a1 = vdupq_n_f32(0.0f);
+    for (; b + 8 <= nb; b += 8) {
+        const uint8_t *blk = w + b * BMOE_Q8_0_BYTES;
+        int32_t s[8];
+        for (int k = 0; k < 8; k++)
+            s[k] = block_dot_mull(blk + (size_t)k * BMOE_Q8_0_BYTES, xq + (b + (size_t)k) * BMOE_Q8_0_BLOCK);
+        add8(&a0, &a1, s, w, blk, xd + b);
+    }
+    float l[8];
+    vst1q_f32(l, a0);
+    vst1q_f32(l + 4, a1);
+    return tail_q8_0(l, w, xq, xd, b, nb);
+}
+
+DOT_FN static float dot_q8_0_neon_dot(const uint8_t *w, const int8_t *xq, const float *xd, size_t n) {
+    size_t nb = n / BMOE_Q8_0_BLOCK, b = 0;
+    float32x4_t a0 = vdupq_n_f32(0.0f), a1 = vdupq_n_f32(0.0f);
+    for (; b + 8 <= nb; b += 8) {
+        const uint8_t *blk = w + b * BMOE_Q8_0_BYTES;
+        int32_t s[8];
+        for (int k = 0; k < 8; k++)
+            s[k] = block_dot_sdot(blk + (size_t)k * BMOE_Q8_0_BYTES, xq + (b + (size_t)k) * BMOE_Q8_0_BLOCK);
+        add8(&a0, &a1, s, w, blk, xd + b);
+    }
+    float l[8];
+    vst1q_f32(l, a0);
+    vst1q_f32(l + 4, a1);
+    return tail_q8_0(l, w, xq, xd, b, nb);
+}
+
+int bm_kernels_neon(bm_kernels *k, int dot) {
+#if defined(__linux__)
+    if (dot && !(getauxval(AT_HWCAP) & HWCAP_ASIMDDP)) return 0;
+#else
+    if (dot) return 0; /* no HWCAP outside Linux: the widening-multiply path */
+#endif
+    k->path = dot ? BM_KPATH_NEON_DOT : BM_KPATH_NEON;
+    k->dot_f32 = dot_f32_neon;
+    k->dot_f16 = dot_f16_neon;
+    k->dot_q8_0 = dot ? dot_q8_0_neon_dot : dot_q8_0_neon;
+    k->quantize_q8_0 = bm_quantize_q8_0; /* O(n) against the O(n * rows) dot products */
+    return 1;
+}
+
+#else
+
+int bm_kernels_neon(bm_kernels *k, int dot) {
+    (void)k;
+    (void)dot;
+    return 0;
+}
+
+#endif

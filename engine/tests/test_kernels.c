@@ -1,0 +1,215 @@
+/* The matmul kernels (kernels.h): the scalar path against an independent statement of the documented
+ * order, every SIMD path this CPU has against the scalar path bit for bit (random data, zeros,
+ * subnormals, -128 weights, lengths that are not a multiple of 8 or of 8 blocks), and the Q8_0
+ * activation quantisation's rules. On aarch64 (qemu in tests/test_kernel_paths.py) the same file
+ * checks the NEON and sdot paths. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "kernels.h"
+#include "tensor.h"
+
+static uint32_t bits_of(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+static uint64_t rng_state = 0x243f6a8885a308d3ull;
+static uint32_t urand(void) {
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(rng_state >> 33);
+}
+static float frand(void) { return (float)((double)urand() / 2147483648.0 * 2.0 - 1.0); } /* [-1, 1) */
+
+/* a value of one of several kinds: ordinary, zero, -0, subnormal, large */
+static float fvalue(void) {
+    switch (urand() % 10) {
+    case 0: return 0.0f;
+    case 1: return -0.0f;
+    case 2: return frand() * 1e-39f; /* subnormal */
+    case 3: return frand() * 1000.0f;
+    default: return frand();
+    }
+}
+
+static float sum8(const float l[8]) { return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])); }
+
+static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+
+static int n_paths;
+static bm_kernels paths[BM_KPATH_COUNT];
+
+static void test_f32_f16(void) {
+    enum { N = 300 };
+    float a[N], x[N], ah[N];
+    uint8_t h[2 * N];
+    for (size_t n = 0; n <= N; n += (n < 40 ? 1 : 37)) {
+        for (int rep = 0; rep < 4; rep++) {
+            for (size_t i = 0; i < n; i++) {
+                a[i] = fvalue();
+                x[i] = fvalue();
+                uint16_t v = bm_f32_to_f16(a[i]);
+                if (urand() % 16 == 0) v = (uint16_t)(urand() % 0x400); /* f16 subnormal */
+                put16(h + 2 * i, v);
+                ah[i] = bm_f16_to_f32(v);
+            }
+            float l[8] = {0}, lh[8] = {0};
+            for (size_t i = 0; i < n; i++) { l[i % 8] += a[i] * x[i]; lh[i % 8] += ah[i] * x[i]; }
+            float ref = bm_dot_f32_scalar(a, x, n), refh = bm_dot_f16_scalar(h, x, n);
+            CHECK(bits_of(ref) == bits_of(sum8(l)));
+            CHECK(bits_of(refh) == bits_of(sum8(lh)));
+            for (int p = 0; p < n_paths; p++) {
+                CHECK(bits_of(paths[p].dot_f32(a, x, n)) == bits_of(ref));
+                CHECK(bits_of(paths[p].dot_f16(h, x, n)) == bits_of(refh));
+            }
+        }
+    }
+}
+
+static void test_quantize(void) {
+    float x[64];
+    int8_t q[64];
+    float d[2];
+    /* zeros: scale 0, every q 0 */
+    for (int i = 0; i < 32; i++) x[i] = (i & 1) ? -0.0f : 0.0f;
+    bm_quantize_q8_0(x, 32, q, d);
+    CHECK(d[0] == 0.0f);
+    int nz = 0;
+    for (int i = 0; i < 32; i++) nz += q[i] != 0;
+    CHECK(nz == 0);
+    /* amax 127: id 1, so q = round-half-away(x) exactly; ties go away from zero */
+    for (int i = 0; i < 32; i++) x[i] = 0.0f;
+    x[0] = 127.0f; x[1] = -127.0f; x[2] = 2.5f; x[3] = -2.5f; x[4] = 0.49999997f; x[5] = 1.5f; x[6] = -0.5f;
+    bm_quantize_q8_0(x, 32, q, d);
+    CHECK(d[0] == 1.0f);
+    CHECK(q[0] == 127 && q[1] == -127 && q[2] == 3 && q[3] == -3 && q[4] == 0 && q[5] == 2 && q[6] == -1);
+    /* the scale is amax / 127 rounded to f16; q uses the unrounded 1 / d */
+    for (int i = 0; i < 32; i++) x[32 + i] = frand() * 3.0f;
+    x[40] = 3.3f;
+    bm_quantize_q8_0(x, 64, q, d);
+    float amax = 0;
+    for (int i = 32; i < 64; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+    float dd = amax / 127.0f, id = 1.0f / dd;
+    CHECK(bits_of(d[1]) == bits_of(bm_f16_to_f32(bm_f32_to_f16(dd))));
+    int bad = 0;
+    for (int i = 32; i < 64; i++) bad += q[i] != (int8_t)lroundf(x[i] * id);
+    CHECK(bad == 0);
+    /* NaN: the block's scale is NaN (so a NaN reaches the output), its q are 0; inf: scale inf */
+    for (int i = 0; i < 32; i++) x[i] = frand();
+    x[7] = NAN;
+    bm_quantize_q8_0(x, 32, q, d);
+    CHECK(isnan(d[0]) && q[0] == 0 && q[31] == 0);
+    x[7] = INFINITY;
+    bm_quantize_q8_0(x, 32, q, d);
+    CHECK(isinf(d[0]) && q[0] == 0);
+    /* n not a multiple of 32: only whole blocks are read and written (ASan sees any overrun) */
+    float *x40 = malloc(40 * sizeof(float));
+    int8_t *q40 = malloc(32);
+    float *d40 = malloc(sizeof(float));
+    for (int i = 0; i < 40; i++) x40[i] = frand();
+    bm_quantize_q8_0(x40, 40, q40, d40);
+    CHECK(d40[0] > 0.0f);
+    free(x40); free(q40); free(d40);
+}
+
+/* every path's quantisation gives the scalar bytes: random values, exact ties, zeros, subnormals,
+ * NaN and infinities, blocks whose amax is a tie too */
+static void test_quantize_paths(void) {
+    enum { NB = 24 };
+    float x[NB * 32], d0[NB], d1[NB];
+    int8_t q0[NB * 32], q1[NB * 32];
+    for (int rep = 0; rep < 40; rep++) {
+        for (int i = 0; i < NB * 32; i++) {
+            switch (urand() % 12) {
+            case 0: x[i] = (float)((int)(urand() % 255) - 127) * 0.5f; break; /* ties once scaled by 1 */
+            case 1: x[i] = 0.0f; break;
+            case 2: x[i] = frand() * 1e-40f; break;
+            default: x[i] = fvalue();
+            }
+        }
+        for (int i = 0; i < 32; i++) x[i] = (float)((int)(urand() % 255) - 127) * 0.5f; /* amax 63.5 or so */
+        x[0] = 127.0f;                                                                    /* block 0: id 1 */
+        if (rep % 4 == 1) x[32 * 3 + 5] = NAN;
+        if (rep % 4 == 2) x[32 * 4 + 7] = INFINITY;
+        if (rep % 4 == 3) x[32 * 5 + 9] = -INFINITY;
+        for (int i = 32 * 6; i < 32 * 7; i++) x[i] = 0.0f;
+        bm_quantize_q8_0(x, NB * 32, q0, d0);
+        for (int p = 0; p < n_paths; p++) {
+            memset(q1, 0x55, sizeof q1);
+            paths[p].quantize_q8_0(x, NB * 32, q1, d1);
+            CHECK(memcmp(q0, q1, sizeof q0) == 0);
+            int same = 1;
+            for (int b = 0; b < NB; b++) same &= bits_of(d0[b]) == bits_of(d1[b]) || (isnan(d0[b]) && isnan(d1[b]));
+            CHECK(same);
+        }
+    }
+}
+
+static void test_q8_0(void) {
+    enum { NB = 40 };
+    uint8_t *w = malloc((size_t)NB * BMOE_Q8_0_BYTES);
+    float x[NB * 32], xd[NB];
+    int8_t xq[NB * 32];
+    for (size_t nb = 1; nb <= NB; nb++) {
+        for (int rep = 0; rep < 6; rep++) {
+            size_t n = nb * 32;
+            for (size_t b = 0; b < nb; b++) {
+                uint8_t *blk = w + b * BMOE_Q8_0_BYTES;
+                uint16_t s = bm_f32_to_f16(0.001f + 0.02f * (float)(urand() % 100) / 100.0f);
+                if (urand() % 8 == 0) s = (uint16_t)(urand() % 0x400); /* subnormal or zero scale */
+                if (urand() % 16 == 0) s |= 0x8000u;
+                put16(blk, s);
+                for (int i = 0; i < 32; i++) blk[2 + i] = (uint8_t)(urand() % 8 == 0 ? 0x80 : urand()); /* -128 too */
+            }
+            for (size_t i = 0; i < n; i++) x[i] = rep == 5 && i < 64 ? 0.0f : fvalue();
+            bm_quantize_q8_0(x, n, xq, xd);
+            /* the documented order, stated independently: exact block sums, lane b mod 8, the tree */
+            float l[8] = {0};
+            for (size_t b = 0; b < nb; b++) {
+                const uint8_t *blk = w + b * BMOE_Q8_0_BYTES;
+                long long s = 0;
+                for (int i = 0; i < 32; i++) s += (long long)(int8_t)blk[2 + i] * xq[b * 32 + (size_t)i];
+                l[b % 8] += (float)s * (bm_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8)) * xd[b]);
+            }
+            float ref = bm_dot_q8_0_scalar(w, xq, xd, n);
+            CHECK(bits_of(ref) == bits_of(sum8(l)));
+            for (int p = 0; p < n_paths; p++) {
+                float got = paths[p].dot_q8_0(w, xq, xd, n);
+                if (bits_of(got) != bits_of(ref))
+                    fprintf(stderr, "  %s: nb %zu rep %d: %a != %a\n", bm_kpath_name(paths[p].path), nb, rep, got, ref);
+                CHECK(bits_of(got) == bits_of(ref));
+            }
+        }
+    }
+    free(w);
+}
+
+static void test_names(void) {
+    int p;
+    CHECK(bm_kpath_parse("auto", &p) == 0 && p == -1);
+    CHECK(bm_kpath_parse("neon-dot", &p) == 0 && p == BM_KPATH_NEON_DOT);
+    CHECK(bm_kpath_parse("AVX2", &p) == 2);
+    CHECK(bm_kpath_parse("", &p) == 2);
+    CHECK(bm_kpath_available(BM_KPATH_SCALAR));
+    CHECK(bm_kpath_available(bm_kpath_best()));
+    CHECK(strcmp(bm_kpath_name(BM_KPATH_COUNT), "?") == 0);
+    bm_kernels k;
+    bm_kernels_get(BM_KPATH_COUNT, &k); /* not available: the scalar path */
+    CHECK(k.path == BM_KPATH_SCALAR);
+}
+
+int main(void) {
+    for (int p = 0; p < BM_KPATH_COUNT; p++)
+        if (bm_kpath_available((bm_kpath)p)) {
+            bm_kernels_get((bm_kpath)p, &paths[n_paths]);
+            printf("  path %s\n", bm_kpath_name(paths[n_paths].path));
+            n_paths++;
+        }
+    test_names();
+    test_quantize();
+    test_f32_f16();
+    test_quantize_paths();
+    test_q8_0();
+    return check_report("test_kernels");
+}
