@@ -135,7 +135,7 @@ def test_inert_substitution_is_byte_identical(runs: dict[str, EngineResult], tra
     c = counters(sub)
     check(c["subst_examined"] > 0, f"substitution examined no slot: {c}", artifacts, subst_inert=sub)
     # A margin of 1e-6 is below every real gap between two scores, but not below a gap of zero: where
-    # the router scores two experts exactly alike (qwen3moe-q8_0's tied router rows), it may pick the
+    # the router scores two experts exactly alike (qwen3moe-tied's tied router rows), it may pick the
     # resident one. Every change must be such a tie; with none, the bytes must not move.
     untied = subst_untied("subst-inert", traced(traces, "subst-inert", artifacts, sub))
     check(not untied, f"a margin of 1e-6 changed {c['subst_changed']} of {c['subst_examined']} slots, "

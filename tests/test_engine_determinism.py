@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-DEFAULT_FIXTURES = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-nonorm"]
+DEFAULT_FIXTURES = [
+    "qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-nonorm", "qwen3moe-tied",
+]
 
 
 def run(engine: Path, model: Path, threads: int, logits: Path) -> bytes:

@@ -18,7 +18,7 @@ from bmoe_ci.fixtures.llama_cpp_table import missing_keys, tensor_problems
 from bmoe_ci.fixtures.model import metadata
 from bmoe_ci.fixtures.spec import FixtureSpec, default_specs_path
 
-DEFAULTS = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-nonorm"]
+DEFAULTS = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-nonorm", "qwen3moe-tied"]
 VARIANTS = ["qwen3moe-sigmoid", "qwen3moe-softmax-sel"]
 COMMITTED = ["trained", "trained-q8_0"]  # default fixtures that are committed files (test_trained_fixtures.py)
 
@@ -493,12 +493,18 @@ def test_q8_0_types_and_values(generated: dict):
         blocks_max = np.abs(b.reshape(-1, 32)).max(axis=1, keepdims=True)
         bound = blocks_max / 127 * (0.5 + 127 * 2**-11) + 1e-6  # rounding + the f16 scale's rounding
         assert np.all(np.abs(a - b).reshape(-1, 32) <= bound), name
-    # the router stays F32: qwen3moe's rows, but expert 1's row is expert 0's (init.router_tie [0, 1])
-    router_q8 = np.asarray(q8["blk.0.ffn_gate_inp.weight"].data)
-    router_f32 = np.asarray(f32["blk.0.ffn_gate_inp.weight"].data).copy()
-    assert not np.array_equal(router_f32[1], router_f32[0])
-    router_f32[1] = router_f32[0]
-    np.testing.assert_array_equal(router_q8, router_f32)
+    np.testing.assert_array_equal(
+        np.asarray(q8["blk.0.ffn_gate_inp.weight"].data), np.asarray(f32["blk.0.ffn_gate_inp.weight"].data)
+    )
+
+
+def test_tied_router_rows(generated: dict):
+    """qwen3moe-tied: expert 1's router row is expert 0's in every MoE layer, the others differ."""
+    for name, t in _tensors(generated["qwen3moe-tied"].path).items():
+        if "ffn_gate_inp" in name:
+            rows = np.asarray(t.data)
+            np.testing.assert_array_equal(rows[1], rows[0])
+            assert len({r.tobytes() for r in rows}) == len(rows) - 1, name
 
 
 def test_special_tokens_can_never_win(generated: dict):

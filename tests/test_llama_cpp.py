@@ -9,9 +9,11 @@ run as the engine's prefill and decode).
 Tolerances (relative, per row: max |llama.cpp - reference| / max |reference|, as in test_reference;
 measured figures in docs/fixtures.md, "Against llama.cpp"): TOL_F32 = 1e-5 on the F32 qwen3moe and
 dots1 fixtures (measured 7e-7); TOL_GEMMA4 = 5e-2 on gemma4 (measured 2.5e-2 from the first position
-on, with the same greedy tokens; the cause is not identified: see the docs); TOL_Q8_0 = 0.25 on Q8_0
-(ggml rounds activations to 8 bits; measured 0.14 after 40 positions). Tokens must be identical: the
-fixtures keep clear of near-ties.
+on, with the same greedy tokens; the cause is not identified: see the docs); TOL_Q8_0 = 1e-3 on Q8_0:
+ggml, the engine and the reference all round a Q8_0 matmul's input to 8-bit blocks, so they agree to
+1e-7, but an activation that float32 and float64 noise put on opposite sides of a rounding step moves
+later logits (measured 1.1e-7 on qwen3moe-q8_0, 4.5e-4 on trained-q8_0 at one position). Tokens must be
+identical: the fixtures keep clear of near-ties.
 """
 
 from __future__ import annotations
@@ -30,12 +32,17 @@ from bmoe_ci.reference.outputs import GATE_REQUEST
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install '.[bench]')")
 
 REPO = Path(__file__).resolve().parents[1]
-#: every fixture but the benchmark models (hundreds of MiB; their spec keys are checked in test_fixtures)
-FIXTURES = [n for n in load_specs().specs if not n.startswith("bench-")]
+#: every fixture but the benchmark models (hundreds of MiB; their spec keys are checked in test_fixtures),
+#: and those whose router rows tie on purpose (init.router_tie): llama.cpp's CPU top-k is a heap-based
+#: partial sort that breaks exact ties in an unspecified order, the engine breaks them by expert index
+#: (docs/model-math.md), so a tie at the edge of the top-k may pick differently. Their keys and tensors
+#: are still checked against llama.cpp's tables in test_fixtures, and they load here.
+TIED = {n for n, s in load_specs().specs.items() if getattr(s, "init", None) and s.init.router_tie}
+FIXTURES = [n for n in load_specs().specs if not n.startswith("bench-") and n not in TIED]
 Q8 = {n for n, s in load_specs().specs.items() if s.dtype == "Q8_0"}
 TOL_F32 = 1e-5
 TOL_GEMMA4 = 5e-2
-TOL_Q8_0 = 0.25
+TOL_Q8_0 = 1e-3
 GEMMA4 = {n for n, s in load_specs().specs.items() if s.arch == "gemma4"}
 N_PREDICT = GATE_REQUEST.n_predict
 PROMPTS = [GATE_REQUEST.prompt, "Hello, world! "]
@@ -43,7 +50,7 @@ PROMPTS = [GATE_REQUEST.prompt, "Hello, world! "]
 
 @pytest.fixture(scope="module")
 def models(fixture_dir: Path) -> dict[str, Path]:
-    return {f.name: f.path for f in generate(fixture_dir, names=FIXTURES)}
+    return {f.name: f.path for f in generate(fixture_dir, names=FIXTURES + sorted(TIED))}
 
 
 def llama_greedy(path: Path, prompt: list[int], n: int) -> tuple[list[int], np.ndarray]:
@@ -105,3 +112,13 @@ def test_llama_cpp_decodes_the_engines_tokens(
     rel, worst = relative_error(rows, ref)
     tol = TOL_Q8_0 if name in Q8 else TOL_GEMMA4 if name in GEMMA4 else TOL_F32
     assert rel <= tol, f"{name}: llama.cpp differs from the reference by {rel:.3g} (row {worst}) > {tol:g}"
+
+
+@pytest.mark.parametrize("name", sorted(TIED))
+def test_tied_fixtures_load_in_llama_cpp(engine: Path, models: dict, name: str):
+    """A fixture with tied router rows loads in llama.cpp and computes: finite logits for every position
+    it ran. (Its greedy tokens are not compared, see TIED.)"""
+    prompt_tokens, tokens = engine_greedy(engine, models[name], GATE_REQUEST.prompt, N_PREDICT)
+    got, rows = llama_greedy(models[name], prompt_tokens, N_PREDICT)
+    assert len(got) == len(tokens) and rows.shape[0] == len(prompt_tokens) + len(got) - 1
+    assert np.isfinite(rows).all()

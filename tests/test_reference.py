@@ -25,7 +25,7 @@ from bmoe_ci.fixtures.spec import load_specs
 from bmoe_ci.reference import Generation, Model, relative_error
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULTS = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-nonorm"]
+DEFAULTS = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-nonorm", "qwen3moe-tied"]
 VARIANTS = ["qwen3moe-sigmoid", "qwen3moe-softmax-sel"]
 Q8 = {"qwen3moe-q8_0"}
 

@@ -81,10 +81,10 @@ def test_one_layer_larger_than_the_cache_is_replayed(engine_bin: Path, fixtures:
 
 def test_tied_weights_exactly_at_the_threshold_are_kept(engine_bin: Path, fixtures: dict[str, Path],
                                                        tmp_path: Path) -> None:
-    """qwen3moe-q8_0's experts 0 and 1 share a router row: a routing of both weighs each exactly 1/2, the
+    """qwen3moe-tied's experts 0 and 1 share a router row: a routing of both weighs each exactly 1/2, the
     threshold F/k at F = 1. Such slots reach the rule as misses and stay (the comparison is strict), and
     the replay agrees (the fault DROP_AT_THRESHOLD, `<=`, fails REPLAY and G8b)."""
-    argv, counters, text = traced_run(engine_bin, fixtures["qwen3moe-q8_0"], tmp_path, *EVICTING,
+    argv, counters, text = traced_run(engine_bin, fixtures["qwen3moe-tied"], tmp_path, *EVICTING,
                                       "--drop-cold-experts", "1.0", n=64)
     trace = parse_trace(text, "trace.csv")
     pred = replay(trace, RunConfig.from_argv(argv))

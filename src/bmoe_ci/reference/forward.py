@@ -534,7 +534,11 @@ class Model:
         moe = self._moe(il, router_in, h_moe, pos, routes)
         if r.shared == "shexp":
             return moe + self._mlp(
-                h, t[b + "ffn_gate_shexp.weight"], t[b + "ffn_up_shexp.weight"], t[b + "ffn_down_shexp.weight"]
+                h,
+                t[b + "ffn_gate_shexp.weight"],
+                t[b + "ffn_up_shexp.weight"],
+                t[b + "ffn_down_shexp.weight"],
+                (b + "ffn_gate_shexp.weight", b + "ffn_down_shexp.weight"),
             )
         if not r.shared_expert:
             return moe
