@@ -215,6 +215,8 @@ const char *stream_direct_note(const bmoe_stream *s) {
     return m->note[0] ? m->note : NULL;
 }
 
+uint64_t stream_bytes_read(const bmoe_stream *s) { return io_bytes_read(s->io); }
+
 int stream_load(bmoe_stream *s, int layer, int slot, int e, int prio, bmoe_io_group *g, char *err, size_t errlen) {
     if (layer < 0 || layer >= s->n_layers || e < 0 || e >= s->n_expert || slot < 0 ||
         (size_t)slot >= s->slots_per_range - (s->shared ? 1 : 0))

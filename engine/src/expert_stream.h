@@ -68,6 +68,9 @@ int stream_direct(const bmoe_stream *s);
 /* When O_DIRECT was asked for but refused: a one-line explanation, else NULL. */
 const char *stream_direct_note(const bmoe_stream *s);
 
+/* Every byte the expert reads so far returned from the file (io_bytes_read). */
+uint64_t stream_bytes_read(const bmoe_stream *s);
+
 /* Commits slot `slot` of `layer` (per-expert layout: slot == e; shared: 0..S-1, layer ignored) and
  * queues the reads of expert e of `layer` into it, in group g at priority prio (io_lanes.h).
  * 0, or an exit code with err set (1: cannot commit memory or queue). */

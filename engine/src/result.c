@@ -75,6 +75,8 @@ static void write_counters(json_writer *w, const bmoe_counters *c) {
     json_uint(w, "prefetch_used", c->prefetch_used);
     json_num(w, "weight_routed", c->weight_routed);
     json_num(w, "weight_dropped", c->weight_dropped);
+    json_uint(w, "flash_read_bytes", c->flash_read_bytes);
+    json_num(w, "read_amplification", c->flash_bytes ? (double)c->flash_read_bytes / (double)c->flash_bytes : 0.0);
     json_end_object(w);
 }
 

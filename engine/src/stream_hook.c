@@ -498,6 +498,7 @@ void stream_hook_counters(const bmoe_stream_hook *h, bmoe_counters *c) {
     c->flash_reads += h->c.flash_reads;
     c->prefetch_issued += h->c.prefetch_issued;
     c->prefetch_used += h->c.prefetch_used;
+    if (h->st) c->flash_read_bytes += stream_bytes_read(h->st);
     c->weight_routed += h->c.weight_routed;
     c->weight_dropped += h->c.weight_dropped;
 }
