@@ -38,8 +38,22 @@ MIB = 2**20
 
 
 def run(engine: str, model: str, args: list[str], tokens: int, threads: int, trace: Path) -> dict:
-    cmd = [engine, "run", "-m", model, "-p", PROMPT, "-n", str(tokens), "-t", str(threads), "--json",
-           "--route-trace", str(trace), *args]
+    cmd = [
+        engine,
+        "run",
+        "-m",
+        model,
+        "-p",
+        PROMPT,
+        "-n",
+        str(tokens),
+        "-t",
+        str(threads),
+        "--json",
+        "--route-trace",
+        str(trace),
+        *args,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         sys.exit(f"engine failed: {' '.join(cmd)}\n{proc.stderr}")
@@ -68,16 +82,19 @@ def main() -> int:
     engine = str(build("host").path)
     (model,) = generate(None, names=["bench-large"])
     size_mib = sum(f.stat().st_size for f in model.files) / MIB
-    facts = json.loads(subprocess.run([engine, "info", "-m", str(model.path)], capture_output=True, text=True,
-                                      check=True).stdout)
+    facts = json.loads(
+        subprocess.run([engine, "info", "-m", str(model.path)], capture_output=True, text=True, check=True).stdout
+    )
     experts_mib = facts["expert_bytes"] * facts["n_expert"] * len(facts["moe_layers"]) / MIB
     budgets = [int(b) for b in args.budgets.split(",") if b]
     configs: dict[str, list[str]] = {"mmap": ["--mmap"], "cache off": []}
     for b in budgets:
         configs[f"cache {b} MiB"] = ["--cache-mb", str(b), "--force-cache"]
-    print(f"model {model.name}: {size_mib:.0f} MiB file, {experts_mib:.0f} MiB of experts "
-          f"({facts['n_expert']} x {len(facts['moe_layers'])} layers, {facts['expert_bytes'] / MIB:.2f} MiB each, "
-          f"top-{facts['top_k']}); engine {engine}; {args.tokens} tokens, -t {args.threads}, {args.rounds} rounds")
+    print(
+        f"model {model.name}: {size_mib:.0f} MiB file, {experts_mib:.0f} MiB of experts "
+        f"({facts['n_expert']} x {len(facts['moe_layers'])} layers, {facts['expert_bytes'] / MIB:.2f} MiB each, "
+        f"top-{facts['top_k']}); engine {engine}; {args.tokens} tokens, -t {args.threads}, {args.rounds} rounds"
+    )
     for b in budgets:
         share, ratio = b / experts_mib, experts_mib / b
         print(f"  cache {b} MiB holds {share:.0%} of the experts (the model is {ratio:.1f}x the budget)")
@@ -91,7 +108,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "trace.csv"
         for rnd in range(args.rounds):
-            order = names[rnd % len(names):] + names[:rnd % len(names)]
+            order = names[rnd % len(names) :] + names[: rnd % len(names)]
             for name in order:
                 r = run(engine, str(model.path), configs[name], args.tokens, args.threads, trace)
                 speeds[name].append(r["timing"]["decode_tok_s"])
@@ -103,8 +120,10 @@ def main() -> int:
 
     mmap_speed = statistics.median(speeds["mmap"])
     print()
-    print(f"{'configuration':<16} {'flash MiB/token':>15} {'hit rate':>9} {'decode tok/s (min/med/max)':>28} "
-          f"{'vs --mmap':>10} {'reads':>7} {'flash MiB':>10} {'read amp':>9}")
+    print(
+        f"{'configuration':<16} {'flash MiB/token':>15} {'hit rate':>9} {'decode tok/s (min/med/max)':>28} "
+        f"{'vs --mmap':>10} {'reads':>7} {'flash MiB':>10} {'read amp':>9}"
+    )
     for name in names:
         s = speeds[name]
         med = statistics.median(s)
@@ -116,8 +135,10 @@ def main() -> int:
             c = counters[name]
             reads, flash = str(c["flash_reads"]), f"{c['flash_bytes'] / MIB:.0f}"
             amp = f"{c['flash_read_bytes'] / c['flash_bytes']:.4f}" if c["flash_bytes"] else "-"
-        print(f"{name:<16} {per_tok:>15} {hit:>9} {min(s):>9.2f} {med:>8.2f} {max(s):>8.2f} "
-              f"{med / mmap_speed:>9.2f}x {reads:>7} {flash:>10} {amp:>9}")
+        print(
+            f"{name:<16} {per_tok:>15} {hit:>9} {min(s):>9.2f} {med:>8.2f} {max(s):>8.2f} "
+            f"{med / mmap_speed:>9.2f}x {reads:>7} {flash:>10} {amp:>9}"
+        )
     same = len(set().union(*outputs.values())) == 1
     print()
     print(f"O_DIRECT: {'refused: ' + '; '.join(sorted(warnings)) if warnings else 'used (no fallback warning)'}")
