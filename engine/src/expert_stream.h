@@ -11,6 +11,14 @@
  * Releasing returns its pages (MADV_DONTNEED) and removes access (PROT_NONE), so a later touch of
  * an evicted or never-loaded slot faults instead of reading stale bytes.
  *
+ * Frame pool (per-expert layout with frame_pool_bytes > 0, where the system has memfd_create): the
+ * memory behind the slots is a pool of frames, slot-sized pieces of one memfd. Committing maps a
+ * free frame at the slot's address (MAP_FIXED, populated); releasing maps fresh PROT_NONE memory over
+ * the slot again, so the old address faults as before, and puts the frame back on the free list with
+ * its pages still committed. The next commit of any slot reuses them: no zero-filled page faults in
+ * the read. Free frames beyond frame_pool_bytes (the cache over budget while a layer pins more) are
+ * punched out of the memfd when they come back, so the pool keeps at most the budget.
+ *
  * Slot geometry: each part (gate, up, gate_up, down) of an expert gets a sub-slot aligned to
  * BMOE_STREAM_ALIGN; the part's bytes start at (file offset mod BMOE_STREAM_ALIGN) inside it, so an
  * O_DIRECT read of the aligned covering range lands the slice exactly there, with no bounce buffer
@@ -48,6 +56,10 @@ typedef struct bmoe_stream_opts {
     int shared_slots;                   /* 0: a slot per (layer, expert); S > 0: S slots for every layer */
     int odirect;                        /* try O_DIRECT / F_NOCACHE */
     int io_lanes;                       /* 1..8 */
+    uint64_t frame_pool_bytes;          /* per-expert layout only: > 0 recycles committed frames across
+                                         * slots, keeping at most this many bytes of frames committed
+                                         * (the cache budget) beyond what the slots hold; 0 releases a
+                                         * slot's pages on eviction */
 } bmoe_stream_opts;
 
 typedef struct bmoe_stream bmoe_stream;
@@ -70,6 +82,10 @@ const char *stream_direct_note(const bmoe_stream *s);
 
 /* Every byte the expert reads so far returned from the file (io_bytes_read). */
 uint64_t stream_bytes_read(const bmoe_stream *s);
+
+/* Frame pool figures (all 0 without a pool): frames created, frames committed to slots now, free
+ * frames whose pages are kept. */
+void stream_frames(const bmoe_stream *s, size_t *created, size_t *in_use, size_t *warm);
 
 /* Commits slot `slot` of `layer` (per-expert layout: slot == e; shared: 0..S-1, layer ignored) and
  * queues the reads of expert e of `layer` into it, in group g at priority prio (io_lanes.h).
