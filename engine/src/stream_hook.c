@@ -159,6 +159,10 @@ static void on_evict(void *user, int li, int e) {
     wait_group(h, &h->groups[key]); /* under the lanes' lock; returns at once when nothing is pending */
     stream_release(h->st, li, e);
     h->prefetched[key] = 0;
+    /* a miss of the layer being loaded whose read is not issued yet is not read at all: only a
+     * broken pin (fault EVICT_IN_USE) gets here, and its matmul must fault as it did when the read
+     * was issued before the next miss was inserted */
+    if (li == h->cur_li) h->need_read[e] = 0;
 }
 
 static void unpin_layer(bmoe_stream_hook *h) {
