@@ -21,17 +21,6 @@
 #ifndef O_CLOEXEC
 #define O_CLOEXEC 0
 #endif
-#ifndef MAP_POPULATE
-#define MAP_POPULATE 0
-#endif
-/* The frame pool needs memfd_create (Linux; glibc 2.27+, musl 1.1.20+): MFD_CLOEXEC is defined with
- * it. Elsewhere (macOS) released slots return their pages as without a pool. */
-#if defined(MFD_CLOEXEC)
-#define HAVE_FRAME_POOL 1
-#else
-#define HAVE_FRAME_POOL 0
-#endif
-
 /* Far beyond any real model, far below what a 64-bit address space holds; keeps every product exact. */
 #define MAX_RANGE_BYTES ((uint64_t)1 << 46)
 
@@ -51,10 +40,11 @@ struct bmoe_stream {
     uint8_t **range;
     uint8_t *committed;               /* [n_ranges * slots_per_range] */
     bmoe_io_lanes *io;
-    /* the frame pool (frame_fd >= 0): frame f is bytes [f * slot_bytes, + slot_bytes) of the memfd */
-    int frame_fd;
-    size_t frames_keep;               /* committed frames kept beyond those in use */
-    size_t frames_created, frames_cap, frames_in_use;
+    /* the frame pool (arena != NULL): frame f is [arena + f * slot_bytes, + slot_bytes) */
+    uint8_t *arena;
+    size_t arena_frames;              /* the arena's size in frames: every slot committed at once */
+    size_t frames_keep;               /* committed frames kept, in use or free */
+    size_t frames_created, frames_in_use;
     int *frame_of;                    /* [n_ranges * slots_per_range] the slot's frame, -1 */
     int *warm, *cold;                 /* free frames: pages kept / punched out */
     size_t n_warm, n_cold;
@@ -103,7 +93,13 @@ static size_t slot_index(const bmoe_stream *s, int layer, int slot) {
     return (size_t)layer * s->slots_per_range + (size_t)slot;
 }
 
+/* Where the slot's expert is: its frame when the pool gave it one, else the slot's own place in the
+ * reserved range (committed without a pool; with a pool never committed, so it faults). */
 static uint8_t *slot_addr(const bmoe_stream *s, int layer, int slot) {
+    if (s->arena) {
+        int f = s->frame_of[(size_t)layer * s->slots_per_range + (size_t)slot];
+        if (f >= 0) return s->arena + (size_t)f * s->slot_bytes;
+    }
     return s->range[s->shared ? 0 : layer] + (size_t)slot * s->slot_bytes;
 }
 
@@ -118,7 +114,6 @@ int stream_open(const bmoe_stream_opts *o, bmoe_stream **out, char *err, size_t 
     s->n_expert = o->n_expert;
     s->shared = o->shared_slots > 0;
     s->n_shards = o->n_shards;
-    s->frame_fd = -1;
     size_t np = (size_t)(o->n_layers > 0 ? o->n_layers : 1) * BMOE_EXP_NPARTS;
     s->parts = calloc(np, sizeof *s->parts);
     s->paths = calloc(o->n_shards, sizeof *s->paths);
@@ -189,7 +184,7 @@ int stream_open(const bmoe_stream_opts *o, bmoe_stream **out, char *err, size_t 
         }
         s->range[r] = p;
     }
-    if (!s->shared && o->frame_pool_bytes > 0 && HAVE_FRAME_POOL) {
+    if (!s->shared && o->frame_pool_bytes > 0 && s->n_ranges > 0) {
         size_t n = (size_t)s->n_ranges * s->slots_per_range;
         s->frame_of = malloc(n * sizeof *s->frame_of);
         s->warm = malloc(n * sizeof *s->warm);
@@ -197,10 +192,14 @@ int stream_open(const bmoe_stream_opts *o, bmoe_stream **out, char *err, size_t 
         if (!s->frame_of || !s->warm || !s->cold) { rc = fail(err, errlen, 1, "out of memory"); goto fail; }
         for (size_t i = 0; i < n; i++) s->frame_of[i] = -1;
         s->frames_keep = (size_t)(o->frame_pool_bytes / s->slot_bytes);
-#if HAVE_FRAME_POOL
-        s->frame_fd = memfd_create("bmoe-expert-frames", MFD_CLOEXEC);
-        if (s->frame_fd < 0) { rc = fail(err, errlen, 1, "cannot create the expert frame pool: %s", strerror(errno)); goto fail; }
-#endif
+        void *p = mmap(NULL, n * s->slot_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) {
+            rc = fail(err, errlen, 1, "cannot reserve %zu bytes of address space for the expert frames: %s",
+                      n * s->slot_bytes, strerror(errno));
+            goto fail;
+        }
+        s->arena = p;
+        s->arena_frames = n;
     }
     s->io = io_create(o->io_lanes);
     if (!s->io) { rc = fail(err, errlen, 1, "cannot start %d I/O lanes (--io-threads)", o->io_lanes); goto fail; }
@@ -219,7 +218,7 @@ void stream_close(bmoe_stream *s) {
         for (int r = 0; r < s->n_ranges; r++)
             if (s->range[r]) munmap(s->range[r], range_bytes);
     }
-    if (s->frame_fd >= 0) close(s->frame_fd);
+    if (s->arena) munmap(s->arena, s->arena_frames * s->slot_bytes);
     free(s->frame_of);
     free(s->warm);
     free(s->cold);
@@ -252,24 +251,19 @@ const char *stream_direct_note(const bmoe_stream *s) {
 
 /* ---- the frame pool ------------------------------------------------------------------------------ */
 
-/* Maps a frame at the slot's address: a warm one (its pages are committed), else a punched one, else
- * a new one (the memfd grows). MAP_POPULATE builds the page table now, in one call, instead of one
- * fault per page inside the read. 0, or -1 with errno. */
-static int frame_commit(bmoe_stream *s, size_t si, uint8_t *base) {
+/* Gives the slot a frame and opens it read-write: a warm frame (its pages are still there) first,
+ * then one whose pages were returned, then a frame never used (its pages are faulted in, zeroed, by
+ * the first read). 0, or -1 with errno. */
+static int frame_commit(bmoe_stream *s, size_t si) {
     int f;
     if (s->n_warm) f = s->warm[--s->n_warm];
     else if (s->n_cold) f = s->cold[--s->n_cold];
+    else if (s->frames_created < s->arena_frames) f = (int)s->frames_created++;
     else {
-        if (s->frames_created == s->frames_cap) {
-            size_t cap = s->frames_cap ? s->frames_cap * 2 : 16;
-            if (ftruncate(s->frame_fd, (off_t)(cap * s->slot_bytes)) != 0) return -1;
-            s->frames_cap = cap;
-        }
-        f = (int)s->frames_created++;
+        errno = ENOMEM; /* cannot happen: there is a frame for every slot */
+        return -1;
     }
-    void *p = mmap(base, s->slot_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE, s->frame_fd,
-                   (off_t)((size_t)f * s->slot_bytes));
-    if (p == MAP_FAILED) {
+    if (mprotect(s->arena + (size_t)f * s->slot_bytes, s->slot_bytes, PROT_READ | PROT_WRITE) != 0) {
         int e = errno;
         s->cold[s->n_cold++] = f;
         errno = e;
@@ -280,24 +274,24 @@ static int frame_commit(bmoe_stream *s, size_t si, uint8_t *base) {
     return 0;
 }
 
-/* Unmaps the slot's frame by mapping fresh inaccessible memory over the slot (the address faults when
- * touched, as a never-loaded slot does) and keeps the frame: warm while the committed frames stay
- * within the pool's budget, punched out of the memfd (its pages returned) beyond it. */
-static void frame_release(bmoe_stream *s, size_t si, uint8_t *base) {
+/* Takes the slot's frame away (the expert's address is the slot's reserved, never-committed range
+ * again) and closes the frame (PROT_NONE), so a pointer into it faults while it is free. The frame
+ * keeps its pages while the committed frames stay within the budget; beyond it they are returned. */
+static void frame_release(bmoe_stream *s, size_t si) {
     int f = s->frame_of[si];
     s->frame_of[si] = -1;
-    void *p = mmap(base, s->slot_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
-    if (p == MAP_FAILED) mprotect(base, s->slot_bytes, PROT_NONE); /* keep the guarantee: no access */
     if (f < 0) return;
+    uint8_t *fb = s->arena + (size_t)f * s->slot_bytes;
     s->frames_in_use--;
     if (s->frames_in_use + s->n_warm < s->frames_keep) {
+        mprotect(fb, s->slot_bytes, PROT_NONE);
         s->warm[s->n_warm++] = f;
         return;
     }
-#if defined(FALLOC_FL_PUNCH_HOLE) && defined(FALLOC_FL_KEEP_SIZE)
-    fallocate(s->frame_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)((size_t)f * s->slot_bytes),
-              (off_t)s->slot_bytes);
+#if defined(MADV_DONTNEED)
+    madvise(fb, s->slot_bytes, MADV_DONTNEED);
 #endif
+    mprotect(fb, s->slot_bytes, PROT_NONE);
     s->cold[s->n_cold++] = f;
 }
 
@@ -307,14 +301,14 @@ int stream_load(bmoe_stream *s, int layer, int slot, int e, int prio, bmoe_io_gr
     if (layer < 0 || layer >= s->n_layers || e < 0 || e >= s->n_expert || slot < 0 ||
         (size_t)slot >= s->slots_per_range - (s->shared ? 1 : 0))
         return fail(err, errlen, 1, "internal: expert load out of range (layer %d slot %d expert %d)", layer, slot, e);
-    uint8_t *base = slot_addr(s, layer, slot);
     size_t si = slot_index(s, layer, slot);
     if (!s->committed[si]) {
-        int rc = s->frame_fd >= 0 ? frame_commit(s, si, base) : mprotect(base, s->slot_bytes, PROT_READ | PROT_WRITE);
+        int rc = s->arena ? frame_commit(s, si) : mprotect(slot_addr(s, layer, slot), s->slot_bytes, PROT_READ | PROT_WRITE);
         if (rc != 0)
             return fail(err, errlen, 1, "cannot commit %zu bytes for an expert slot: %s", s->slot_bytes, strerror(errno));
         s->committed[si] = 1;
     }
+    uint8_t *base = slot_addr(s, layer, slot);
     int direct = stream_direct(s);
     for (int p = 0; p < BMOE_EXP_NPARTS; p++) {
         const bmoe_stream_part *P = &s->parts[(size_t)layer * BMOE_EXP_NPARTS + (size_t)p];
@@ -353,12 +347,12 @@ int stream_busy(bmoe_stream *s, const bmoe_io_group *g) { return io_busy(s->io, 
 void stream_release(bmoe_stream *s, int layer, int slot) {
     size_t si = slot_index(s, layer, slot);
     if (!s->committed[si]) return;
-    uint8_t *base = slot_addr(s, layer, slot);
     s->committed[si] = 0;
-    if (s->frame_fd >= 0) {
-        frame_release(s, si, base);
+    if (s->arena) {
+        frame_release(s, si);
         return;
     }
+    uint8_t *base = slot_addr(s, layer, slot);
 #if defined(MADV_DONTNEED)
     madvise(base, s->slot_bytes, MADV_DONTNEED);
 #endif

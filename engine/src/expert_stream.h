@@ -11,13 +11,14 @@
  * Releasing returns its pages (MADV_DONTNEED) and removes access (PROT_NONE), so a later touch of
  * an evicted or never-loaded slot faults instead of reading stale bytes.
  *
- * Frame pool (per-expert layout with frame_pool_bytes > 0, where the system has memfd_create): the
- * memory behind the slots is a pool of frames, slot-sized pieces of one memfd. Committing maps a
- * free frame at the slot's address (MAP_FIXED, populated); releasing maps fresh PROT_NONE memory over
- * the slot again, so the old address faults as before, and puts the frame back on the free list with
- * its pages still committed. The next commit of any slot reuses them: no zero-filled page faults in
- * the read. Free frames beyond frame_pool_bytes (the cache over budget while a layer pins more) are
- * punched out of the memfd when they come back, so the pool keeps at most the budget.
+ * Frame pool (per-expert layout with frame_pool_bytes > 0): the memory behind the slots is an arena
+ * of slot-sized frames. Committing gives the slot a free frame and opens it read-write; the expert's
+ * address is then its frame (stream_view). Releasing takes the frame back and closes it (PROT_NONE)
+ * with its pages kept, so the next commit of any slot reuses them: no zero-filled page faults inside
+ * the read. A released or never-loaded expert's address is its slot in the reserved range, never
+ * committed with a pool, so it faults; a pointer kept into a free frame faults too. Free frames beyond
+ * frame_pool_bytes (the cache over budget while a layer pins more) return their pages
+ * (MADV_DONTNEED), so the pool holds at most the budget beyond the frames in use.
  *
  * Slot geometry: each part (gate, up, gate_up, down) of an expert gets a sub-slot aligned to
  * BMOE_STREAM_ALIGN; the part's bytes start at (file offset mod BMOE_STREAM_ALIGN) inside it, so an
