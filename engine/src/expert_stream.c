@@ -46,8 +46,10 @@ struct bmoe_stream {
     size_t frames_keep;               /* committed frames kept, in use or free */
     size_t frames_created, frames_in_use;
     int *frame_of;                    /* [n_ranges * slots_per_range] the slot's frame, -1 */
-    int *warm, *cold;                 /* free frames: pages kept / punched out */
+    int *warm, *cold;                 /* free frames: pages kept / returned */
     size_t n_warm, n_cold;
+    uint8_t *frame_open;              /* [arena_frames] 1 while the frame is read-write */
+    size_t n_open_free;               /* warm frames still read-write: stream_settle closes them */
 };
 
 static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
@@ -189,7 +191,8 @@ int stream_open(const bmoe_stream_opts *o, bmoe_stream **out, char *err, size_t 
         s->frame_of = malloc(n * sizeof *s->frame_of);
         s->warm = malloc(n * sizeof *s->warm);
         s->cold = malloc(n * sizeof *s->cold);
-        if (!s->frame_of || !s->warm || !s->cold) { rc = fail(err, errlen, 1, "out of memory"); goto fail; }
+        s->frame_open = calloc(n, 1);
+        if (!s->frame_of || !s->warm || !s->cold || !s->frame_open) { rc = fail(err, errlen, 1, "out of memory"); goto fail; }
         for (size_t i = 0; i < n; i++) s->frame_of[i] = -1;
         s->frames_keep = (size_t)(o->frame_pool_bytes / s->slot_bytes);
         void *p = mmap(NULL, n * s->slot_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -220,6 +223,7 @@ void stream_close(bmoe_stream *s) {
     }
     if (s->arena) munmap(s->arena, s->arena_frames * s->slot_bytes);
     free(s->frame_of);
+    free(s->frame_open);
     free(s->warm);
     free(s->cold);
     for (uint32_t i = 0; s->fd_buf && i < s->n_shards; i++) {
@@ -253,7 +257,9 @@ const char *stream_direct_note(const bmoe_stream *s) {
 
 /* Gives the slot a frame and opens it read-write: a warm frame (its pages are still there) first,
  * then one whose pages were returned, then a frame never used (its pages are faulted in, zeroed, by
- * the first read). 0, or -1 with errno. */
+ * the first read). A warm frame released since the last stream_settle is still open: it is reused
+ * as it is, with no protection change (and so no write fault per page in the read). 0, or -1 with
+ * errno. */
 static int frame_commit(bmoe_stream *s, size_t si) {
     int f;
     if (s->n_warm) f = s->warm[--s->n_warm];
@@ -263,20 +269,24 @@ static int frame_commit(bmoe_stream *s, size_t si) {
         errno = ENOMEM; /* cannot happen: there is a frame for every slot */
         return -1;
     }
-    if (mprotect(s->arena + (size_t)f * s->slot_bytes, s->slot_bytes, PROT_READ | PROT_WRITE) != 0) {
+    if (s->frame_open[f]) {
+        s->n_open_free--;
+    } else if (mprotect(s->arena + (size_t)f * s->slot_bytes, s->slot_bytes, PROT_READ | PROT_WRITE) != 0) {
         int e = errno;
         s->cold[s->n_cold++] = f;
         errno = e;
         return -1;
     }
+    s->frame_open[f] = 1;
     s->frame_of[si] = f;
     s->frames_in_use++;
     return 0;
 }
 
-/* Takes the slot's frame away (the expert's address is the slot's reserved, never-committed range
- * again) and closes the frame (PROT_NONE), so a pointer into it faults while it is free. The frame
- * keeps its pages while the committed frames stay within the budget; beyond it they are returned. */
+/* Takes the slot's frame away: the expert's address is the slot's reserved, never-committed range
+ * again, at once. The frame keeps its pages while the committed frames stay within the budget, and
+ * is closed (PROT_NONE) by the next stream_settle unless a commit took it first; beyond the budget
+ * its pages are returned and it is closed now. */
 static void frame_release(bmoe_stream *s, size_t si) {
     int f = s->frame_of[si];
     s->frame_of[si] = -1;
@@ -284,15 +294,26 @@ static void frame_release(bmoe_stream *s, size_t si) {
     uint8_t *fb = s->arena + (size_t)f * s->slot_bytes;
     s->frames_in_use--;
     if (s->frames_in_use + s->n_warm < s->frames_keep) {
-        mprotect(fb, s->slot_bytes, PROT_NONE);
         s->warm[s->n_warm++] = f;
+        s->n_open_free++;
         return;
     }
 #if defined(MADV_DONTNEED)
     madvise(fb, s->slot_bytes, MADV_DONTNEED);
 #endif
     mprotect(fb, s->slot_bytes, PROT_NONE);
+    s->frame_open[f] = 0;
     s->cold[s->n_cold++] = f;
+}
+
+void stream_settle(bmoe_stream *s) {
+    for (size_t i = s->n_warm; s->n_open_free > 0 && i-- > 0;) {
+        int f = s->warm[i];
+        if (!s->frame_open[f]) continue;
+        mprotect(s->arena + (size_t)f * s->slot_bytes, s->slot_bytes, PROT_NONE);
+        s->frame_open[f] = 0;
+        s->n_open_free--;
+    }
 }
 
 uint64_t stream_bytes_read(const bmoe_stream *s) { return io_bytes_read(s->io); }

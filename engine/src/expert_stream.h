@@ -15,7 +15,8 @@
  * of slot-sized frames. Committing gives the slot a free frame and opens it read-write; the expert's
  * address is then its frame (stream_view). Releasing takes the frame back and closes it (PROT_NONE)
  * with its pages kept, so the next commit of any slot reuses them: no zero-filled page faults inside
- * the read. A released or never-loaded expert's address is its slot in the reserved range, never
+ * the read. Closing is deferred to stream_settle, so a frame released and committed again in between
+ * (the usual eviction for a miss) changes no protection at all. A released or never-loaded expert's address is its slot in the reserved range, never
  * committed with a pool, so it faults; a pointer kept into a free frame faults too. Free frames beyond
  * frame_pool_bytes (the cache over budget while a layer pins more) return their pages
  * (MADV_DONTNEED), so the pool holds at most the budget beyond the frames in use.
@@ -98,6 +99,10 @@ int stream_wait(bmoe_stream *s, bmoe_io_group *g, char *err, size_t errlen);
 int stream_busy(bmoe_stream *s, const bmoe_io_group *g);
 /* Returns the slot's pages and removes access. The caller makes sure no read into it is pending. */
 void stream_release(bmoe_stream *s, int layer, int slot);
+/* Closes (PROT_NONE) the free frames released since the last call that no commit has taken since.
+ * Until then a pointer kept into such a frame still reads it; the expert's own view faults at once.
+ * The hook settles before it returns to the forward pass, so nothing computes in between. */
+void stream_settle(bmoe_stream *s);
 int stream_committed(const bmoe_stream *s, int layer, int slot);
 
 /* The addresses expert e's parts have in `slot` of `layer` (slot -1: the guard slot, shared layout

@@ -384,8 +384,7 @@ static void write_trace(bmoe_stream_hook *h, const bmoe_moe_result *r) {
         }
 }
 
-int stream_hook_fn(void *user, bmoe_moe_result *r) {
-    bmoe_stream_hook *h = user;
+static int hook_node(bmoe_stream_hook *h, bmoe_moe_result *r) {
     if (h->rc) return h->rc;
     int li = (r->layer >= 0 && r->layer < h->m->hp.n_layer) ? h->li_of[r->layer] : -1;
     if (li < 0) return hfail(h, 1, "%s-%d: not a streamed layer", bmoe_node_name(r->node), r->layer);
@@ -479,6 +478,15 @@ int stream_hook_fn(void *user, bmoe_moe_result *r) {
     return 0;
 }
 
+int stream_hook_fn(void *user, bmoe_moe_result *r) {
+    bmoe_stream_hook *h = user;
+    int rc = hook_node(h, r);
+    /* frames freed by this node's evictions and not reused by its loads are closed before the forward
+     * pass goes on (expert_stream.h) */
+    if (h->st) stream_settle(h->st);
+    return rc;
+}
+
 /* ---- the expert source --------------------------------------------------------------------------- */
 
 static int hook_view(void *self, int il, int e, bmoe_expert_view *out) {
@@ -526,6 +534,7 @@ int stream_query_residency(bmoe_stream_hook *h, int il, uint8_t *resident) {
 
 int stream_hook_finish(bmoe_stream_hook *h, bmoe_error *err) {
     unpin_layer(h);
+    if (h->st) stream_settle(h->st);
     h->cur_li = -1;
     if (h->cache)
         for (size_t key = 0; key < (size_t)h->n_layers * (size_t)h->E; key++) wait_group(h, &h->groups[key]);
