@@ -144,7 +144,7 @@ def main() -> int:
                 speeds[name].append(r["timing"]["decode_tok_s"])
                 outputs[name].add(r["text_hex"])
                 warnings.update(r["warnings"])
-                counters[name] = r["counters"]
+                counters[name] = {**r["counters"], **r.get("io", {})}
                 if name != "mmap":
                     figures[name] = decode_figures(trace)
 
