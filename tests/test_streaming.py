@@ -29,14 +29,27 @@ import gguf_corpus as gc
 FIXTURES = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-nonorm"]
 PROMPT = "The quick brown fox"
 EVICTING = ("--cache-mb", "2", "--force-cache")
-COLUMNS = ["turn", "phase", "step", "layer", "slot", "router_expert", "expert", "router_weight", "weight", "residency",
-           "expert_bytes", "dropped", "substituted", "scores"]
+COLUMNS = [
+    "turn",
+    "phase",
+    "step",
+    "layer",
+    "slot",
+    "router_expert",
+    "expert",
+    "router_weight",
+    "weight",
+    "residency",
+    "expert_bytes",
+    "dropped",
+    "substituted",
+    "scores",
+]
 FLOATS = ("router_weight", "weight")
 
 
 def run(binary: Path, *args: str | Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(binary), *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                          check=False)
+    return subprocess.run([str(binary), *map(str, args)], capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def run_json(binary: Path, model: Path, *args: str | Path, n: int = 24) -> dict:
@@ -89,8 +102,9 @@ MODES = {
 
 @pytest.mark.parametrize("mode", sorted(MODES))
 @pytest.mark.parametrize("name", FIXTURES)
-def test_counters_agree_with_route_trace(engine_asan_bin: Path, fixtures: dict[str, Path], tmp_path: Path,
-                                         name: str, mode: str) -> None:
+def test_counters_agree_with_route_trace(
+    engine_asan_bin: Path, fixtures: dict[str, Path], tmp_path: Path, name: str, mode: str
+) -> None:
     model = fixtures[name]
     trace = tmp_path / "trace.csv"
     res = run_json(engine_asan_bin, model, *MODES[mode], "--route-trace", trace)
@@ -106,8 +120,13 @@ def test_counters_agree_with_route_trace(engine_asan_bin: Path, fixtures: dict[s
     # substitution ranks log(scores) only when the sorted tensor holds softmax probabilities
     assert meta.pop("scores_are_probs") == ("1" if facts["gating"]["func"] == "softmax" else "0")
     assert page % 4096 == 0 and slot % page == 0 and slot > facts["expert_bytes"]
-    assert meta == {"model": str(model), "arch": facts["arch"], "layers": str(facts["layers"]),
-                    "experts": str(facts["n_expert"]), "top_k": str(k)}
+    assert meta == {
+        "model": str(model),
+        "arch": facts["arch"],
+        "layers": str(facts["layers"]),
+        "experts": str(facts["n_expert"]),
+        "top_k": str(k),
+    }
     assert layer_bytes == {e["layer"]: e["expert_bytes"] for e in facts["expert_layout"]}
 
     # one row per routed slot, in rank order, for every MoE layer of every evaluated token
@@ -168,7 +187,7 @@ def test_trace_rows_match_the_routing(engine_asan_bin: Path, fixtures: dict[str,
     assert sorted({r["step"] for r in prefill}) == list(range(P))
     assert sorted({r["step"] for r in decode}) == list(range(5))
     for i in range(0, len(rows), k):
-        group = rows[i:i + k]
+        group = rows[i : i + k]
         assert len({(r["phase"], r["step"], r["layer"]) for r in group}) == 1
         w = [r["weight"] for r in group]
         assert abs(sum(w) - 1.0) < 1e-5 and w == sorted(w, reverse=True)
@@ -177,9 +196,11 @@ def test_trace_rows_match_the_routing(engine_asan_bin: Path, fixtures: dict[str,
 
 # -- what must not change a byte -----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["qwen3moe-split4", "wide"])
-def test_lanes_odirect_and_async_prefetch_change_nothing(engine_asan_bin: Path, fixtures: dict[str, Path],
-                                                         tmp_path: Path, name: str) -> None:
+def test_lanes_odirect_and_async_prefetch_change_nothing(
+    engine_asan_bin: Path, fixtures: dict[str, Path], tmp_path: Path, name: str
+) -> None:
     model = fixtures[name]
     variants = {
         "lanes1": (*EVICTING, "--io-threads", "1"),
@@ -192,10 +213,17 @@ def test_lanes_odirect_and_async_prefetch_change_nothing(engine_asan_bin: Path, 
     for label, args in variants.items():
         trace = tmp_path / f"{label}.csv"
         r = run_json(engine_asan_bin, model, *args, "--route-trace", trace)
-        out[label] = (r["tokens"], r["text_hex"], r["counters"], trace.read_bytes(), r["warnings"])
+        out[label] = (r["tokens"], r["text_hex"], r["counters"], trace.read_bytes(), r["warnings"], r["io"])
     base = out["lanes1"]
     for label in ("lanes4", "lanes8-buffered"):
         assert out[label][:4] == base[:4], label
+    assert out["lanes4"][5] == base[5]
+    # buffered reads read the slices exactly, direct ones their aligned covering ranges: only the
+    # bytes read from the file differ ("io", docs/streaming.md, counters), nothing decided
+    buffered_io, flash = out["lanes8-buffered"][5], base[2]["flash_bytes"]
+    assert buffered_io == {"flash_read_bytes": flash, "read_amplification": 1}
+    assert base[5]["flash_read_bytes"] >= flash > 0
+    assert base[5]["read_amplification"] == base[5]["flash_read_bytes"] / flash
     assert out["prefetch-sync"][:2] == base[:2]
     # the speculative decisions are taken when a read is issued, not when it lands: async prefetch on
     # four lanes gives the sync counters and trace exactly
@@ -218,6 +246,7 @@ def test_cache_sizes_change_no_byte(engine_asan_bin: Path, fixtures: dict[str, P
 
 # -- bad input ---------------------------------------------------------------------------------------------
 
+
 def _retype(img: gc.GGUFImage, name: str, **changes: object) -> gc.GGUFImage:
     tensors = [gc.Tensor(**{**t.__dict__, **changes}) if t.name == name else t for t in img.tensors]
     return gc.GGUFImage(kvs=img.kvs, tensors=tensors, alignment=img.alignment)
@@ -232,14 +261,29 @@ def _one_line_error(proc: subprocess.CompletedProcess[str], code: int, *fragment
     return lines[0]
 
 
-@pytest.mark.parametrize(("case", "change", "fragments"), [
-    ("shape", {"dims": [64, 96, 8]}, ("blk.1.ffn_up_exps.weight", "shape [64,96,8] but expected [64,128,8]")),
-    ("type", {"ggml_type": gc.GGML_F16, "data": b"\x00\x3c" * (64 * 128 * 8)},
-     ("blk.1.ffn_up_exps.weight", "type f16 but blk.0.ffn_up_exps.weight is f32",
-      "expert tensors must agree across layers")),
-])
-def test_expert_tensors_that_disagree(engine_asan_bin: Path, fixtures: dict[str, Path], tmp_path: Path,
-                                      case: str, change: dict, fragments: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    ("case", "change", "fragments"),
+    [
+        ("shape", {"dims": [64, 96, 8]}, ("blk.1.ffn_up_exps.weight", "shape [64,96,8] but expected [64,128,8]")),
+        (
+            "type",
+            {"ggml_type": gc.GGML_F16, "data": b"\x00\x3c" * (64 * 128 * 8)},
+            (
+                "blk.1.ffn_up_exps.weight",
+                "type f16 but blk.0.ffn_up_exps.weight is f32",
+                "expert tensors must agree across layers",
+            ),
+        ),
+    ],
+)
+def test_expert_tensors_that_disagree(
+    engine_asan_bin: Path,
+    fixtures: dict[str, Path],
+    tmp_path: Path,
+    case: str,
+    change: dict,
+    fragments: tuple[str, ...],
+) -> None:
     img = _retype(gc.parse(Path(fixtures["qwen3moe"]).read_bytes()), "blk.1.ffn_up_exps.weight", **change)
     path = img.write(tmp_path / f"{case}.gguf")
     for mode in ((), EVICTING):
@@ -269,11 +313,16 @@ def test_cache_budget_below_one_expert(engine_asan_bin: Path, tmp_path: Path) ->
     (model,) = generate(tmp_path / "big", names=["bigexperts"], specs_path=spec)
     for mb in ("1", "2", "3"):
         proc = run(engine_asan_bin, "run", "-m", model.path, "-p", "hi", "-n", "2", "--cache-mb", mb, "--force-cache")
-        line = _one_line_error(proc, 2, f"--cache-mb: {mb} MiB is smaller than one expert of this model",
-                               "use --cache-mb 4 or more, or 0 for no cache")
+        line = _one_line_error(
+            proc,
+            2,
+            f"--cache-mb: {mb} MiB is smaller than one expert of this model",
+            "use --cache-mb 4 or more, or 0 for no cache",
+        )
         assert "bytes per expert slot" in line
-        proc = run(engine_asan_bin, "run", "-m", model.path, "-p", "hi", "-n", "2", "--cache-mb", mb,
-                   "--force-cache", "--json")
+        proc = run(
+            engine_asan_bin, "run", "-m", model.path, "-p", "hi", "-n", "2", "--cache-mb", mb, "--force-cache", "--json"
+        )
         assert proc.returncode == 2 and json.loads(proc.stdout)["error"]["kind"] == "config"
     # one expert fits: it runs, and gives the resident bytes
     ok = run_json(engine_asan_bin, model.path, "--cache-mb", "4", "--force-cache", n=4)
@@ -292,10 +341,14 @@ def _fds_on(pid: int, path: Path) -> int:
     return n
 
 
-@pytest.mark.parametrize("mode", [(), EVICTING, (*EVICTING, "--prefetch", "2", "--io-threads", "4")],
-                         ids=["cache-off", "evicting", "prefetch-async"])
-def test_shard_truncated_mid_stream(engine_asan_bin: Path, fixtures: dict[str, Path], tmp_path: Path,
-                                    mode: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    "mode",
+    [(), EVICTING, (*EVICTING, "--prefetch", "2", "--io-threads", "4")],
+    ids=["cache-off", "evicting", "prefetch-async"],
+)
+def test_shard_truncated_mid_stream(
+    engine_asan_bin: Path, fixtures: dict[str, Path], tmp_path: Path, mode: tuple[str, ...]
+) -> None:
     """The last shard is cut right after its header once the engine has opened the model (checked
     every size) and made its dense weights resident: the first expert read from it finds the file
     short. The engine is held at that point by its route trace, a FIFO it opens after the model."""
@@ -311,9 +364,25 @@ def test_shard_truncated_mid_stream(engine_asan_bin: Path, fixtures: dict[str, P
     cut = min(t["offset"] for t in in_last)
     fifo = tmp_path / "trace.fifo"
     os.mkfifo(fifo)
-    proc = subprocess.Popen([str(engine_asan_bin), "run", "-m", str(model), "-p", PROMPT, "-n", "24", "--json",
-                             *mode, "--route-trace", str(fifo)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            str(engine_asan_bin),
+            "run",
+            "-m",
+            str(model),
+            "-p",
+            PROMPT,
+            "-n",
+            "24",
+            "--json",
+            *mode,
+            "--route-trace",
+            str(fifo),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         # the model reader's descriptor, then the streamer's buffered and direct ones
@@ -335,5 +404,5 @@ def test_shard_truncated_mid_stream(engine_asan_bin: Path, fixtures: dict[str, P
     assert str(last) in lines[0] and "truncated since the model was opened" in lines[0]
     assert "ffn_" in lines[0] and "_exps.weight expert" in lines[0]
     result = json.loads(out)
-    assert result == {"ok": False, "error": {"kind": "io", "message": lines[0][len("bmoe: error: "):]}}
+    assert result == {"ok": False, "error": {"kind": "io", "message": lines[0][len("bmoe: error: ") :]}}
     assert trace_text.startswith("# route_trace v3\n")

@@ -21,7 +21,6 @@
 #ifndef O_CLOEXEC
 #define O_CLOEXEC 0
 #endif
-
 /* Far beyond any real model, far below what a 64-bit address space holds; keeps every product exact. */
 #define MAX_RANGE_BYTES ((uint64_t)1 << 46)
 
@@ -41,6 +40,16 @@ struct bmoe_stream {
     uint8_t **range;
     uint8_t *committed;               /* [n_ranges * slots_per_range] */
     bmoe_io_lanes *io;
+    /* the frame pool (arena != NULL): frame f is [arena + f * slot_bytes, + slot_bytes) */
+    uint8_t *arena;
+    size_t arena_frames;              /* the arena's size in frames: every slot committed at once */
+    size_t frames_keep;               /* committed frames kept, in use or free */
+    size_t frames_created, frames_in_use;
+    int *frame_of;                    /* [n_ranges * slots_per_range] the slot's frame, -1 */
+    int *warm, *cold;                 /* free frames: pages kept / returned */
+    size_t n_warm, n_cold;
+    uint8_t *frame_open;              /* [arena_frames] 1 while the frame is read-write */
+    size_t n_open_free;               /* warm frames still read-write: stream_settle closes them */
 };
 
 static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
@@ -86,7 +95,13 @@ static size_t slot_index(const bmoe_stream *s, int layer, int slot) {
     return (size_t)layer * s->slots_per_range + (size_t)slot;
 }
 
+/* Where the slot's expert is: its frame when the pool gave it one, else the slot's own place in the
+ * reserved range (committed without a pool; with a pool never committed, so it faults). */
 static uint8_t *slot_addr(const bmoe_stream *s, int layer, int slot) {
+    if (s->arena) {
+        int f = s->frame_of[(size_t)layer * s->slots_per_range + (size_t)slot];
+        if (f >= 0) return s->arena + (size_t)f * s->slot_bytes;
+    }
     return s->range[s->shared ? 0 : layer] + (size_t)slot * s->slot_bytes;
 }
 
@@ -171,6 +186,24 @@ int stream_open(const bmoe_stream_opts *o, bmoe_stream **out, char *err, size_t 
         }
         s->range[r] = p;
     }
+    if (!s->shared && o->frame_pool_bytes > 0 && s->n_ranges > 0) {
+        size_t n = (size_t)s->n_ranges * s->slots_per_range;
+        s->frame_of = malloc(n * sizeof *s->frame_of);
+        s->warm = malloc(n * sizeof *s->warm);
+        s->cold = malloc(n * sizeof *s->cold);
+        s->frame_open = calloc(n, 1);
+        if (!s->frame_of || !s->warm || !s->cold || !s->frame_open) { rc = fail(err, errlen, 1, "out of memory"); goto fail; }
+        for (size_t i = 0; i < n; i++) s->frame_of[i] = -1;
+        s->frames_keep = (size_t)(o->frame_pool_bytes / s->slot_bytes);
+        void *p = mmap(NULL, n * s->slot_bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) {
+            rc = fail(err, errlen, 1, "cannot reserve %zu bytes of address space for the expert frames: %s",
+                      n * s->slot_bytes, strerror(errno));
+            goto fail;
+        }
+        s->arena = p;
+        s->arena_frames = n;
+    }
     s->io = io_create(o->io_lanes);
     if (!s->io) { rc = fail(err, errlen, 1, "cannot start %d I/O lanes (--io-threads)", o->io_lanes); goto fail; }
     *out = s;
@@ -188,6 +221,11 @@ void stream_close(bmoe_stream *s) {
         for (int r = 0; r < s->n_ranges; r++)
             if (s->range[r]) munmap(s->range[r], range_bytes);
     }
+    if (s->arena) munmap(s->arena, s->arena_frames * s->slot_bytes);
+    free(s->frame_of);
+    free(s->frame_open);
+    free(s->warm);
+    free(s->cold);
     for (uint32_t i = 0; s->fd_buf && i < s->n_shards; i++) {
         if (s->fd_buf[i] >= 0) close(s->fd_buf[i]);
         if (s->fd_dir && s->fd_dir[i] >= 0) close(s->fd_dir[i]);
@@ -215,17 +253,83 @@ const char *stream_direct_note(const bmoe_stream *s) {
     return m->note[0] ? m->note : NULL;
 }
 
+/* ---- the frame pool ------------------------------------------------------------------------------ */
+
+/* Gives the slot a frame and opens it read-write: a warm frame (its pages are still there) first,
+ * then one whose pages were returned, then a frame never used (its pages are faulted in, zeroed, by
+ * the first read). A warm frame released since the last stream_settle is still open: it is reused
+ * as it is, with no protection change (and so no write fault per page in the read). 0, or -1 with
+ * errno. */
+static int frame_commit(bmoe_stream *s, size_t si) {
+    int f;
+    if (s->n_warm) f = s->warm[--s->n_warm];
+    else if (s->n_cold) f = s->cold[--s->n_cold];
+    else if (s->frames_created < s->arena_frames) f = (int)s->frames_created++;
+    else {
+        errno = ENOMEM; /* cannot happen: there is a frame for every slot */
+        return -1;
+    }
+    if (s->frame_open[f]) {
+        s->n_open_free--;
+    } else if (mprotect(s->arena + (size_t)f * s->slot_bytes, s->slot_bytes, PROT_READ | PROT_WRITE) != 0) {
+        int e = errno;
+        s->cold[s->n_cold++] = f;
+        errno = e;
+        return -1;
+    }
+    s->frame_open[f] = 1;
+    s->frame_of[si] = f;
+    s->frames_in_use++;
+    return 0;
+}
+
+/* Takes the slot's frame away: the expert's address is the slot's reserved, never-committed range
+ * again, at once. The frame keeps its pages while the committed frames stay within the budget, and
+ * is closed (PROT_NONE) by the next stream_settle unless a commit took it first; beyond the budget
+ * its pages are returned and it is closed now. */
+static void frame_release(bmoe_stream *s, size_t si) {
+    int f = s->frame_of[si];
+    s->frame_of[si] = -1;
+    if (f < 0) return;
+    uint8_t *fb = s->arena + (size_t)f * s->slot_bytes;
+    s->frames_in_use--;
+    if (s->frames_in_use + s->n_warm < s->frames_keep) {
+        s->warm[s->n_warm++] = f;
+        s->n_open_free++;
+        return;
+    }
+#if defined(MADV_DONTNEED)
+    madvise(fb, s->slot_bytes, MADV_DONTNEED);
+#endif
+    mprotect(fb, s->slot_bytes, PROT_NONE);
+    s->frame_open[f] = 0;
+    s->cold[s->n_cold++] = f;
+}
+
+void stream_settle(bmoe_stream *s) {
+    for (size_t i = s->n_warm; s->n_open_free > 0 && i-- > 0;) {
+        int f = s->warm[i];
+        if (!s->frame_open[f]) continue;
+        mprotect(s->arena + (size_t)f * s->slot_bytes, s->slot_bytes, PROT_NONE);
+        s->frame_open[f] = 0;
+        s->n_open_free--;
+    }
+}
+
+uint64_t stream_bytes_read(const bmoe_stream *s) { return io_bytes_read(s->io); }
+
 int stream_load(bmoe_stream *s, int layer, int slot, int e, int prio, bmoe_io_group *g, char *err, size_t errlen) {
     if (layer < 0 || layer >= s->n_layers || e < 0 || e >= s->n_expert || slot < 0 ||
         (size_t)slot >= s->slots_per_range - (s->shared ? 1 : 0))
         return fail(err, errlen, 1, "internal: expert load out of range (layer %d slot %d expert %d)", layer, slot, e);
-    uint8_t *base = slot_addr(s, layer, slot);
     size_t si = slot_index(s, layer, slot);
     if (!s->committed[si]) {
-        if (mprotect(base, s->slot_bytes, PROT_READ | PROT_WRITE) != 0)
+        int rc = s->arena ? frame_commit(s, si) : mprotect(slot_addr(s, layer, slot), s->slot_bytes, PROT_READ | PROT_WRITE);
+        if (rc != 0)
             return fail(err, errlen, 1, "cannot commit %zu bytes for an expert slot: %s", s->slot_bytes, strerror(errno));
         s->committed[si] = 1;
     }
+    uint8_t *base = slot_addr(s, layer, slot);
     int direct = stream_direct(s);
     for (int p = 0; p < BMOE_EXP_NPARTS; p++) {
         const bmoe_stream_part *P = &s->parts[(size_t)layer * BMOE_EXP_NPARTS + (size_t)p];
@@ -264,12 +368,22 @@ int stream_busy(bmoe_stream *s, const bmoe_io_group *g) { return io_busy(s->io, 
 void stream_release(bmoe_stream *s, int layer, int slot) {
     size_t si = slot_index(s, layer, slot);
     if (!s->committed[si]) return;
+    s->committed[si] = 0;
+    if (s->arena) {
+        frame_release(s, si);
+        return;
+    }
     uint8_t *base = slot_addr(s, layer, slot);
 #if defined(MADV_DONTNEED)
     madvise(base, s->slot_bytes, MADV_DONTNEED);
 #endif
     mprotect(base, s->slot_bytes, PROT_NONE);
-    s->committed[si] = 0;
+}
+
+void stream_frames(const bmoe_stream *s, size_t *created, size_t *in_use, size_t *warm) {
+    *created = s->frames_created;
+    *in_use = s->frames_in_use;
+    *warm = s->n_warm;
 }
 
 int stream_committed(const bmoe_stream *s, int layer, int slot) {

@@ -11,6 +11,16 @@
  * Releasing returns its pages (MADV_DONTNEED) and removes access (PROT_NONE), so a later touch of
  * an evicted or never-loaded slot faults instead of reading stale bytes.
  *
+ * Frame pool (per-expert layout with frame_pool_bytes > 0): the memory behind the slots is an arena
+ * of slot-sized frames. Committing gives the slot a free frame and opens it read-write; the expert's
+ * address is then its frame (stream_view). Releasing takes the frame back and closes it (PROT_NONE)
+ * with its pages kept, so the next commit of any slot reuses them: no zero-filled page faults inside
+ * the read. Closing is deferred to stream_settle, so a frame released and committed again in between
+ * (the usual eviction for a miss) changes no protection at all. A released or never-loaded expert's address is its slot in the reserved range, never
+ * committed with a pool, so it faults; a pointer kept into a free frame faults too. Free frames beyond
+ * frame_pool_bytes (the cache over budget while a layer pins more) return their pages
+ * (MADV_DONTNEED), so the pool holds at most the budget beyond the frames in use.
+ *
  * Slot geometry: each part (gate, up, gate_up, down) of an expert gets a sub-slot aligned to
  * BMOE_STREAM_ALIGN; the part's bytes start at (file offset mod BMOE_STREAM_ALIGN) inside it, so an
  * O_DIRECT read of the aligned covering range lands the slice exactly there, with no bounce buffer
@@ -48,6 +58,10 @@ typedef struct bmoe_stream_opts {
     int shared_slots;                   /* 0: a slot per (layer, expert); S > 0: S slots for every layer */
     int odirect;                        /* try O_DIRECT / F_NOCACHE */
     int io_lanes;                       /* 1..8 */
+    uint64_t frame_pool_bytes;          /* per-expert layout only: > 0 recycles committed frames across
+                                         * slots, keeping at most this many bytes of frames committed
+                                         * (the cache budget) beyond what the slots hold; 0 releases a
+                                         * slot's pages on eviction */
 } bmoe_stream_opts;
 
 typedef struct bmoe_stream bmoe_stream;
@@ -68,6 +82,13 @@ int stream_direct(const bmoe_stream *s);
 /* When O_DIRECT was asked for but refused: a one-line explanation, else NULL. */
 const char *stream_direct_note(const bmoe_stream *s);
 
+/* Every byte the expert reads so far returned from the file (io_bytes_read). */
+uint64_t stream_bytes_read(const bmoe_stream *s);
+
+/* Frame pool figures (all 0 without a pool): frames created, frames committed to slots now, free
+ * frames whose pages are kept. */
+void stream_frames(const bmoe_stream *s, size_t *created, size_t *in_use, size_t *warm);
+
 /* Commits slot `slot` of `layer` (per-expert layout: slot == e; shared: 0..S-1, layer ignored) and
  * queues the reads of expert e of `layer` into it, in group g at priority prio (io_lanes.h).
  * 0, or an exit code with err set (1: cannot commit memory or queue). */
@@ -78,6 +99,10 @@ int stream_wait(bmoe_stream *s, bmoe_io_group *g, char *err, size_t errlen);
 int stream_busy(bmoe_stream *s, const bmoe_io_group *g);
 /* Returns the slot's pages and removes access. The caller makes sure no read into it is pending. */
 void stream_release(bmoe_stream *s, int layer, int slot);
+/* Closes (PROT_NONE) the free frames released since the last call that no commit has taken since.
+ * Until then a pointer kept into such a frame still reads it; the expert's own view faults at once.
+ * The hook settles before it returns to the forward pass, so nothing computes in between. */
+void stream_settle(bmoe_stream *s);
 int stream_committed(const bmoe_stream *s, int layer, int slot);
 
 /* The addresses expert e's parts have in `slot` of `layer` (slot -1: the guard slot, shared layout

@@ -23,6 +23,7 @@ struct bmoe_io_lanes {
     node *free_nodes;
     int stop;
     int direct_refused;
+    uint64_t bytes_read;   /* what the reads returned from the file, padding included */
     int n;
     int started;
     pthread_t *threads;
@@ -65,14 +66,17 @@ static int read_range(int fd, uint8_t *dst, size_t len, uint64_t off, size_t nee
     return 0;
 }
 
-/* Runs one job. Returns 0, or an errno (0 in *short_read when the file ended before the slice did). */
-static int run_job(bmoe_io_lanes *io, const bmoe_io_job *j, size_t *got) {
+/* Runs one job. Returns 0, or an errno (-1 when the file ended before the slice did). *got is the
+ * slice's bytes that were read; *raw every byte the reads returned (a direct read's padding included). */
+static int run_job(bmoe_io_lanes *io, const bmoe_io_job *j, size_t *got, size_t *raw) {
+    *raw = 0;
     if (j->fd_direct >= 0) {
         size_t pad = (size_t)(j->off & (uint64_t)(j->align - 1));
         size_t need = pad + j->len;
         size_t alen = (need + j->align - 1) & ~(j->align - 1);
         size_t g = 0;
         int rc = read_range(j->fd_direct, j->dst - pad, alen, j->off - pad, need, 1, j->align, &g);
+        *raw = g;
         if (rc == 0) {
             *got = g > pad ? (g - pad < j->len ? g - pad : j->len) : 0;
             return g >= need ? 0 : -1;
@@ -86,12 +90,14 @@ static int run_job(bmoe_io_lanes *io, const bmoe_io_job *j, size_t *got) {
         pthread_mutex_unlock(&io->mu);
     }
     int rc = read_range(j->fd_buffered, j->dst, j->len, j->off, j->len, 0, 1, got);
+    *raw += *got;
     if (rc) return rc;
     return *got >= j->len ? 0 : -1;
 }
 
-static void finish(bmoe_io_lanes *io, node *x, int rc, size_t got) {
+static void finish(bmoe_io_lanes *io, node *x, int rc, size_t got, size_t raw) {
     bmoe_io_group *g = x->group;
+    io->bytes_read += raw;
     if (rc && !g->failed) {
         g->failed = 1;
         g->err_errno = rc > 0 ? rc : 0;
@@ -114,10 +120,10 @@ static void *lane(void *arg) {
             pthread_cond_wait(&io->work, &io->mu);
         if (!x) break; /* stop */
         pthread_mutex_unlock(&io->mu);
-        size_t got = 0;
-        int rc = run_job(io, &x->job, &got);
+        size_t got = 0, raw = 0;
+        int rc = run_job(io, &x->job, &got, &raw);
         pthread_mutex_lock(&io->mu);
-        finish(io, x, rc, got);
+        finish(io, x, rc, got, raw);
     }
     pthread_mutex_unlock(&io->mu);
     return NULL;
@@ -193,6 +199,13 @@ int io_direct_refused(bmoe_io_lanes *io) {
     return r;
 }
 
+uint64_t io_bytes_read(bmoe_io_lanes *io) {
+    pthread_mutex_lock(&io->mu);
+    uint64_t n = io->bytes_read;
+    pthread_mutex_unlock(&io->mu);
+    return n;
+}
+
 int io_lanes_count(const bmoe_io_lanes *io) { return io->n; }
 
 void io_destroy(bmoe_io_lanes *io) {
@@ -201,7 +214,7 @@ void io_destroy(bmoe_io_lanes *io) {
     io->stop = 1;
     for (int p = 0; p < 2; p++) {
         node *x;
-        while ((x = pop(&io->q[p]))) finish(io, x, ECANCELED, 0);
+        while ((x = pop(&io->q[p]))) finish(io, x, ECANCELED, 0, 0);
     }
     pthread_cond_broadcast(&io->work);
     pthread_mutex_unlock(&io->mu);

@@ -54,6 +54,9 @@ int io_wait(bmoe_io_lanes *io, bmoe_io_group *g);
 int io_busy(bmoe_io_lanes *io, const bmoe_io_group *g);
 /* 1 once a direct read has been refused with EINVAL (and redone through the buffered descriptor). */
 int io_direct_refused(bmoe_io_lanes *io);
+/* Every byte the finished reads returned from the file: a direct read's aligned covering range (its
+ * padding included), a buffered read's slice. What read amplification is measured with. */
+uint64_t io_bytes_read(bmoe_io_lanes *io);
 int io_lanes_count(const bmoe_io_lanes *io);
 /* Finishes the jobs being read, drops the queued ones (their groups are marked failed with
  * ECANCELED), and joins the threads: no lane touches memory after this returns. NULL is fine. */

@@ -79,6 +79,16 @@ static void write_counters(json_writer *w, const bmoe_counters *c) {
     json_end_object(w);
 }
 
+/* What the expert reads cost in file bytes: a measurement of the I/O path (direct reads add their
+ * alignment padding, buffered ones do not), not a decision, so it is kept out of "counters", which
+ * every device must agree on. */
+static void write_io(json_writer *w, const bmoe_counters *c) {
+    json_begin_object(w, "io");
+    json_uint(w, "flash_read_bytes", c->flash_read_bytes);
+    json_num(w, "read_amplification", c->flash_bytes ? (double)c->flash_read_bytes / (double)c->flash_bytes : 0.0);
+    json_end_object(w);
+}
+
 void result_write_run(FILE *out, int with_id, const char *id, const bmoe_result *r) {
     json_writer w;
     json_init(&w, out);
@@ -100,6 +110,7 @@ void result_write_run(FILE *out, int with_id, const char *id, const bmoe_result 
     json_strn(&w, "text", (const char *)r->text, r->text_len);
     json_hex(&w, "text_hex", r->text, r->text_len);
     write_counters(&w, &r->counters);
+    write_io(&w, &r->counters);
     json_begin_object(&w, "timing");
     json_num(&w, "load_s", r->timing.load_s);
     json_num(&w, "prefill_s", r->timing.prefill_s);

@@ -20,10 +20,14 @@
 
 /* Exact, always on. In --mmap mode only experts_routed moves. The ten integer counters are those of
  * docs/design.md; weight_routed / weight_dropped are measurement extras (router weight mass examined and
- * discarded by --drop-cold-experts, defined exactly in policies.h; 0 with dropping off). */
+ * discarded by --drop-cold-experts, defined exactly in policies.h; 0 with dropping off).
+ * flash_read_bytes is every byte the expert reads returned from the file, a direct read's alignment
+ * padding included: it depends on whether the filesystem takes direct reads, so the JSON writes it
+ * apart from the counters, in "io", with read_amplification = flash_read_bytes / flash_bytes (0 when
+ * nothing was read) (docs/streaming.md, counters). */
 typedef struct bmoe_counters {
     uint64_t experts_routed, experts_dropped, subst_examined, subst_changed, cache_hits, cache_misses,
-        flash_bytes, flash_reads, prefetch_issued, prefetch_used;
+        flash_bytes, flash_reads, prefetch_issued, prefetch_used, flash_read_bytes;
     double weight_routed, weight_dropped;
 } bmoe_counters;
 

@@ -4,7 +4,9 @@
  * (llama.cpp's names, see docs/model-math.md) and hands each one to the hook before anything
  * downstream reads it. The hook may edit the result in place. Streaming, the expert cache and the
  * lossy policies live behind the hook; forward.c knows nothing of them. Expert weights are reached
- * only through the expert source, which the hook has made ready by the time BMOE_NODE_EXPERTS fires. */
+ * only through the expert source. By the time BMOE_NODE_EXPERTS fires the hook has committed them and
+ * issued their reads; a view returns once that expert's reads have landed, so asking for each
+ * expert's view right before its matmul lets the later experts' reads overlap the earlier matmuls. */
 #ifndef BMOE_SEAM_H
 #define BMOE_SEAM_H
 
@@ -51,7 +53,8 @@ typedef struct bmoe_expert_view {
 typedef struct bmoe_expert_source {
     void *self;
     /* Weights of expert `e` of layer `il`. In streaming mode the hook has committed them before the
-     * EXPERTS node; calling this for an expert that is not loaded returns memory that faults. */
+     * EXPERTS node and this waits for their reads (call it from the eval thread); calling this for an
+     * expert that is not loaded returns memory that faults. */
     int (*view)(void *self, int il, int e, bmoe_expert_view *out);
 } bmoe_expert_source;
 

@@ -50,6 +50,7 @@ struct bmoe_stream_hook {
     uint64_t *row_bytes;
     uint8_t *res0, *resident, *seen, *charged; /* [E] */
     int *uniq;                  /* [E] */
+    uint8_t *need_read, *in_col, *issued; /* [E] issue_reads' bookkeeping */
     chain_learner *chain;       /* each layer's weight chain, learned from the graph (weight_chain.h) */
     bmoe_route_policy policy;
     int has_policy;
@@ -158,6 +159,10 @@ static void on_evict(void *user, int li, int e) {
     wait_group(h, &h->groups[key]); /* under the lanes' lock; returns at once when nothing is pending */
     stream_release(h->st, li, e);
     h->prefetched[key] = 0;
+    /* a miss of the layer being loaded whose read is not issued yet is not read at all: only a
+     * broken pin (fault EVICT_IN_USE) gets here, and its matmul must fault as it did when the read
+     * was issued before the next miss was inserted */
+    if (li == h->cur_li) h->need_read[e] = 0;
 }
 
 static void unpin_layer(bmoe_stream_hook *h) {
@@ -212,8 +217,41 @@ static int issue_prefetch(bmoe_stream_hook *h, int li) {
     return 0;
 }
 
-static int load_layer(bmoe_stream_hook *h, bmoe_moe_result *r) {
+/* Issues this pass's demand reads in the order forward.c computes the experts (slot by slot, experts
+ * in ascending id within a slot: seam.h), so the reads land in the order the views wait for them.
+ * Cache: the experts marked need_read (the misses, already inserted and pinned), into their own
+ * slots; shared slots: every executing expert, into the slot shared_of gave it. The order of the
+ * reads changes no decision, counter or byte. */
+static int issue_reads(bmoe_stream_hook *h, const bmoe_moe_result *r, int li) {
     char m[1024];
+    int T = r->n_tokens, k = h->k, E = h->E;
+    for (int s = 0; s < k; s++) {
+        for (int e = 0; e < E; e++) h->in_col[e] = 0;
+        for (int t = 0; t < T; t++)
+            if (!h->dropped[t * k + s]) h->in_col[r->ids[t * k + s]] = 1;
+        for (int e = 0; e < E; e++) {
+            if (!h->in_col[e]) continue;
+            int slot, rc;
+            bmoe_io_group *g;
+            if (h->cache) {
+                if (!h->need_read[e]) continue;
+                h->need_read[e] = 0;
+                slot = e;
+                g = &h->groups[key_of(h, li, e)];
+            } else {
+                if (h->shared_of[e] < 0 || h->issued[e]) continue;
+                h->issued[e] = 1;
+                slot = h->shared_of[e];
+                g = &h->groups[slot];
+            }
+            if ((rc = stream_load(h->st, li, slot, e, BMOE_IO_DEMAND, g, m, sizeof m))) return take_stream_error(h, rc, m);
+        }
+    }
+    if (!h->cache) memset(h->issued, 0, (size_t)E);
+    return 0;
+}
+
+static int load_layer(bmoe_stream_hook *h, bmoe_moe_result *r) {
     int li = h->cur_li, T = r->n_tokens, k = h->k, E = h->E, n = T * k;
     uint64_t eb = h->eb[li];
     h->cur_loaded = 1;
@@ -249,14 +287,15 @@ static int load_layer(bmoe_stream_hook *h, bmoe_moe_result *r) {
     }
 
     if (!h->cache) {
-        /* shared slots: every executing expert is read again, into slot j of the shared range */
+        /* shared slots: every executing expert is read again, into slot j of the shared range. A read
+         * of the previous layer still landing in a slot must finish before the slot is reused. */
+        for (int j = 0; j < h->S; j++)
+            if (wait_group(h, &h->groups[j])) return h->rc;
         for (int e = 0; e < E; e++) h->shared_of[e] = -1;
         h->shared_layer = li;
         for (int j = 0; j < nu; j++) {
             int e = h->uniq[j];
             h->shared_of[e] = j;
-            int rc = stream_load(h->st, li, j, e, BMOE_IO_DEMAND, &h->groups[j], m, sizeof m);
-            if (rc) return take_stream_error(h, rc, m);
 #ifdef BMOE_FAULT_MISSES_PER_READ
             h->c.cache_misses++;
 #endif
@@ -264,8 +303,7 @@ static int load_layer(bmoe_stream_hook *h, bmoe_moe_result *r) {
             h->c.flash_bytes += eb;
             h->charged[e] = 1;
         }
-        for (int j = 0; j < nu; j++)
-            if (wait_group(h, &h->groups[j])) return h->rc;
+        if (issue_reads(h, r, li)) return h->rc;
     } else {
         /* hits first: refreshed and pinned before any miss can make the cache evict (a miss
          * inserted first could otherwise evict a hit of this very layer) */
@@ -288,16 +326,15 @@ static int load_layer(bmoe_stream_hook *h, bmoe_moe_result *r) {
             cache_pin(h->cache, li, e);
             h->pinned[h->n_pinned++] = e;
         }
+        /* then the misses, in order of first appearance: every decision (insert, evict, pin) is taken
+         * here; the reads are issued after, in the order the matmuls use the experts */
         for (int j = 0; j < nu; j++) {
             int e = h->uniq[j];
-            size_t key = key_of(h, li, e);
             if (h->res0[e]) continue;
             cache_insert(h->cache, li, e, 1, on_evict, h);
             if (h->rc) return h->rc;
             cache_pin(h->cache, li, e);
             h->pinned[h->n_pinned++] = e;
-            int rc = stream_load(h->st, li, e, e, BMOE_IO_DEMAND, &h->groups[key], m, sizeof m);
-            if (rc) return take_stream_error(h, rc, m);
 #ifdef BMOE_FAULT_MISSES_PER_READ
             h->c.cache_misses++;
 #endif
@@ -307,11 +344,13 @@ static int load_layer(bmoe_stream_hook *h, bmoe_moe_result *r) {
             h->c.flash_bytes += eb; /* fault: a demand read through the cache is counted twice */
 #endif
             h->charged[e] = 1;
+            h->need_read[e] = 1;
         }
+        if (issue_reads(h, r, li)) return h->rc;
         if (h->pf && r->phase == 1 && issue_prefetch(h, li)) return h->rc;
-        for (int j = 0; j < nu; j++)
-            if (wait_group(h, &h->groups[key_of(h, li, h->uniq[j])])) return h->rc;
     }
+    /* nothing is waited for here: each expert's view waits for its own reads (hook_view), so the
+     * matmuls of the first experts run while the later experts are still being read */
     /* bytes go on the first executed row of each expert that was read */
     for (int i = 0; i < n; i++) {
         int e = h->pre_ids[i];
@@ -345,8 +384,7 @@ static void write_trace(bmoe_stream_hook *h, const bmoe_moe_result *r) {
         }
 }
 
-int stream_hook_fn(void *user, bmoe_moe_result *r) {
-    bmoe_stream_hook *h = user;
+static int hook_node(bmoe_stream_hook *h, bmoe_moe_result *r) {
     if (h->rc) return h->rc;
     int li = (r->layer >= 0 && r->layer < h->m->hp.n_layer) ? h->li_of[r->layer] : -1;
     if (li < 0) return hfail(h, 1, "%s-%d: not a streamed layer", bmoe_node_name(r->node), r->layer);
@@ -440,6 +478,15 @@ int stream_hook_fn(void *user, bmoe_moe_result *r) {
     return 0;
 }
 
+int stream_hook_fn(void *user, bmoe_moe_result *r) {
+    bmoe_stream_hook *h = user;
+    int rc = hook_node(h, r);
+    /* frames freed by this node's evictions and not reused by its loads are closed before the forward
+     * pass goes on (expert_stream.h) */
+    if (h->st) stream_settle(h->st);
+    return rc;
+}
+
 /* ---- the expert source --------------------------------------------------------------------------- */
 
 static int hook_view(void *self, int il, int e, bmoe_expert_view *out) {
@@ -448,12 +495,22 @@ static int hook_view(void *self, int il, int e, bmoe_expert_view *out) {
     if (il < 0 || il >= h->m->hp.n_layer || e < 0 || e >= h->E) return 1;
     int li = h->li_of[il];
     if (li < 0) return 1;
+    /* the reads of this expert (demand, or a speculative one now needed) must have landed; the wait
+     * returns at once when none is pending. The memory is not checked: an expert that was not loaded
+     * faults when the matmul touches it (the gates' fault builds rely on that). */
+    bmoe_io_group *g = NULL;
+    int slot = e;
     if (h->cache) {
-        stream_view(h->st, li, e, e, out); /* faults when touched unless committed */
+        g = &h->groups[key_of(h, li, e)];
     } else {
-        int slot = li == h->shared_layer ? h->shared_of[e] : -1;
-        stream_view(h->st, li, slot, e, out); /* -1: the guard slot, never committed */
+        slot = li == h->shared_layer ? h->shared_of[e] : -1; /* -1: the guard slot, never committed */
+        if (slot >= 0) g = &h->groups[slot];
     }
+    if (g) {
+        char m[1024];
+        if (stream_wait(h->st, g, m, sizeof m)) return take_stream_error(h, 4, m);
+    }
+    stream_view(h->st, li, slot, e, out);
     return 0;
 }
 
@@ -477,9 +534,12 @@ int stream_query_residency(bmoe_stream_hook *h, int il, uint8_t *resident) {
 
 int stream_hook_finish(bmoe_stream_hook *h, bmoe_error *err) {
     unpin_layer(h);
+    if (h->st) stream_settle(h->st);
     h->cur_li = -1;
     if (h->cache)
         for (size_t key = 0; key < (size_t)h->n_layers * (size_t)h->E; key++) wait_group(h, &h->groups[key]);
+    else
+        for (int j = 0; j < h->S; j++) wait_group(h, &h->groups[j]);
     char m[1024];
     int rc = trace_close(h->trace, m, sizeof m);
     h->trace = NULL;
@@ -498,6 +558,7 @@ void stream_hook_counters(const bmoe_stream_hook *h, bmoe_counters *c) {
     c->flash_reads += h->c.flash_reads;
     c->prefetch_issued += h->c.prefetch_issued;
     c->prefetch_used += h->c.prefetch_used;
+    if (h->st) c->flash_read_bytes += stream_bytes_read(h->st);
     c->weight_routed += h->c.weight_routed;
     c->weight_dropped += h->c.weight_dropped;
 }
@@ -576,6 +637,7 @@ int stream_hook_create(bmoe_stream_hook **out, bmoe_model *m, const bmoe_config 
     bmoe_stream_opts so = {
         .n_layers = h->n_layers, .n_expert = h->E, .parts = parts, .n_shards = m->g->n_shards,
         .shard_paths = paths, .shared_slots = (int)shared, .odirect = !cfg->no_odirect, .io_lanes = cfg->io_threads,
+        .frame_pool_bytes = cfg->cache_mb > 0 ? (uint64_t)cfg->cache_mb * MIB : 0,
     };
     rc = stream_open(&so, &h->st, msg, sizeof msg);
     if (rc) { err_set(err, rc, NULL, "%s", msg); goto fail; }
@@ -614,6 +676,9 @@ int stream_hook_create(bmoe_stream_hook **out, bmoe_model *m, const bmoe_config 
     h->shared_of = malloc(E * sizeof *h->shared_of);
     h->pinned = malloc(E * sizeof *h->pinned);
     h->uniq = malloc(E * sizeof *h->uniq);
+    h->need_read = calloc(E, 1);
+    h->in_col = calloc(E, 1);
+    h->issued = calloc(E, 1);
     h->res0 = calloc(E, 1);
     h->resident = calloc(E, 1);
     h->seen = calloc(E, 1);
@@ -627,7 +692,7 @@ int stream_hook_create(bmoe_stream_hook **out, bmoe_model *m, const bmoe_config 
     h->changed = calloc(rows, 1);
     h->row_res = calloc(rows, 1);
     h->row_bytes = calloc(rows, sizeof *h->row_bytes);
-    if (!h->prefetched || !h->shared_of || !h->pinned || !h->uniq || !h->res0 || !h->resident || !h->seen ||
+    if (!h->prefetched || !h->shared_of || !h->pinned || !h->uniq || !h->need_read || !h->in_col || !h->issued || !h->res0 || !h->resident || !h->seen ||
         !h->charged || !h->chain || !h->pre_ids || !h->router_ids || !h->router_w || !h->router_scores || !h->dropped || !h->changed || !h->row_res || !h->row_bytes) {
         rc = err_set(err, 1, NULL, "out of memory");
         goto fail;
@@ -661,7 +726,7 @@ void stream_hook_destroy(bmoe_stream_hook *h) {
     free(h->li_of); free(h->eb); free(h->shared_of); free(h->groups); free(h->prefetched); free(h->spec_keys);
     free(h->plan_l); free(h->plan_e); free(h->pinned); free(h->pre_ids); free(h->router_ids); free(h->router_w); free(h->router_scores); free(h->dropped); free(h->changed);
     free(h->row_res); free(h->row_bytes); free(h->res0); free(h->resident); free(h->seen); free(h->charged);
-    free(h->uniq);
+    free(h->uniq); free(h->need_read); free(h->in_col); free(h->issued);
     chain_free(h->chain);
     free(h->dense);
     free(h);

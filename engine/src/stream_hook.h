@@ -14,8 +14,10 @@
  *                    the routing is recorded for prefetch; then, unless a policy defers it, the
  *                    layer's routed experts are LOADED: residency is taken per expert, each unique
  *                    expert is looked up once (hit: refresh the LRU; miss: evict/commit/read), all of
- *                    them are pinned, speculative reads for the next layers are issued, and the
- *                    demand reads are waited for
+ *                    them are pinned, the demand reads are issued in the order the matmuls use
+ *                    the experts, then speculative reads for the next layers; nothing is waited
+ *                    for here: each expert's view (the expert source) waits for its own reads, so
+ *                    the matmuls of the first experts overlap the reads of the later ones
  *   weight nodes     the layer's weight chain. Its last node before the matmuls (the TERMINAL node)
  *                    is learned by weight_chain.c, keyed by the layer's shape (E, k, the chain), from
  *                    the first pass of that shape: no per-architecture table. With a deferring policy

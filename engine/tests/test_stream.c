@@ -95,9 +95,11 @@ static void test_store(const char *f0, const char *f1) {
     bmoe_stream_part parts[NL * BMOE_EXP_NPARTS];
     layout(parts);
     const char *paths[2] = { f0, f1 };
+    for (int pool = 0; pool <= 1; pool++)
     for (int direct = 0; direct <= 1; direct++)
         for (int lanes = 1; lanes <= 4; lanes += 3) {
-            bmoe_stream_opts o = { NL, NE, parts, 2, paths, 0, direct, lanes };
+            /* pool: a frame pool of about three slots (the rest of this test holds for both) */
+            bmoe_stream_opts o = { NL, NE, parts, 2, paths, 0, direct, lanes, pool ? (uint64_t)1 << 20 : 0 };
             bmoe_stream *s = NULL;
             char err[512] = "";
             CHECK(stream_open(&o, &s, err, sizeof err) == 0);
@@ -125,6 +127,7 @@ static void test_store(const char *f0, const char *f1) {
             stream_view(s, 1, 3, 3, &v);
             CHECK(!touch_faults(v.down));
             stream_release(s, 1, 3);
+            stream_settle(s); /* what the hook does before it returns to the forward pass */
             CHECK(!stream_committed(s, 1, 3));
             CHECK(touch_faults(v.down));
             CHECK(touch_faults(v.gate));
@@ -138,7 +141,7 @@ static void test_store(const char *f0, const char *f1) {
         }
 
     /* shared slots: two slots for every layer; the guard slot is never committed */
-    bmoe_stream_opts o = { NL, NE, parts, 2, paths, 2, 1, 2 };
+    bmoe_stream_opts o = { NL, NE, parts, 2, paths, 2, 1, 2, 0 };
     bmoe_stream *s = NULL;
     char err[512];
     CHECK(stream_open(&o, &s, err, sizeof err) == 0 && stream_shared_slots(s) == 2);
@@ -159,12 +162,78 @@ static void test_store(const char *f0, const char *f1) {
 }
 
 /* A shard cut short after the store opened it: a clean error naming the file, tensor and expert. */
+/* The frame pool: frames are recycled across slots (no new frame while a free one exists), an
+ * evicted expert's view faults even while its old frame holds another expert, a pointer kept into a
+ * free frame faults, the reused frame holds exactly the new expert's slices, and free frames beyond
+ * the budget are not kept. */
+static void test_frame_pool(const char *f0, const char *f1) {
+    bmoe_stream_part parts[NL * BMOE_EXP_NPARTS];
+    layout(parts);
+    const char *paths[2] = { f0, f1 };
+    bmoe_stream_opts probe = { NL, NE, parts, 2, paths, 0, 1, 2, 0 };
+    bmoe_stream *s = NULL;
+    char err[512] = "";
+    CHECK(stream_open(&probe, &s, err, sizeof err) == 0);
+    if (!s) return;
+    size_t slot = stream_slot_bytes(s), created = 9, in_use = 9, warm = 9;
+    stream_frames(s, &created, &in_use, &warm);
+    CHECK(created == 0 && in_use == 0 && warm == 0); /* no pool asked for */
+    stream_close(s);
+
+    bmoe_stream_opts o = { NL, NE, parts, 2, paths, 0, 1, 2, 2 * (uint64_t)slot };
+    s = NULL;
+    CHECK(stream_open(&o, &s, err, sizeof err) == 0);
+    if (!s) return;
+    bmoe_io_group g = { 0 };
+    bmoe_expert_view v0, v1, v2;
+    for (int e = 0; e < 3; e++) CHECK(stream_load(s, 0, e, e, BMOE_IO_DEMAND, &g, err, sizeof err) == 0);
+    CHECK(stream_wait(s, &g, err, sizeof err) == 0);
+    stream_frames(s, &created, &in_use, &warm);
+    CHECK(created == 3 && in_use == 3 && warm == 0);
+    stream_view(s, 0, 0, 0, &v0);
+    stream_view(s, 0, 1, 1, &v1);
+    CHECK(view_matches(parts, 0, 0, &v0) && view_matches(parts, 0, 1, &v1));
+    stream_release(s, 0, 0);
+    stream_release(s, 0, 1);
+    /* the evicted experts' own views fault at once */
+    stream_view(s, 0, 0, 0, &v2);
+    CHECK(touch_faults(v2.gate));
+    stream_view(s, 0, 1, 1, &v2);
+    CHECK(touch_faults(v2.down));
+    /* settled, free frames are closed: what was read through the old views faults */
+    stream_settle(s);
+    CHECK(touch_faults(v0.gate) && touch_faults(v0.down) && touch_faults(v1.down));
+    stream_frames(s, &created, &in_use, &warm);
+    CHECK(in_use == 1 && warm == 1); /* 1 in use + 1 warm == the budget of 2; the other gave its pages back */
+    /* an expert of another layer takes a recycled frame: right bytes, and the evicted experts' views fault */
+    CHECK(stream_load(s, 1, 3, 3, BMOE_IO_DEMAND, &g, err, sizeof err) == 0);
+    CHECK(stream_load(s, 1, 4, 4, BMOE_IO_DEMAND, &g, err, sizeof err) == 0);
+    CHECK(stream_wait(s, &g, err, sizeof err) == 0);
+    stream_frames(s, &created, &in_use, &warm);
+    CHECK(created == 3 && in_use == 3 && warm == 0); /* no new frame */
+    stream_view(s, 1, 3, 3, &v2);
+    CHECK(view_matches(parts, 1, 3, &v2));
+    stream_view(s, 1, 4, 4, &v2);
+    CHECK(view_matches(parts, 1, 4, &v2));
+    stream_view(s, 0, 0, 0, &v0); /* what a matmul of the evicted experts would read */
+    stream_view(s, 0, 1, 1, &v1);
+    CHECK(touch_faults(v0.gate) && touch_faults(v0.down) && touch_faults(v1.gate) && touch_faults(v1.down));
+    CHECK(stream_committed(s, 0, 2) && !stream_committed(s, 0, 0) && stream_committed(s, 1, 3));
+    /* the same slot again, after a release: read again into whatever frame it gets */
+    stream_release(s, 1, 3);
+    CHECK(stream_load(s, 1, 3, 3, BMOE_IO_DEMAND, &g, err, sizeof err) == 0);
+    CHECK(stream_wait(s, &g, err, sizeof err) == 0);
+    stream_view(s, 1, 3, 3, &v2);
+    CHECK(view_matches(parts, 1, 3, &v2));
+    stream_close(s);
+}
+
 static void test_truncated(const char *f0, const char *f1) {
     bmoe_stream_part parts[NL * BMOE_EXP_NPARTS];
     layout(parts);
     const char *paths[2] = { f0, f1 };
     for (int direct = 0; direct <= 1; direct++) {
-        bmoe_stream_opts o = { NL, NE, parts, 2, paths, 0, direct, 2 };
+        bmoe_stream_opts o = { NL, NE, parts, 2, paths, 0, direct, 2, 0 };
         bmoe_stream *s = NULL;
         char err[512] = "";
         CHECK(stream_open(&o, &s, err, sizeof err) == 0);
@@ -190,7 +259,7 @@ static void test_truncated(const char *f0, const char *f1) {
     }
     /* a shard that cannot be opened */
     const char *bad[2] = { f0, "/nonexistent/shard.gguf" };
-    bmoe_stream_opts o = { NL, NE, parts, 2, bad, 0, 1, 1 };
+    bmoe_stream_opts o = { NL, NE, parts, 2, bad, 0, 1, 1, 0 };
     bmoe_stream *s = NULL;
     char err[512];
     CHECK(stream_open(&o, &s, err, sizeof err) == 4 && s == NULL && strstr(err, "/nonexistent/shard.gguf"));
@@ -621,6 +690,7 @@ int main(void) {
         return 1;
     }
     test_store(f0, f1);
+    test_frame_pool(f0, f1);
     test_truncated(f0, f1);
     test_lanes(f0);
     fake f;
