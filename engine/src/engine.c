@@ -45,6 +45,7 @@ struct bmoe_engine {
     int n_prompt;
     int32_t *out;                /* generated tokens */
     int n_out;
+    double *step_s;              /* wall time of each decode step (measurement only; never read back) */
     uint8_t *text;
     size_t text_len, text_cap;
     float *logits;               /* [n_prompt, V] when --logits-out, else [V] */
@@ -180,7 +181,8 @@ int engine_open(const bmoe_config *cfg, bmoe_engine **out, bmoe_error *err) {
     size_t rows = cfg->logits_out ? (size_t)e->n_prompt : 1;
     e->logits = malloc(rows * (size_t)hp->n_vocab * sizeof(float));
     e->out = malloc(((size_t)cfg->n_predict + 1) * sizeof *e->out);
-    if (!e->logits || !e->out) { rc = err_set(err, 1, NULL, "out of memory"); goto fail; }
+    e->step_s = malloc(((size_t)cfg->n_predict + 1) * sizeof *e->step_s);
+    if (!e->logits || !e->out || !e->step_s) { rc = err_set(err, 1, NULL, "out of memory"); goto fail; }
     e->timing.load_s = now_s() - t0;
     *out = e;
     return 0;
@@ -256,10 +258,11 @@ int engine_generate(bmoe_engine *e, bmoe_error *err) {
     /* decode: one token at a time; the last sampled token is not evaluated */
     int steps = 0;
     while (e->n_out < c->n_predict && tok != e->tok.eos) {
+        double ts = now_s();
         rc = forward_eval(e->fwd, &tok, 1, P + steps, 1, steps, 0, e->logits, msg, sizeof msg);
         if (rc) { forward_failed(e, err, rc, msg); goto done; }
         if (lf && write_logits(lf, e->logits, (size_t)V)) goto write_failed;
-        steps++;
+        e->step_s[steps++] = now_s() - ts;
         tok = argmax_first(e->logits, V);
         e->out[e->n_out++] = tok;
         if (append_text(e, tok)) { rc = err_set(err, 1, NULL, "out of memory"); goto done; }
@@ -285,6 +288,8 @@ int engine_generate(bmoe_engine *e, bmoe_error *err) {
     r->text_len = e->text_len;
     r->counters = e->counters;
     r->timing = e->timing;
+    r->decode_step_s = e->step_s;
+    r->n_decode_steps = steps;
     if (e->warning[0] && r->n_warnings < BMOE_MAX_WARNINGS) r->warnings[r->n_warnings++] = e->warning;
     if (e->stream)
         r->n_warnings += stream_hook_warnings(e->stream, r->warnings + r->n_warnings, BMOE_MAX_WARNINGS - r->n_warnings);
@@ -311,6 +316,7 @@ void engine_close(bmoe_engine *e) {
     model_close(e->model);
     free(e->prompt);
     free(e->out);
+    free(e->step_s);
     free(e->text);
     free(e->logits);
     free(e);

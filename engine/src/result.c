@@ -103,6 +103,9 @@ void result_write_run(FILE *out, int with_id, const char *id, const bmoe_result 
     json_num(&w, "prefill_s", r->timing.prefill_s);
     json_num(&w, "decode_s", r->timing.decode_s);
     json_num(&w, "decode_tok_s", r->timing.decode_tok_s);
+    json_begin_array(&w, "decode_step_s");
+    for (int i = 0; i < r->n_decode_steps; i++) json_num(&w, NULL, r->decode_step_s[i]);
+    json_end_array(&w);
     json_end_object(&w);
     json_begin_array(&w, "warnings");
     for (int i = 0; i < r->n_warnings; i++) json_str(&w, NULL, r->warnings[i]);

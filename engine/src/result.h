@@ -60,6 +60,8 @@ typedef struct bmoe_result {
     size_t text_len;
     bmoe_counters counters;
     bmoe_timing timing;
+    const double *decode_step_s;   /* seconds of each decode evaluation, in order (timing only) */
+    int n_decode_steps;
     const char *warnings[BMOE_MAX_WARNINGS];
     int n_warnings;
 } bmoe_result;
