@@ -77,6 +77,19 @@ def parse_settings(text: str, shown: str, *, check: bool = True) -> LoadedSettin
     """Validate a settings file; with ``check`` its flags must also pass the engine's validate()
     (`bmoe check`); a refusal is reported at the line of the setting the message names."""
     raw = parse_text(text, shown)
+    if isinstance(raw, dict) and "settings" not in raw:
+        stray = [k for k in raw if k in SETTINGS]
+        if stray:
+            raise ReleaseConfigError(
+                [
+                    ConfigIssue(
+                        shown,
+                        key_line(raw, (stray[0],)),
+                        str(stray[0]),
+                        "a setting at the top level: put the settings under 'settings:' (see ci/app-defaults.yaml)",
+                    )
+                ]
+            )
     model = validate(SettingsFile, raw, shown, "a settings file")
     loaded = LoadedSettings(model.settings, shown, raw)
     if check:

@@ -6,6 +6,7 @@ turning pydantic errors into located messages, so a release file reads like a fa
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -121,9 +122,19 @@ def validate(model: type[M], raw: Any, shown: str, what: str) -> M:
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
+        errors = exc.errors()
+        # a misspelt key is one problem, not two: drop "missing" for the key an unknown sibling resembles
+        meant = set()
+        for err in errors:
+            if err["type"] == "extra_forbidden":
+                loc = tuple(err["loc"])
+                hits = difflib.get_close_matches(str(loc[-1]), _fields_at(model, loc), n=1, cutoff=0.6)
+                meant.update((*loc[:-1], h) for h in hits)
         issues = []
-        for err in exc.errors():
+        for err in errors:
             loc = tuple(err["loc"])
+            if err["type"] == "missing" and loc in meant:
+                continue
             line, shown_loc = _locate(raw, loc)
             issues.append(ConfigIssue(shown, line, _fmt_path(shown_loc), _message(err, loc, _fields_at(model, loc))))
         raise ReleaseConfigError(issues) from None
