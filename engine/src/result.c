@@ -61,8 +61,8 @@ static void write_model(json_writer *w, const char *key, const bmoe_model *m, in
     json_end_object(w);
 }
 
-static void write_counters(json_writer *w, const bmoe_counters *c) {
-    json_begin_object(w, "counters");
+void result_write_counters(json_writer *w, const char *key, const bmoe_counters *c) {
+    json_begin_object(w, key);
     json_uint(w, "experts_routed", c->experts_routed);
     json_uint(w, "experts_dropped", c->experts_dropped);
     json_uint(w, "subst_examined", c->subst_examined);
@@ -97,7 +97,8 @@ void result_write_run(FILE *out, int with_id, const char *id, const bmoe_result 
     json_end_array(&w);
     json_strn(&w, "text", (const char *)r->text, r->text_len);
     json_hex(&w, "text_hex", r->text, r->text_len);
-    write_counters(&w, &r->counters);
+    if (r->write_extra) r->write_extra(&w, r->extra_user);
+    result_write_counters(&w, "counters", &r->counters);
     json_begin_object(&w, "timing");
     json_num(&w, "load_s", r->timing.load_s);
     json_num(&w, "prefill_s", r->timing.prefill_s);

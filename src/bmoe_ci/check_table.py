@@ -329,9 +329,7 @@ CASES: list[Case] = [
     # --- --drop-cold-experts and its modifiers ---------------------------------------------
     *_real_cases(DROP, "drop"),
     _err("drop-no-cache", f"{DROP}: needs the expert cache (--cache-mb > 0)", DROP, "0.5"),
-    _err(
-        "drop-cache-zero", f"{DROP}: needs the expert cache (--cache-mb > 0)", DROP, "0.5", "--cache-mb", "0"
-    ),
+    _err("drop-cache-zero", f"{DROP}: needs the expert cache (--cache-mb > 0)", DROP, "0.5", "--cache-mb", "0"),
     _err("drop-mmap", f"{DROP}: not available with --mmap (nothing is streamed)", "--mmap", DROP, "0.5"),
     _err("drop-zero-no-cache", f"{DROP}: needs the expert cache (--cache-mb > 0)", DROP, "0"),
     _err(
@@ -369,6 +367,80 @@ CASES: list[Case] = [
         "--logits-out",
         "out.bin",
     ),
+    # --- the scoring instruments and sessions -------------------------------------------------
+    _ok("ppl", "--ppl", "text.txt"),
+    _ok("ppl-step-armed", "--ppl-step", "text.txt", *TINY, SUBST, "0.15", DROP, "0.75"),
+    _ok("ppl-step-ref", "--ppl-step", "text.txt", "--ppl-ref", "ref.bin", "--json"),
+    _ok("ppl-logits-out", "--ppl", "text.txt", "--mmap", "--logits-out", "ref.bin"),
+    _ok("ppl-choices", "--ppl-choices", "mc.jsonl", *TINY, SUBST, "0.3"),
+    _ok("session-n", "--session", "prompts.txt", "-n", "8", *TINY, DROP, "1"),
+    _err("ppl-empty", "--ppl: the file name is empty", "--ppl", ""),
+    _err("ppl-step-empty", "--ppl-step: the file name is empty", "--ppl-step="),
+    _err("ppl-choices-empty", "--ppl-choices: the file name is empty", "--ppl-choices", ""),
+    _err("session-empty", "--session: the file name is empty", "--session", ""),
+    _err("ppl-ref-empty", "--ppl-ref: the file name is empty", "--ppl", "t.txt", "--ppl-ref", ""),
+    _err("ppl-missing-value", "--ppl: missing value ('--json' is an option)", "--ppl", "--json"),
+    _err(
+        "ppl-two-modes",
+        "--ppl-step: cannot be combined with --ppl (one input mode per run)",
+        "--ppl-step",
+        "a.txt",
+        "--ppl",
+        "b.txt",
+    ),
+    _err(
+        "session-and-choices",
+        "--session: cannot be combined with --ppl-choices (one input mode per run)",
+        "--session",
+        "a.txt",
+        "--ppl-choices",
+        "b.jsonl",
+    ),
+    _err(
+        "ppl-with-prompt",
+        "--ppl: cannot be combined with -p (the prompts come from the file)",
+        "--ppl",
+        "a.txt",
+        "-p",
+        "hi",
+    ),
+    _err(
+        "session-with-prompt-tokens",
+        "--session: cannot be combined with --prompt-tokens (the prompts come from the file)",
+        "--session",
+        "a.txt",
+        "--prompt-tokens",
+        "1,2",
+    ),
+    _err(
+        "ppl-with-n", "--ppl-step: cannot be combined with -n (scoring generates nothing)", "--ppl-step", "a", "-n", "0"
+    ),
+    _err("ppl-ref-alone", "--ppl-ref: has no effect without --ppl or --ppl-step", "--ppl-ref", "r.bin"),
+    _err("ppl-ref-choices", "--ppl-ref: not available with --ppl-choices", "--ppl-choices", "q", "--ppl-ref", "r"),
+    _err(
+        "logits-out-session",
+        "--logits-out: not available with --session (it writes the rows of --ppl or --ppl-step)",
+        "--session",
+        "p.txt",
+        "--logits-out",
+        "l.bin",
+    ),
+    _err(
+        "logits-out-over-ref",
+        "--logits-out: the same file as --ppl-ref",
+        "--ppl",
+        "t",
+        "--ppl-ref",
+        "r",
+        "--logits-out",
+        "r",
+    ),
+    _err("logits-out-over-text", "--logits-out: the same file as --ppl", "--ppl", "t", "--logits-out", "t"),
+    _err(
+        "route-trace-over-text", "--route-trace: the same file as --ppl-step", "--ppl-step", "t", "--route-trace", "t"
+    ),
+    _err("order-outputs-before-scoring", "--logits-out: the file name is empty", "--ppl", "", "--logits-out", ""),
+    _err("order-cache-before-scoring", f"{DROP}: needs the expert cache (--cache-mb > 0)", "--ppl", "", DROP, "1"),
     # --- order: the first failing rule in the documented order is the one reported ----------
     _err("order-threads-before-io", "-t: 0 is outside 1..256", "--io-threads", "9", "-t", "0"),
     _err("order-prompt-before-n", "-p: the prompt is empty", "-n", "-1", "-p", ""),
