@@ -4,6 +4,7 @@ and the pieces the verdict is built from (diff, decision, the A/B's statistics a
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from bmoe_ci.ab.stats import ratio_ci
 from bmoe_ci.cli import main
 from bmoe_ci.farm import Device
 from bmoe_ci.release.policy import load_policy, parse_policy
+from bmoe_ci.release.report import write_release
 from bmoe_ci.release.settings import SETTINGS, diff, flags, load_settings, parse_settings
 from bmoe_ci.release.verdict import FAIL, MISSING, PASS, Check, decide
 from bmoe_ci.release.yamlfile import ReleaseConfigError
@@ -221,3 +223,75 @@ def test_a_drifted_cell_refuses_the_verdict_naming_cell_and_numbers() -> None:
     assert ab["state_missing"] == ["battery_pct", "charging"]
     cells[2]["drift"] = []
     assert summarise(spec, cells, run_id="r1", build_id="b1", target="t")["verdict"] == "measured"
+
+
+def sample_release(ab: dict) -> dict:
+    checks = [
+        Check(
+            "expert_substitute",
+            "quality agreement",
+            None,
+            FAIL,
+            value=0.63,
+            threshold=">= 0.9",
+            evidence={"run": "r2", "device": "pixel8", "build_id": "b1", "source": "instruments"},
+        ).to_dict(),
+        Check(
+            "expert_substitute",
+            "speed",
+            "phone-aarch64",
+            PASS,
+            value=1.2,
+            threshold=">= 1.0",
+            evidence={"run": "r1", "device": "pixel8", "build_id": "b1", "source": "ab"},
+        ).to_dict(),
+    ]
+    return {
+        "run": "rel-1",
+        "verdict": "NO-GO",
+        "reason": "expert_substitute: quality agreement ...",
+        "exit_code": 1,
+        "proposed": "p.yaml",
+        "base": "HEAD:ci/app-defaults.yaml",
+        "policy": "ci/release-policy.yaml",
+        "pool": "release",
+        "evidence_mode": "auto",
+        "engine_builds": {"aarch64-linux-musl": "b1"},
+        "changes": [{"setting": "expert_substitute", "base": None, "proposed": 0.6}],
+        "checks": checks,
+        "stale": [{"device": "rpi5", "run": "n1", "reason": "evidence of run n1 ... refused as stale"}],
+        "notes": [],
+        "ab": {"phone-aarch64": ab},
+    }
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium (scripts/setup.sh installs it)")
+def test_the_release_report_renders_in_headless_chromium(tmp_path: Path) -> None:
+    from test_nightly_report import console_errors, render_in_chromium
+
+    device = Device(name="pixel8", kind="phone", arch="aarch64", transport="local", workdir="/tmp/x")
+    spec = AbSpec(device=device, model=Path("m.gguf"), a=("--cache-mb", "2"), b=("--cache-mb", "3"), rounds=2)
+    state = parse_state(SYS.format(temp=40000), 0).to_dict()
+    cells = [
+        {
+            "index": i,
+            "round": 1 + i // 4,
+            "config": n,
+            "decode_step_s": [0.01],
+            "tok_s": 100.0 + 10 * (n == "B") + i,
+            "flash_bytes_per_token": 10.0,
+            "hit_rate": 0.5,
+            "before": state,
+            "after": state,
+            "drift": [],
+        }
+        for i, (_, n) in enumerate(cell_order(["A", "B"], 2))
+    ]
+    r = sample_release(summarise(spec, cells, run_id="r1", build_id="b1", target="aarch64-linux-musl"))
+    page = write_release(tmp_path / "out", r)
+    md = (tmp_path / "out" / "release.md").read_text()
+    assert "**NO-GO: expert_substitute" in md and "| expert_substitute | quality agreement | - | FAIL | 0.63 |" in md
+    dom, log = render_in_chromium(page, tmp_path / "release.png", tmp_path)
+    assert console_errors(log) == []
+    assert 'id="verdict"' in dom and "NO-GO" in dom and '<figure id="speed-plot"><svg' in dom
+    assert "refused as stale" in dom and "<script" not in page.read_text()

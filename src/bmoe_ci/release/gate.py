@@ -16,7 +16,7 @@ from bmoe_ci.ab.stats import ratio_ci
 from bmoe_ci.farm import Device, default_run_id, load_farm
 from bmoe_ci.release.evidence import GateEvidence, Stale, gates_from_history, probe, replay_run, run_gate_suite
 from bmoe_ci.release.policy import POLICY_PATH, Policy, load_policy
-from bmoe_ci.release.quality import QualityEvidence, pick, quality_run
+from bmoe_ci.release.quality import QualityEvidence, quality_run
 from bmoe_ci.release.settings import Change, LoadedSettings, Settings, diff, flags, load_base, load_settings
 from bmoe_ci.release.verdict import EXIT, FAIL, MISSING, PASS, Check, decide
 
@@ -371,7 +371,7 @@ class _Run:
         trace = {"run": qe.run, "device": qe.device, "build_id": qe.build_id, "source": "instruments"}
         base, prop = qe.base, qe.proposed
         if q.max_ppl_increase is not None:
-            pa, pb = pick(base, "ppl"), pick(prop, "ppl")
+            pa, pb = base.get("ppl"), prop.get("ppl")
             if not isinstance(pa, int | float) or not isinstance(pb, int | float) or pa <= 0:
                 self.add(Check(setting, "quality ppl", None, MISSING, detail="the run reported no ppl", evidence=trace))
             else:
@@ -389,7 +389,7 @@ class _Run:
                     )
                 )
         if q.min_agreement is not None:
-            agree = pick(prop, "ref_top1_agreement", "top1_agreement_ref", "ref_agreement", "agreement_ref")
+            agree = prop.get("ref_agreement")
             if not isinstance(agree, int | float):
                 self.add(
                     Check(
@@ -410,7 +410,8 @@ class _Run:
                         PASS if agree >= q.min_agreement else FAIL,
                         value=round(float(agree), 5),
                         threshold=f">= {q.min_agreement}",
-                        detail="share of positions whose argmax equals the base's",
+                        detail=f"share of positions whose argmax equals the lossless reference's (base "
+                        f"{base.get('ref_agreement')}; kl_mean {base.get('kl_mean')} -> {prop.get('kl_mean')})",
                         evidence=trace,
                     )
                 )

@@ -81,7 +81,7 @@ class Quality(_Strict):
     """Thresholds on the proposal against the base, on the evaluation model (each optional)."""
 
     max_ppl_increase: Annotated[Number, Field(ge=0)] | None = None  # relative: ppl_B / ppl_A - 1
-    min_agreement: Share | None = None  # share of positions whose argmax equals the base's
+    min_agreement: Share | None = None  # share of positions whose argmax equals the lossless reference's
     max_accuracy_drop: Share | None = None  # accuracy_A - accuracy_B on the multiple-choice set
 
     @model_validator(mode="after")

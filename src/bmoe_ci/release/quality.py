@@ -1,11 +1,12 @@
-"""Quality evidence: the engine's instruments (docs/engine-flags.md) on the quality model, the base
-settings against the proposal, on one device (the engine's outputs are byte-identical across devices,
-so one device's numbers are every device's).
+"""Quality evidence: the engine's instruments (docs/engine-flags.md, scoring) on the quality model, the
+base settings against the proposal, on one device (scores are byte-identical across devices and
+architectures, so one device's numbers are every device's).
 
-* ``--ppl-step TEXT``: teacher-forced, one token per decode step, so the cache and the lossy knobs act
-  as in decode; the base run also writes its logits (``--logits-out``), which the proposal's run takes
-  as ``--ppl-ref``: the share of positions whose argmax equals the base's is the agreement;
-* ``--ppl-choices JSONL``: multiple-choice accuracy.
+* a lossless reference run (``--mmap --ppl-step TEXT --logits-out REF``);
+* base and proposal ``--ppl-step TEXT --ppl-ref REF``: teacher-forced, one token per decode step, so the
+  cache and the lossy knobs act as in decode. They give ``ppl`` and ``ref_agreement``, the share of
+  positions whose argmax equals the lossless reference's (the next-token agreement), and ``kl_mean``;
+* base and proposal ``--ppl-choices JSONL``: multiple-choice ``accuracy``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class QualityEvidence:
     device: str
     run: str
     build_id: str
+    reference: dict[str, Any] = field(default_factory=dict)
     base: dict[str, Any] = field(default_factory=dict)
     proposed: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
@@ -42,15 +44,6 @@ def _fail(r: Any, what: str) -> str:
     why = (res.get("error") or {}).get("message") if res else None
     why = why or str(r.infra or "") or r.stderr.decode("utf-8", "replace").strip()[-300:]
     return f"{what}: {why or f'exit {r.exit_code}'}"
-
-
-def pick(res: dict[str, Any], *names: str) -> Any:
-    """The first of ``names`` present in the result, at the top level or in a ``ppl`` / ``quality`` object."""
-    for scope in (res, res.get("quality") or {}, res.get("ppl") if isinstance(res.get("ppl"), dict) else {}):
-        for n in names:
-            if n in scope and not isinstance(scope[n], dict):
-                return scope[n]
-    return None
 
 
 def quality_run(
@@ -85,17 +78,19 @@ def quality_run(
         m, t = s.file(f"quality/{model.name}"), s.file(f"quality/{text.name}")
         ref = s.file(f"quality/ref-{run_id}.f32")
         timeout = device.entry_timeout * 4
-        r = s.run_engine(["run", "-m", m, "--ppl-step", t, "--logits-out", ref, "--json", *base_flags], timeout)
+        r = s.run_engine(["run", "-m", m, "--mmap", "--ppl-step", t, "--logits-out", ref, "--json"], timeout)
         if not r.ok:
-            ev.error = _fail(r, "base --ppl-step run")
+            ev.error = _fail(r, "lossless reference --ppl-step run")
             return ev
-        ev.base = _json(r)
-        r = s.run_engine(["run", "-m", m, "--ppl-step", t, "--ppl-ref", ref, "--json", *proposed_flags], timeout)
+        ev.reference = _json(r)
+        for flags, into in ((base_flags, ev.base), (proposed_flags, ev.proposed)):
+            r = s.run_engine(["run", "-m", m, "--ppl-step", t, "--ppl-ref", ref, "--json", *flags], timeout)
+            if not r.ok:
+                s.run(["rm", "-f", ref], 30.0)
+                ev.error = _fail(r, "--ppl-step run")
+                return ev
+            into.update(_scores(_json(r)))
         s.run(["rm", "-f", ref], 30.0)
-        if not r.ok:
-            ev.error = _fail(r, "proposed --ppl-step run")
-            return ev
-        ev.proposed = _json(r)
         if choices is not None:
             c = s.file(f"quality/{choices.name}")
             for flags, into in ((base_flags, ev.base), (proposed_flags, ev.proposed)):
@@ -103,5 +98,13 @@ def quality_run(
                 if not r.ok:
                     ev.error = _fail(r, "--ppl-choices run")
                     return ev
-                into["accuracy"] = pick(_json(r), "accuracy")
+                res = _json(r)
+                into.update({k: res.get(k) for k in ("accuracy", "correct", "questions_scored")})
     return ev
+
+
+SCORES = ("ppl", "nll_mean", "tokens_scored", "top1_agreement", "ref_agreement", "kl_mean")
+
+
+def _scores(res: dict[str, Any]) -> dict[str, Any]:
+    return {k: res.get(k) for k in SCORES} | {"counters": res.get("counters", {})}
