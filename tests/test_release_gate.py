@@ -35,6 +35,13 @@ QUESTIONS = [
 ]
 
 
+def quality_fixture() -> str:
+    """The trained model when this tree specifies it (its scores mean something), else a random fixture."""
+    from bmoe_ci.fixtures import load_specs
+
+    return "trained" if "trained" in load_specs(None).specs else "qwen3moe"
+
+
 def proposal(tmp: Path, name: str, **changes: str) -> Path:
     text = DEFAULTS
     for key, value in changes.items():
@@ -59,18 +66,14 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "    workdir: /tmp/far-phone\n    connect_timeout: 2\n    retries: 0\n"
         "pools:\n  release: [host]\n  release-phones: [host, far-phone]\n"
     )
-    (tmp / "text.txt").write_text((REPO / "docs" / "design.md").read_text()[:1200])
     (tmp / "choices.jsonl").write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
     policy = (
         POLICY.replace("[desktop-x86_64, phone-aarch64]", "[desktop-x86_64]")
         .replace("max_load_per_cpu: 1.5", "max_load_per_cpu: 1000")  # a shared CI machine: load is not ours
         .replace("rounds: 3", "rounds: 1")
         .replace("n_predict: 32", "n_predict: 12")
-        .replace(
-            "quality_fixture: trained ",
-            f"quality_fixture: qwen3moe\n  quality_text: {tmp / 'text.txt'}\n"
-            f"  quality_choices: {tmp / 'choices.jsonl'}\n  #",
-        )
+        .replace("quality_fixture: trained ", f"quality_fixture: {quality_fixture()} ")
+        .replace("quality_choices: fixtures/trained/choices.jsonl", f"quality_choices: {tmp / 'choices.jsonl'}")
     )
     (tmp / "policy.yaml").write_text(policy)
     # prefetch needs gate results only, on both classes: the unreachable-class and stale cases stay fast
