@@ -295,3 +295,22 @@ def test_the_release_report_renders_in_headless_chromium(tmp_path: Path) -> None
     assert console_errors(log) == []
     assert 'id="verdict"' in dom and "NO-GO" in dom and '<figure id="speed-plot"><svg' in dom
     assert "refused as stale" in dom and "<script" not in page.read_text()
+
+
+def test_ab_refuses_bad_input_before_touching_a_device(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    farm = tmp_path / "farm.yaml"
+    farm.write_text(
+        "version: 1\ndevices:\n"
+        + "".join(
+            f"  - {{name: {n}, kind: desktop, arch: x86_64, transport: local, workdir: {tmp_path / n}}}\n"
+            for n in ("a1", "a2")
+        )
+    )
+    base = ["ab", "--farm", str(farm), "--device", "a1", "--b", "--cache-mb 2 --force-cache"]
+    assert main([*base, "--a", "--cache-mb 2"]) == 2
+    assert "--a '--cache-mb 2': the engine refuses it: --cache-mb: 2 MiB is in the band" in capsys.readouterr().err
+    assert main([*base, "--a", "--cache-mb 2 --force-cache", "--device", "all"]) == 2
+    assert "selects 2 devices; an A/B runs on one" in capsys.readouterr().err
+    assert main([*base, "--a", "--cache-mb 2 --force-cache", "--rounds", "0"]) == 2
+    assert "--rounds must be at least 1" in capsys.readouterr().err
+    assert not (tmp_path / "a1").exists()  # nothing was pushed
