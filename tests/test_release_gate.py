@@ -210,7 +210,9 @@ def test_substitution_at_0_6_reads_less_but_is_no_go_on_quality(env: dict[str, P
     }
     assert any(c["requirement"].startswith("quality") for c in failed)
     q = r["quality"]
-    assert q["proposed"]["ref_agreement"] < q["base"]["ref_agreement"] and q["proposed"]["ppl"] > q["base"]["ppl"]
+    # fewer positions keep the lossless model's next token (the perplexity's direction on a random fixture
+    # says nothing; on the trained model it rises too: docs/release.md)
+    assert q["proposed"]["ref_agreement"] < q["base"]["ref_agreement"]
     ab = r["ab"]["desktop-x86_64"]["configs"]
     assert ab["B"]["flash_bytes_per_token"] < ab["A"]["flash_bytes_per_token"]  # it reads less from flash
     assert "NO-GO: expert_substitute: quality" in out
