@@ -68,6 +68,11 @@ SETTINGS_CASES = [
     ("", "p.yaml:1: the file is empty"),
     ("- cache_mb: 2048\n", "p.yaml:1: a settings file is a mapping of keys (got a list)"),
     (GOOD.replace("  prefetch: 1", " prefetch: 1"), "p.yaml:6: invalid YAML"),
+    (  # an alias bomb is refused before it expands
+        'a: &a ["x","x","x","x","x","x","x","x","x","x"]\n'
+        + "".join(f"{c}: &{c} [{', '.join(['*' + p] * 10)}]\n" for p, c in zip("abcdef", "bcdefg", strict=True)),
+        "p.yaml:1: invalid YAML: aliases expand to more than 100000 nodes",
+    ),
 ]
 
 

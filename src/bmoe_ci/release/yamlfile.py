@@ -88,7 +88,7 @@ def parse_text(text: str, shown: str) -> Any:
         raw = load_yaml_with_lines(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc)
+        problem = (getattr(exc, "problem", None) or str(exc)).replace("farm file", "file")
         raise ReleaseConfigError(
             [ConfigIssue(shown, mark.line + 1 if mark else None, "", f"invalid YAML: {problem}")]
         ) from None
