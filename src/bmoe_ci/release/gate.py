@@ -411,7 +411,8 @@ class _Run:
                         value=round(float(agree), 5),
                         threshold=f">= {q.min_agreement}",
                         detail=f"share of positions whose argmax equals the lossless reference's (base "
-                        f"{base.get('ref_agreement')}; kl_mean {base.get('kl_mean')} -> {prop.get('kl_mean')})",
+                        f"{_num(base.get('ref_agreement'))}; kl_mean {_num(base.get('kl_mean'))} -> "
+                        f"{_num(prop.get('kl_mean'))})",
                         evidence=trace,
                     )
                 )
@@ -442,6 +443,10 @@ class _Run:
                         evidence=trace,
                     )
                 )
+
+
+def _num(v: Any) -> str:
+    return f"{v:.4f}" if isinstance(v, int | float) else "?"
 
 
 def _fixture(name: str) -> Path:

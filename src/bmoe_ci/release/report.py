@@ -16,6 +16,10 @@ RELEASE_JSON, RELEASE_MD, RELEASE_HTML = "release.json", "release.md", "release.
 HEADER = ["setting", "requirement", "class", "status", "value", "threshold", "detail", "run", "device", "build"]
 
 
+def _setting(v: Any) -> str:
+    return "off" if v is None else str(v)
+
+
 def verdict_line(r: dict[str, Any]) -> str:
     return f"{r['verdict']}: {r['reason']}"
 
@@ -108,7 +112,8 @@ def markdown(r: dict[str, Any]) -> str:
         "",
     ]
     lines += _md_table(
-        ["setting", "base", "proposed"], [[c["setting"], str(c["base"]), str(c["proposed"])] for c in r["changes"]]
+        ["setting", "base", "proposed"],
+        [[c["setting"], _setting(c["base"]), _setting(c["proposed"])] for c in r["changes"]],
     )
     lines += ["## Requirements", "", *_md_table(HEADER, _rows(r))]
     lines += ["## Speed (bmoe-ci ab)", "", *_md_table(SPEED_HEADER, _speed_rows(r))]
@@ -176,7 +181,8 @@ def render_html(r: dict[str, Any], speed: str | None) -> str:
         + ".</p>",
         '<h2 id="changes">Changed settings</h2>',
         _table(
-            ["setting", "base", "proposed"], [[c["setting"], str(c["base"]), str(c["proposed"])] for c in r["changes"]]
+            ["setting", "base", "proposed"],
+            [[c["setting"], _setting(c["base"]), _setting(c["proposed"])] for c in r["changes"]],
         ),
         f'<h2 id="requirements">Requirements ({len(r["checks"])})</h2>',
         _table(HEADER, _rows(r)),
