@@ -2,13 +2,14 @@
 perplexity, next-token agreement, KL and multiple-choice accuracy, and what they save in flash reads,
 measured step-wise (`--ppl-step`, as in decode) and wide (`--ppl`, one prompt batch per window).
 
-    python bench/quality_curves.py --text HELD_OUT.txt [--choices MC.jsonl] [--fixture trained | --model M]
-                                   [--cache-mb 1 --text-bytes 4096 --threads 1]
+    python bench/quality_curves.py --text HELD_OUT.txt... [--choices MC.jsonl] [--fixture trained | --model M]
+                                   [--cache-mb 1 --text-bytes 8192 --threads 1]
 
-The text's first --text-bytes bytes are scored (the engine splits what exceeds the context into
-windows; docs/engine-flags.md, scoring). The reference is one resident run (`--mmap --ppl
---logits-out`): `ref agr` and `KL` are against it. Every configuration streams through the same LRU
-cache of --cache-mb MiB (`--force-cache`), so the knobs act on the same budget:
+The texts are concatenated in the order given and the first --text-bytes bytes are scored (the engine
+splits what exceeds the context into windows; docs/engine-flags.md, scoring). The reference is one
+resident run (`--mmap --ppl --logits-out`): `ref agr` and `KL` are against it. Every configuration
+streams through the same LRU cache of --cache-mb MiB (`--force-cache`), so the knobs act on the same
+budget:
 
   base                no knob (cached)
   subst 0 ... 0.6     --expert-substitute L   (0: armed and inert)
@@ -105,12 +106,12 @@ def resolve_model(args: argparse.Namespace) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--text", required=True, help="held-out text to score")
+    parser.add_argument("--text", required=True, nargs="+", help="held-out text(s) to score, concatenated")
     parser.add_argument("--choices", help="multiple-choice JSONL (--ppl-choices)")
     parser.add_argument("--fixture", default="trained", help="fixture name (bmoe-ci fixtures)")
     parser.add_argument("--model", help="a GGUF file instead of --fixture")
     parser.add_argument("--cache-mb", type=int, default=1)
-    parser.add_argument("--text-bytes", type=int, default=4096)
+    parser.add_argument("--text-bytes", type=int, default=8192)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--engine", help="engine binary (default: bmoe-ci build host)")
     args = parser.parse_args()
@@ -126,7 +127,7 @@ def main() -> int:
     experts_mib = facts["expert_bytes"] * facts["n_expert"] * len(facts["moe_layers"]) / MIB
     with tempfile.TemporaryDirectory() as tmp:
         text = Path(tmp) / "text.txt"
-        text.write_bytes(Path(args.text).read_bytes()[: args.text_bytes])
+        text.write_bytes(b"".join(Path(t).read_bytes() for t in args.text)[: args.text_bytes])
         ref = Path(tmp) / "ref.f32"
         base = [engine, "run", "-m", model, "--json", "-t", str(args.threads)]
         resident = engine_json([*base, "--mmap", "--ppl", str(text), "--logits-out", str(ref)])
