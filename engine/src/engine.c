@@ -513,7 +513,12 @@ static int score_text(bmoe_engine *e, FILE *lf, const float *ref, bmoe_error *er
         } else {
             double t0 = now_s();
             for (int i = 0; i < len - 1; i++) {
-                int rc = forward_eval(e->fwd, e->prompt + s + i, 1, i, 1, gstep++, 0, e->logits, msg, sizeof msg);
+#ifdef BMOE_FAULT_SCORE_STEP_SHIFT
+                int pos = i + 1; /* Fault: each teacher-forced step is evaluated one position late (SCORE must notice). */
+#else
+                int pos = i;
+#endif
+                int rc = forward_eval(e->fwd, e->prompt + s + i, 1, pos, 1, gstep++, 0, e->logits, msg, sizeof msg);
                 if (rc) return forward_failed(e, err, rc, msg);
                 score_row(&e->acc, e->logits, V, e->prompt[s + i + 1], ref ? ref + (size_t)(s + i) * V : NULL);
                 if (lf && write_logits(lf, e->logits, (size_t)V))
