@@ -12,6 +12,7 @@ Kept small: one fixture, one ABBA round, short runs."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -67,8 +68,12 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "pools:\n  release: [host]\n  release-phones: [host, far-phone]\n"
     )
     (tmp / "choices.jsonl").write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    one_text = re.sub(
+        r"  quality_text:.*\n(    - .*\n)+", "  quality_text: fixtures/trained/heldout/fractions.txt\n", POLICY
+    )
+    assert one_text != POLICY
     policy = (
-        POLICY.replace("[desktop-x86_64, phone-aarch64]", "[desktop-x86_64]")
+        one_text.replace("[desktop-x86_64, phone-aarch64]", "[desktop-x86_64]")
         .replace("max_load_per_cpu: 1.5", "max_load_per_cpu: 1000")  # a shared CI machine: load is not ours
         .replace("rounds: 3", "rounds: 1")
         .replace("n_predict: 32", "n_predict: 12")
@@ -178,7 +183,7 @@ def test_raising_dropping_to_1_gets_full_evidence_and_a_verdict_that_follows_the
     code, r, _ = gate(env, proposal(env["tmp"], "drop1", drop_cold_experts="1.0"), "drop1")
     assert r["changes"] == [{"setting": "drop_cold_experts", "base": 0.75, "proposed": 1.0}]
     kinds = {c["requirement"] for c in r["checks"]}
-    policy_gates = {"gate DET", "gate CFG", "gate G8a", "gate G8b", "gate G8c", "gate G8w", "gate REPLAY"}
+    policy_gates = {"gate DET", "gate CFG", "gate G8a", "gate G8b", "gate G8c", "gate G8w", "gate REPLAY", "gate SCORE"}
     assert kinds == policy_gates | {"speed", "replay", "quality ppl", "quality agreement", "quality accuracy"}
     build = r["engine_builds"]["x86_64-linux-musl"]
     for c in r["checks"]:

@@ -344,8 +344,17 @@ class _Run:
         if error is None:
             device = devs[0]
             bld = self.build_for(device)
-            text = self.opts.repo / str(ev.quality_text)
+            texts = [ev.quality_text] if isinstance(ev.quality_text, str) else list(ev.quality_text)
+            text = self.out_dir / "quality-text.txt"  # the held-out texts, concatenated in the order given
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                text.write_bytes(b"".join((self.opts.repo / t).read_bytes() for t in texts))
+            except OSError as exc:
+                error = f"evaluation.quality_text: {exc}"
             choices = self.opts.repo / ev.quality_choices if ev.quality_choices else None
+            if choices is not None and not choices.is_file():
+                error = f"evaluation.quality_choices: {choices}: no such file"
+        if error is None:
             self.quality = quality_run(
                 device,
                 bld.path,

@@ -43,9 +43,11 @@ KNOWN_GATES = (
     "REPLAY",
     "BATCH-STDERR",
     "XDEV",
+    "SCORE",
 )
 
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+Path_ = Annotated[str, StringConstraints(min_length=1)]
 Number = Real
 Positive = Annotated[Number, Field(gt=0)]
 Share = Annotated[Number, Field(ge=0, le=1)]
@@ -113,8 +115,8 @@ class Evaluation(_Strict):
 
     speed_fixture: Name = "qwen3moe"
     quality_fixture: Name = "trained"
-    quality_text: str | None = None  # held-out text for --ppl-step (repo-relative); None: the fixture's
-    quality_choices: str | None = None  # multiple-choice JSONL for --ppl-choices (repo-relative)
+    quality_text: tuple[Path_, ...] | Path_ | None = None  # held-out text(s) for --ppl-step, concatenated
+    quality_choices: Path_ | None = None  # multiple-choice JSONL for --ppl-choices (repo-relative)
     prompt: Annotated[str, StringConstraints(min_length=1)] = "The quick brown fox jumps over the lazy dog."
     n_predict: Annotated[StrictInt, Field(ge=2, le=4096)] = 32
     rounds: Annotated[StrictInt, Field(ge=1, le=100)] = 3
