@@ -18,6 +18,7 @@ from bmoe_ci.fixtures.spec import default_specs_path
 
 DEFAULTS = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-nonorm"]
 VARIANTS = ["qwen3moe-sigmoid", "qwen3moe-softmax-sel"]
+COMMITTED = ["trained", "trained-q8_0"]  # default fixtures that are committed files (test_trained_fixtures.py)
 
 
 def _spec_doc() -> dict:
@@ -42,21 +43,21 @@ def _tensors(path: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def generated(fixture_dir: Path) -> dict:
-    return {f.name: f for f in generate(fixture_dir, names=DEFAULTS + VARIANTS)}
+    return {f.name: f for f in generate(fixture_dir, names=DEFAULTS + VARIANTS + COMMITTED)}
 
 
 # ------------------------------------------------------------------ specs
 
 
-def test_spec_file_defaults_are_the_six():
+def test_spec_file_defaults_are_the_six_generated_and_the_two_committed():
     specs = load_specs()
-    assert specs.defaults == DEFAULTS
+    assert specs.defaults == DEFAULTS + COMMITTED
     assert {"bench-large", *VARIANTS} <= set(specs.specs)
     assert not specs.specs["bench-large"].default
 
 
 def test_generate_without_names_makes_the_defaults(fixture_dir: Path):
-    assert [f.name for f in generate(fixture_dir)] == DEFAULTS
+    assert [f.name for f in generate(fixture_dir)] == DEFAULTS + COMMITTED
 
 
 def test_unknown_fixture_name_lists_the_known(tmp_path: Path):
@@ -247,7 +248,7 @@ def test_split_holds_the_same_tensors_as_qwen3moe(generated: dict):
         assert bytes(split[name].data) == bytes(t.data), name
 
 
-@pytest.mark.parametrize("name", DEFAULTS + VARIANTS)
+@pytest.mark.parametrize("name", DEFAULTS + VARIANTS + COMMITTED)
 def test_tensor_names_are_llama_cpp_names_of_the_arch(generated: dict, name: str):
     arch = _meta(generated[name].path)["general.architecture"]
     (arch_enum,) = [a for a, n in MODEL_ARCH_NAMES.items() if n == arch]
@@ -345,7 +346,7 @@ REQUIRED_KEYS = [
 ]
 
 
-@pytest.mark.parametrize("name", DEFAULTS)
+@pytest.mark.parametrize("name", DEFAULTS + COMMITTED)
 def test_metadata_and_vocabulary(generated: dict, name: str):
     meta = _meta(generated[name].path)
     arch = meta["general.architecture"]
