@@ -97,7 +97,7 @@ POLICY_CASES = [
     (("G8a, G8b", "G8a, G9"), "settings.drop_cold_experts.gates[3]: unknown gate 'G9'"),
     (("arch: aarch64}", "arch: mips}"), "device_classes.phone-aarch64.arch: unknown arch 'mips'"),
     (
-        ("max_ppl_increase: 0.05, min_agreement: 0.90, max_accuracy_drop: 0.02", "max_ppl_rise: 0.05"),
+        ("max_ppl_increase: 0.05, min_agreement: 0.85, max_accuracy_drop: 0.05", "max_ppl_rise: 0.05"),
         "settings.drop_cold_experts.quality.max_ppl_rise: unknown key (did you mean 'max_ppl_increase'?)",
     ),
     (("freshness_hours: 72", "freshness_hours: -1"), "freshness_hours: Input should be greater than 0"),
