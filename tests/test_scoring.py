@@ -28,7 +28,7 @@ DATA = REPO / "gates" / "data"
 TEXT = DATA / "score.txt"
 CHOICES = DATA / "choices.jsonl"
 SESSION = DATA / "session.txt"
-FIXTURES = ["qwen3moe", "gemma4", "wide", "qwen3moe-q8_0"]
+FIXTURES = ["qwen3moe", "gemma4", "wide", "qwen3moe-q8_0", "trained", "trained-q8_0"]
 EVICTING = ("--cache-mb", "2", "--force-cache")
 SCORES = ("nll_sum", "nll_mean", "ppl", "top1_agreement", "tokens_scored", "windows")
 # engine f32 against reference float64: measured at most 1.4e-7 on these fixtures (gemma4)
