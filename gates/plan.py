@@ -46,9 +46,20 @@ SHORT = ("-p", PROMPT, "-n", "8", "--json")
 SMALL_CACHE = ("--cache-mb", "1", "--force-cache")
 PREFETCH2 = ("--prefetch", "2", "--prefetch-sync")
 
+# The quality instruments (gate SCORE, gates/test_scoring.py): the text pushed beside the fixtures
+# (gates/data/score.txt, see bmoe_ci.plugin.prepare), scored wide and step-wise.
+SCORE_TEXT = "score.txt"
+SCORING_DIR = "scoring"  # the text's directory, beside the device's fixtures
+
 # Plan entries that write a route trace (REPLAY replays each; INV and the direction checks read them).
-# Every streamed entry but the warning's one-token runs.
-UNTRACED = frozenset({"drop-warn", "drop-warn-k4"})
+# Every streamed entry but the warning's one-token runs and the scoring runs (REPLAY models generation:
+# a prefill, then decode steps at growing positions; a scoring run's steps restart at position 0).
+UNTRACED = frozenset({"drop-warn", "drop-warn-k4", "score-step", "score-step-subst", "score-wide-subst"})
+
+
+def scoring_file(model: str, name: str) -> str:
+    """Device path of a scoring input pushed beside the fixtures: <fixtures dir>/scoring/<name>."""
+    return f"{model.rsplit('/', 1)[0]}/{SCORING_DIR}/{name}" if "/" in model else f"{SCORING_DIR}/{name}"
 
 TracePath = Callable[[str], str]
 
@@ -72,6 +83,7 @@ def fixture_plan(model: str, fixture: str | None = None, trace: TracePath | None
     One lossy flag per entry, or a flag together with a width override (`--n-expert-used`) that a
     single-flag entry covers on its own (k1-evict), so a failure points at one rule."""
     logits_out = ("--logits-out", logits) if logits is not None else ()
+    text = scoring_file(model, SCORE_TEXT)
     entries = [
         ("ref", model_args(model, *REFERENCE, "-t", "1", *logits_out)),
         ("again", model_args(model, *REFERENCE, "-t", "1")),
@@ -95,6 +107,11 @@ def fixture_plan(model: str, fixture: str | None = None, trace: TracePath | None
         ("drop-warn", model_args(model, *WARN_ONLY, *EVICTING, DROP, WARN_F, "-t", "1")),  # G8w
         ("drop-warn-k4", model_args(model, *WARN_ONLY, *EVICTING, "--n-expert-used", "4", DROP, WARN_F,
                                     "-t", "1")),  # G8w
+        # the quality instruments (gates/test_scoring.py): wide vs step-wise, with and without a knob
+        ("score-wide", model_args(model, "--mmap", "--ppl", text, "--json", "-t", "1")),
+        ("score-step", model_args(model, "--ppl-step", text, *EVICTING, "--json", "-t", "1")),
+        ("score-step-subst", model_args(model, "--ppl-step", text, *EVICTING, SUBST, "1.0", "--json", "-t", "1")),
+        ("score-wide-subst", model_args(model, "--ppl", text, *EVICTING, SUBST, "1.0", "--json", "-t", "1")),
     ]
     dims = _spec_dims(fixture) if fixture else None
     if dims is not None:

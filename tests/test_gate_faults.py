@@ -33,6 +33,7 @@ LOSSY = ("gates/test_lossy.py",)
 REFERENCE = ("gates/test_reference.py",)
 BATCH = ("gates/test_batch.py",)
 MODEL = ("gates/test_replay.py", "gates/test_invariants.py")
+SCORING = ("gates/test_scoring.py",)
 STREAMING_GATES = ("G1", "G2", "G5", "DET")
 LOSSY_GATES = ("G8a", "G8a'", "G8b", "G8c", "G8d", "G8e", "G8w")
 
@@ -68,6 +69,15 @@ def test_clean_build_passes_ref_and_batch_stderr(tmp_path: Path) -> None:
     assert counts["REF"]["pass"] == 3 and counts["BATCH-STDERR"]["pass"] == 3
     # one device: XDEV has nothing to compare, and says so (a skip, never a pass)
     assert counts["XDEV"] == {"pass": 0, "fail": 0, "error": 0, "skip": 3}, counts
+
+
+def test_clean_build_passes_score(tmp_path: Path) -> None:
+    # gemma4: a dense layer, a shared expert and a weight chain ending at _scaled; qwen3moe-q8_0: Q8_0
+    run = run_gates(tmp_path, modules=(*SCORING, "gates/test_invariants.py"),
+                    fixtures=("qwen3moe", "gemma4", "qwen3moe-q8_0"))
+    assert run.returncode == 0, run.output[-3000:]
+    counts = run.summary["devices"]["host"]["gate_counts"]
+    assert counts["SCORE"]["pass"] == 3 and counts["INV"]["pass"] == 3, counts
 
 
 GATE_MARK = re.compile(r"""@pytest\.mark\.gate\(["']([^"']+)["']""")

@@ -16,6 +16,7 @@ from bmoe_ci.cli import make_parser
 REPO = Path(__file__).resolve().parents[1]
 GITHUB = REPO / "ci" / "github" / "nightly.yml"
 GITLAB = REPO / "ci" / "gitlab" / ".gitlab-ci.yml"
+RELEASE = REPO / "ci" / "github" / "release-gate.yml"
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -97,6 +98,21 @@ def test_every_bmoe_ci_command_exists_with_its_options(path: Path) -> None:
     # The optional fault words, when present, form a valid option too.
     check_command(["nightly", "--fault", "THREAD_ORDER"])
     assert any("--merge" in c for c in commands)
+
+
+def test_release_gate_workflow_runs_on_default_changes_with_existing_options() -> None:
+    wf = load(RELEASE)
+    on = wf[True] if True in wf else wf["on"]
+    assert "ci/app-defaults.yaml" in on["pull_request"]["paths"]
+    (job,) = wf["jobs"].values()
+    checkout = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@"))
+    assert checkout["with"]["fetch-depth"] == 0  # `git show BASE:ci/app-defaults.yaml` needs the base commit
+    assert all("${{ github.event" not in s for s in github_scripts(wf))  # event data only through env
+    commands = bmoe_ci_commands(github_scripts(wf))
+    assert [c[0] for c in commands] == ["release-gate"]
+    for argv in commands:
+        check_command(argv)
+    assert {"--proposed", "--base", "--pool", "--out"} <= set(commands[0])
 
 
 def test_the_command_check_can_fail() -> None:

@@ -212,7 +212,8 @@ enum opt_kind { K_STR, K_PATH, K_TOKENS, K_INT, K_REAL, K_BOOL };
 enum opt_id {
     O_MODEL, O_PROMPT, O_PROMPT_TOKENS, O_N_PREDICT, O_THREADS, O_CTX, O_N_EXPERT_USED, O_MMAP,
     O_CACHE_MB, O_FORCE_CACHE, O_IO_THREADS, O_NO_ODIRECT, O_PREFETCH, O_PREFETCH_SYNC, O_DROP,
-    O_DROP_IN_PREFILL, O_DROP_NO_RENORM, O_SUBST, O_ROUTE_TRACE, O_JSON, O_LOGITS_OUT, O__COUNT
+    O_DROP_IN_PREFILL, O_DROP_NO_RENORM, O_SUBST, O_ROUTE_TRACE, O_JSON, O_LOGITS_OUT, O_PPL, O_PPL_STEP,
+    O_PPL_REF, O_PPL_CHOICES, O_SESSION, O__COUNT
 };
 
 typedef struct opt {
@@ -245,6 +246,11 @@ static const opt OPTS[] = {
     {O_ROUTE_TRACE, NULL, "--route-trace", K_PATH, 0, 0},
     {O_JSON, NULL, "--json", K_BOOL, 0, 0},
     {O_LOGITS_OUT, NULL, "--logits-out", K_PATH, 0, 0},
+    {O_PPL, NULL, "--ppl", K_PATH, 0, 0},
+    {O_PPL_STEP, NULL, "--ppl-step", K_PATH, 0, 0},
+    {O_PPL_REF, NULL, "--ppl-ref", K_PATH, 0, 0},
+    {O_PPL_CHOICES, NULL, "--ppl-choices", K_PATH, 0, 0},
+    {O_SESSION, NULL, "--session", K_PATH, 0, 0},
 };
 
 void config_defaults(bmoe_config *c) {
@@ -396,7 +402,10 @@ int config_parse(bmoe_config *c, int argc, char **argv, char *err, size_t errlen
         case K_STR:
         case K_PATH: {
             const char **dst = o->id == O_MODEL ? &c->model : o->id == O_PROMPT ? &c->prompt
-                             : o->id == O_ROUTE_TRACE ? &c->route_trace : &c->logits_out;
+                             : o->id == O_ROUTE_TRACE ? &c->route_trace : o->id == O_PPL ? &c->ppl
+                             : o->id == O_PPL_STEP ? &c->ppl_step : o->id == O_PPL_REF ? &c->ppl_ref
+                             : o->id == O_PPL_CHOICES ? &c->ppl_choices : o->id == O_SESSION ? &c->session
+                             : &c->logits_out;
             if (repeat && strcmp(*dst, val) != 0)
                 return fail(err, errlen, "%s: given twice with different values (%s, then %s)", typed,
                             quoted(*dst, q, sizeof q), quoted(val, q2, sizeof q2));
@@ -434,6 +443,7 @@ int config_parse(bmoe_config *c, int argc, char **argv, char *err, size_t errlen
             if (repeat && *dst != (int)v)
                 return fail(err, errlen, "%s: given twice with different values (%d, then %lld)", typed, *dst, v);
             *dst = (int)v;
+            if (o->id == O_N_PREDICT) c->n_predict_set = 1;
             break;
         }
         case K_REAL: {
@@ -485,6 +495,60 @@ static int range_unit(const char *flag, double v, char *err, size_t errlen) {
 static int needs_cache(const bmoe_config *c, const char *flag, char *err, size_t errlen) {
     if (c->mmap) return fail(err, errlen, "%s: not available with --mmap (nothing is streamed)", flag);
     if (c->cache_mb <= 0) return fail(err, errlen, "%s: needs the expert cache (--cache-mb > 0)", flag);
+    return 0;
+}
+
+/* The input modes, in option order: their names and where each is stored. */
+static const char *const MODE_FLAGS[4] = {"--ppl", "--ppl-step", "--ppl-choices", "--session"};
+
+static const char *mode_file(const bmoe_config *c, int i) {
+    return i == 0 ? c->ppl : i == 1 ? c->ppl_step : i == 2 ? c->ppl_choices : c->session;
+}
+
+enum bmoe_mode config_mode(const bmoe_config *c) {
+    if (c->ppl) return BMOE_MODE_PPL;
+    if (c->ppl_step) return BMOE_MODE_PPL_STEP;
+    if (c->ppl_choices) return BMOE_MODE_CHOICES;
+    if (c->session) return BMOE_MODE_SESSION;
+    return BMOE_MODE_RUN;
+}
+
+/* Rules 34-41 of docs/engine-flags.md: file names, one input mode, what each mode excludes. */
+static int validate_inputs(const bmoe_config *c, char *err, size_t errlen) {
+    int first = -1;
+    for (int i = 0; i < 4; i++) {
+        const char *f = mode_file(c, i);
+        if (!f) continue;
+        if (!f[0]) return fail(err, errlen, "%s: the file name is empty", MODE_FLAGS[i]);
+        if (first >= 0)
+            return fail(err, errlen, "%s: cannot be combined with %s (one input mode per run)", MODE_FLAGS[i],
+                        MODE_FLAGS[first]);
+        first = i;
+    }
+    if (c->ppl_ref && !c->ppl_ref[0]) return fail(err, errlen, "--ppl-ref: the file name is empty");
+    if (first < 0) {
+        if (c->ppl_ref) return fail(err, errlen, "--ppl-ref: has no effect without --ppl or --ppl-step");
+        return 0;
+    }
+    const char *mf = MODE_FLAGS[first];
+    if (c->prompt) return fail(err, errlen, "%s: cannot be combined with -p (the prompts come from the file)", mf);
+    if (c->prompt_tokens)
+        return fail(err, errlen, "%s: cannot be combined with --prompt-tokens (the prompts come from the file)", mf);
+    if (first <= 2 && c->n_predict_set)
+        return fail(err, errlen, "%s: cannot be combined with -n (scoring generates nothing)", mf);
+    if (c->ppl_ref && first >= 2) return fail(err, errlen, "--ppl-ref: not available with %s", mf);
+    if (c->logits_out && first >= 2)
+        return fail(err, errlen, "--logits-out: not available with %s (it writes the rows of --ppl or --ppl-step)", mf);
+    /* an output must never overwrite an input */
+    const char *ins[2] = {mode_file(c, first), c->ppl_ref};
+    const char *in_flags[2] = {mf, "--ppl-ref"};
+    for (int i = 0; i < 2; i++) {
+        if (!ins[i]) continue;
+        if (c->logits_out && strcmp(c->logits_out, ins[i]) == 0)
+            return fail(err, errlen, "--logits-out: the same file as %s", in_flags[i]);
+        if (c->route_trace && strcmp(c->route_trace, ins[i]) == 0)
+            return fail(err, errlen, "--route-trace: the same file as %s", in_flags[i]);
+    }
     return 0;
 }
 
@@ -563,12 +627,14 @@ int config_validate(const bmoe_config *c, char *err, size_t errlen) {
     if (c->logits_out && !c->logits_out[0]) return fail(err, errlen, "--logits-out: the file name is empty");
     if (c->route_trace && c->logits_out && strcmp(c->route_trace, c->logits_out) == 0)
         return fail(err, errlen, "--logits-out: the same file as --route-trace");
-    return 0;
+
+    /* 11. the scoring instruments and sessions (docs/engine-flags.md, scoring) */
+    return validate_inputs(c, err, errlen);
 }
 
 int config_require_run(const bmoe_config *c, char *err, size_t errlen) {
     if (!c->model) return fail(err, errlen, "-m: a model is required (-m FILE)");
-    if (!c->prompt && !c->prompt_tokens)
+    if (!c->prompt && !c->prompt_tokens && config_mode(c) == BMOE_MODE_RUN)
         return fail(err, errlen, "-p: a prompt is required (-p TEXT or --prompt-tokens IDS)");
     return 0;
 }
@@ -604,5 +670,10 @@ void config_to_json(const bmoe_config *c, json_writer *w, const char *key) {
     if (c->route_trace) json_str(w, "route_trace", c->route_trace); else json_null(w, "route_trace");
     json_bool(w, "json", c->json);
     if (c->logits_out) json_str(w, "logits_out", c->logits_out); else json_null(w, "logits_out");
+    const char *files[5] = {c->ppl, c->ppl_step, c->ppl_ref, c->ppl_choices, c->session};
+    const char *keys[5] = {"ppl", "ppl_step", "ppl_ref", "ppl_choices", "session"};
+    for (int i = 0; i < 5; i++) {
+        if (files[i]) json_str(w, keys[i], files[i]); else json_null(w, keys[i]);
+    }
     json_end_object(w);
 }

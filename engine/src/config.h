@@ -35,7 +35,18 @@ typedef struct bmoe_config {
     const char *logits_out;     /* --logits-out FILE: raw f32 [positions, V], every evaluated position */
     const char *kernels;        /* kernel path (kernels.h): the BMOE_KERNELS environment variable, not a flag;
                                  * NULL = auto. Checked by engine_open (it depends on the CPU), not validate() */
+    /* Quality instruments and sessions (docs/engine-flags.md, scoring): at most one input mode. */
+    const char *ppl;            /* --ppl FILE: the text scored as wide prompt batches */
+    const char *ppl_step;       /* --ppl-step FILE: the text scored one token per decode step */
+    const char *ppl_ref;        /* --ppl-ref FILE: reference logits (a --logits-out file) for agreement and KL */
+    const char *ppl_choices;    /* --ppl-choices FILE: multiple-choice JSONL, options scored step-wise */
+    const char *session;        /* --session FILE: several prompts through one engine instance */
+    int n_predict_set;          /* -n was given (the parser sets it; scoring modes refuse it) */
 } bmoe_config;
+
+/* The input mode a configuration asks for. */
+enum bmoe_mode { BMOE_MODE_RUN, BMOE_MODE_PPL, BMOE_MODE_PPL_STEP, BMOE_MODE_CHOICES, BMOE_MODE_SESSION };
+enum bmoe_mode config_mode(const bmoe_config *c);
 
 void config_defaults(bmoe_config *c);
 void config_free(bmoe_config *c);

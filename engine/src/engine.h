@@ -5,6 +5,8 @@
 #ifndef BMOE_ENGINE_H
 #define BMOE_ENGINE_H
 
+#include <stdio.h>
+
 #include "config.h"
 #include "result.h"
 
@@ -24,6 +26,13 @@ const bmoe_result *engine_result(const bmoe_engine *e);
  * engine_open; a single-process `run` prints it once to stderr at load, and the result carries the
  * same text in `warnings` (batch writes nothing to stderr). Valid until engine_close. */
 const char *engine_load_warning(const bmoe_engine *e);
+
+/* Human-mode output of a scoring or session run (docs/engine-flags.md, scoring): one summary line
+ * for --ppl / --ppl-step / --ppl-choices, each prompt's generated text on its own line for --session. */
+void engine_summary(const bmoe_engine *e, FILE *out);
+
+/* The input mode of this run (BMOE_MODE_RUN for a plain generation). */
+enum bmoe_mode engine_mode(const bmoe_engine *e);
 
 void engine_close(bmoe_engine *e);
 

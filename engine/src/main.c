@@ -27,7 +27,8 @@ static const char USAGE[] =
     "run options: -m/--model FILE, -p/--prompt TEXT | --prompt-tokens 1,2,3, -n N, -t N, -c N,\n"
     "  --n-expert-used K, --mmap, --cache-mb M, --force-cache, --io-threads N, --no-odirect,\n"
     "  --prefetch L, --prefetch-sync, --drop-cold-experts F, --drop-in-prefill, --drop-no-renorm,\n"
-    "  --expert-substitute L, --route-trace FILE, --logits-out FILE, --json  (docs/engine-flags.md)\n";
+    "  --expert-substitute L, --route-trace FILE, --logits-out FILE, --json,\n"
+    "  --ppl FILE | --ppl-step FILE [--ppl-ref FILE] | --ppl-choices FILE | --session FILE  (docs/engine-flags.md)\n";
 
 static void say_error(const bmoe_error *e) { fprintf(stderr, "bmoe: error: %s\n", e->msg); }
 
@@ -76,6 +77,8 @@ static int do_run(int argc, char **argv, int batch, const char *id) {
         const bmoe_result *r = engine_result(e);
         if (json) {
             result_write_run(stdout, batch, id, r);
+        } else if (engine_mode(e) != BMOE_MODE_RUN) {
+            engine_summary(e, stdout);
         } else {
             fwrite(r->text, 1, r->text_len, stdout);
             fputc('\n', stdout);

@@ -62,8 +62,8 @@ static void write_model(json_writer *w, const char *key, const bmoe_model *m, in
     json_end_object(w);
 }
 
-static void write_counters(json_writer *w, const bmoe_counters *c) {
-    json_begin_object(w, "counters");
+void result_write_counters(json_writer *w, const char *key, const bmoe_counters *c) {
+    json_begin_object(w, key);
     json_uint(w, "experts_routed", c->experts_routed);
     json_uint(w, "experts_dropped", c->experts_dropped);
     json_uint(w, "subst_examined", c->subst_examined);
@@ -109,13 +109,17 @@ void result_write_run(FILE *out, int with_id, const char *id, const bmoe_result 
     json_end_array(&w);
     json_strn(&w, "text", (const char *)r->text, r->text_len);
     json_hex(&w, "text_hex", r->text, r->text_len);
-    write_counters(&w, &r->counters);
+    if (r->write_extra) r->write_extra(&w, r->extra_user);
+    result_write_counters(&w, "counters", &r->counters);
     write_io(&w, &r->counters);
     json_begin_object(&w, "timing");
     json_num(&w, "load_s", r->timing.load_s);
     json_num(&w, "prefill_s", r->timing.prefill_s);
     json_num(&w, "decode_s", r->timing.decode_s);
     json_num(&w, "decode_tok_s", r->timing.decode_tok_s);
+    json_begin_array(&w, "decode_step_s");
+    for (int i = 0; i < r->n_decode_steps; i++) json_num(&w, NULL, r->decode_step_s[i]);
+    json_end_array(&w);
     json_end_object(&w);
     json_begin_array(&w, "warnings");
     for (int i = 0; i < r->n_warnings; i++) json_str(&w, NULL, r->warnings[i]);

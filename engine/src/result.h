@@ -65,9 +65,18 @@ typedef struct bmoe_result {
     bmoe_counters counters;
     bmoe_timing timing;
     const char *kernels;           /* the kernel path the run used (kernels.h) */
+    const double *decode_step_s;   /* seconds of each decode evaluation, in order (timing only) */
+    int n_decode_steps;
     const char *warnings[BMOE_MAX_WARNINGS];
     int n_warnings;
+    /* The scoring instruments' and sessions' own keys (docs/engine-flags.md, scoring), written after
+     * text_hex; NULL for a plain run. */
+    void (*write_extra)(struct json_writer *w, const void *user);
+    const void *extra_user;
 } bmoe_result;
+
+/* The counters object under `key` (the run's "counters", a session prompt's own). */
+void result_write_counters(struct json_writer *w, const char *key, const bmoe_counters *c);
 
 /* One JSON object + newline. with_id (batch): "id" is the first key, null when id is NULL. */
 void result_write_run(FILE *out, int with_id, const char *id, const bmoe_result *r);

@@ -269,6 +269,31 @@ static const cli_case CLI[] = {
     {"route-trace-empty", 2, {"--route-trace", ""}, "--route-trace: the file name is empty"},
     {"logits-out-empty", 1, {"--logits-out="}, "--logits-out: the file name is empty"},
     {"outputs-same-file", 4, {"--route-trace", "out.bin", "--logits-out", "out.bin"}, "--logits-out: the same file as --route-trace"},
+    {"ppl", 2, {"--ppl", "text.txt"}, NULL},
+    {"ppl-step-armed", 9, {"--ppl-step", "text.txt", "--cache-mb", "2", "--force-cache", "--expert-substitute", "0.15", "--drop-cold-experts", "0.75"}, NULL},
+    {"ppl-step-ref", 5, {"--ppl-step", "text.txt", "--ppl-ref", "ref.bin", "--json"}, NULL},
+    {"ppl-logits-out", 5, {"--ppl", "text.txt", "--mmap", "--logits-out", "ref.bin"}, NULL},
+    {"ppl-choices", 7, {"--ppl-choices", "mc.jsonl", "--cache-mb", "2", "--force-cache", "--expert-substitute", "0.3"}, NULL},
+    {"session-n", 9, {"--session", "prompts.txt", "-n", "8", "--cache-mb", "2", "--force-cache", "--drop-cold-experts", "1"}, NULL},
+    {"ppl-empty", 2, {"--ppl", ""}, "--ppl: the file name is empty"},
+    {"ppl-step-empty", 1, {"--ppl-step="}, "--ppl-step: the file name is empty"},
+    {"ppl-choices-empty", 2, {"--ppl-choices", ""}, "--ppl-choices: the file name is empty"},
+    {"session-empty", 2, {"--session", ""}, "--session: the file name is empty"},
+    {"ppl-ref-empty", 4, {"--ppl", "t.txt", "--ppl-ref", ""}, "--ppl-ref: the file name is empty"},
+    {"ppl-missing-value", 2, {"--ppl", "--json"}, "--ppl: missing value ('--json' is an option)"},
+    {"ppl-two-modes", 4, {"--ppl-step", "a.txt", "--ppl", "b.txt"}, "--ppl-step: cannot be combined with --ppl (one input mode per run)"},
+    {"session-and-choices", 4, {"--session", "a.txt", "--ppl-choices", "b.jsonl"}, "--session: cannot be combined with --ppl-choices (one input mode per run)"},
+    {"ppl-with-prompt", 4, {"--ppl", "a.txt", "-p", "hi"}, "--ppl: cannot be combined with -p (the prompts come from the file)"},
+    {"session-with-prompt-tokens", 4, {"--session", "a.txt", "--prompt-tokens", "1,2"}, "--session: cannot be combined with --prompt-tokens (the prompts come from the file)"},
+    {"ppl-with-n", 4, {"--ppl-step", "a", "-n", "0"}, "--ppl-step: cannot be combined with -n (scoring generates nothing)"},
+    {"ppl-ref-alone", 2, {"--ppl-ref", "r.bin"}, "--ppl-ref: has no effect without --ppl or --ppl-step"},
+    {"ppl-ref-choices", 4, {"--ppl-choices", "q", "--ppl-ref", "r"}, "--ppl-ref: not available with --ppl-choices"},
+    {"logits-out-session", 4, {"--session", "p.txt", "--logits-out", "l.bin"}, "--logits-out: not available with --session (it writes the rows of --ppl or --ppl-step)"},
+    {"logits-out-over-ref", 6, {"--ppl", "t", "--ppl-ref", "r", "--logits-out", "r"}, "--logits-out: the same file as --ppl-ref"},
+    {"logits-out-over-text", 4, {"--ppl", "t", "--logits-out", "t"}, "--logits-out: the same file as --ppl"},
+    {"route-trace-over-text", 4, {"--ppl-step", "t", "--route-trace", "t"}, "--route-trace: the same file as --ppl-step"},
+    {"order-outputs-before-scoring", 4, {"--ppl", "", "--logits-out", ""}, "--logits-out: the file name is empty"},
+    {"order-cache-before-scoring", 4, {"--ppl", "", "--drop-cold-experts", "1"}, "--drop-cold-experts: needs the expert cache (--cache-mb > 0)"},
     {"order-threads-before-io", 4, {"--io-threads", "9", "-t", "0"}, "-t: 0 is outside 1..256"},
     {"order-prompt-before-n", 4, {"-n", "-1", "-p", ""}, "-p: the prompt is empty"},
     {"order-range-before-cache", 2, {"--drop-cold-experts", "1.5"}, "--drop-cold-experts: 1.5 is outside [0, 1]"},
@@ -651,7 +676,8 @@ static void test_to_json(void) {
         "\"ctx\":0,\"n_expert_used\":0,\"mmap\":false,\"cache_mb\":2,\"force_cache\":true,\"io_threads\":1,"
         "\"no_odirect\":false,\"prefetch\":0,\"prefetch_sync\":false,\"drop_cold_experts\":0.10000000000000001,"
         "\"drop_in_prefill\":false,\"drop_no_renorm\":false,\"expert_substitute\":null,\"route_trace\":null,"
-        "\"json\":false,\"logits_out\":null}\n";
+        "\"json\":false,\"logits_out\":null,\"ppl\":null,\"ppl_step\":null,\"ppl_ref\":null,\"ppl_choices\":null,"
+        "\"session\":null}\n";
     if (strcmp(buf, want) != 0) fprintf(stderr, "config_to_json:\n%s", buf);
     CHECK(strcmp(buf, want) == 0);
     free(buf);

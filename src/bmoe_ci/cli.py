@@ -12,11 +12,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from bmoe_ci.ab.cli import add_ab_command
 from bmoe_ci.builder import TARGETS, BuildError, build
 from bmoe_ci.cli_farm import add_farm_commands
 from bmoe_ci.cli_report import add_report_command
 from bmoe_ci.mutants.command import add_mutants_command
 from bmoe_ci.nightly.cli import add_nightly_commands
+from bmoe_ci.release.cli import add_release_command
 
 
 class UsageError(Exception):
@@ -78,6 +80,8 @@ def make_parser() -> argparse.ArgumentParser:
     add_report_command(sub)
     add_nightly_commands(sub)
     add_mutants_command(sub)
+    add_ab_command(sub)
+    add_release_command(sub)
     return parser
 
 

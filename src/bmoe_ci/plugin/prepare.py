@@ -23,6 +23,7 @@ from bmoe_ci.farm import (
 )
 from bmoe_ci.farm.health import HealthBook
 from bmoe_ci.fixtures import FixtureFile, generate
+from bmoe_ci.paths import repo_root
 from bmoe_ci.plugin.context import DeviceContext, GateRun
 from bmoe_ci.reference import GATE_REQUEST
 
@@ -144,10 +145,16 @@ def prepare(
     return Prepared(run, {ctx.name: s for ctx, s in opened if s is not None})
 
 
+# The inputs of the quality instruments' gate (SCORE): committed texts, pushed beside the fixtures.
+SCORING_INPUTS = ("score.txt", "choices.jsonl", "session.txt")
+
+
 def _fixture_items(fixtures: Sequence[FixtureFile]) -> list[PushItem]:
     # Every file of a split model goes to the same directory under its own name: the engine finds
     # the sibling shards from the first one's name.
-    return [PushItem(p, name=f"fixtures/{p.name}") for f in fixtures for p in f.files]
+    data = repo_root() / "gates" / "data"
+    scoring = [PushItem(data / name, name=f"fixtures/scoring/{name}") for name in SCORING_INPUTS]
+    return [PushItem(p, name=f"fixtures/{p.name}") for f in fixtures for p in f.files] + scoring
 
 
 __all__ = ["FarmError", "Prepared", "prepare", "target_for"]

@@ -68,6 +68,7 @@ GATE_ORDER: tuple[str, ...] = (
     "REF",
     "XDEV",
     "BATCH-STDERR",
+    "SCORE",
 )
 
 _WORD = {"pass": "", "fail": "FAIL", "error": "ERR", "skip": "SKIP"}

@@ -1,0 +1,126 @@
+"""SCORE: the quality instruments measure what they claim (docs/engine-flags.md, scoring).
+
+  wide == step   with no lossy knob, `--ppl` (one resident prompt batch) and `--ppl-step` (one decode
+                 step per token through the evicting cache) give the same nll, ppl and agreement to the
+                 bit: prefill rows equal single rows, and the cache changes no byte
+  reference      the wide score equals the numpy reference's mean nll over the same text within
+                 NLL_TOL, and its top-1 agreement exactly
+  fires          with substitution at margin 1.0 the step-wise run examines every routed slot and
+                 changes some; the wide run examines none and scores what the model scores
+
+The text (gates/data/score.txt) is pushed beside the fixtures; all four runs come from the fixture's
+one batch (gates/plan.py). The reference is computed here, on the controller, from the fixture file
+the device was given (found beside the fixture's REF output), once per fixture and process.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path, PurePosixPath
+
+import numpy as np
+import pytest
+
+from bmoe_ci.farm import InfraError
+from bmoe_ci.paths import repo_root
+from bmoe_ci.plugin import GateState
+from bmoe_ci.plugin.context import DeviceContext
+from bmoe_ci.plugin.runner import EngineResult
+from bmoe_ci.reference.forward import Model
+from gates.compare import check, counters, require_ok
+from gates.plan import SCORE_TEXT
+
+# engine f32 against reference float64: measured at most 1.4e-7 on the default fixtures (gemma4)
+NLL_TOL = 1e-5
+SCORES = ("tokens_scored", "windows", "nll_sum", "nll_mean", "ppl", "top1_agreement")
+
+
+@cache
+def reference_scores(model_path: str, text_path: str) -> tuple[list[int], float, float]:
+    """(tokens, mean nll, top-1 agreement) of the numpy reference over the text."""
+    model = Model.load(model_path)
+    tokens = model.tokenize(Path(text_path).read_bytes())
+    logits = np.asarray(model.logits(tokens), dtype=np.float64)
+    mx = logits.max(axis=1, keepdims=True)
+    lse = mx[:, 0] + np.log(np.exp(logits - mx).sum(axis=1))
+    nxt = np.array(tokens[1:])
+    nll = lse[:-1] - logits[np.arange(len(tokens) - 1), nxt]
+    return tokens, float(nll.mean()), float((logits[:-1].argmax(axis=1) == nxt).mean())
+
+
+def local_model(gate_state: GateState, device: DeviceContext, fixture: str) -> Path:
+    """The controller's copy of the fixture file the device runs (beside its REF output)."""
+    ref = gate_state.run.references.get(fixture)
+    if ref is None:  # the controller prepares one per fixture: its absence is not the engine's doing
+        raise InfraError(device.name, "setup", f"no reference output was prepared for fixture {fixture}")
+    path = Path(ref).parent / PurePosixPath(device.models[fixture]).name
+    if not path.is_file():
+        raise InfraError(device.name, "setup", f"the fixture file {path} is not on the controller")
+    return path
+
+
+@pytest.mark.gate("SCORE")
+def test_scoring_instruments(
+    runs: dict[str, EngineResult], device: DeviceContext, fixture: str, gate_state: GateState, artifacts: Path
+) -> None:
+    wide, step = runs["score-wide"], runs["score-step"]
+    step_subst, wide_subst = runs["score-step-subst"], runs["score-wide-subst"]
+    for label, r in (
+        ("score-wide", wide),
+        ("score-step", step),
+        ("score-step-subst", step_subst),
+        ("score-wide-subst", wide_subst),
+    ):
+        require_ok(r, label)
+
+    # wide == step, to the bit
+    for key in SCORES:
+        check(
+            wide.data[key] == step.data[key],
+            f"{key}: wide (--ppl, --mmap) {wide.data[key]!r} != step-wise (--ppl-step, evicting cache) "
+            f"{step.data[key]!r}",
+            artifacts,
+            wide=wide,
+            step=step,
+        )
+
+    # the numpy reference
+    tokens, nll, top1 = reference_scores(
+        str(local_model(gate_state, device, fixture)), str(repo_root() / "gates" / "data" / SCORE_TEXT)
+    )
+    check(
+        wide.data["prompt_tokens"] == tokens,
+        "the engine tokenized the text differently from the reference",
+        artifacts,
+        wide=wide,
+    )
+    check(
+        abs(wide.data["nll_mean"] - nll) < NLL_TOL,
+        f"nll_mean {wide.data['nll_mean']!r}, reference {nll!r} (tolerance {NLL_TOL})",
+        artifacts,
+        wide=wide,
+    )
+    check(
+        wide.data["top1_agreement"] == top1,
+        f"top1_agreement {wide.data['top1_agreement']!r}, reference {top1!r}",
+        artifacts,
+        wide=wide,
+    )
+
+    # the policy fires step-wise, not in the wide batch
+    cs, cw = counters(step_subst), counters(wide_subst)
+    check(
+        cs["subst_examined"] == cs["experts_routed"] > 0 and cs["subst_changed"] > 0,
+        f"step-wise with --expert-substitute 1.0: {cs['subst_changed']}/{cs['subst_examined']} slots changed of "
+        f"{cs['experts_routed']} routed (expected every slot examined, some changed)",
+        artifacts,
+        step_subst=step_subst,
+    )
+    check(
+        cw["subst_examined"] == 0 and wide_subst.data["nll_sum"] == wide.data["nll_sum"],
+        f"wide with --expert-substitute 1.0: {cw['subst_examined']} slots examined, nll_sum "
+        f"{wide_subst.data['nll_sum']!r} against {wide.data['nll_sum']!r} (expected none, and the model's own)",
+        artifacts,
+        wide_subst=wide_subst,
+        wide=wide,
+    )
