@@ -7,14 +7,16 @@ by the nightly's own `gate_command`) and then `bmoe-ci nightly` on the same pool
 see the same machine load. Everything is warm (one untimed nightly first: built, generated, pushed).
 Prints each wall time, the medians, and the nightly's overhead as a ratio and in seconds: what the
 history, classification and report add to a night. On a loaded machine the paired runs are noisy, so
-it also prints the nightly's own split (its log line: the gate run's wall time, and the nightly's own
-work around it), which does not depend on how busy the devices were.
+it also prints CPU seconds (user + sys of the processes each command waited for) and the nightly's own
+split (its log line: the gate run's wall time, and the nightly's own work around it), which depend
+far less on how busy the machine was.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -31,13 +33,18 @@ REPO = Path(__file__).resolve().parents[1]
 OWN = re.compile(r"wall time: gate run ([0-9.]+) s, the nightly's own work ([0-9.]+) s")
 
 
-def timed(cmd: list[str]) -> tuple[float, str]:
+def timed(cmd: list[str]) -> tuple[float, str, float]:
+    """Wall seconds, stderr, and CPU seconds (user + sys) of the command and every process it waited
+    for (local engines, qemu, ssh clients; not what sshd runs for it, which both commands share)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.monotonic()
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False)
     wall = time.monotonic() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         sys.exit(f"failed ({' '.join(cmd)}):\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
-    return wall, proc.stderr
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, proc.stderr, cpu
 
 
 def main() -> None:
@@ -59,23 +66,29 @@ def main() -> None:
         for f in args.fixture:
             nightly += ["--fixture", f]
         timed(nightly)  # warm-up: build, fixtures, push; and a first history row
-        plain, full, own = [], [], []
+        plain, full, own, plain_cpu, full_cpu = [], [], [], [], []
         for r in range(args.rounds):
-            plain.append(timed(gate_command(opts, Path(tmp) / f"plain-{r}", n_devices))[0])
-            wall, log = timed(nightly)
+            wall, _, cpu = timed(gate_command(opts, Path(tmp) / f"plain-{r}", n_devices))
+            plain.append(wall)
+            plain_cpu.append(cpu)
+            wall, log, cpu = timed(nightly)
             full.append(wall)
+            full_cpu.append(cpu)
             m = OWN.search(log)
             if m is None:
                 sys.exit("the nightly did not log its wall-time split")
             own.append(wall - float(m.group(1)))  # everything but the gate run: start-up included
-            print(f"round {r + 1}: plain gate run {plain[-1]:.2f} s, nightly {full[-1]:.2f} s "
-                  f"(its gate run {float(m.group(1)):.2f} s, the rest {own[-1]:.2f} s)", flush=True)
+            print(f"round {r + 1}: plain gate run {plain[-1]:.2f} s ({plain_cpu[-1]:.1f} CPU s), nightly "
+                  f"{full[-1]:.2f} s ({full_cpu[-1]:.1f} CPU s; its gate run {float(m.group(1)):.2f} s, the rest "
+                  f"{own[-1]:.2f} s)", flush=True)
     p, n = statistics.median(plain), statistics.median(full)
     print(f"pool {args.pool} ({n_devices} devices), fixtures {', '.join(args.fixture) or 'default'}, "
           f"{args.rounds} rounds, medians:")
     print(f"  plain gate run  {p:7.2f} s")
     print(f"  bmoe-ci nightly {n:7.2f} s")
     print(f"  nightly / plain {n / p:7.3f}   (overhead {n - p:+.2f} s, {100 * (n - p) / p:+.1f} %)")
+    pc, nc = statistics.median(plain_cpu), statistics.median(full_cpu)
+    print(f"  CPU seconds     {pc:7.1f} plain, {nc:.1f} nightly: ratio {nc / pc:.3f} (less sensitive to other load)")
     o = statistics.median(own)
     print(f"  the nightly's own work (its wall minus its gate run): {o:.2f} s = {100 * o / p:.1f} % of the plain run")
 

@@ -186,6 +186,25 @@ def drop_direction(entry: str, trace: Trace, F: float) -> list[str]:
     return bad
 
 
+def subst_untied(entry: str, trace: Trace) -> list[str]:
+    """Substituted slots whose new expert did not score exactly what the router's own expert scored. A
+    vanishing margin can only break exact ties (a gap of zero, e.g. two experts with one router row)."""
+    scores: dict[tuple[int, int, int, int], tuple[float, ...] | None] = {}
+    for x in trace.rows:
+        if x.slot == 0:
+            scores[(x.turn, x.phase, x.step, x.layer)] = x.scores
+    out = []
+    for x in trace.rows:
+        if not x.substituted:
+            continue
+        s = scores.get((x.turn, x.phase, x.step, x.layer))
+        if s is None or s[x.expert] != s[x.router_expert]:
+            got = "no scores" if s is None else f"{s[x.expert]!r} against {s[x.router_expert]!r}"
+            out.append(f"{entry}: phase {x.phase} step {x.step} layer {x.layer} slot {x.slot}: expert {x.expert} "
+                       f"substituted for the router's {x.router_expert} without a tie ({got})")
+    return out
+
+
 def subst_direction(entry: str, trace: Trace) -> list[str]:
     """Every substituted slot's new expert was resident at the decision."""
     return [f"{entry}: phase {x.phase} step {x.step} layer {x.layer} slot {x.slot}: expert {x.expert} substituted "

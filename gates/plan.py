@@ -37,7 +37,8 @@ def model_args(model: str, *args: str) -> list[str]:
 
 
 # Stress (REPLAY, INV): a decode long enough to cycle the evicting cache many times over, and a routing
-# of every expert at once (top-k == the expert count) with two layers of prefetch against a 1 MiB cache.
+# of every expert at once (top-k == the expert count) with two layers of prefetch against a 1 MiB cache
+# (on `wide`, one layer's experts alone outweigh it: demand loads go over budget).
 LONG_DECODE = ("-p", PROMPT, "-n", "128", "--json")
 # every expert of a layer, every step, against a 1 MiB cache reads ~8x the default entry's experts:
 # 8 tokens (7 decode steps, each with two prefetch rounds' worth of guesses) are enough to stress it
@@ -72,33 +73,6 @@ def _spec_dims(fixture: str) -> tuple[int, int] | None:
     return (spec.dims.top_k, spec.dims.experts) if spec is not None else None
 
 
-# Experts below this many bytes in all would mostly fit in the 2 MiB cache: such a fixture gets 1 MiB.
-SMALL_EXPERTS = 5 * 2**19  # 2.5 MiB
-
-
-@cache
-def _expert_bytes(fixture: str) -> int | None:
-    """Bytes of all routed experts of a fixture (from fixtures.yaml), as the file stores them."""
-    from bmoe_ci.fixtures.spec import load_specs
-
-    spec = load_specs().specs.get(fixture)
-    if spec is None:
-        return None
-    d = spec.dims
-    per_element = 4.0 if spec.dtype == "F32" else 34 / 32  # Q8_0: 34-byte blocks of 32
-    return int((d.layers - d.n_dense) * d.experts * 3 * d.d * d.expert_ffn * per_element)
-
-
-def evicting(fixture: str | None) -> tuple[str, ...]:
-    """The evicting cache of a fixture: EVICTING, or 1 MiB when its experts total under 2.5 MiB
-    (trained-q8_0: 1.6 MiB of experts in 64 slots of 36 KiB; 2 MiB would hold 56 of them and hardly
-    ever evict; 1 MiB holds 28)."""
-    size = _expert_bytes(fixture) if fixture else None
-    if size is not None and size < SMALL_EXPERTS:
-        return ("--cache-mb", "1", "--force-cache")
-    return EVICTING
-
-
 def fixture_plan(model: str, fixture: str | None = None, trace: TracePath | None = None,
                  logits: str | None = None) -> list[tuple[str, list[str]]]:
     """(id, argv) entries for one fixture on one device. `trace(entry id)`: the device path the entry's
@@ -110,41 +84,40 @@ def fixture_plan(model: str, fixture: str | None = None, trace: TracePath | None
     single-flag entry covers on its own (k1-evict), so a failure points at one rule."""
     logits_out = ("--logits-out", logits) if logits is not None else ()
     text = scoring_file(model, SCORE_TEXT)
-    evict = evicting(fixture)
     entries = [
         ("ref", model_args(model, *REFERENCE, "-t", "1", *logits_out)),
         ("again", model_args(model, *REFERENCE, "-t", "1")),
         ("threads2", model_args(model, *REFERENCE, "-t", "2")),
         # streaming (gates/test_streaming.py); stream-evict is also the lossy gates' cached reference
         ("stream", model_args(model, *STREAMED, "-t", "1")),
-        ("stream-evict", model_args(model, *STREAMED, *evict, "-t", "1")),
-        ("stream-prefetch", model_args(model, *STREAMED, *evict, *PREFETCH, "-t", "1")),
+        ("stream-evict", model_args(model, *STREAMED, *EVICTING, "-t", "1")),
+        ("stream-prefetch", model_args(model, *STREAMED, *EVICTING, *PREFETCH, "-t", "1")),
         ("stream-lanes4", model_args(model, *STREAMED, "--io-threads", "4", "-t", "1")),
-        ("stream-evict-lanes4", model_args(model, *STREAMED, *evict, "--io-threads", "4", "-t", "1")),
-        ("stream-long", model_args(model, *LONG_DECODE, *evict, "-t", "1")),  # REPLAY: 128 decode steps
+        ("stream-evict-lanes4", model_args(model, *STREAMED, *EVICTING, "--io-threads", "4", "-t", "1")),
+        ("stream-long", model_args(model, *LONG_DECODE, *EVICTING, "-t", "1")),  # REPLAY: 128 decode steps
         # the lossy knobs (gates/test_lossy.py)
-        ("drop-inert", model_args(model, *STREAMED, *evict, DROP, INERT, "-t", "1")),  # G8a, G8a'
-        ("drop-full", model_args(model, *STREAMED, *evict, DROP, "1.0", "--drop-in-prefill", "-t", "1")),  # G8b
-        ("drop-norenorm", model_args(model, *STREAMED, *evict, DROP, "1.0", "--drop-no-renorm", "-t", "1")),
-        ("k1-evict", model_args(model, *STREAMED, *evict, "--n-expert-used", "1", "-t", "1")),  # G8c
-        ("k1-drop", model_args(model, *STREAMED, *evict, "--n-expert-used", "1", DROP, "1.0",
+        ("drop-inert", model_args(model, *STREAMED, *EVICTING, DROP, INERT, "-t", "1")),  # G8a, G8a'
+        ("drop-full", model_args(model, *STREAMED, *EVICTING, DROP, "1.0", "--drop-in-prefill", "-t", "1")),  # G8b
+        ("drop-norenorm", model_args(model, *STREAMED, *EVICTING, DROP, "1.0", "--drop-no-renorm", "-t", "1")),
+        ("k1-evict", model_args(model, *STREAMED, *EVICTING, "--n-expert-used", "1", "-t", "1")),  # G8c
+        ("k1-drop", model_args(model, *STREAMED, *EVICTING, "--n-expert-used", "1", DROP, "1.0",
                                "--drop-in-prefill", "-t", "1")),  # G8c
-        ("subst-inert", model_args(model, *STREAMED, *evict, SUBST, INERT, "-t", "1")),  # G8d
-        ("subst-full", model_args(model, *STREAMED, *evict, SUBST, "1.0", "-t", "1")),  # G8e
-        ("drop-warn", model_args(model, *WARN_ONLY, *evict, DROP, WARN_F, "-t", "1")),  # G8w
-        ("drop-warn-k4", model_args(model, *WARN_ONLY, *evict, "--n-expert-used", "4", DROP, WARN_F,
+        ("subst-inert", model_args(model, *STREAMED, *EVICTING, SUBST, INERT, "-t", "1")),  # G8d
+        ("subst-full", model_args(model, *STREAMED, *EVICTING, SUBST, "1.0", "-t", "1")),  # G8e
+        ("drop-warn", model_args(model, *WARN_ONLY, *EVICTING, DROP, WARN_F, "-t", "1")),  # G8w
+        ("drop-warn-k4", model_args(model, *WARN_ONLY, *EVICTING, "--n-expert-used", "4", DROP, WARN_F,
                                     "-t", "1")),  # G8w
         # the quality instruments (gates/test_scoring.py): wide vs step-wise, with and without a knob
         ("score-wide", model_args(model, "--mmap", "--ppl", text, "--json", "-t", "1")),
-        ("score-step", model_args(model, "--ppl-step", text, *evict, "--json", "-t", "1")),
-        ("score-step-subst", model_args(model, "--ppl-step", text, *evict, SUBST, "1.0", "--json", "-t", "1")),
-        ("score-wide-subst", model_args(model, "--ppl", text, *evict, SUBST, "1.0", "--json", "-t", "1")),
+        ("score-step", model_args(model, "--ppl-step", text, *EVICTING, "--json", "-t", "1")),
+        ("score-step-subst", model_args(model, "--ppl-step", text, *EVICTING, SUBST, "1.0", "--json", "-t", "1")),
+        ("score-wide-subst", model_args(model, "--ppl", text, *EVICTING, SUBST, "1.0", "--json", "-t", "1")),
     ]
     dims = _spec_dims(fixture) if fixture else None
     if dims is not None:
         k, n_expert = dims
         # the threshold at a width above the model's: F/(k+1), not F/k (REPLAY predicts each drop)
-        entries.append(("drop-kplus1", model_args(model, *STREAMED, *evict, DROP, "1.0", "--n-expert-used",
+        entries.append(("drop-kplus1", model_args(model, *STREAMED, *EVICTING, DROP, "1.0", "--n-expert-used",
                                                   str(k + 1), "-t", "1")))
         entries.append(("topk-all-prefetch2", model_args(model, *SHORT, *SMALL_CACHE, *PREFETCH2,
                                                          "--n-expert-used", str(n_expert), "-t", "1")))

@@ -90,6 +90,8 @@ def _first(doc: dict) -> dict:
         (lambda d: _first(d)["gating"].update(func=4), r"'qwen3moe': gating\.func: "),
         (lambda d: _first(d).update(name="Bad Name"), r"'Bad Name': name: "),
         (lambda d: _first(d)["dims"].update(rope_dims=15), r"dims\.rope_dims: must be even"),
+        (lambda d: _first(d).update(init={"router_tie": [0, 8]}), r"init\.router_tie: .* of 0\.\.7"),
+        (lambda d: _first(d).update(init={"router_tie": [3]}), r"init\.router_tie: .*at least two distinct"),
         (
             lambda d: d["fixtures"][3]["dims"].update(dense_layers=1),
             r"'wide': dims\.ffn: required when dense",

@@ -11,6 +11,7 @@ farm (fixture qwen3moe to stay fast):
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -145,3 +146,25 @@ def test_killed_device_is_missing_not_failing_and_shards_merge(
         assert "NO VERDICT: no device of the pool gave a verdict" in report_0.read_text()
     finally:
         (farm.parent / "killed").unlink()
+
+
+def test_nightly_with_mutants_records_the_score(tmp_path: Path, farm: Path) -> None:
+    """`--mutants` end to end: the real `bmoe-ci mutants` on the pool's one architecture, two faults of
+    the catalogue (a subset: the whole catalogue is the documented `bmoe-ci nightly --mutants`), the score
+    in nightly.json, the reports and the history's trend."""
+    history = tmp_path / "nightly"
+    code, n, report, err = nightly(history, farm, "--mutants", "--mutants-fault", "THREAD_ORDER",
+                                   "--mutants-fault", "LRU_NO_REFRESH")
+    assert code == 0, err[-3000:]
+    assert n["mutation_problem"] == ""
+    score = n["mutation_score"]
+    assert (score["caught"], score["total"]) == (2, 2), err[-3000:]
+    assert [(d["device"], d["arch"]) for d in score["devices"]] == [("host", n["devices"]["host"]["arch"])]
+    per_fault = json.loads((report.parent / "mutants" / "host" / "mutants.json").read_text())
+    assert sorted(f["name"] for f in per_fault["faults"]) == ["LRU_NO_REFRESH", "THREAD_ORDER"]
+    arch = n["devices"]["host"]["arch"]
+    assert f"| host | {arch} | 2 | 2 |" in (report.parent / "report.md").read_text()
+    assert "<td>host</td><td>" + arch + "</td><td>2</td><td>2</td>" in report.read_text().replace("\n", "")
+    with sqlite3.connect(history / "history.sqlite") as db:
+        rows = db.execute("SELECT device, caught, total FROM mutation_scores WHERE run = ?", (n["run"],)).fetchall()
+    assert rows == [("host", 2, 2)]

@@ -17,7 +17,7 @@ import pytest
 from bmoe_ci.cli import main
 from bmoe_ci.nightly.history import RunSummary
 from bmoe_ci.nightly.report import CLASSES, markdown, render_html, sections, trend_svg, write_report
-from bmoe_ci.nightly.run import mutants_available, read_mutants
+from bmoe_ci.nightly.run import read_mutants
 from bmoe_ci.reports import DeviceRun, ReportError, RunMeta, TestRecord
 from bmoe_ci.reports.summary import build_summary
 
@@ -186,13 +186,15 @@ def test_mutants_json_is_read_and_checked(tmp_path: Path) -> None:
         read_mutants(path)
 
 
-@pytest.mark.skipif(mutants_available(), reason="bmoe-ci mutants is installed, so this refusal cannot happen; "
-                    "nightly --mutants with the real command has no end-to-end test yet")
-def test_mutants_option_fails_clearly_without_the_mutants_command(tmp_path: Path,
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["nightly", "--mutants", "--history", str(tmp_path / "h")]) == 2
-    assert "bmoe-ci mutants is not available" in capsys.readouterr().err
-    assert not (tmp_path / "h").exists()  # nothing ran, nothing recorded
+def test_mutants_fault_option_is_checked_before_anything_runs(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    history = tmp_path / "h"
+    assert main(["nightly", "--mutants", "--mutants-fault", "NO_SUCH_FAULT", "--history", str(history)]) == 2
+    err = capsys.readouterr().err
+    assert "--mutants-fault" in err and "NO_SUCH_FAULT" in err
+    assert main(["nightly", "--mutants-fault", "THREAD_ORDER", "--history", str(history)]) == 2
+    assert "--mutants-fault needs --mutants" in capsys.readouterr().err
+    assert not history.exists()  # nothing ran, nothing recorded
 
 
 def test_bad_options_are_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -62,6 +62,39 @@ def test_replay_predicts_every_decision_and_counter(engine_bin: Path, fixtures: 
         assert counters["subst_changed"] > 0
 
 
+def test_one_layer_larger_than_the_cache_is_replayed(engine_bin: Path, fixtures: dict[str, Path],
+                                                    tmp_path: Path) -> None:
+    """The gate plan's stress entry (topk-all-prefetch2: every expert, two prefetch rounds, 1 MiB) on
+    `wide`, whose 16 experts of one layer outweigh the budget: demand loads go over budget while the
+    layer's pins hold, and the replay still predicts every decision. On qwen3moe one layer fits."""
+    stress = ("--cache-mb", "1", "--force-cache", "--prefetch", "2", "--prefetch-sync")
+    argv, counters, text = traced_run(engine_bin, fixtures["wide"], tmp_path, *stress, "--n-expert-used", "16",
+                                      n=8)
+    pred = replay(parse_trace(text, "trace.csv"), RunConfig.from_argv(argv))
+    assert pred.problems == [] and mismatches(parse_trace(text, "trace.csv"), pred, counters) == []
+    assert 16 * pred.slot_bytes > 1 << 20 and pred.over_budget_loads > 0
+    argv, counters, text = traced_run(engine_bin, fixtures["qwen3moe"], tmp_path, *stress, "--n-expert-used", "8",
+                                      n=8)
+    pred = replay(parse_trace(text, "trace.csv"), RunConfig.from_argv(argv))
+    assert mismatches(parse_trace(text, "trace.csv"), pred, counters) == [] and pred.over_budget_loads == 0
+
+
+def test_tied_weights_exactly_at_the_threshold_are_kept(engine_bin: Path, fixtures: dict[str, Path],
+                                                       tmp_path: Path) -> None:
+    """qwen3moe-q8_0's experts 0 and 1 share a router row: a routing of both weighs each exactly 1/2, the
+    threshold F/k at F = 1. Such slots reach the rule as misses and stay (the comparison is strict), and
+    the replay agrees (the fault DROP_AT_THRESHOLD, `<=`, fails REPLAY and G8b)."""
+    argv, counters, text = traced_run(engine_bin, fixtures["qwen3moe-q8_0"], tmp_path, *EVICTING,
+                                      "--drop-cold-experts", "1.0", n=64)
+    trace = parse_trace(text, "trace.csv")
+    pred = replay(trace, RunConfig.from_argv(argv))
+    assert pred.problems == [] and mismatches(trace, pred, counters) == []
+    at_threshold = [x for x in trace.rows if x.phase == 1 and x.slot > 0 and x.router_weight == 0.5
+                    and x.residency == 0]
+    assert at_threshold and not any(x.dropped for x in at_threshold)
+    assert counters["experts_dropped"] > 0  # the rule still fires below the threshold
+
+
 @pytest.fixture(scope="module")
 def prefetch_run(engine_bin: Path, fixtures: dict[str, Path], tmp_path_factory: pytest.TempPathFactory):
     return traced_run(engine_bin, fixtures["qwen3moe"], tmp_path_factory.mktemp("replay"),

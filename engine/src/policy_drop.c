@@ -22,6 +22,16 @@ double drop_threshold(const drop_params *p) {
     return p->F / (double)k;
 }
 
+/* Strictly below: a weight exactly at the threshold (two tied experts of a normalised top-2 at F = 1
+ * weigh exactly F/k) is kept. */
+static int below_threshold(float w, double thr) {
+#ifdef BMOE_FAULT_DROP_AT_THRESHOLD
+    return (double)w <= thr; /* fault: a weight exactly at the threshold is dropped too */
+#else
+    return (double)w < thr;
+#endif
+}
+
 int drop_top_slot(const float *w, int k) {
     int top = -1;
     for (int s = 0; s < k; s++) {
@@ -44,9 +54,9 @@ int drop_row(const drop_params *p, int32_t *ids, float *w, const uint8_t *reside
 #ifdef BMOE_FAULT_NO_PIN
         pinned = 0; /* fault: the top-weighted expert is as droppable as any other */
 #endif
-        int d = !pinned && !resident[s] && (double)w[s] < thr;
+        int d = !pinned && !resident[s] && below_threshold(w[s], thr);
 #ifdef BMOE_FAULT_DROP_RESIDENT
-        d = !pinned && resident[s] && (double)w[s] < thr; /* fault: drops the hits instead of the misses */
+        d = !pinned && resident[s] && below_threshold(w[s], thr); /* fault: drops the hits instead of the misses */
 #endif
         if (dropped) dropped[s] = (uint8_t)d;
         orig += (double)w[s];
@@ -67,9 +77,9 @@ int drop_row(const drop_params *p, int32_t *ids, float *w, const uint8_t *reside
 #ifdef BMOE_FAULT_NO_PIN
         pinned = 0;
 #endif
-        int d = !pinned && !resident[s] && (double)w[s] < thr;
+        int d = !pinned && !resident[s] && below_threshold(w[s], thr);
 #ifdef BMOE_FAULT_DROP_RESIDENT
-        d = !pinned && resident[s] && (double)w[s] < thr;
+        d = !pinned && resident[s] && below_threshold(w[s], thr);
 #endif
         if (d) {
             w[s] = 0.0f;

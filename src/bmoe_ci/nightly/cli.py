@@ -25,6 +25,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
         opts = NightlyOptions(
             history=Path(args.history), pool=args.pool, farm=Path(args.farm) if args.farm else None,
             fixtures=tuple(args.fixture or ()), faults=tuple(args.fault or ()), mutants=args.mutants,
+            mutant_faults=tuple(args.mutants_fault or ()),
             keep=args.keep, workers=args.workers,
             flaky=FlakyPolicy(window=args.flaky_window, flips=args.flaky_flips),
         )
@@ -65,6 +66,8 @@ def add_nightly_commands(subparsers: Any) -> None:
                    help="only this fixture (repeatable; default: every default fixture)")
     p.add_argument("--mutants", action="store_true",
                    help="also run the mutation catalogue (bmoe-ci mutants) on one device per architecture")
+    p.add_argument("--mutants-fault", action="append", metavar="NAME",
+                   help="with --mutants: only this fault of the catalogue (repeatable; default: every fault)")
     p.add_argument("--keep", type=int, metavar="N", help="keep the raw directories of the last N runs only")
     p.add_argument("--workers", "-n", type=int, metavar="N",
                    help="pytest-xdist workers (default: one per device of the pool, at most 4)")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bmoe_ci.farm import FarmError, default_run_id, load_farm
+from bmoe_ci.mutants.catalogue import CatalogueError, load_catalogue
 from bmoe_ci.nightly.classify import (
     Classification,
     FlakyPolicy,
@@ -60,6 +61,7 @@ class NightlyOptions:
     fixtures: tuple[str, ...] = ()
     faults: tuple[str, ...] = ()
     mutants: bool = False
+    mutant_faults: tuple[str, ...] = ()  # with mutants: only these faults of the catalogue (default all)
     keep: int | None = None
     workers: int | None = None
     flaky: FlakyPolicy = field(default_factory=FlakyPolicy)
@@ -95,15 +97,6 @@ def _farm_path(farm: Path | None) -> Path:
     return farm_file()
 
 
-def mutants_available() -> bool:
-    """Whether this bmoe-ci has the ``mutants`` command (it comes with the mutation catalogue)."""
-    from bmoe_ci.cli import make_parser
-
-    parser = make_parser()
-    sub = next(a for a in parser._actions if a.dest == "command")
-    return "mutants" in sub.choices  # type: ignore[operator]
-
-
 def read_mutants(path: Path) -> MutationScore:
     """One ``mutants.json`` (schema bmoe-ci.mutants/1) as a score; ReportError names the file."""
     data = read_json(path)
@@ -130,6 +123,8 @@ def _run_mutants(opts: NightlyOptions, run_dir: Path, devices: dict[str, str]) -
             cmd += ["--farm", str(opts.farm)]
         for f in opts.fixtures:
             cmd += ["--fixture", f]
+        for f in opts.mutant_faults:
+            cmd += ["--fault", f]
         _log(f"mutants on {device} ({arch})")
         proc = subprocess.run(cmd, stdout=sys.stderr, check=False)
         if proc.returncode in (0, 1) and (out / MUTANTS_JSON).is_file():
@@ -197,8 +192,13 @@ def run_nightly(opts: NightlyOptions) -> NightlyResult:
     """One nightly; raises :class:`NightlyUsageError` before anything runs when the options are wrong."""
     if opts.keep is not None and opts.keep < 1:
         raise NightlyUsageError("--keep must be at least 1")
-    if opts.mutants and not mutants_available():
-        raise NightlyUsageError("--mutants: bmoe-ci mutants is not available in this bmoe-ci")
+    if opts.mutant_faults:
+        if not opts.mutants:
+            raise NightlyUsageError("--mutants-fault needs --mutants")
+        try:
+            load_catalogue().resolve(opts.mutant_faults)
+        except CatalogueError as exc:
+            raise NightlyUsageError(f"--mutants-fault: {exc}") from None
     try:
         farm = load_farm(opts.farm)
         farm_path = _farm_path(opts.farm)

@@ -22,6 +22,7 @@ class LruCache:
     slot_bytes: int
     entries: OrderedDict[Key, CacheEntry] = field(default_factory=OrderedDict)  # least recent first
     evictions: int = 0
+    over_budget_loads: int = 0  # demand loads that found every entry pinned and went over budget
 
     @property
     def bytes(self) -> int:
@@ -51,7 +52,8 @@ class LruCache:
         while self.entries and self.bytes + self.slot_bytes > self.budget:
             victim = self._victim()
             if victim is None:
-                break  # everything is pinned: a demand load goes over budget until the pins drop
+                self.over_budget_loads += 1  # everything is pinned: over budget until the pins drop
+                break
             self._evict(victim)
         self.entries[key] = CacheEntry(prefetched=speculative)
         return True

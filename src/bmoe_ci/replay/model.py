@@ -53,6 +53,8 @@ class Prediction:
     rows: list[RowPrediction] = field(default_factory=list)
     counters: dict[str, int | float] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
     slot_bytes: int = 0
+    over_budget_loads: int = 0  # demand loads made while every resident entry was pinned (one layer's
+    # working set larger than the budget): the cache's least trodden path
     problems: list[str] = field(default_factory=list)  # rule violations found while replaying
 
 
@@ -255,4 +257,5 @@ def replay(trace: Trace, cfg: RunConfig) -> Prediction:
                                  f"(top-k {k}, MoE layers {trace.moe_layers})")
             continue
         r.run_pass(rows)
+    pred.over_budget_loads = cache.over_budget_loads if cache is not None else 0
     return pred
