@@ -4,7 +4,8 @@
                  step per token through the evicting cache) give the same nll, ppl and agreement to the
                  bit: prefill rows equal single rows, and the cache changes no byte
   reference      the wide score equals the numpy reference's mean nll over the same text within
-                 NLL_TOL, and its top-1 agreement exactly
+                 NLL_TOL, and its top-1 agreement exactly (Q8_0 models: within NLL_TOL_Q8_0 and
+                 TOP1_TOL_Q8_0, see there)
   fires          with substitution at margin 1.0 the step-wise run examines every routed slot and
                  changes some; the wide run examines none and scores what the model scores
 
@@ -32,12 +33,18 @@ from gates.plan import SCORE_TEXT
 
 # engine f32 against reference float64: measured at most 1.4e-7 on the default fixtures (gemma4)
 NLL_TOL = 1e-5
+# Q8_0 matmuls round their input to 8-bit blocks in the engine and in the reference alike, but an
+# activation that float32 and float64 put on the two sides of a rounding step moves what follows: on
+# gates/data/score.txt measured 3.6e-5 (qwen3moe-q8_0) and 4.3e-6 (trained-q8_0) of mean nll, and one
+# near-tie prediction of 246 flipped (trained-q8_0). A kernel bug moves the nll by far more.
+NLL_TOL_Q8_0 = 1e-4
+TOP1_TOL_Q8_0 = 0.01
 SCORES = ("tokens_scored", "windows", "nll_sum", "nll_mean", "ppl", "top1_agreement")
 
 
 @cache
-def reference_scores(model_path: str, text_path: str) -> tuple[list[int], float, float]:
-    """(tokens, mean nll, top-1 agreement) of the numpy reference over the text."""
+def reference_scores(model_path: str, text_path: str) -> tuple[list[int], float, float, bool]:
+    """(tokens, mean nll, top-1 agreement, whether a matmul is Q8_0) of the numpy reference over the text."""
     model = Model.load(model_path)
     tokens = model.tokenize(Path(text_path).read_bytes())
     logits = np.asarray(model.logits(tokens), dtype=np.float64)
@@ -45,7 +52,7 @@ def reference_scores(model_path: str, text_path: str) -> tuple[list[int], float,
     lse = mx[:, 0] + np.log(np.exp(logits - mx).sum(axis=1))
     nxt = np.array(tokens[1:])
     nll = lse[:-1] - logits[np.arange(len(tokens) - 1), nxt]
-    return tokens, float(nll.mean()), float((logits[:-1].argmax(axis=1) == nxt).mean())
+    return tokens, float(nll.mean()), float((logits[:-1].argmax(axis=1) == nxt).mean()), bool(model.q8_0)
 
 
 def local_model(gate_state: GateState, device: DeviceContext, fixture: str) -> Path:
@@ -85,7 +92,7 @@ def test_scoring_instruments(
         )
 
     # the numpy reference
-    tokens, nll, top1 = reference_scores(
+    tokens, nll, top1, q8_0 = reference_scores(
         str(local_model(gate_state, device, fixture)), str(repo_root() / "gates" / "data" / SCORE_TEXT)
     )
     check(
@@ -94,15 +101,16 @@ def test_scoring_instruments(
         artifacts,
         wide=wide,
     )
+    nll_tol, top1_tol = (NLL_TOL_Q8_0, TOP1_TOL_Q8_0) if q8_0 else (NLL_TOL, 0.0)
     check(
-        abs(wide.data["nll_mean"] - nll) < NLL_TOL,
-        f"nll_mean {wide.data['nll_mean']!r}, reference {nll!r} (tolerance {NLL_TOL})",
+        abs(wide.data["nll_mean"] - nll) < nll_tol,
+        f"nll_mean {wide.data['nll_mean']!r}, reference {nll!r} (tolerance {nll_tol})",
         artifacts,
         wide=wide,
     )
     check(
-        wide.data["top1_agreement"] == top1,
-        f"top1_agreement {wide.data['top1_agreement']!r}, reference {top1!r}",
+        abs(wide.data["top1_agreement"] - top1) <= top1_tol,
+        f"top1_agreement {wide.data['top1_agreement']!r}, reference {top1!r} (tolerance {top1_tol})",
         artifacts,
         wide=wide,
     )

@@ -31,8 +31,11 @@ SESSION = DATA / "session.txt"
 FIXTURES = ["qwen3moe", "gemma4", "wide", "qwen3moe-q8_0", "trained", "trained-q8_0"]
 EVICTING = ("--cache-mb", "2", "--force-cache")
 SCORES = ("nll_sum", "nll_mean", "ppl", "top1_agreement", "tokens_scored", "windows")
-# engine f32 against reference float64: measured at most 1.4e-7 on these fixtures (gemma4)
+# engine f32 against reference float64: measured at most 1.4e-7 on these fixtures (gemma4); Q8_0 models
+# as gate SCORE says (an activation on the two sides of a rounding step in f32 and f64)
 NLL_TOL = 1e-5
+NLL_TOL_Q8_0 = 1e-4
+TOP1_TOL_Q8_0 = 0.01
 
 
 def engine(binary: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -84,8 +87,9 @@ def test_wide_equals_step_equals_reference(engine_bin: Path, fixtures: dict[str,
     assert wide["prompt_tokens"] == tokens
     assert wide["tokens_scored"] == len(tokens) - 1 and wide["windows"] == 1
     nll, top1 = reference_nll(ref, tokens)
-    assert abs(wide["nll_mean"] - nll) < NLL_TOL, (wide["nll_mean"], nll)
-    assert wide["top1_agreement"] == top1
+    nll_tol, top1_tol = (NLL_TOL_Q8_0, TOP1_TOL_Q8_0) if ref.q8_0 else (NLL_TOL, 0.0)
+    assert abs(wide["nll_mean"] - nll) < nll_tol, (wide["nll_mean"], nll)
+    assert abs(wide["top1_agreement"] - top1) <= top1_tol, (wide["top1_agreement"], top1)
     assert wide["ref_agreement"] is None and wide["kl_mean"] is None
     invariants(streamed, True)
     invariants(streamed_wide, True)
