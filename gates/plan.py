@@ -108,7 +108,7 @@ def fixture_plan(model: str, fixture: str | None = None, trace: TracePath | None
         ("drop-warn-k4", model_args(model, *WARN_ONLY, *EVICTING, "--n-expert-used", "4", DROP, WARN_F,
                                     "-t", "1")),  # G8w
         # the quality instruments (gates/test_scoring.py): wide vs step-wise, with and without a knob
-        ("score-wide", model_args(model, "--mmap", "--ppl", text, "--json", "-t", "1")),
+        ("score-wide", score_wide_argv(model)),
         ("score-step", model_args(model, "--ppl-step", text, *EVICTING, "--json", "-t", "1")),
         ("score-step-subst", model_args(model, "--ppl-step", text, *EVICTING, SUBST, "1.0", "--json", "-t", "1")),
         ("score-wide-subst", model_args(model, "--ppl", text, *EVICTING, SUBST, "1.0", "--json", "-t", "1")),
@@ -125,6 +125,11 @@ def fixture_plan(model: str, fixture: str | None = None, trace: TracePath | None
         entries = [(i, [*a, "--route-trace", trace(i)] if i not in UNTRACED and "--mmap" not in a else a)
                    for i, a in entries]
     return entries
+
+
+def score_wide_argv(model: str) -> list[str]:
+    """The `score-wide` entry's command (DET-kernels runs it again on the scalar kernels)."""
+    return model_args(model, "--mmap", "--ppl", scoring_file(model, SCORE_TEXT), "--json", "-t", "1")
 
 
 def warn_single_argv(model: str) -> list[str]:

@@ -7,8 +7,12 @@ from pathlib import Path
 import pytest
 
 from bmoe_ci.plugin.runner import DeviceRunner, EngineResult
-from gates.compare import assert_identical, output_digest
-from gates.plan import REFERENCE, model_args
+from gates.compare import assert_identical, check, output_digest
+from gates.plan import REFERENCE, model_args, score_wide_argv
+
+# What a scoring run reports to the last bit (the mean nll of a text is a sum over every logit row, so
+# one changed bit of any logit shows).
+SCORE_BITS = ("prompt_tokens", "tokens_scored", "nll_sum", "nll_mean", "ppl", "top1_agreement")
 
 
 @pytest.mark.gate("DET", "repeat")
@@ -28,3 +32,22 @@ def test_batch_equals_single_process(runs: dict[str, EngineResult], runner: Devi
                                      artifacts: Path) -> None:
     single = runner.single(model_args(model, *REFERENCE, "-t", "1"))
     assert_identical(runs["ref"], single, "batch", "single", artifacts)
+
+
+@pytest.mark.gate("DET", "kernels")
+def test_kernel_path_changes_no_byte(runs: dict[str, EngineResult], runner: DeviceRunner, model: str,
+                                     artifacts: Path) -> None:
+    """The device's own kernel path (AVX2, NEON, sdot) against the scalar one that defines every bit
+    (docs/model-math.md): the text's scores, which sum every logit row, to the last bit. One engine
+    process more per fixture, with BMOE_KERNELS=scalar."""
+    auto = runs["score-wide"]
+    check(auto.ok, f"score-wide: {auto.describe()}", artifacts, score_wide=auto)
+    if auto.data.get("kernels") == "scalar":
+        pytest.skip("this device's engine runs the scalar kernels itself (no SIMD path): nothing to compare")
+    scalar = runner.single(score_wide_argv(model), env={"BMOE_KERNELS": "scalar"})
+    check(scalar.ok and scalar.data.get("kernels") == "scalar", f"the scalar run: {scalar.describe()}",
+          artifacts, scalar=scalar)
+    for key in SCORE_BITS:
+        check(auto.data.get(key) == scalar.data.get(key),
+              f"{key}: {auto.data.get(key)!r} on the {auto.data.get('kernels')} kernels, "
+              f"{scalar.data.get(key)!r} on the scalar kernels", artifacts, auto=auto, scalar=scalar)

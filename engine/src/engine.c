@@ -743,6 +743,7 @@ static int run_scoring(bmoe_engine *e, bmoe_error *err) {
     r->text = e->text;
     r->text_len = e->text_len;
     r->counters = e->counters;
+    r->kernels = bm_kpath_name(forward_kernels(e->fwd)); /* scoring and sessions run the same kernels */
     r->timing = e->timing;
     r->write_extra = write_scoring;
     r->extra_user = e;

@@ -98,7 +98,7 @@ void result_write_run(FILE *out, int with_id, const char *id, const bmoe_result 
     json_str(&w, "version", BMOE_VERSION);
     json_str(&w, "build_id", BMOE_BUILD_ID);
     json_str(&w, "target", BMOE_TARGET);
-    json_str(&w, "kernels", r->kernels ? r->kernels : "scalar");
+    json_str(&w, "kernels", r->kernels ? r->kernels : "unknown");
     config_to_json(r->config, &w, "config");
     write_model(&w, "model", r->model, r->top_k_effective);
     json_begin_array(&w, "prompt_tokens");

@@ -16,7 +16,7 @@ taken out of the run: its remaining tests are errors with that reason, the other
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,11 +121,14 @@ class DeviceRunner:
             out[current] = "\n".join(chunks)
         return {p: out.get(p) for p in paths}
 
-    def single(self, argv: Sequence[str]) -> EngineResult:
-        """One engine process for one command (the batch == single-process identity needs this)."""
+    def single(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> EngineResult:
+        """One engine process for one command (the batch == single-process identity needs this; `env`:
+        variables for the engine, e.g. BMOE_KERNELS)."""
         self._check_in_run()
         try:
-            r = self._checked(self.session.run_engine(list(argv), timeout=self.session.device.entry_timeout))
+            r = self._checked(
+                self.session.run_engine(list(argv), timeout=self.session.device.entry_timeout, env=env)
+            )
         except InfraError as exc:
             if exc.kind == "timeout":
                 raise self._timed_out(exc) from None
