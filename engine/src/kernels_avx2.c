@@ -13,16 +13,6 @@
 
 #define AVX2_FN __attribute__((target("avx2,f16c")))
 
-/* The eight lanes, combined with the fixed tree. */
-static float sum_lanes(const float l[8]) {
-#ifdef BMOE_FAULT_SIMD_LANE_ORDER
-    /* fault: the usual SIMD horizontal sum (high half onto low half first), not the fixed tree */
-    return ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
-#else
-    return bm_sum8(l);
-#endif
-}
-
 AVX2_FN static float dot_f32_avx2(const float *a, const float *b, size_t n) {
     __m256 acc = _mm256_setzero_ps();
     size_t i = 0;
@@ -30,7 +20,7 @@ AVX2_FN static float dot_f32_avx2(const float *a, const float *b, size_t n) {
     float l[8];
     _mm256_storeu_ps(l, acc);
     for (; i < n; i++) l[i & 7] += a[i] * b[i];
-    return sum_lanes(l);
+    return bm_simd_sum8(l);
 }
 
 AVX2_FN static float dot_f16_avx2(const uint8_t *w, const float *x, size_t n) {
@@ -43,7 +33,7 @@ AVX2_FN static float dot_f16_avx2(const uint8_t *w, const float *x, size_t n) {
     float l[8];
     _mm256_storeu_ps(l, acc);
     for (; i < n; i++) l[i & 7] += bm_f16_to_f32(bm_rd16(w + 2 * i)) * x[i];
-    return sum_lanes(l);
+    return bm_simd_sum8(l);
 }
 
 /* The exact integer dot product of one block, as eight int32 partial sums. |w| (as unsigned, so
@@ -95,7 +85,7 @@ AVX2_FN static float dot_q8_0_avx2(const uint8_t *w, const int8_t *xq, const flo
 #endif
         l[b & 7] += (float)s * (dw * xd[b]);
     }
-    return sum_lanes(l);
+    return bm_simd_sum8(l);
 }
 
 /* bm_quantize_q8_0, eight values at a time. Every step is exact or the same IEEE operation as the

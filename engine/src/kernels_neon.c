@@ -30,7 +30,7 @@ static float dot_f32_neon(const float *a, const float *b, size_t n) {
     vst1q_f32(l, a0);
     vst1q_f32(l + 4, a1);
     for (; i < n; i++) l[i & 7] += a[i] * b[i];
-    return bm_sum8(l);
+    return bm_simd_sum8(l);
 }
 
 static float dot_f16_neon(const uint8_t *w, const float *x, size_t n) {
@@ -47,7 +47,7 @@ static float dot_f16_neon(const uint8_t *w, const float *x, size_t n) {
     vst1q_f32(l, a0);
     vst1q_f32(l + 4, a1);
     for (; i < n; i++) l[i & 7] += bm_f16_to_f32(bm_rd16(w + 2 * i)) * x[i];
-    return bm_sum8(l);
+    return bm_simd_sum8(l);
 }
 
 static inline int32_t block_dot_mull(const uint8_t *blk, const int8_t *p) {
@@ -98,7 +98,7 @@ static float tail_q8_0(float l[8], const uint8_t *w, const int8_t *xq, const flo
 #endif
         l[b & 7] += (float)s * (dw * xd[b]);
     }
-    return bm_sum8(l);
+    return bm_simd_sum8(l);
 }
 
 static float dot_q8_0_neon(const uint8_t *w, const int8_t *xq, const float *xd, size_t n) {
