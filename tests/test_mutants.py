@@ -178,11 +178,28 @@ def test_mutants_on_a_subset_prints_the_table_and_the_score(tmp_path: Path) -> N
     assert json.loads((results / "faults" / "WRONG_OFFSET" / "summary.json").read_text())["faults"] == ["WRONG_OFFSET"]
 
 
+def test_own_fixture_runs_each_fault_on_the_fixture_that_exposes_it(tmp_path: Path) -> None:
+    results = tmp_path / "mutants"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bmoe_ci.cli", "mutants", "--farm", str(host_farm(tmp_path)), "--device", "host",
+         "--own-fixture", "--fault", "DROP_AT_THRESHOLD", "--results", str(results)],
+        cwd=REPO, capture_output=True, text=True, timeout=1800, check=False)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    doc = json.loads((results / "mutants.json").read_text())
+    assert load_catalogue().get("DROP_AT_THRESHOLD").fixture == "qwen3moe-tied"
+    assert doc["fixtures"] == ["qwen3moe-tied"] and doc["score"] == {"caught": 1, "total": 1}
+    (fault,) = doc["faults"]
+    assert fault["fixtures"] == ["qwen3moe-tied"] and "REPLAY" in fault["caught_by"]
+    for run in (results / "clean", results / "faults" / "DROP_AT_THRESHOLD"):
+        assert sorted(json.loads((run / "summary.json").read_text())["fixtures"]) == ["qwen3moe-tied"]
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["--fault", "NOPE"], "--fault NOPE: not in the fault catalogue"),
     (["--device", "nosuch"], "nosuch"),
     (["--fixture", "nosuch"], "--fixture nosuch: no such fixture"),
     (["--jobs", "0"], "--jobs 0"),
+    (["--own-fixture", "--fixture", "qwen3moe"], "--own-fixture and --fixture"),
 ])
 def test_mutants_bad_input_is_one_line_exit_2(tmp_path: Path, argv: list[str], message: str) -> None:
     proc = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "mutants", "--farm", str(host_farm(tmp_path)),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from bmoe_ci.builder import BuildError
@@ -50,6 +51,9 @@ def add_mutants_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fault", action="append", metavar="NAME", help="only this fault (repeatable; default: all)")
     p.add_argument("--fixture", action="append", metavar="NAME",
                    help="only this fixture (repeatable; default: every default fixture)")
+    p.add_argument("--own-fixture", action="store_true",
+                   help="run each fault on its catalogue fixture only (the one that exposes it); the clean "
+                   "run covers all of them. For slow (emulated) devices; not with --fixture")
     p.add_argument("--results", metavar="DIR", help="results directory (default results/mutants-<time>)")
     p.add_argument("--jobs", type=int, default=2, metavar="N", help="engine builds at a time (default 2)")
     p.add_argument("--rebuild", action="store_true", help="ignore the engine build cache")
@@ -119,11 +123,15 @@ def _run(args: argparse.Namespace, catalogue: Catalogue) -> dict | None:
     if len(devices) != 1:
         raise ValueError(f"--device {args.device}: selects {len(devices)} devices; mutants runs on exactly one")
     device = devices[0]
-    fixtures = tuple(args.fixture or ())
+    if args.own_fixture and args.fixture:
+        raise ValueError("--own-fixture and --fixture: choose one (--own-fixture takes each fault's own)")
+    # with --own-fixture, the clean run covers every fixture a fault will run on, in catalogue order
+    fixtures = tuple(dict.fromkeys(f.fixture for f in faults)) if args.own_fixture else tuple(args.fixture or ())
     specs = load_specs()
     for name in fixtures:
         if name not in specs.specs:
-            raise ValueError(f"--fixture {name}: no such fixture (known: {', '.join(specs.specs)})")
+            where = f"the catalogue's fixture {name}" if args.own_fixture else f"--fixture {name}"
+            raise ValueError(f"{where}: no such fixture (known: {', '.join(specs.specs)})")
     results = _results_dir(args.results)
     spec = GateRunSpec(device=device.name, target=target_for(device), farm=args.farm, fixtures=fixtures,
                        results=results, repo=repo_root())
@@ -151,7 +159,8 @@ def _run(args: argparse.Namespace, catalogue: Catalogue) -> dict | None:
         if isinstance(b, BuildError):
             r = FaultResult(fault, "error", message=f"the fault does not build: {str(b).splitlines()[0]}")
         else:
-            r = classify(fault, run_gate_suite(spec, fault.name, results / "faults" / fault.name), device.name)
+            fault_spec = replace(spec, fixtures=(fault.fixture,)) if args.own_fixture else spec
+            r = classify(fault, run_gate_suite(fault_spec, fault.name, results / "faults" / fault.name), device.name)
             r.build_id = b.build_id
         done.append(r)
         caught = f" by {', '.join(r.caught_by)}" if r.caught_by else f": {r.message}"
@@ -164,7 +173,8 @@ def _run(args: argparse.Namespace, catalogue: Catalogue) -> dict | None:
         fixtures=list(fixtures) or sorted((clean_run.summary or {}).get("fixtures", {})),
         faults=[{"name": r.fault.name, "area": r.fault.area, "caught_by": r.caught_by,
                  "expected": list(r.fault.expected), "outcome": r.outcome, "message": r.message,
-                 "breaks": r.fault.breaks, "gates": r.gates, "seconds": round(r.seconds, 1)} for r in done],
+                 "breaks": r.fault.breaks, "gates": r.gates, "seconds": round(r.seconds, 1),
+                 **({"fixtures": [r.fault.fixture]} if args.own_fixture else {})} for r in done],
         gates=list(clean), clean=clean, started=started_wall, seconds=time.monotonic() - started,
     )
     write_mutants(results, doc)
