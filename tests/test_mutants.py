@@ -259,3 +259,38 @@ def test_write_doc_without_markers_is_refused(tmp_path: Path) -> None:
     with pytest.raises(MutantsFileError, match="no generated block"):
         write_doc(path, {"faults": []})
     assert path.read_text() == "# no markers\n"
+
+
+def _mutants_file(path: Path, device: str, arch: str, caught: dict[str, list[str]]) -> Path:
+    from bmoe_ci.mutants.report import mutants_doc, write_mutants
+
+    faults = [{"name": n, "area": "cache", "caught_by": g, "expected": ["G1"], "outcome": "caught" if g else "survived",
+               "message": "", "breaks": "", "gates": {x: "fail" for x in g}} for n, g in caught.items()]
+    doc = mutants_doc(device=device, arch=arch, engine_builds={}, fixtures=["qwen3moe"], faults=faults,
+                      gates=["G1", "REPLAY"], clean={}, started="t", seconds=1.0)
+    path.mkdir()
+    write_mutants(path, doc)
+    return path
+
+
+def _compare(a: Path, b: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "mutants", "--from", str(a), "--compare", str(b)],
+                          cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_compare_puts_two_runs_side_by_side_and_fails_on_a_difference(tmp_path: Path) -> None:
+    host = _mutants_file(tmp_path / "host", "host", "x86_64", {"A": ["G1"], "B": ["REPLAY", "G1"]})
+    same = _mutants_file(tmp_path / "same", "phone-emu", "aarch64", {"A": ["G1"], "B": ["G1", "REPLAY"]})
+    other = _mutants_file(tmp_path / "other", "phone-emu", "aarch64", {"A": ["G1"], "B": ["REPLAY"], "C": []})
+    ok = _compare(host, same)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "caught on phone-emu (aarch64)" in ok.stdout and "DIFFERS" not in ok.stdout
+    assert "the two runs catch every fault with the same gates" in ok.stdout
+    bad = _compare(host, other)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    rows = {ln.split()[0]: ln for ln in bad.stdout.splitlines() if ln[:1] in "ABC"}
+    assert rows["A"].endswith("same") and rows["B"].endswith("DIFFERS") and rows["C"].endswith("DIFFERS")
+    assert "(not run)" in rows["C"] and "2 fault(s) caught differently" in bad.stdout
+    alone = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "mutants", "--compare", str(host)], cwd=REPO,
+                           capture_output=True, text=True, timeout=120, check=False)
+    assert alone.returncode == 2 and "--compare DIR needs --from DIR" in alone.stderr

@@ -20,6 +20,7 @@ from bmoe_ci.mutants.report import (
     MUTANTS_JSON,
     MUTANTS_SVG,
     MutantsFileError,
+    compare_runs,
     console_table,
     mutants_doc,
     read_mutants,
@@ -61,6 +62,9 @@ def add_mutants_command(sub: argparse._SubParsersAction) -> None:
                    "(docs/gates.md)")
     p.add_argument("--from", dest="from_dir", metavar="DIR",
                    help="run nothing: report (and --write-doc) from DIR/mutants.json of an earlier run")
+    p.add_argument("--compare", metavar="DIR",
+                   help="with --from: the two runs side by side, fault by fault (exit 1 when a fault is caught "
+                   "differently, e.g. on another architecture)")
     p.add_argument("--list", action="store_true", help="list the fault catalogue and exit")
     p.set_defaults(func=cmd_mutants)
 
@@ -98,6 +102,12 @@ def cmd_mutants(args: argparse.Namespace) -> int:
             for f in catalogue.faults:
                 print(f"{f.name}\t{f.area}\t{f.file}\t{','.join(f.expected)}\t{f.breaks}")
             return 0
+        if args.compare:
+            if not args.from_dir:
+                raise ValueError("--compare DIR needs --from DIR: it compares two earlier runs")
+            table, same = compare_runs(read_mutants(Path(args.from_dir)), read_mutants(Path(args.compare)))
+            print(table)
+            return 0 if same else 1
         if args.from_dir:
             doc = read_mutants(Path(args.from_dir))
         else:

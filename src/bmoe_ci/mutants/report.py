@@ -96,6 +96,40 @@ def console_table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def compare_runs(a: dict[str, Any], b: dict[str, Any]) -> tuple[str, bool]:
+    """Two runs' catches side by side, fault by fault (the faults both ran, in a's order).
+
+    Returns the table and whether they agree: every shared fault has the same outcome and was caught
+    by the same gates. Faults only one run has are listed, and are a difference too."""
+    name_a, name_b = f"{a['device']} ({a['arch']})", f"{b['device']} ({b['arch']})"
+    by_b = {f["name"]: f for f in b["faults"]}
+    names_a = [f["name"] for f in a["faults"]]
+    rows, same = [], True
+    for fa in a["faults"]:
+        fb = by_b.get(fa["name"])
+        cell_a = ", ".join(sorted(fa["caught_by"])) or fa["outcome"]
+        if fb is None:
+            rows.append([fa["name"], cell_a, "(not run)", "DIFFERS"])
+            same = False
+            continue
+        cell_b = ", ".join(sorted(fb["caught_by"])) or fb["outcome"]
+        agree = fa["outcome"] == fb["outcome"] and sorted(fa["caught_by"]) == sorted(fb["caught_by"])
+        same = same and agree
+        rows.append([fa["name"], cell_a, cell_b, "same" if agree else "DIFFERS"])
+    for fb in b["faults"]:
+        if fb["name"] not in names_a:
+            rows.append([fb["name"], "(not run)", ", ".join(sorted(fb["caught_by"])) or fb["outcome"], "DIFFERS"])
+            same = False
+    header = ["fault", f"caught on {name_a}", f"caught on {name_b}", ""]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]
+    differ = sum(1 for r in rows if r[-1] == "DIFFERS")
+    lines.append(f"{score_line(a)}\n{score_line(b)}")
+    lines.append("the two runs catch every fault with the same gates" if same
+                 else f"{differ} fault(s) caught differently")
+    return "\n".join(lines), same
+
+
 def matrix_svg(doc: dict[str, Any]) -> str:
     """The fault x gate matrix as a picture, in the style of the run's matrix.svg."""
     gates = _gates(doc)
