@@ -15,6 +15,7 @@ expectation is moved by ten times its tolerance.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 import subprocess
@@ -23,7 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from bmoe_ci.builder import BuildError
 from bmoe_ci.mutants import Fault, load_catalogue
+from bmoe_ci.mutants.run import build_all
 from gate_run import REPO, run_gates
 
 DETERMINISM = ("gates/test_determinism.py",)
@@ -102,8 +105,18 @@ def test_every_tested_fault_names_gates_of_the_suite() -> None:
         assert any(g in MODULES for g in fault.expected), (fault.name, fault.expected, sorted(MODULES))
 
 
+@pytest.fixture(scope="module")
+def fault_engines() -> None:
+    """Every tested fault's host engine, compiled up front one compiler per CPU: each build recompiles
+    the whole engine (about 9 CPU seconds), and one at a time, inside each test's gate run, they were
+    a third of this file's time. The gate runs then find them in the build cache."""
+    _clean, builds = build_all("host", FAULTS, os.cpu_count() or 1, False, lambda _msg: None)
+    failed = {name: str(b) for name, b in builds.items() if isinstance(b, BuildError)}
+    assert not failed, failed
+
+
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.name for f in FAULTS])
-def test_fault_makes_its_gates_fail(tmp_path: Path, fault: Fault) -> None:
+def test_fault_makes_its_gates_fail(tmp_path: Path, fault: Fault, fault_engines: None) -> None:
     modules = tuple(sorted({MODULES[g] for g in fault.expected if g in MODULES}))
     run = run_gates(tmp_path, faults=(fault.name,), modules=modules, fixtures=(fault.fixture,))
     assert run.returncode != 0
