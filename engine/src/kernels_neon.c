@@ -29,7 +29,11 @@ static float dot_f32_neon(const float *a, const float *b, size_t n) {
     float l[8];
     vst1q_f32(l, a0);
     vst1q_f32(l + 4, a1);
+#ifndef BMOE_FAULT_SIMD_TAIL_LANE
     for (; i < n; i++) l[i & 7] += a[i] * b[i];
+#else
+    for (; i < n; i++) l[0] += a[i] * b[i]; /* fault: the tail's elements all go to lane 0 */
+#endif
     return bm_simd_sum8(l);
 }
 
