@@ -1,7 +1,7 @@
 """The engine against llama.cpp on the same GGUF, same CPU: decode and prefill tok/s side by side.
 
     pip install -e '.[bench]'        # llama-cpp-python (pinned); never installed by CI
-    python bench/vs_llama_cpp.py [--rounds 5] [--tokens 32] [--threads 1,2]
+    python bench/vs_llama_cpp.py [--rounds 5] [--tokens 32] [--threads 1,2] [--baseline OLD_BMOE]
 
 The model is the generated `bench-large` fixture (qwen3moe, Q8_0, d 1024, 8 layers, 32 experts,
 top-4, ~431 MiB). The engine runs resident (`--mmap`), its host build from the builder (runtime kernel
@@ -13,6 +13,10 @@ so drift on a shared machine hits all of them alike; medians are the figures to 
 Before timing, the engine's output is checked to be identical at every thread count and on every
 kernel path this CPU has (BMOE_KERNELS): a speed-up that changed a byte would be a bug. Exit status 1
 when it is not.
+
+--baseline OLD_BMOE times a second engine binary (say a copy of main's host build, kept before a
+change) in the same interleaved rounds, so a before/after ratio comes from one run; its tokens and text
+must equal the engine's (exit status 1 when not).
 """
 
 from __future__ import annotations
@@ -96,6 +100,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--baseline", help="another engine binary timed in the same rounds (before/after)")
     args = parser.parse_args()
     threads = [int(t) for t in args.threads.split(",") if t]
     try:
@@ -124,17 +129,22 @@ def main() -> int:
             _, r = run_engine(engine, path, t, args.tokens, k)
             outputs[f"-t {t} {k}"] = r["text_hex"] + json.dumps(r["tokens"])
             prompt = list(r["prompt_tokens"])
+    if args.baseline:
+        _, r = run_engine(args.baseline, path, threads[0], args.tokens)
+        outputs["baseline"] = r["text_hex"] + json.dumps(r["tokens"])
     identical = len(set(outputs.values())) == 1
     print(f"engine output identical at every thread count and kernel path ({', '.join(outputs)}): {identical}")
 
     runners = {t: LlamaRunner(path, t, len(prompt) + args.tokens + 8) for t in threads}
-    configs = [(prog, t) for t in threads for prog in ("engine", "llama.cpp")]
+    progs = ("engine", "baseline", "llama.cpp") if args.baseline else ("engine", "llama.cpp")
+    configs = [(prog, t) for t in threads for prog in progs]
     results: dict[tuple[str, int], list[Timing]] = {c: [] for c in configs}
     for rnd in range(args.rounds):
         order = configs[rnd % len(configs) :] + configs[: rnd % len(configs)]
         for prog, t in order:
-            if prog == "engine":
-                results[(prog, t)].append(run_engine(engine, path, t, args.tokens)[0])
+            if prog in ("engine", "baseline"):
+                binary = engine if prog == "engine" else args.baseline
+                results[(prog, t)].append(run_engine(binary, path, t, args.tokens)[0])
             else:
                 results[(prog, t)].append(runners[t].run(prompt, args.tokens))
 
@@ -150,6 +160,15 @@ def main() -> int:
         ed, ld = med("engine", t, "decode_tok_s"), med("llama.cpp", t, "decode_tok_s")
         ep, lp = med("engine", t, "prefill_tok_s"), med("llama.cpp", t, "prefill_tok_s")
         print(f"{t:>7} {ed:>14.2f} {ld:>17.2f} {ed / ld:>6.2f}   {ep:>15.1f} {lp:>18.1f} {ep / lp:>6.2f}")
+    if args.baseline:
+        for t in threads:
+            bd, bp = med("baseline", t, "decode_tok_s"), med("baseline", t, "prefill_tok_s")
+            ld, lp = med("llama.cpp", t, "decode_tok_s"), med("llama.cpp", t, "prefill_tok_s")
+            ed, ep = med("engine", t, "decode_tok_s"), med("engine", t, "prefill_tok_s")
+            print(
+                f"{t:>7} {'baseline':>8} decode {bd:.2f} ({bd / ld:.2f} of llama.cpp), prefill {bp:.1f} "
+                f"({bp / lp:.2f} of llama.cpp); engine / baseline: decode {ed / bd:.2f}, prefill {ep / bp:.2f}"
+            )
     for t in threads:
         e_dec = [round(x.decode_tok_s, 1) for x in results[("engine", t)]]
         l_dec = [round(x.decode_tok_s, 1) for x in results[("llama.cpp", t)]]

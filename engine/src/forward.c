@@ -145,20 +145,55 @@ static inline float row_dot(const bm_kernels *k, uint32_t type, const uint8_t *r
     }
 }
 
+/* One weight row times nt (2 .. BM_MT_MAX) consecutive input rows: out[t] is row_dot's value for
+ * each, bit for bit (kernels.h, *_mt); the row's weights are loaded and converted once. */
+static inline void row_dot_mt(const bm_kernels *k, uint32_t type, const uint8_t *row, const float *x, const int8_t *xq,
+                              const float *xd, size_t n, int nt, float *out) {
+    switch (type) {
+    case GGML_TYPE_Q8_0: k->dot_q8_0_mt(row, xq, xd, n, nt, out); break;
+    case GGML_TYPE_F16: k->dot_f16_mt(row, x, n, nt, out); break;
+    case GGML_TYPE_F32: k->dot_f32_mt((const float *)row, x, n, nt, out); break;
+    default:
+        for (int t = 0; t < nt; t++) out[t] = 0.0f;
+    }
+}
+
+/* Rows per tile when T >= 2: a tile's weights stay in cache while every token passes over them, and
+ * each group of tokens is read once per tile, not once per row; y is written in runs of a tile. */
+#define MM_ROW_TILE 8
+
 static void mm_rows(void *ctx, int j0, int j1, int tid) {
     const mm_job *J = ctx;
     size_t n = J->n_in, nb = n / BMOE_Q8_0_BLOCK;
-    for (int j = j0; j < j1; j++) {
-        const uint8_t *row = J->w + (size_t)j * J->row_bytes;
-        for (int t = 0; t < J->T; t++)
-            J->y[(size_t)t * J->n_out + j] =
-                row_dot(J->k, J->type, row, J->x + (size_t)t * n, J->xq + (size_t)t * n, J->xd + (size_t)t * nb, n);
+    if (J->T == 1) { /* decode: the one-token kernel, row by row */
+        for (int j = j0; j < j1; j++)
+            J->y[j] = row_dot(J->k, J->type, J->w + (size_t)j * J->row_bytes, J->x, J->xq, J->xd, n);
+    } else {
+        /* Several tokens: up to BM_MT_MAX per call (a last lone token with the one-token kernel), each
+         * with the one-token kernel's bits, so the order rows and tokens are visited in changes nothing. */
+        for (int r0 = j0; r0 < j1; r0 += MM_ROW_TILE) {
+            int r1 = j1 - r0 < MM_ROW_TILE ? j1 : r0 + MM_ROW_TILE;
+            for (int t = 0; t < J->T; t += BM_MT_MAX) {
+                int nt = J->T - t < BM_MT_MAX ? J->T - t : BM_MT_MAX;
+                const float *x = J->x + (size_t)t * n, *xd = J->xd + (size_t)t * nb;
+                const int8_t *xq = J->xq + (size_t)t * n;
+                float o[MM_ROW_TILE][BM_MT_MAX];
+                for (int j = r0; j < r1; j++) {
+                    const uint8_t *row = J->w + (size_t)j * J->row_bytes;
+                    if (nt == 1) o[j - r0][0] = row_dot(J->k, J->type, row, x, xq, xd, n);
+                    else row_dot_mt(J->k, J->type, row, x, xq, xd, n, nt, o[j - r0]);
+                }
+                for (int u = 0; u < nt; u++)
+                    for (int j = r0; j < r1; j++) J->y[(size_t)(t + u) * J->n_out + j] = o[j - r0][u];
+            }
+        }
+    }
 #ifdef BMOE_FAULT_THREAD_ORDER
-        /* Fault: the result depends on which thread computed the row (DET-threads must notice). */
-        if (tid > 0)
+    /* Fault: the result depends on which thread computed the row (DET-threads must notice). */
+    if (tid > 0)
+        for (int j = j0; j < j1; j++)
             for (int t = 0; t < J->T; t++) J->y[(size_t)t * J->n_out + j] *= 1.25f;
 #endif
-    }
 }
 
 static void matmul_raw(bmoe_forward *f, const void *w, uint32_t type, size_t row_bytes, size_t n_in, size_t n_out,

@@ -43,6 +43,20 @@ float bm_dot_q8_0_scalar(const uint8_t *w, const int8_t *xq, const float *xd, si
     return bm_sum8(acc);
 }
 
+/* The scalar path's multi-token functions: the per-token loop (kernels.h). */
+void bm_dot_f32_mt_scalar(const float *w, const float *x, size_t n, int nt, float *out) {
+    for (int t = 0; t < nt; t++) out[t] = bm_dot_f32_scalar(w, x + (size_t)t * n, n);
+}
+
+void bm_dot_f16_mt_scalar(const uint8_t *w, const float *x, size_t n, int nt, float *out) {
+    for (int t = 0; t < nt; t++) out[t] = bm_dot_f16_scalar(w, x + (size_t)t * n, n);
+}
+
+void bm_dot_q8_0_mt_scalar(const uint8_t *w, const int8_t *xq, const float *xd, size_t n, int nt, float *out) {
+    for (int t = 0; t < nt; t++)
+        out[t] = bm_dot_q8_0_scalar(w, xq + (size_t)t * n, xd + (size_t)t * (n / BMOE_Q8_0_BLOCK), n);
+}
+
 static int8_t round_q(float t) { /* round half away from zero, |t| <= 127 */
     int r = (int)t;          /* truncates toward zero */
     float frac = t - (float)r; /* exact */
@@ -95,6 +109,9 @@ static int fill(bm_kpath p, bm_kernels *k) {
         k->dot_f16 = bm_dot_f16_scalar;
         k->dot_q8_0 = bm_dot_q8_0_scalar;
         k->quantize_q8_0 = bm_quantize_q8_0;
+        k->dot_f32_mt = bm_dot_f32_mt_scalar;
+        k->dot_f16_mt = bm_dot_f16_mt_scalar;
+        k->dot_q8_0_mt = bm_dot_q8_0_mt_scalar;
         return 1;
     case BM_KPATH_AVX2: return bm_kernels_avx2(k);
     case BM_KPATH_NEON: return bm_kernels_neon(k, 0);

@@ -9,7 +9,12 @@
  *              (float)s_b * (d_w * d_x); block b goes to lane b mod 8, lanes accumulate in increasing b
  *              and are combined with the same tree.
  * Integer sums are exact in any order, so each SIMD path may form s_b as it likes; the float steps
- * are the same operations in the same order on every path. */
+ * are the same operations in the same order on every path.
+ *
+ * Several tokens at once (prefill): the *_mt functions take one weight row and nt <= BM_MT_MAX
+ * activation rows and give out[t] with exactly the bits of the one-token function on token t (each
+ * token keeps its own lanes and tree; the weight block, chunk or scale vector is only loaded and
+ * converted once for all of them). The scalar path's *_mt is the plain per-token loop. */
 #ifndef BMOE_KERNELS_H
 #define BMOE_KERNELS_H
 
@@ -17,6 +22,9 @@
 #include <stdint.h>
 
 typedef enum { BM_KPATH_SCALAR = 0, BM_KPATH_AVX2, BM_KPATH_NEON, BM_KPATH_NEON_DOT, BM_KPATH_COUNT } bm_kpath;
+
+/* Tokens per *_mt call, at most. */
+#define BM_MT_MAX 4
 
 typedef struct bm_kernels {
     bm_kpath path;
@@ -26,6 +34,12 @@ typedef struct bm_kernels {
     float (*dot_q8_0)(const uint8_t *w, const int8_t *xq, const float *xd, size_t n);
     /* bm_quantize_q8_0's result, exactly (the SIMD paths vectorise the per-value steps) */
     void (*quantize_q8_0)(const float *x, size_t n, int8_t *xq, float *xd);
+    /* Multi-token: out[t] = dot(w, token t) for t < nt (1 <= nt <= BM_MT_MAX), bit for bit the
+     * one-token function's value. Token t's activations are at x + t * n (F32, F16), or xq + t * n
+     * and xd + t * (n / 32) (Q8_0): the [T, n] layout of a matmul's input. */
+    void (*dot_f32_mt)(const float *w, const float *x, size_t n, int nt, float *out);
+    void (*dot_f16_mt)(const uint8_t *w, const float *x, size_t n, int nt, float *out);
+    void (*dot_q8_0_mt)(const uint8_t *w, const int8_t *xq, const float *xd, size_t n, int nt, float *out);
 } bm_kernels;
 
 /* "scalar", "avx2", "neon", "neon-dot". */
@@ -50,6 +64,9 @@ void bm_quantize_q8_0(const float *x, size_t n, int8_t *xq, float *xd);
 float bm_dot_f32_scalar(const float *a, const float *b, size_t n);
 float bm_dot_f16_scalar(const uint8_t *w, const float *x, size_t n);
 float bm_dot_q8_0_scalar(const uint8_t *w, const int8_t *xq, const float *xd, size_t n);
+void bm_dot_f32_mt_scalar(const float *w, const float *x, size_t n, int nt, float *out);
+void bm_dot_f16_mt_scalar(const uint8_t *w, const float *x, size_t n, int nt, float *out);
+void bm_dot_q8_0_mt_scalar(const uint8_t *w, const int8_t *xq, const float *xd, size_t n, int nt, float *out);
 
 /* Implemented by kernels_avx2.c / kernels_neon.c (NULL-free stubs on other architectures). */
 int bm_kernels_avx2(bm_kernels *k);     /* 1 and fills k when AVX2 + F16C are usable here */

@@ -49,6 +49,42 @@ AVX2_FN static inline __m256i block_dot(const uint8_t *blk, const int8_t *xq) {
     return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
 }
 
+/* The last nb mod 8 blocks (from block b), as the scalar path does them, onto the lanes acc, and the
+ * lane tree. */
+AVX2_FN static float q8_0_tail(__m256 acc, const uint8_t *w, const int8_t *xq, const float *xd, size_t b, size_t nb) {
+    float l[8];
+    _mm256_storeu_ps(l, acc);
+    for (; b < nb; b++) {
+        const uint8_t *blk = w + b * BMOE_Q8_0_BYTES;
+        const int8_t *q = (const int8_t *)(blk + 2), *p = xq + b * BMOE_Q8_0_BLOCK;
+        int32_t s = 0;
+        for (int i = 0; i < BMOE_Q8_0_BLOCK; i++) s += (int32_t)q[i] * (int32_t)p[i];
+#ifndef BMOE_FAULT_Q8_0_FIRST_SCALE
+        float dw = bm_f16_to_f32(bm_rd16(blk));
+#else
+        float dw = bm_f16_to_f32(bm_rd16(w));
+#endif
+        l[b & 7] += (float)s * (dw * xd[b]);
+    }
+    return bm_simd_sum8(l);
+}
+
+/* The eight scales of blocks blk .. blk + 7 as floats (exact). */
+AVX2_FN static inline __m256 q8_0_scales8(const uint8_t *w, const uint8_t *blk) {
+    const size_t B = BMOE_Q8_0_BYTES;
+#ifndef BMOE_FAULT_Q8_0_FIRST_SCALE
+    (void)w;
+    __m128i sc = _mm_set_epi16((short)bm_rd16(blk + 7 * B), (short)bm_rd16(blk + 6 * B), (short)bm_rd16(blk + 5 * B),
+                               (short)bm_rd16(blk + 4 * B), (short)bm_rd16(blk + 3 * B), (short)bm_rd16(blk + 2 * B),
+                               (short)bm_rd16(blk + B), (short)bm_rd16(blk));
+#else
+    __m128i sc = _mm_set1_epi16((short)bm_rd16(w)); /* fault: every block uses the row's first scale */
+    (void)B;
+    (void)blk;
+#endif
+    return _mm256_cvtph_ps(sc);
+}
+
 AVX2_FN static float dot_q8_0_avx2(const uint8_t *w, const int8_t *xq, const float *xd, size_t n) {
     size_t nb = n / BMOE_Q8_0_BLOCK, b = 0;
     __m256 acc = _mm256_setzero_ps();
@@ -63,33 +99,124 @@ AVX2_FN static float dot_q8_0_avx2(const uint8_t *w, const int8_t *xq, const flo
         __m256i h0123 = _mm256_hadd_epi32(h01, h23), h4567 = _mm256_hadd_epi32(h45, h67);
         __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(h0123, h4567, 0x20),
                                      _mm256_permute2x128_si256(h0123, h4567, 0x31));
-        const size_t B = BMOE_Q8_0_BYTES;
-#ifndef BMOE_FAULT_Q8_0_FIRST_SCALE
-        __m128i sc = _mm_set_epi16((short)bm_rd16(blk + 7 * B), (short)bm_rd16(blk + 6 * B), (short)bm_rd16(blk + 5 * B),
-                                   (short)bm_rd16(blk + 4 * B), (short)bm_rd16(blk + 3 * B), (short)bm_rd16(blk + 2 * B),
-                                   (short)bm_rd16(blk + B), (short)bm_rd16(blk));
-#else
-        __m128i sc = _mm_set1_epi16((short)bm_rd16(w)); /* fault: every block uses the row's first scale */
-        (void)B;
-#endif
-        __m256 dd = _mm256_mul_ps(_mm256_cvtph_ps(sc), _mm256_loadu_ps(xd + b));
+        __m256 dd = _mm256_mul_ps(q8_0_scales8(w, blk), _mm256_loadu_ps(xd + b));
         acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s), dd));
     }
-    float l[8];
-    _mm256_storeu_ps(l, acc);
-    for (; b < nb; b++) { /* the last nb mod 8 blocks, as the scalar path does them */
-        const uint8_t *blk = w + b * BMOE_Q8_0_BYTES;
-        const int8_t *q = (const int8_t *)(blk + 2), *p = xq + b * BMOE_Q8_0_BLOCK;
-        int32_t s = 0;
-        for (int i = 0; i < BMOE_Q8_0_BLOCK; i++) s += (int32_t)q[i] * (int32_t)p[i];
-#ifndef BMOE_FAULT_Q8_0_FIRST_SCALE
-        float dw = bm_f16_to_f32(bm_rd16(blk));
-#else
-        float dw = bm_f16_to_f32(bm_rd16(w));
-#endif
-        l[b & 7] += (float)s * (dw * xd[b]);
+    return q8_0_tail(acc, w, xq, xd, b, nb);
+}
+
+/* ---- several tokens per call (kernels.h, *_mt): each token's lanes, adds and tree are the one-token
+ * function's; what is shared is loading (and converting) the weights. NT is a constant after
+ * inlining, so the per-token accumulators live in registers. */
+
+#define AVX2_MT_FN AVX2_FN __attribute__((always_inline)) static inline
+
+AVX2_MT_FN void f32_mt(const float *w, const float *x, size_t n, const int NT, float *out) {
+    __m256 acc[BM_MT_MAX];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 wv = _mm256_loadu_ps(w + i);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++)
+            acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(wv, _mm256_loadu_ps(x + (size_t)t * n + i)));
     }
-    return bm_simd_sum8(l);
+    for (int t = 0; t < NT; t++) {
+        const float *xt = x + (size_t)t * n;
+        float l[8];
+        _mm256_storeu_ps(l, acc[t]);
+        for (size_t j = i; j < n; j++) l[j & 7] += w[j] * xt[j];
+        out[t] = bm_simd_sum8(l);
+    }
+}
+
+AVX2_MT_FN void f16_mt(const uint8_t *w, const float *x, size_t n, const int NT, float *out) {
+    __m256 acc[BM_MT_MAX];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 wf = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 2 * i))); /* exact */
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++)
+            acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(wf, _mm256_loadu_ps(x + (size_t)t * n + i)));
+    }
+    for (int t = 0; t < NT; t++) {
+        const float *xt = x + (size_t)t * n;
+        float l[8];
+        _mm256_storeu_ps(l, acc[t]);
+        for (size_t j = i; j < n; j++) l[j & 7] += bm_f16_to_f32(bm_rd16(w + 2 * j)) * xt[j];
+        out[t] = bm_simd_sum8(l);
+    }
+}
+
+/* block_dot with the weight block already loaded (wv) and made unsigned (aw = |wv|). */
+AVX2_FN static inline __m256i block_dot_w(__m256i aw, __m256i wv, const int8_t *xq) {
+    __m256i xv = _mm256_loadu_si256((const __m256i *)xq);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, wv)), _mm256_set1_epi16(1));
+}
+
+AVX2_MT_FN void q8_0_mt(const uint8_t *w, const int8_t *xq, const float *xd, size_t n, const int NT, float *out) {
+    size_t nb = n / BMOE_Q8_0_BLOCK, b = 0;
+    __m256 acc[BM_MT_MAX];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (; b + 8 <= nb; b += 8) {
+        const uint8_t *blk = w + b * BMOE_Q8_0_BYTES;
+        __m256i h[2][BM_MT_MAX]; /* blocks 0-3 and 4-7: lane k of s below = block k's exact sum */
+        for (int g = 0; g < 2; g++) {
+            __m256i wv[4], aw[4];
+            for (int k = 0; k < 4; k++) {
+                wv[k] = _mm256_loadu_si256((const __m256i *)(blk + (size_t)(4 * g + k) * BMOE_Q8_0_BYTES + 2));
+                aw[k] = _mm256_sign_epi8(wv[k], wv[k]);
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                const int8_t *p = xq + (size_t)t * n + (b + 4 * (size_t)g) * BMOE_Q8_0_BLOCK;
+                __m256i v0 = block_dot_w(aw[0], wv[0], p), v1 = block_dot_w(aw[1], wv[1], p + BMOE_Q8_0_BLOCK);
+                __m256i v2 = block_dot_w(aw[2], wv[2], p + 2 * BMOE_Q8_0_BLOCK);
+                __m256i v3 = block_dot_w(aw[3], wv[3], p + 3 * BMOE_Q8_0_BLOCK);
+                h[g][t] = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+            }
+        }
+        __m256 dw = q8_0_scales8(w, blk);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(h[0][t], h[1][t], 0x20),
+                                         _mm256_permute2x128_si256(h[0][t], h[1][t], 0x31));
+            __m256 dd = _mm256_mul_ps(dw, _mm256_loadu_ps(xd + (size_t)t * nb + b));
+            acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(_mm256_cvtepi32_ps(s), dd));
+        }
+    }
+    for (int t = 0; t < NT; t++) out[t] = q8_0_tail(acc[t], w, xq + (size_t)t * n, xd + (size_t)t * nb, b, nb);
+}
+
+AVX2_FN static void dot_f32_mt_avx2(const float *w, const float *x, size_t n, int nt, float *out) {
+    switch (nt) {
+    case 4: f32_mt(w, x, n, 4, out); break;
+    case 3: f32_mt(w, x, n, 3, out); break;
+    case 2: f32_mt(w, x, n, 2, out); break;
+    default: out[0] = dot_f32_avx2(w, x, n);
+    }
+}
+
+AVX2_FN static void dot_f16_mt_avx2(const uint8_t *w, const float *x, size_t n, int nt, float *out) {
+    switch (nt) {
+    case 4: f16_mt(w, x, n, 4, out); break;
+    case 3: f16_mt(w, x, n, 3, out); break;
+    case 2: f16_mt(w, x, n, 2, out); break;
+    default: out[0] = dot_f16_avx2(w, x, n);
+    }
+}
+
+AVX2_FN static void dot_q8_0_mt_avx2(const uint8_t *w, const int8_t *xq, const float *xd, size_t n, int nt, float *out) {
+    switch (nt) {
+    case 4: q8_0_mt(w, xq, xd, n, 4, out); break;
+    case 3: q8_0_mt(w, xq, xd, n, 3, out); break;
+    case 2: q8_0_mt(w, xq, xd, n, 2, out); break;
+    default: out[0] = dot_q8_0_avx2(w, xq, xd, n);
+    }
 }
 
 /* bm_quantize_q8_0, eight values at a time. Every step is exact or the same IEEE operation as the
@@ -155,6 +282,9 @@ int bm_kernels_avx2(bm_kernels *k) {
     k->dot_f16 = dot_f16_avx2;
     k->dot_q8_0 = dot_q8_0_avx2;
     k->quantize_q8_0 = quantize_q8_0_avx2;
+    k->dot_f32_mt = dot_f32_mt_avx2;
+    k->dot_f16_mt = dot_f16_mt_avx2;
+    k->dot_q8_0_mt = dot_q8_0_mt_avx2;
     return 1;
 }
 

@@ -137,6 +137,181 @@ DOT_FN static float dot_q8_0_neon_dot(const uint8_t *w, const int8_t *xq, const 
     return tail_q8_0(l, w, xq, xd, b, nb);
 }
 
+/* ---- several tokens per call (kernels.h, *_mt): each token's lanes, adds and tree are the one-token
+ * function's; what is shared is loading (and converting) the weights. NT is a constant after
+ * inlining, so the per-token accumulators live in registers. */
+
+#define MT_FN __attribute__((always_inline)) static inline
+
+MT_FN void f32_mt(const float *w, const float *x, size_t n, const int NT, float *out) {
+    float32x4_t a0[BM_MT_MAX], a1[BM_MT_MAX];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) a0[t] = a1[t] = vdupq_n_f32(0.0f);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        float32x4_t w0 = vld1q_f32(w + i), w1 = vld1q_f32(w + i + 4);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            const float *xt = x + (size_t)t * n + i;
+            a0[t] = vaddq_f32(a0[t], vmulq_f32(w0, vld1q_f32(xt)));
+            a1[t] = vaddq_f32(a1[t], vmulq_f32(w1, vld1q_f32(xt + 4)));
+        }
+    }
+    for (int t = 0; t < NT; t++) {
+        const float *xt = x + (size_t)t * n;
+        float l[8];
+        vst1q_f32(l, a0[t]);
+        vst1q_f32(l + 4, a1[t]);
+        for (size_t j = i; j < n; j++) l[j & 7] += w[j] * xt[j];
+        out[t] = bm_simd_sum8(l);
+    }
+}
+
+MT_FN void f16_mt(const uint8_t *w, const float *x, size_t n, const int NT, float *out) {
+    float32x4_t a0[BM_MT_MAX], a1[BM_MT_MAX];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) a0[t] = a1[t] = vdupq_n_f32(0.0f);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint16x8_t h = vreinterpretq_u16_u8(vld1q_u8(w + 2 * i)); /* little-endian halves */
+        float32x4_t w0 = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h)));  /* exact */
+        float32x4_t w1 = vcvt_f32_f16(vreinterpret_f16_u16(vget_high_u16(h)));
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            const float *xt = x + (size_t)t * n + i;
+            a0[t] = vaddq_f32(a0[t], vmulq_f32(w0, vld1q_f32(xt)));
+            a1[t] = vaddq_f32(a1[t], vmulq_f32(w1, vld1q_f32(xt + 4)));
+        }
+    }
+    for (int t = 0; t < NT; t++) {
+        const float *xt = x + (size_t)t * n;
+        float l[8];
+        vst1q_f32(l, a0[t]);
+        vst1q_f32(l + 4, a1[t]);
+        for (size_t j = i; j < n; j++) l[j & 7] += bm_f16_to_f32(bm_rd16(w + 2 * j)) * xt[j];
+        out[t] = bm_simd_sum8(l);
+    }
+}
+
+/* The eight scales of blocks blk .. blk + 7 as floats (exact), in two registers. */
+static inline void scales8(const uint8_t *w, const uint8_t *blk, float32x4_t *d0, float32x4_t *d1) {
+    uint16_t sc[8];
+    for (int k = 0; k < 8; k++) {
+#ifndef BMOE_FAULT_Q8_0_FIRST_SCALE
+        sc[k] = bm_rd16(blk + (size_t)k * BMOE_Q8_0_BYTES);
+#else
+        sc[k] = bm_rd16(w); /* fault: every block uses the row's first scale */
+#endif
+    }
+    (void)w;
+    uint16x8_t h = vld1q_u16(sc);
+    *d0 = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h)));
+    *d1 = vcvt_f32_f16(vreinterpret_f16_u16(vget_high_u16(h)));
+}
+
+/* Block k's int32 partial sums p[k] (any split of its exact sum) to lane k of the result, for four
+ * blocks: pairwise adds, exact. */
+static inline int32x4_t sums4(int32x4_t p0, int32x4_t p1, int32x4_t p2, int32x4_t p3) {
+    return vpaddq_s32(vpaddq_s32(p0, p1), vpaddq_s32(p2, p3));
+}
+
+/* One token's eight block sums (lanes of s0, s1) into its lane registers, as add8 does it. */
+static inline void acc8(float32x4_t *a0, float32x4_t *a1, int32x4_t s0, int32x4_t s1, float32x4_t dw0,
+                        float32x4_t dw1, const float *xd) {
+    float32x4_t d0 = vmulq_f32(dw0, vld1q_f32(xd)), d1 = vmulq_f32(dw1, vld1q_f32(xd + 4));
+    *a0 = vaddq_f32(*a0, vmulq_f32(vcvtq_f32_s32(s0), d0));
+    *a1 = vaddq_f32(*a1, vmulq_f32(vcvtq_f32_s32(s1), d1));
+}
+
+static inline int32x4_t part_mull(int8x16_t w0, int8x16_t w1, const int8_t *p) {
+    int8x16_t x0 = vld1q_s8(p), x1 = vld1q_s8(p + 16);
+    int16x8_t p0 = vmlal_s8(vmull_s8(vget_low_s8(w0), vget_low_s8(x0)), vget_high_s8(w0), vget_high_s8(x0));
+    int16x8_t p1 = vmlal_s8(vmull_s8(vget_low_s8(w1), vget_low_s8(x1)), vget_high_s8(w1), vget_high_s8(x1));
+    return vpadalq_s16(vpaddlq_s16(p0), p1);
+}
+
+DOT_FN static inline int32x4_t part_sdot(int8x16_t w0, int8x16_t w1, const int8_t *p) {
+    return vdotq_s32(vdotq_s32(vdupq_n_s32(0), w0, vld1q_s8(p)), w1, vld1q_s8(p + 16));
+}
+
+/* The Q8_0 multi-token body, once per block-sum flavour (DOT: sdot, else widening multiplies). */
+#define Q8_0_MT_BODY(PART)                                                                                         \
+    size_t nb = n / BMOE_Q8_0_BLOCK, b = 0;                                                                        \
+    float32x4_t a0[BM_MT_MAX], a1[BM_MT_MAX];                                                                      \
+    _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a0[t] = a1[t] = vdupq_n_f32(0.0f);                        \
+    for (; b + 8 <= nb; b += 8) {                                                                                  \
+        const uint8_t *blk = w + b * BMOE_Q8_0_BYTES;                                                              \
+        int32x4_t s[2][BM_MT_MAX];                                                                                 \
+        for (int g = 0; g < 2; g++) {                                                                              \
+            int8x16_t wl[4], wh[4];                                                                                \
+            for (int k = 0; k < 4; k++) {                                                                          \
+                const int8_t *q = (const int8_t *)(blk + (size_t)(4 * g + k) * BMOE_Q8_0_BYTES + 2);               \
+                wl[k] = vld1q_s8(q);                                                                               \
+                wh[k] = vld1q_s8(q + 16);                                                                          \
+            }                                                                                                      \
+            _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                                 \
+                const int8_t *p = xq + (size_t)t * n + (b + 4 * (size_t)g) * BMOE_Q8_0_BLOCK;                      \
+                s[g][t] = sums4(PART(wl[0], wh[0], p), PART(wl[1], wh[1], p + 32), PART(wl[2], wh[2], p + 64),     \
+                                PART(wl[3], wh[3], p + 96));                                                       \
+            }                                                                                                      \
+        }                                                                                                          \
+        float32x4_t dw0, dw1;                                                                                      \
+        scales8(w, blk, &dw0, &dw1);                                                                               \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                                       \
+            acc8(&a0[t], &a1[t], s[0][t], s[1][t], dw0, dw1, xd + (size_t)t * nb + b);                             \
+    }                                                                                                              \
+    for (int t = 0; t < NT; t++) {                                                                                 \
+        float l[8];                                                                                                \
+        vst1q_f32(l, a0[t]);                                                                                       \
+        vst1q_f32(l + 4, a1[t]);                                                                                   \
+        out[t] = tail_q8_0(l, w, xq + (size_t)t * n, xd + (size_t)t * nb, b, nb);                                  \
+    }
+
+MT_FN void q8_0_mt_mull(const uint8_t *w, const int8_t *xq, const float *xd, size_t n, const int NT, float *out) {
+    Q8_0_MT_BODY(part_mull)
+}
+
+DOT_FN MT_FN void q8_0_mt_sdot(const uint8_t *w, const int8_t *xq, const float *xd, size_t n, const int NT, float *out) {
+    Q8_0_MT_BODY(part_sdot)
+}
+
+static void dot_f32_mt_neon(const float *w, const float *x, size_t n, int nt, float *out) {
+    switch (nt) {
+    case 4: f32_mt(w, x, n, 4, out); break;
+    case 3: f32_mt(w, x, n, 3, out); break;
+    case 2: f32_mt(w, x, n, 2, out); break;
+    default: out[0] = dot_f32_neon(w, x, n);
+    }
+}
+
+static void dot_f16_mt_neon(const uint8_t *w, const float *x, size_t n, int nt, float *out) {
+    switch (nt) {
+    case 4: f16_mt(w, x, n, 4, out); break;
+    case 3: f16_mt(w, x, n, 3, out); break;
+    case 2: f16_mt(w, x, n, 2, out); break;
+    default: out[0] = dot_f16_neon(w, x, n);
+    }
+}
+
+static void dot_q8_0_mt_neon(const uint8_t *w, const int8_t *xq, const float *xd, size_t n, int nt, float *out) {
+    switch (nt) {
+    case 4: q8_0_mt_mull(w, xq, xd, n, 4, out); break;
+    case 3: q8_0_mt_mull(w, xq, xd, n, 3, out); break;
+    case 2: q8_0_mt_mull(w, xq, xd, n, 2, out); break;
+    default: out[0] = dot_q8_0_neon(w, xq, xd, n);
+    }
+}
+
+DOT_FN static void dot_q8_0_mt_neon_dot(const uint8_t *w, const int8_t *xq, const float *xd, size_t n, int nt,
+                                        float *out) {
+    switch (nt) {
+    case 4: q8_0_mt_sdot(w, xq, xd, n, 4, out); break;
+    case 3: q8_0_mt_sdot(w, xq, xd, n, 3, out); break;
+    case 2: q8_0_mt_sdot(w, xq, xd, n, 2, out); break;
+    default: out[0] = dot_q8_0_neon_dot(w, xq, xd, n);
+    }
+}
+
 int bm_kernels_neon(bm_kernels *k, int dot) {
 #if defined(__linux__)
     if (dot && !(getauxval(AT_HWCAP) & HWCAP_ASIMDDP)) return 0;
@@ -148,6 +323,9 @@ int bm_kernels_neon(bm_kernels *k, int dot) {
     k->dot_f16 = dot_f16_neon;
     k->dot_q8_0 = dot ? dot_q8_0_neon_dot : dot_q8_0_neon;
     k->quantize_q8_0 = bm_quantize_q8_0; /* O(n) against the O(n * rows) dot products */
+    k->dot_f32_mt = dot_f32_mt_neon;
+    k->dot_f16_mt = dot_f16_mt_neon;
+    k->dot_q8_0_mt = dot ? dot_q8_0_mt_neon_dot : dot_q8_0_mt_neon;
     return 1;
 }
 

@@ -185,6 +185,75 @@ static void test_q8_0(void) {
     free(w);
 }
 
+/* The multi-token functions (kernels.h, *_mt): every path, every token count 1 .. BM_MT_MAX, odd
+ * lengths and block counts (tails of the 8-lane and 8-block loops), each out[t] bit for bit the
+ * one-token function's value on token t, which is the scalar path's. Buffers are exactly nt rows
+ * (ASan sees an overrun). */
+static void test_multi_token(void) {
+    enum { N = 300, NB = 40 };
+    for (int nt = 1; nt <= BM_MT_MAX; nt++) {
+        float *w = malloc(N * sizeof(float)), *x = malloc((size_t)nt * N * sizeof(float));
+        uint8_t *h = malloc(2 * N);
+        for (size_t n = 0; n <= N; n += (n < 40 ? 1 : 37)) {
+            for (size_t i = 0; i < n; i++) {
+                w[i] = fvalue();
+                uint16_t v = bm_f32_to_f16(fvalue());
+                if (urand() % 16 == 0) v = (uint16_t)(urand() % 0x400);
+                put16(h + 2 * i, v);
+            }
+            for (size_t i = 0; i < (size_t)nt * n; i++) x[i] = fvalue();
+            for (int p = 0; p < n_paths; p++) {
+                float o32[BM_MT_MAX], o16[BM_MT_MAX];
+                paths[p].dot_f32_mt(w, x, n, nt, o32);
+                paths[p].dot_f16_mt(h, x, n, nt, o16);
+                for (int t = 0; t < nt; t++) {
+                    const float *xt = x + (size_t)t * n;
+                    CHECK(bits_of(o32[t]) == bits_of(bm_dot_f32_scalar(w, xt, n)));
+                    CHECK(bits_of(o32[t]) == bits_of(paths[p].dot_f32(w, xt, n)));
+                    CHECK(bits_of(o16[t]) == bits_of(bm_dot_f16_scalar(h, xt, n)));
+                    CHECK(bits_of(o16[t]) == bits_of(paths[p].dot_f16(h, xt, n)));
+                }
+            }
+        }
+        free(w); free(x); free(h);
+
+        uint8_t *wq = malloc((size_t)NB * BMOE_Q8_0_BYTES);
+        float *xf = malloc((size_t)nt * NB * 32 * sizeof(float)), *xd = malloc((size_t)nt * NB * sizeof(float));
+        int8_t *xq = malloc((size_t)nt * NB * 32);
+        for (size_t nb = 1; nb <= NB; nb++) {
+            for (int rep = 0; rep < 3; rep++) {
+                size_t n = nb * 32;
+                for (size_t b = 0; b < nb; b++) {
+                    uint8_t *blk = wq + b * BMOE_Q8_0_BYTES;
+                    uint16_t sc = bm_f32_to_f16(0.001f + 0.02f * (float)(urand() % 100) / 100.0f);
+                    if (urand() % 8 == 0) sc = (uint16_t)(urand() % 0x400);
+                    if (urand() % 16 == 0) sc |= 0x8000u;
+                    put16(blk, sc);
+                    for (int i = 0; i < 32; i++) blk[2 + i] = (uint8_t)(urand() % 8 == 0 ? 0x80 : urand());
+                }
+                for (size_t i = 0; i < (size_t)nt * n; i++) xf[i] = rep == 2 && i % n < 64 ? 0.0f : fvalue();
+                /* tokens are quantised one by one, as matmul does (a block never spans two tokens) */
+                for (int t = 0; t < nt; t++) bm_quantize_q8_0(xf + (size_t)t * n, n, xq + (size_t)t * n, xd + (size_t)t * nb);
+                for (int p = 0; p < n_paths; p++) {
+                    float o[BM_MT_MAX];
+                    paths[p].dot_q8_0_mt(wq, xq, xd, n, nt, o);
+                    for (int t = 0; t < nt; t++) {
+                        const int8_t *qt = xq + (size_t)t * n;
+                        const float *dt = xd + (size_t)t * nb;
+                        float ref = bm_dot_q8_0_scalar(wq, qt, dt, n);
+                        if (bits_of(o[t]) != bits_of(ref))
+                            fprintf(stderr, "  %s mt: nt %d t %d nb %zu: %a != %a\n", bm_kpath_name(paths[p].path), nt, t,
+                                    nb, o[t], ref);
+                        CHECK(bits_of(o[t]) == bits_of(ref));
+                        CHECK(bits_of(o[t]) == bits_of(paths[p].dot_q8_0(wq, qt, dt, n)));
+                    }
+                }
+            }
+        }
+        free(wq); free(xf); free(xd); free(xq);
+    }
+}
+
 static void test_names(void) {
     int p;
     CHECK(bm_kpath_parse("auto", &p) == 0 && p == -1);
@@ -211,5 +280,6 @@ int main(void) {
     test_f32_f16();
     test_quantize_paths();
     test_q8_0();
+    test_multi_token();
     return check_report("test_kernels");
 }
