@@ -19,11 +19,7 @@ AVX2_FN static float dot_f32_avx2(const float *a, const float *b, size_t n) {
     for (; i + 8 <= n; i += 8) acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
     float l[8];
     _mm256_storeu_ps(l, acc);
-#ifndef BMOE_FAULT_SIMD_TAIL_LANE
-    for (; i < n; i++) l[i & 7] += a[i] * b[i];
-#else
-    for (; i < n; i++) l[0] += a[i] * b[i]; /* fault: the tail's elements all go to lane 0 */
-#endif
+    bm_simd_tail_f32(l, a, b, i, n);
     return bm_simd_sum8(l);
 }
 
@@ -126,7 +122,7 @@ AVX2_MT_FN void f32_mt(const float *w, const float *x, size_t n, const int NT, f
         const float *xt = x + (size_t)t * n;
         float l[8];
         _mm256_storeu_ps(l, acc[t]);
-        for (size_t j = i; j < n; j++) l[j & 7] += w[j] * xt[j];
+        bm_simd_tail_f32(l, w, xt, i, n);
         out[t] = bm_simd_sum8(l);
     }
 }

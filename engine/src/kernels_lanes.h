@@ -23,6 +23,17 @@ static inline float bm_simd_sum8(const float l[8]) {
 #endif
 }
 
+/* A SIMD F32 dot product's tail: elements i..n-1 (past the last full group of eight) added to lane
+ * i mod 8, as the scalar path adds every element. Shared by the one-token and multi-token kernels of
+ * both SIMD files, so the fault below reaches all of them. */
+static inline void bm_simd_tail_f32(float l[8], const float *a, const float *b, size_t i, size_t n) {
+#ifndef BMOE_FAULT_SIMD_TAIL_LANE
+    for (; i < n; i++) l[i & 7] += a[i] * b[i];
+#else
+    for (; i < n; i++) l[0] += a[i] * b[i]; /* fault: the tail's elements all go to lane 0 */
+#endif
+}
+
 static inline uint16_t bm_rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 
 #endif

@@ -29,11 +29,7 @@ static float dot_f32_neon(const float *a, const float *b, size_t n) {
     float l[8];
     vst1q_f32(l, a0);
     vst1q_f32(l + 4, a1);
-#ifndef BMOE_FAULT_SIMD_TAIL_LANE
-    for (; i < n; i++) l[i & 7] += a[i] * b[i];
-#else
-    for (; i < n; i++) l[0] += a[i] * b[i]; /* fault: the tail's elements all go to lane 0 */
-#endif
+    bm_simd_tail_f32(l, a, b, i, n);
     return bm_simd_sum8(l);
 }
 
@@ -162,7 +158,7 @@ MT_FN void f32_mt(const float *w, const float *x, size_t n, const int NT, float 
         float l[8];
         vst1q_f32(l, a0[t]);
         vst1q_f32(l + 4, a1[t]);
-        for (size_t j = i; j < n; j++) l[j & 7] += w[j] * xt[j];
+        bm_simd_tail_f32(l, w, xt, i, n);
         out[t] = bm_simd_sum8(l);
     }
 }
