@@ -29,6 +29,10 @@ if sys.argv[1] == "batch":
         if "hang" in entry["argv"]:
             time.sleep(3600)
         if "crash" in entry["argv"]:
+            if "emulated" in entry["argv"]:  # what qemu-user prints when its program dies of a signal
+                sys.stderr.write("engine: a line of its own\\n")
+                sys.stderr.write("qemu: uncaught target signal 11 (Segmentation fault) - core dumped\\n")
+                sys.stderr.flush()
             os.kill(os.getpid(), 11)
         print(json.dumps({{"id": entry["id"], "ok": True}}), flush=True)
         time.sleep(float(os.environ.get("ENTRY_S", "0")))
@@ -90,6 +94,13 @@ def test_a_crash_under_the_watcher_is_a_crash_verdict(runner: DeviceRunner, tmp_
     assert res["a"].ok and res["c"].ok  # the rest of the plan was sent again
     assert res["b"].crashed == "SIGSEGV" and "engine crashed (SIGSEGV)" in res["b"].describe()
     assert runner.timeouts == [] and _ran(tmp_path) == ["a", "b", "c"]
+
+
+def test_the_emulators_crash_line_is_not_the_engines_stderr(runner: DeviceRunner) -> None:
+    res = runner.plan("emulated", [("a", ["run", "1"]), ("b", ["run", "crash", "emulated"])])
+    assert res["a"].ok and res["b"].crashed == "SIGSEGV"
+    # the entry that finished in the same batch keeps the engine's own line, not qemu's
+    assert res["a"].stderr == res["b"].stderr == "engine: a line of its own\n"
 
 
 def _alive(pid: int) -> bool:

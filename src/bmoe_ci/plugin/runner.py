@@ -163,7 +163,7 @@ class DeviceRunner:
                 first_id = pending[0][0]
                 raise InfraError(device, "timeout", f"plan {key!r}, from entry {first_id!r}: {r.infra.reason}")
             r = self._checked(r)
-            stderr = strip_marks(r.stderr.decode(errors="replace"))
+            stderr = _without_emulator_lines(strip_marks(r.stderr.decode(errors="replace")))
             for line in r.stdout.decode(errors="replace").splitlines():
                 if not line.strip():
                     continue
@@ -191,6 +191,18 @@ class DeviceRunner:
             results[first_id] = EngineResult(tuple(first_argv), {}, crashed, r.exit_code, stderr)
             pending = pending[1:]
         return results
+
+
+# What qemu-user (a device's exec prefix) prints itself when the program it runs dies of a signal:
+# the emulator's line, not the engine's, and a real device prints nothing there. The signal itself
+# still reaches the controller (qemu dies of it too), so the crash is recorded as on any device.
+_EMULATOR_LINES = ("qemu: uncaught target signal",)
+
+
+def _without_emulator_lines(stderr: str) -> str:
+    if "qemu: " not in stderr:
+        return stderr
+    return "".join(ln for ln in stderr.splitlines(keepends=True) if not ln.startswith(_EMULATOR_LINES))
 
 
 def _crash(r: RunResult) -> str | None:
