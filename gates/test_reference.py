@@ -7,7 +7,8 @@ expectation instead: the numpy reference, written from docs/model-math.md and ne
 computed on the controller for the plan's prompt and length (cached beside the fixtures).
 
   tokens   the `ref` plan entry's prompt and generated token ids equal the reference's, exactly
-  logits   its `--logits-out` rows for the first positions are within LOGITS_TOL of the reference's
+  logits   its `--logits-out` rows for the first positions are within LOGITS_TOL (LOGITS_TOL_GELU on a
+           GELU architecture, gemma4) of the reference's
            (max over those rows of max_j |engine - ref| / max_j |ref|)
 
 The logits file is written on the device and pulled back once per fixture: the one round trip REF
@@ -29,10 +30,25 @@ from bmoe_ci.reference import ReferenceOutput, relative_error
 from gates.compare import require_ok, save
 
 # The engine computes in f32 with fixed reduction orders, the reference in float64: measured at most
-# 7.4e-7 over the default fixtures (gemma4; Q8_0 7.6e-8: its weights dequantise exactly in f32, and the
-# reference rounds each Q8_0 matmul's input to Q8_0 blocks exactly as the engine does, docs/model-math.md).
+# 7.4e-7 over the default fixtures (gemma4 before its f16 GELU, see LOGITS_TOL_GELU; Q8_0 7.6e-8: its
+# weights dequantise exactly in f32, and the reference rounds each Q8_0 matmul's input to Q8_0 blocks
+# exactly as the engine does, docs/model-math.md).
 # 1e-5 leaves a factor of ten of margin and stays far below what a kernel or position bug does.
 LOGITS_TOL = 1e-5
+# gemma4's GELU goes through ggml's f16 table, as llama.cpp computes it (docs/model-math.md): the engine and
+# the reference round each GELU input and output to f16, and an input that f32 and float64 noise put on
+# opposite sides of an f16 rounding step (a few per token) moves the logits by ~1e-5..1e-4: measured 3.5e-5
+# on the gate prompt's first 8 rows, 1.3e-4 on another prompt's, at most 4.6e-4 over 1800 rows of text.
+# A RoPE, position or kernel bug is still 1e-2 or more.
+LOGITS_TOL_GELU = 1e-3
+GELU_ARCHS = frozenset({"gemma4"})
+
+
+def logits_tol(fixture: str) -> float:
+    from bmoe_ci.fixtures.spec import load_specs
+
+    spec = load_specs().specs.get(fixture)
+    return LOGITS_TOL_GELU if spec is not None and spec.arch in GELU_ARCHS else LOGITS_TOL
 
 
 def reference_for(gate_state: GateState, device: DeviceContext, fixture: str) -> ReferenceOutput:
@@ -82,8 +98,9 @@ def test_resident_run_matches_reference(runs: dict[str, EngineResult], runner: D
                              f"(artifacts in {artifacts})")
     rows = np.frombuffer(raw, dtype="<f4").reshape(-1, n_vocab)[:n_rows]
     rel, worst = relative_error(rows, ref.logits)
-    if not rel <= LOGITS_TOL:  # NaN fails too
+    tol = logits_tol(fixture)
+    if not rel <= tol:  # NaN fails too
         save(artifacts, ref=r)
         raise AssertionError(f"logits of position {worst} differ from the reference by {rel:.3g} (relative), above "
-                             f"{LOGITS_TOL:g} (artifacts in {artifacts})")
+                             f"{tol:g} (artifacts in {artifacts})")
     _discard(local)

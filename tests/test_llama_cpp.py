@@ -8,8 +8,13 @@ run as the engine's prefill and decode).
 
 Tolerances (relative, per row: max |llama.cpp - reference| / max |reference|, as in test_reference;
 measured figures in docs/fixtures.md, "Against llama.cpp"): TOL_F32 = 1e-5 on the F32 qwen3moe and
-dots1 fixtures (measured 7e-7); TOL_GEMMA4 = 5e-2 on gemma4 (measured 2.5e-2 from the first position
-on, with the same greedy tokens; the cause is not identified: see the docs); TOL_Q8_0 = 1e-3 on Q8_0:
+dots1 fixtures (measured 7e-7); on gemma4, whose GELU goes through ggml's f16 table (input and output
+rounded to f16; the engine and the reference do the same, docs/model-math.md), TOL_GEMMA4 = 2e-3 on the
+worst row and GEMMA4_MEDIAN = 2e-4 on the median row: the rows agree to ~1e-6 until an input that f32 noise
+(llama.cpp's order of summation against the float64 reference's) puts on the other side of an f16
+rounding step moves the later logits by ~1e-5..1e-4 (measured 7.5e-4 worst, 3.7e-5 and 8.6e-5 median).
+A systematic difference fails the median bound: soft-capping left out (2.5e-2 from the first row), or
+a GELU without the f16 table (6e-4 median); TOL_Q8_0 = 1e-3 on Q8_0:
 ggml, the engine and the reference all round a Q8_0 matmul's input to 8-bit blocks, so they agree to
 1e-7, but an activation that float32 and float64 noise put on opposite sides of a rounding step moves
 later logits (measured 1.1e-7 on qwen3moe-q8_0, 4.5e-4 on trained-q8_0 at one position). Tokens must be
@@ -41,7 +46,8 @@ TIED = {n for n, s in load_specs().specs.items() if getattr(s, "init", None) and
 FIXTURES = [n for n in load_specs().specs if not n.startswith("bench-") and n not in TIED]
 Q8 = {n for n, s in load_specs().specs.items() if s.dtype == "Q8_0"}
 TOL_F32 = 1e-5
-TOL_GEMMA4 = 5e-2
+TOL_GEMMA4 = 2e-3
+GEMMA4_MEDIAN = 2e-4
 TOL_Q8_0 = 1e-3
 GEMMA4 = {n for n, s in load_specs().specs.items() if s.arch == "gemma4"}
 N_PREDICT = GATE_REQUEST.n_predict
@@ -112,6 +118,10 @@ def test_llama_cpp_decodes_the_engines_tokens(
     rel, worst = relative_error(rows, ref)
     tol = TOL_Q8_0 if name in Q8 else TOL_GEMMA4 if name in GEMMA4 else TOL_F32
     assert rel <= tol, f"{name}: llama.cpp differs from the reference by {rel:.3g} (row {worst}) > {tol:g}"
+    if name in GEMMA4:
+        per_row = np.max(np.abs(rows - ref), axis=1) / np.max(np.abs(ref), axis=1)
+        med = float(np.median(per_row))
+        assert med <= GEMMA4_MEDIAN, f"{name}: median row differs from the reference by {med:.3g} > {GEMMA4_MEDIAN:g}"
 
 
 @pytest.mark.parametrize("name", sorted(TIED))

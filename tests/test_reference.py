@@ -37,6 +37,13 @@ TOL_F32 = 1e-4
 #: opposite sides of a rounding boundary (f32 vs float64 noise) moves later logits by ~1e-2. None does on
 #: these prompts; if a fixture change makes one, this is the reason to look for.
 TOL_Q8_0 = TOL_F32
+#: gemma4's GELU goes through ggml's f16 table (input and output rounded to f16, as llama.cpp computes it;
+#: docs/model-math.md): the same kind of step, but f16 steps are fine and a model has many GELUs, so a few
+#: inputs per token land on opposite sides of one in the engine (f32) and the reference (float64); each
+#: moves later logits by ~1e-5..1e-4 (measured: 4.8e-4 worst over 24 tokens, 4.6e-4 worst and 1e-4
+#: median over 1800 rows of text).
+TOL_GELU = 2e-3
+GELU = {n for n, s in load_specs().specs.items() if s.arch == "gemma4"}
 
 TEXT_PROMPT = "Hello, world! "
 CMP_PROMPT = "The quick brown fox"
@@ -236,7 +243,7 @@ def test_engine_matches_reference(engine: Path, models: dict, name: str, tmp_pat
     # every prompt position, then each decode step's position (the last token may or may not be run)
     assert P + n - 1 <= len(rows) <= P + n, f"{len(rows)} logit rows for {P} prompt + {n} generated"
     ref = m.logits(prompt + gen.tokens)[: len(rows)]
-    tol = TOL_Q8_0 if name in Q8 else TOL_F32
+    tol = TOL_Q8_0 if name in Q8 else TOL_GELU if name in GELU else TOL_F32
     rel, worst = relative_error(rows, ref)
     assert rel <= tol, f"max relative error {rel:.3g} at row {worst} exceeds {tol:g}"
 

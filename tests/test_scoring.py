@@ -31,11 +31,17 @@ SESSION = DATA / "session.txt"
 FIXTURES = ["qwen3moe", "gemma4", "wide", "qwen3moe-q8_0", "trained", "trained-q8_0"]
 EVICTING = ("--cache-mb", "2", "--force-cache")
 SCORES = ("nll_sum", "nll_mean", "ppl", "top1_agreement", "tokens_scored", "windows")
-# engine f32 against reference float64: measured at most 1.4e-7 on these fixtures (gemma4); Q8_0 models
+# engine f32 against reference float64: measured at most 1.4e-7 on these fixtures (gemma4 before its f16 GELU,
+# see NLL_TOL_GELU); Q8_0 models
 # as gate SCORE says (an activation on the two sides of a rounding step in f32 and f64)
 NLL_TOL = 1e-5
 NLL_TOL_Q8_0 = 1e-4
 TOP1_TOL_Q8_0 = 0.01
+# gemma4's GELU rounds to f16 as ggml's table does (docs/model-math.md): f32 and float64 noise on opposite
+# sides of an f16 step moves later logits by ~1e-4, and on this text once a routing (one row 5.6e-2 off):
+# measured 3.6e-4 on the mean nll (llama.cpp is 1.6e-5 from the reference there)
+NLL_TOL_GELU = 2e-3
+GELU = {"gemma4"}
 
 
 def engine(binary: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -87,7 +93,9 @@ def test_wide_equals_step_equals_reference(engine_bin: Path, fixtures: dict[str,
     assert wide["prompt_tokens"] == tokens
     assert wide["tokens_scored"] == len(tokens) - 1 and wide["windows"] == 1
     nll, top1 = reference_nll(ref, tokens)
-    nll_tol, top1_tol = (NLL_TOL_Q8_0, TOP1_TOL_Q8_0) if ref.q8_0 else (NLL_TOL, 0.0)
+    nll_tol, top1_tol = (
+        (NLL_TOL_Q8_0, TOP1_TOL_Q8_0) if ref.q8_0 else (NLL_TOL_GELU, TOP1_TOL_Q8_0) if name in GELU else (NLL_TOL, 0.0)
+    )
     assert abs(wide["nll_mean"] - nll) < nll_tol, (wide["nll_mean"], nll)
     assert abs(wide["top1_agreement"] - top1) <= top1_tol, (wide["top1_agreement"], top1)
     assert wide["ref_agreement"] is None and wide["kl_mean"] is None
@@ -181,6 +189,7 @@ def test_choices_match_reference(engine_bin: Path, fixtures: dict[str, Path], na
     lines = [json.loads(x) for x in CHOICES.read_text().splitlines() if x.strip()]
     assert data["questions_scored"] == len(lines)
     correct = 0
+    atol = 2e-3 if name in GELU else 1e-4  # gemma4: the f16 GELU steps (NLL_TOL_GELU); measured 2e-4
     for q, got in zip(lines, data["questions"], strict=True):
         assert got["id"] == q["id"] and got["answer"] == q["answer"]
         ctx = ref.tokenize(q["context"].encode())
@@ -192,7 +201,7 @@ def test_choices_match_reference(engine_bin: Path, fixtures: dict[str, Path], na
             m = logits.max(axis=1, keepdims=True)
             lp = logits - (m + np.log(np.exp(logits - m).sum(axis=1, keepdims=True)))
             want.append(sum(lp[i - 1, toks[i]] for i in range(len(ctx), len(toks))))
-        assert np.allclose(got["logprobs"], want, rtol=0, atol=1e-4), (got["logprobs"], want)
+        assert np.allclose(got["logprobs"], want, rtol=0, atol=atol), (got["logprobs"], want)
         assert got["chosen"] == int(np.argmax(got["logprobs"]))
         correct += got["chosen"] == q["answer"]
     assert data["correct"] == correct and data["accuracy"] == correct / len(lines)

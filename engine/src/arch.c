@@ -5,13 +5,17 @@
 
 static const bmoe_recipe RECIPES[] = {
     /* arch        act                 qk emb gating               norm fused shared            post dense
-     *             gating keys              full-rope output router-prescale v-norm scale-1 rope-freqs swa */
+     *             gating keys              full-rope output router-prescale v-norm scale-1 rope-freqs swa
+     *             softcap */
     { "qwen3moe", BMOE_ACT_SILU,      1, 0, BMOE_GATING_SOFTMAX, 1,   0,    BMOE_SHEXP_NONE,  0,   0,
-                  BMOE_GATING_KEYS_FIXED,  1,        0,     0,              0,     0,      0,         0 },
+                  BMOE_GATING_KEYS_FIXED,  1,        0,     0,              0,     0,      0,         0,
+                  0 },
     { "gemma4",   BMOE_ACT_GELU_TANH, 1, 1, BMOE_GATING_SOFTMAX, 1,   1,    BMOE_SHEXP_FFN,   1,   0,
-                  BMOE_GATING_KEYS_FIXED,  0,        0,     1,              1,     1,      1,         1 },
+                  BMOE_GATING_KEYS_FIXED,  0,        0,     1,              1,     1,      1,         1,
+                  1 },
     { "dots1",    BMOE_ACT_SILU,      1, 0, 0,                   0,   0,    BMOE_SHEXP_NAMED, 0,   0,
-                  BMOE_GATING_KEYS_READ,   1,        1,     0,              0,     0,      0,         0 },
+                  BMOE_GATING_KEYS_READ,   1,        1,     0,              0,     0,      0,         0,
+                  0 },
 };
 
 static const bmoe_gating GATINGS[] = {

@@ -44,6 +44,7 @@ typedef struct bmoe_recipe {
     int attn_scale_one;     /* attention scores are q.k (no 1/sqrt(head dim)) */
     int rope_freqs;         /* rope_freqs.weight [head dim / 2] divides the RoPE frequencies (required) */
     int swa_keys;           /* sliding-window keys required; only an all-global pattern is implemented */
+    int final_softcap;      /* final_logit_softcapping is read, llama.cpp's default 30 when absent (0: none) */
 } bmoe_recipe;
 
 /* Where the shared expert lives. */

@@ -115,7 +115,8 @@ static void softmax(float *v, int n) {
     for (int i = 0; i < n; i++) v[i] /= sum;
 }
 
-static float act(bmoe_act a, float z) { return a == BMOE_ACT_SILU ? bm_silu(z) : bm_gelu_tanh(z); }
+/* GELU goes through ggml's f16 table, as llama.cpp computes it on a CPU (docs/model-math.md). */
+static float act(bmoe_act a, float z) { return a == BMOE_ACT_SILU ? bm_silu(z) : bm_gelu_f16(z); }
 
 /* ---- matmul: y[t, j] = row_j(W) . x[t], parallel over rows j ----------------------------------- */
 
@@ -689,6 +690,10 @@ int forward_eval(bmoe_forward *f, const int32_t *tokens, int T, int pos0, int ph
     int t0 = all_logits ? 0 : T - 1, n = T - t0;
     rmsnorm_rows(f->xl, f->x + (size_t)t0 * d, m->output_norm, n, d, hp->eps);
     matmul(f, &m->output, f->xl, n, logits);
+    if (hp->softcap > 0.0) { /* final logit soft-capping: c tanh(l / c) */
+        for (size_t i = 0; i < (size_t)n * V; i++)
+            logits[i] = (float)(hp->softcap * bm_tanh((double)logits[i] / hp->softcap));
+    }
     return 0;
 }
 

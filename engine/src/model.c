@@ -266,8 +266,8 @@ static int read_shared_width(loader *L) {
 
 /* Sliding-window keys (gemma4): llama.cpp requires them. A sliding-window layer attends to the n_swa
  * latest positions and rotates with its own RoPE base and dims, without rope_freqs; its head sizes must
- * equal the global ones (per-layer head sizes are not implemented), and per-layer input embeddings,
- * shared KV layers and logit soft-capping are refused. */
+ * equal the global ones (per-layer head sizes are not implemented), and per-layer input embeddings and
+ * shared KV layers are refused. */
 static int read_swa(loader *L) {
     bmoe_model *m = L->m;
     bmoe_hparams *hp = &m->hp;
@@ -310,11 +310,6 @@ static int read_swa(loader *L) {
     if ((rc = get_int(L, "attention.shared_kv_layers", 0, 0, 0, MAX_LAYERS, &v))) return rc;
     if (v != 0)
         return fail(L, 3, "%s: %s.attention.shared_kv_layers = %d: KV sharing is not implemented", m->path, m->arch, v);
-    double cap = 0.0;
-    if ((rc = get_real(L, "final_logit_softcapping", 0, 0.0, 0.0, 1e30, &cap))) return rc;
-    if (cap != 0.0)
-        return fail(L, 3, "%s: %s.final_logit_softcapping = %g: logit soft-capping is not implemented", m->path,
-                    m->arch, cap);
     return 0;
 }
 
@@ -357,6 +352,11 @@ static int read_hparams(loader *L) {
     if ((rc = read_gating(L))) return rc;
     if ((rc = read_shared_width(L))) return rc;
     if (r->swa_keys && (rc = read_swa(L))) return rc;
+    /* llama.cpp (llama_hparams) soft-caps the final logits by 30 when the key is absent; 0 turns it off.
+     * Architectures whose graph has no soft-capping do not read the key. */
+    hp->softcap = 0.0;
+    if (r->final_softcap && (rc = get_real(L, "final_logit_softcapping", 0, 30.0, 0.0, 1e30, &hp->softcap)))
+        return rc;
     return 0;
 }
 

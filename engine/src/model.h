@@ -62,6 +62,8 @@ typedef struct bmoe_hparams {
                                                * to the n_swa latest positions, itself included */
     int n_rot_swa;                            /* rotated dims of a sliding-window layer */
     double rope_base_swa;                     /* RoPE base of a sliding-window layer (no rope_freqs there) */
+    double softcap;                           /* final logit soft-capping c (recipes with final_softcap):
+                                               * logits = c tanh(logits / c); 0 = none */
     int n_vocab;
     const bmoe_gating *gating;
     int norm_w;

@@ -157,13 +157,23 @@ void bm_sincos(double x, double *s, double *c) {
 
 float bm_silu(float z) { return (float)((double)z / (1.0 + bm_exp(-(double)z))); }
 
+double bm_tanh(double u) {
+    double a = u < 0 ? -u : u;
+    double e = bm_exp(-2.0 * a);             /* tanh|u| = (1 - e) / (1 + e), no overflow */
+    double th = (1.0 - e) / (1.0 + e);
+    return u < 0 ? -th : th;
+}
+
 float bm_gelu_tanh(float z) {
     const double SQRT_2_OVER_PI = 7.97884560802865355880e-01;
     double zd = z;
     double u = SQRT_2_OVER_PI * (zd + 0.044715 * zd * zd * zd);
-    double a = u < 0 ? -u : u;
-    double e = bm_exp(-2.0 * a);             /* tanh|u| = (1 - e) / (1 + e), no overflow */
-    double th = (1.0 - e) / (1.0 + e);
-    if (u < 0) th = -th;
-    return (float)(0.5 * zd * (1.0 + th));
+    return (float)(0.5 * zd * (1.0 + bm_tanh(u)));
+}
+
+float bm_gelu_f16(float z) {
+    if (z <= -10.0f) return 0.0f;
+    if (z >= 10.0f) return z;
+    float h = bm_f16_to_f32(bm_f32_to_f16(z)); /* NaN stays NaN */
+    return bm_f16_to_f32(bm_f32_to_f16(bm_gelu_tanh(h)));
 }

@@ -25,6 +25,10 @@ double bm_exp(double x);
 double bm_log(double x);             /* x > 0 */
 void bm_sincos(double x, double *s, double *c);
 float bm_silu(float z);              /* z / (1 + exp(-z)) */
+double bm_tanh(double x);
 float bm_gelu_tanh(float z);         /* 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))) */
+/* GELU as ggml's CPU backend computes it (llama.cpp's GELU and GEGLU): a table indexed by z rounded to
+ * f16, holding gelu_tanh rounded to f16; z <= -10 gives 0, z >= 10 gives z. */
+float bm_gelu_f16(float z);
 
 #endif

@@ -144,6 +144,21 @@ static void test_math(void) {
         double s = z / (1 + exp(-z));
         CHECK(fabs(bm_silu(z) - s) <= 1e-6 * (1 + fabs(s)));
     }
+    for (double x = -40; x <= 40; x += 0.37) CHECK(fabs(bm_tanh(x) - tanh(x)) <= 1e-15);
+    /* ggml's f16 GELU table: input and output rounded to f16, the tails cut at -10 and 10 */
+    for (int i = 0; i < 20000; i++) {
+        float z = 12.0f * frand();
+        float g = bm_gelu_f16(z);
+        if (z <= -10.0f) { CHECK(g == 0.0f); continue; }
+        if (z >= 10.0f) { CHECK(g == z); continue; }
+        float h = bm_f16_to_f32(bm_f32_to_f16(z));
+        CHECK(g == bm_f16_to_f32(bm_f32_to_f16(bm_gelu_tanh(h))));   /* an f16 value: the table's */
+        CHECK(fabs(g - bm_gelu_tanh(z)) <= 2e-3 * (fabs(z) + 1e-3)); /* within f16 rounding of gelu */
+    }
+    CHECK(bm_gelu_f16(1.0001f) == bm_f16_to_f32(bm_f32_to_f16(bm_gelu_tanh(1.0f)))); /* 1.0001 -> f16 1.0 */
+    CHECK(bm_gelu_f16(-10.0f) == 0.0f && bm_gelu_f16(-30.0f) == 0.0f);
+    CHECK(bm_gelu_f16(10.0f) == 10.0f && bm_gelu_f16(11.5f) == 11.5f);
+    CHECK(isnan(bm_gelu_f16(NAN)));
 }
 
 int main(void) {

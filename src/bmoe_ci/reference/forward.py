@@ -50,6 +50,7 @@ class Recipe:
     v_norm: bool = False  # v rms-normed per head, no weight
     attn_scale_one: bool = False  # scores q.k, not q.k / sqrt(hd)
     rope_freqs: bool = False  # rope_freqs.weight divides the frequencies
+    softcap: bool = False  # final_logit_softcapping is read, llama.cpp's default 30 when absent (0: none)
 
     @property
     def shared_expert(self) -> bool:
@@ -58,7 +59,7 @@ class Recipe:
 
 RECIPES = {
     "qwen3moe": Recipe("silu", True, False, 1, True, False, "", False, False),
-    "gemma4": Recipe("gelu", True, True, 1, True, True, "sandwich", True, False, True, True, True, True),
+    "gemma4": Recipe("gelu", True, True, 1, True, True, "sandwich", True, False, True, True, True, True, True),
     "dots1": Recipe("silu", True, False, 0, False, False, "shexp", False, True),
 }
 
@@ -103,6 +104,7 @@ class HParams:
     n_swa: int = 0  # a sliding-window position sees the n_swa latest positions, itself included
     n_rot_swa: int = 0
     rope_base_swa: float = 10000.0
+    softcap: float = 0.0  # final logit soft-capping: logits = c tanh(logits / c); 0 = none
 
     def is_swa(self, il: int) -> bool:
         return bool(self.swa) and self.swa[il]
@@ -170,7 +172,12 @@ def _silu(z: np.ndarray) -> np.ndarray:
 
 
 def _gelu(z: np.ndarray) -> np.ndarray:
-    return 0.5 * z * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (z + 0.044715 * z**3)))
+    """GELU (tanh form) as ggml's CPU backend computes it (docs/model-math.md): from a table indexed by
+    the input rounded to f16, holding the result rounded to f16; z <= -10 gives 0, z >= 10 gives z."""
+    z16 = np.asarray(z, dtype=np.float64).astype(np.float16).astype(np.float64)
+    g = 0.5 * z16 * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (z16 + 0.044715 * z16**3)))
+    g = g.astype(np.float16).astype(np.float64)
+    return np.where(z <= -10.0, 0.0, np.where(z >= 10.0, z, g))
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -282,6 +289,10 @@ class Model:
                 raise ModelError(f"{arch}.attention.key_length_swa: per-layer head sizes are not modelled")
             if int(get(f"{arch}.embedding_length_per_layer_input")) != 0:
                 raise ModelError(f"{arch}: per-layer inputs are not modelled")
+        # llama.cpp's default when the key is absent is 30 (llama_hparams), not "none"; 0 turns it off
+        softcap = float(get(f"{arch}.final_logit_softcapping", 30.0)) if recipe.softcap else 0.0
+        if softcap < 0 or not math.isfinite(softcap):
+            raise ModelError(f"{arch}.final_logit_softcapping: {softcap} is not a finite value >= 0")
         hp = HParams(
             arch=arch,
             n_layer=int(get(f"{arch}.block_count")),
@@ -307,6 +318,7 @@ class Model:
             n_swa=n_swa,
             n_rot_swa=n_rot_swa,
             rope_base_swa=base_swa,
+            softcap=softcap,
         )
         if hp.gating not in (1, 2, 3):
             raise ModelError(f"{arch}.expert_gating_func: {hp.gating} is not 1, 2 or 3")
@@ -444,7 +456,10 @@ class Model:
             x = x + self._ffn(il, x, pos, routes)
         cache["pos"] = p0 + n
         y = _rmsnorm(x, hp.eps) * t["output_norm.weight"]
-        return self._q(y, self._out_name) @ self._out.T
+        logits = self._q(y, self._out_name) @ self._out.T
+        if hp.softcap:
+            logits = hp.softcap * np.tanh(logits / hp.softcap)
+        return logits
 
     def _q(self, x: np.ndarray, name: str) -> np.ndarray:
         """The input of a matmul with tensor `name`: quantised when the weights are Q8_0."""
