@@ -294,3 +294,32 @@ def test_compare_puts_two_runs_side_by_side_and_fails_on_a_difference(tmp_path: 
     alone = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "mutants", "--compare", str(host)], cwd=REPO,
                            capture_output=True, text=True, timeout=120, check=False)
     assert alone.returncode == 2 and "--compare DIR needs --from DIR" in alone.stderr
+
+
+def test_a_terminated_run_stops_its_gate_run_and_frees_the_device(tmp_path: Path) -> None:
+    import os
+    import signal
+    import time
+
+    results = tmp_path / "mutants"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bmoe_ci.cli", "mutants", "--farm", str(host_farm(tmp_path)), "--device", "host",
+         "--fixture", "qwen3moe", "--fault", "WRONG_OFFSET", "--results", str(results)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lock = tmp_path / "work" / ".bmoe-ci-lock"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None and not lock.exists():
+        time.sleep(0.05)  # the clean engine's gate run has leased the device
+    assert proc.poll() is None and lock.exists(), "the gate run never took the device"
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert "interrupted" in err and "Traceback" not in err
+    assert not lock.exists(), "the gate run was not ended cleanly: its lease is still there"
+    mine = str(results).encode()
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        assert mine not in argv, f"pid {pid} of the run is still running: {argv!r}"

@@ -7,6 +7,7 @@ Exit codes: 0 every fault caught, 1 a fault survived, 2 bad input (nothing was b
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from dataclasses import replace
@@ -111,7 +112,11 @@ def cmd_mutants(args: argparse.Namespace) -> int:
         if args.from_dir:
             doc = read_mutants(Path(args.from_dir))
         else:
-            doc = _run(args, catalogue)
+            try:
+                doc = _run(args, catalogue)
+            except KeyboardInterrupt:
+                _say("interrupted: the running gate run was stopped; no score")
+                return 130
             if doc is None:
                 return 3
         print(console_table(doc))
@@ -123,7 +128,14 @@ def cmd_mutants(args: argparse.Namespace) -> int:
         return _usage(str(exc))
 
 
+def _interrupted(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def _run(args: argparse.Namespace, catalogue: Catalogue) -> dict | None:
+    # SIGTERM (a scheduler, `kill`) stops a run as Ctrl-C does: the gate run in progress is ended
+    # cleanly (run._run_child), so its device lease is given back, not held until it expires
+    signal.signal(signal.SIGTERM, _interrupted)
     # every input is checked before anything is built or any device is touched
     faults: list[Fault] = catalogue.resolve(args.fault) if args.fault else list(catalogue.faults)
     if args.jobs < 1:

@@ -12,6 +12,7 @@ runs then go one after the other (they lease the same device).
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 from bmoe_ci.builder import Build, BuildError, build
 from bmoe_ci.mutants.catalogue import Fault
@@ -27,6 +28,8 @@ from bmoe_ci.mutants.catalogue import Fault
 Outcome = Literal["caught", "survived", "error"]
 CLEAN = "clean"  # the key of the clean build in engine_builds (fault names are upper case)
 RUN_TIMEOUT_S = 3600
+#: Seconds an interrupted gate run gets to end its session (and free its device) before SIGKILL.
+STOP_GRACE_S = 30
 
 
 class NoVerdict(Exception):
@@ -80,12 +83,7 @@ def run_gate_suite(spec: GateRunSpec, fault: str | None, out: Path) -> GateRunOu
     with log.open("w", encoding="utf-8") as fh:
         fh.write(" ".join(cmd) + "\n")
         fh.flush()
-        try:
-            rc = subprocess.run(cmd, cwd=spec.repo, stdout=fh, stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT_S,
-                                check=False).returncode
-        except subprocess.TimeoutExpired:
-            fh.write(f"\nbmoe-ci mutants: the gate run timed out after {RUN_TIMEOUT_S} s\n")
-            rc = -1
+        rc = _run_child(cmd, spec.repo, fh)
     summary_file = out / "summary.json"
     summary = None
     if summary_file.is_file():
@@ -94,6 +92,31 @@ def run_gate_suite(spec: GateRunSpec, fault: str | None, out: Path) -> GateRunOu
         except (OSError, ValueError):
             summary = None
     return GateRunOutcome(rc, summary, log, time.monotonic() - started)
+
+
+def _run_child(cmd: list[str], cwd: Path, fh: IO[str]) -> int:
+    """The gate run's exit status. If this process is interrupted (Ctrl-C, or SIGTERM, which
+    `bmoe-ci mutants` turns into the same), the child gets SIGINT first, so that pytest ends its
+    session and gives its device lease back, and SIGKILL only if it does not end within the grace."""
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT)
+    try:
+        return proc.wait(timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        fh.write(f"\nbmoe-ci mutants: the gate run timed out after {RUN_TIMEOUT_S} s\n")
+        _stop(proc)
+        return -1
+    except BaseException:
+        _stop(proc)
+        raise
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _last_line(log: Path) -> str:
