@@ -35,8 +35,9 @@ from gates.plan import SCORE_TEXT
 NLL_TOL = 1e-5
 # Q8_0 matmuls round their input to 8-bit blocks in the engine and in the reference alike, but an
 # activation that float32 and float64 put on the two sides of a rounding step moves what follows: on
-# gates/data/score.txt measured 3.6e-5 (qwen3moe-q8_0) and 4.3e-6 (trained-q8_0) of mean nll, and one
-# near-tie prediction of 246 flipped (trained-q8_0). A kernel bug moves the nll by far more.
+# gates/data/score.txt (its earlier 247-byte version) measured 3.6e-5 (qwen3moe-q8_0) and 4.3e-6
+# (trained-q8_0) of mean nll, and one near-tie prediction of 246 flipped (trained-q8_0).
+# A kernel bug moves the nll by far more.
 NLL_TOL_Q8_0 = 1e-4
 TOP1_TOL_Q8_0 = 0.01
 # gemma4's GELU rounds its input and output to f16 as ggml's table does (docs/model-math.md): the same kind
