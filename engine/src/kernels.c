@@ -28,18 +28,7 @@ float bm_dot_f16_scalar(const uint8_t *w, const float *x, size_t n) {
 
 float bm_dot_q8_0_scalar(const uint8_t *w, const int8_t *xq, const float *xd, size_t n) {
     float acc[8] = {0};
-    for (size_t b = 0; b < n / BMOE_Q8_0_BLOCK; b++) {
-        const uint8_t *blk = w + b * BMOE_Q8_0_BYTES;
-        const int8_t *q = (const int8_t *)(blk + 2), *p = xq + b * BMOE_Q8_0_BLOCK;
-        int32_t s = 0;
-        for (int i = 0; i < BMOE_Q8_0_BLOCK; i++) s += (int32_t)q[i] * (int32_t)p[i];
-#ifndef BMOE_FAULT_Q8_0_FIRST_SCALE
-        float dw = bm_f16_to_f32(bm_rd16(blk));
-#else
-        float dw = bm_f16_to_f32(bm_rd16(w)); /* fault: every block uses the row's first scale */
-#endif
-        acc[b & 7] += (float)s * (dw * xd[b]);
-    }
+    bm_q8_0_blocks(acc, w, xq, xd, 0, n / BMOE_Q8_0_BLOCK);
     return bm_sum8(acc);
 }
 

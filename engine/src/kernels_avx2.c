@@ -50,18 +50,7 @@ AVX2_FN static inline __m256i block_dot(const uint8_t *blk, const int8_t *xq) {
 AVX2_FN static float q8_0_tail(__m256 acc, const uint8_t *w, const int8_t *xq, const float *xd, size_t b, size_t nb) {
     float l[8];
     _mm256_storeu_ps(l, acc);
-    for (; b < nb; b++) {
-        const uint8_t *blk = w + b * BMOE_Q8_0_BYTES;
-        const int8_t *q = (const int8_t *)(blk + 2), *p = xq + b * BMOE_Q8_0_BLOCK;
-        int32_t s = 0;
-        for (int i = 0; i < BMOE_Q8_0_BLOCK; i++) s += (int32_t)q[i] * (int32_t)p[i];
-#ifndef BMOE_FAULT_Q8_0_FIRST_SCALE
-        float dw = bm_f16_to_f32(bm_rd16(blk));
-#else
-        float dw = bm_f16_to_f32(bm_rd16(w));
-#endif
-        l[b & 7] += (float)s * (dw * xd[b]);
-    }
+    bm_q8_0_blocks(l, w, xq, xd, b, nb);
     return bm_simd_sum8(l);
 }
 

@@ -1,8 +1,10 @@
 /* Helpers shared by the kernel files (kernels.c, kernels_avx2.c, kernels_neon.c): the one lane tree
- * and the little-endian f16 load. Internal to the kernels. */
+ * and the little-endian f16 load, the SIMD tails, the one-block-at-a-time Q8_0 loop. Internal to the
+ * kernels. */
 #ifndef BMOE_KERNELS_LANES_H
 #define BMOE_KERNELS_LANES_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tensor.h"
@@ -35,5 +37,23 @@ static inline void bm_simd_tail_f32(float l[8], const float *a, const float *b, 
 }
 
 static inline uint16_t bm_rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+
+/* Q8_0 blocks b .. nb-1 of row w, one at a time, onto the lanes (block b to lane b mod 8): the scalar
+ * path's whole row, and the SIMD paths' last nb mod 8 blocks. */
+static inline void bm_q8_0_blocks(float l[8], const uint8_t *w, const int8_t *xq, const float *xd, size_t b,
+                                  size_t nb) {
+    for (; b < nb; b++) {
+        const uint8_t *blk = w + b * BMOE_Q8_0_BYTES;
+        const int8_t *q = (const int8_t *)(blk + 2), *p = xq + b * BMOE_Q8_0_BLOCK;
+        int32_t s = 0;
+        for (int i = 0; i < BMOE_Q8_0_BLOCK; i++) s += (int32_t)q[i] * (int32_t)p[i];
+#ifndef BMOE_FAULT_Q8_0_FIRST_SCALE
+        float dw = bm_f16_to_f32(bm_rd16(blk));
+#else
+        float dw = bm_f16_to_f32(bm_rd16(w)); /* fault: every block uses the row's first scale */
+#endif
+        l[b & 7] += (float)s * (dw * xd[b]);
+    }
+}
 
 #endif

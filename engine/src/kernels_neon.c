@@ -86,18 +86,7 @@ static inline void add8(float32x4_t *a0, float32x4_t *a1, const int32_t s[8], co
 }
 
 static float tail_q8_0(float l[8], const uint8_t *w, const int8_t *xq, const float *xd, size_t b, size_t nb) {
-    for (; b < nb; b++) {
-        const uint8_t *blk = w + b * BMOE_Q8_0_BYTES;
-        const int8_t *q = (const int8_t *)(blk + 2), *p = xq + b * BMOE_Q8_0_BLOCK;
-        int32_t s = 0;
-        for (int i = 0; i < BMOE_Q8_0_BLOCK; i++) s += (int32_t)q[i] * (int32_t)p[i];
-#ifndef BMOE_FAULT_Q8_0_FIRST_SCALE
-        float dw = bm_f16_to_f32(bm_rd16(blk));
-#else
-        float dw = bm_f16_to_f32(bm_rd16(w));
-#endif
-        l[b & 7] += (float)s * (dw * xd[b]);
-    }
+    bm_q8_0_blocks(l, w, xq, xd, b, nb);
     return bm_simd_sum8(l);
 }
 
