@@ -103,20 +103,23 @@ static void rmsnorm_rows(float *out, const float *x, const float *w, int T, int 
 }
 
 /* In-place softmax in index order: max, exp, sum, divide. */
-static void softmax(float *v, int n) {
+static void softmax(const bm_kernels *k, float *v, int n) {
     float mx = v[0];
     for (int i = 1; i < n; i++)
         if (v[i] > mx) mx = v[i];
+    k->exp_shift(v, (size_t)n, mx); /* (float)bm_exp((double)v[i] - (double)mx), each i */
     float sum = 0.0f;
-    for (int i = 0; i < n; i++) {
-        v[i] = (float)bm_exp((double)v[i] - (double)mx);
-        sum += v[i];
-    }
+    for (int i = 0; i < n; i++) sum += v[i];
     for (int i = 0; i < n; i++) v[i] /= sum;
 }
 
-/* GELU goes through ggml's f16 table, as llama.cpp computes it on a CPU (docs/model-math.md). */
-static float act(bmoe_act a, float z) { return a == BMOE_ACT_SILU ? bm_silu(z) : bm_gelu_f16(z); }
+/* out[i] = act(g[i]) * u[i] (out may be u). SiLU through the kernels' vector form (the same bits as
+ * bm_silu); GELU goes through ggml's f16 table, as llama.cpp computes it on a CPU (docs/model-math.md). */
+static void act_mul(const bmoe_forward *f, const float *g, const float *u, size_t n, float *out) {
+    if (f->m->recipe->act == BMOE_ACT_SILU) f->kern.silu_mul(g, u, n, out);
+    else
+        for (size_t i = 0; i < n; i++) out[i] = bm_gelu_f16(g[i]) * u[i];
+}
 
 /* ---- matmul: y[t, j] = row_j(W) . x[t], parallel over rows j ----------------------------------- */
 
@@ -253,11 +256,10 @@ static void matmul_multi(bmoe_forward *f, int n, const bmoe_weight *const *W, co
 static void ffn_dense(bmoe_forward *f, const bmoe_weight *G, const bmoe_weight *U, const bmoe_weight *D,
                       const float *h, int T, float *y) {
     size_t F = (size_t)G->ne[1];
-    bmoe_act a = f->m->recipe->act;
     const bmoe_weight *W[2] = { G, U };
     float *const y2[2] = { f->hg, f->hu };
     matmul_multi(f, 2, W, h, T, y2);
-    for (size_t i = 0; i < (size_t)T * F; i++) f->hu[i] = act(a, f->hg[i]) * f->hu[i];
+    act_mul(f, f->hg, f->hu, (size_t)T * F, f->hu);
     matmul(f, D, f->hu, T, y);
 }
 
@@ -338,7 +340,7 @@ static void attn_heads(void *ctx, int i0, int i1, int tid) {
         const float *q = f->q + (size_t)t * f->q_dim + (size_t)h * hd;
         for (int j = j0; j <= p; j++)
             sc[j - j0] = f->kern.dot_f32(q, kc + (size_t)j * f->kv_dim + (size_t)g * hd, (size_t)hd) * inv_sqrt_hd;
-        softmax(sc, p + 1 - j0);
+        softmax(&f->kern, sc, p + 1 - j0);
         float *out = f->att + (size_t)t * f->o_dim + (size_t)h * hdv;
         for (int c = 0; c < hdv; c++) out[c] = 0.0f;
         for (int j = j0; j <= p; j++) {
@@ -406,7 +408,6 @@ static int experts_slot(bmoe_forward *f, int il, int T, int s, char *err, size_t
     const bmoe_layer *ly = &m->layers[il];
     int E = m->hp.n_expert, k = f->top_k, d = f->d;
     size_t fe = (size_t)m->hp.n_ff_exp;
-    bmoe_act a = m->recipe->act;
     for (int e = 0; e < E; e++) f->cnt[e] = 0;
     for (int t = 0; t < T; t++) f->cnt[f->ids[(size_t)t * k + s]]++;
     for (int e = 0, acc = 0; e < E; e++) { f->start[e] = acc; acc += f->cnt[e]; }
@@ -429,13 +430,12 @@ static int experts_slot(bmoe_forward *f, int il, int T, int s, char *err, size_t
             const bmoe_expert_part *gu = &P[BMOE_EXP_GATE_UP];
             matmul_raw(f, v.gate_up, gu->type, gu->row_bytes, gu->n_in, gu->n_out, f->gx, n, f->eg);
             for (int i = 0; i < n; i++)
-                for (size_t j = 0; j < fe; j++)
-                    f->eu[(size_t)i * fe + j] = act(a, f->eg[(size_t)i * 2 * fe + j]) * f->eg[(size_t)i * 2 * fe + fe + j];
+                act_mul(f, f->eg + (size_t)i * 2 * fe, f->eg + (size_t)i * 2 * fe + fe, fe, f->eu + (size_t)i * fe);
         } else if (v.gate && v.up) {
             const bmoe_expert_part *g = &P[BMOE_EXP_GATE], *u = &P[BMOE_EXP_UP];
             matmul_raw(f, v.gate, g->type, g->row_bytes, g->n_in, g->n_out, f->gx, n, f->eg);
             matmul_raw(f, v.up, u->type, u->row_bytes, u->n_in, u->n_out, f->gx, n, f->eu);
-            for (size_t i = 0; i < (size_t)n * fe; i++) f->eu[i] = act(a, f->eg[i]) * f->eu[i];
+            act_mul(f, f->eg, f->eu, (size_t)n * fe, f->eu);
         } else {
             snprintf(err, errlen, "expert source gave no gate/up weights for layer %d expert %d", il, e);
             return 1;
@@ -514,7 +514,6 @@ static int experts_token(bmoe_forward *f, int il, char *err, size_t errlen) {
     const bmoe_layer *ly = &m->layers[il];
     int k = f->top_k, d = f->d;
     size_t fe = (size_t)m->hp.n_ff_exp;
-    bmoe_act a = m->recipe->act;
     for (int s = 0; s < k; s++) { /* the views in slot order, as experts_slot asks for them */
         int e = f->ids[s];
         bmoe_expert_view *v = &f->kv[s];
@@ -538,7 +537,7 @@ static int experts_token(bmoe_forward *f, int il, char *err, size_t errlen) {
     for (int s = 0; s < k; s++) {
         const float *g = f->keg + (size_t)s * 2 * fe;
         float *u = f->keu + (size_t)s * fe;
-        for (size_t j = 0; j < fe; j++) u[j] = act(a, g[j]) * g[fe + j];
+        act_mul(f, g, g + fe, fe, u);
         f->kern.quantize_q8_0(u, fe, f->kxq + (size_t)s * fe, f->kxd + (size_t)s * (fe / BMOE_Q8_0_BLOCK));
     }
     pool_run(f->pool, k * d, tok_down_rows, &J);
@@ -587,7 +586,7 @@ static int moe_ffn(bmoe_forward *f, const moe_ctx *c, char *err, size_t errlen) 
         const float *l = f->rlog + (size_t)t * E;
         float *p = f->rprob + (size_t)t * E;
         memcpy(p, l, (size_t)E * sizeof(float));
-        if (gating->probs == BMOE_PROBS_SOFTMAX) softmax(p, E);
+        if (gating->probs == BMOE_PROBS_SOFTMAX) softmax(&f->kern, p, E);
         else if (gating->probs == BMOE_PROBS_SIGMOID)
             for (int e = 0; e < E; e++) p[e] = (float)(1.0 / (1.0 + bm_exp(-(double)p[e])));
     }
@@ -602,7 +601,7 @@ static int moe_ffn(bmoe_forward *f, const moe_ctx *c, char *err, size_t errlen) 
         for (int s = 0; s < k; s++) f->w[(size_t)t * k + s] = f->rprob[(size_t)t * E + f->ids[(size_t)t * k + s]];
     if ((rc = emit(f, c, BMOE_NODE_WEIGHTS, err, errlen))) return rc;
     if (gating->weights_softmax) {
-        for (int t = 0; t < T; t++) softmax(f->w + (size_t)t * k, k);
+        for (int t = 0; t < T; t++) softmax(&f->kern, f->w + (size_t)t * k, k);
         if ((rc = emit(f, c, BMOE_NODE_WEIGHTS_SOFTMAX, err, errlen))) return rc;
     }
     if (hp->norm_w) {

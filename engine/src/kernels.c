@@ -46,6 +46,14 @@ void bm_dot_q8_0_mt_scalar(const uint8_t *w, const int8_t *xq, const float *xd, 
         out[t] = bm_dot_q8_0_scalar(w, xq + (size_t)t * n, xd + (size_t)t * (n / BMOE_Q8_0_BLOCK), n);
 }
 
+void bm_silu_mul_scalar(const float *g, const float *u, size_t n, float *out) {
+    for (size_t i = 0; i < n; i++) out[i] = bm_silu(g[i]) * u[i];
+}
+
+void bm_exp_shift_scalar(float *v, size_t n, float mx) {
+    for (size_t i = 0; i < n; i++) v[i] = (float)bm_exp((double)v[i] - (double)mx);
+}
+
 static int8_t round_q(float t) { /* round half away from zero, |t| <= 127 */
     int r = (int)t;          /* truncates toward zero */
     float frac = t - (float)r; /* exact */
@@ -101,6 +109,8 @@ static int fill(bm_kpath p, bm_kernels *k) {
         k->dot_f32_mt = bm_dot_f32_mt_scalar;
         k->dot_f16_mt = bm_dot_f16_mt_scalar;
         k->dot_q8_0_mt = bm_dot_q8_0_mt_scalar;
+        k->silu_mul = bm_silu_mul_scalar;
+        k->exp_shift = bm_exp_shift_scalar;
         return 1;
     case BM_KPATH_AVX2: return bm_kernels_avx2(k);
     case BM_KPATH_NEON: return bm_kernels_neon(k, 0);

@@ -40,6 +40,11 @@ typedef struct bm_kernels {
     void (*dot_f32_mt)(const float *w, const float *x, size_t n, int nt, float *out);
     void (*dot_f16_mt)(const uint8_t *w, const float *x, size_t n, int nt, float *out);
     void (*dot_q8_0_mt)(const uint8_t *w, const int8_t *xq, const float *xd, size_t n, int nt, float *out);
+    /* The exponentials around the matmuls, vectorised on the SIMD paths with exactly the scalar
+     * loop's bits (kernels_vexp.h): out[i] = bm_silu(g[i]) * u[i] (out may be u), and the softmax's
+     * v[i] = (float)bm_exp((double)v[i] - (double)mx). */
+    void (*silu_mul)(const float *g, const float *u, size_t n, float *out);
+    void (*exp_shift)(float *v, size_t n, float mx);
 } bm_kernels;
 
 /* "scalar", "avx2", "neon", "neon-dot". */
@@ -67,6 +72,8 @@ float bm_dot_q8_0_scalar(const uint8_t *w, const int8_t *xq, const float *xd, si
 void bm_dot_f32_mt_scalar(const float *w, const float *x, size_t n, int nt, float *out);
 void bm_dot_f16_mt_scalar(const uint8_t *w, const float *x, size_t n, int nt, float *out);
 void bm_dot_q8_0_mt_scalar(const uint8_t *w, const int8_t *xq, const float *xd, size_t n, int nt, float *out);
+void bm_silu_mul_scalar(const float *g, const float *u, size_t n, float *out);
+void bm_exp_shift_scalar(float *v, size_t n, float mx);
 
 /* Implemented by kernels_avx2.c / kernels_neon.c (NULL-free stubs on other architectures). */
 int bm_kernels_avx2(bm_kernels *k);     /* 1 and fills k when AVX2 + F16C are usable here */

@@ -12,6 +12,8 @@
 #include "kernels_lanes.h"
 
 #define AVX2_FN __attribute__((target("avx2,f16c")))
+#define BM_VEXP_FN AVX2_FN
+#include "kernels_vexp.h"
 
 AVX2_FN static float dot_f32_avx2(const float *a, const float *b, size_t n) {
     __m256 acc = _mm256_setzero_ps();
@@ -270,6 +272,8 @@ int bm_kernels_avx2(bm_kernels *k) {
     k->dot_f32_mt = dot_f32_mt_avx2;
     k->dot_f16_mt = dot_f16_mt_avx2;
     k->dot_q8_0_mt = dot_q8_0_mt_avx2;
+    k->silu_mul = bm_vsilu_mul;
+    k->exp_shift = bm_vexp_shift;
     return 1;
 }
 

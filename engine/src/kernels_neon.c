@@ -18,6 +18,8 @@
 #endif
 
 #define DOT_FN __attribute__((target("arch=armv8.2-a+dotprod")))
+#define BM_VEXP_FN /* NEON is the baseline: no attribute */
+#include "kernels_vexp.h"
 
 static float dot_f32_neon(const float *a, const float *b, size_t n) {
     float32x4_t a0 = vdupq_n_f32(0.0f), a1 = vdupq_n_f32(0.0f);
@@ -311,6 +313,8 @@ int bm_kernels_neon(bm_kernels *k, int dot) {
     k->dot_f32_mt = dot_f32_mt_neon;
     k->dot_f16_mt = dot_f16_mt_neon;
     k->dot_q8_0_mt = dot ? dot_q8_0_mt_neon_dot : dot_q8_0_mt_neon;
+    k->silu_mul = bm_vsilu_mul;
+    k->exp_shift = bm_vexp_shift;
     return 1;
 }
 

@@ -4,6 +4,7 @@
 #include <math.h> /* HUGE_VAL only: no libm function is called */
 #include <string.h>
 
+#include "exp_poly.h"
 #include "gguf.h"
 
 /* ---- half precision ---------------------------------------------------------------------- */
@@ -88,22 +89,14 @@ double bm_exp(double x) {
     if (x != x) return x;
     if (x > 709.782712893384) return HUGE_VAL;
     if (x < -745.2) return 0.0;
-    /* x = n ln2 + r, |r| <= ln2/2; ln2 split so that n * LN2_HI is exact (Cody-Waite). */
-    const double LN2_HI = 6.93147180369123816490e-01, LN2_LO = 1.90821492927058770002e-10;
-    const double INV_LN2 = 1.44269504088896338700e+00;
-    double t = x * INV_LN2;
+    /* x = n ln2 + r, |r| <= ln2/2, then the polynomial of exp_poly.h. kernels_vexp.h repeats these
+     * steps lane-wise for the SIMD paths: change both together. */
+    double t = x * BM_EXP_INV_LN2;
     int n = (int)(t < 0 ? t - 0.5 : t + 0.5);
-    double r = (x - n * LN2_HI) - n * LN2_LO;
-    /* Taylor series to r^14, Horner form with the coefficients 1/k! (no division: this runs for every
-     * SiLU and softmax element) */
-    static const double INV_FACT[15] = {
-        1.0, 1.0, 0.5, 0.16666666666666666, 0.041666666666666664, 0.0083333333333333332,
-        0.0013888888888888889, 0.00019841269841269841, 2.4801587301587302e-05, 2.7557319223985893e-06,
-        2.7557319223985888e-07, 2.505210838544172e-08, 2.08767569878681e-09, 1.6059043836821613e-10,
-        1.1470745597729725e-11,
-    };
-    double p = INV_FACT[14];
-    for (int k = 13; k >= 0; k--) p = p * r + INV_FACT[k];
+    double r = (x - n * BM_EXP_LN2_HI) - n * BM_EXP_LN2_LO;
+    static const double INV_FACT[BM_EXP_DEGREE + 1] = BM_EXP_INV_FACT;
+    double p = INV_FACT[BM_EXP_DEGREE];
+    for (int k = BM_EXP_DEGREE - 1; k >= 0; k--) p = p * r + INV_FACT[k];
     /* scale by 2^n in two steps so subnormal results come out right */
     if (n > 1023) return p * pow2i(1023) * pow2i(n - 1023);
     if (n < -1022) return p * pow2i(-1022) * pow2i(n + 1022 < -1022 ? -1022 : n + 1022);

@@ -254,6 +254,44 @@ static void test_multi_token(void) {
     }
 }
 
+/* SiLU-times-u and the softmax's exponentials (kernels.h, silu_mul / exp_shift): every path gives
+ * the scalar loop's bits, on values inside and outside the vectorised range (kernels_vexp.h), NaN,
+ * infinities, -0, subnormals, and lengths that are not a multiple of 4; and out may be u. */
+static void test_exponentials(void) {
+    enum { N = 1003 };
+    static float g[N], u[N], want[N], got[N], inplace[N], v[N];
+    static const float special[] = {0.0f, -0.0f, NAN, INFINITY, -INFINITY, 700.0f, -700.0f, 700.5f, -700.5f,
+                                    745.0f, -746.0f, 88.0f, -104.0f, 1e-40f, -1e-40f, 3e38f, -3e38f};
+    for (int round = 0; round < 4; round++) {
+        for (int i = 0; i < N; i++) {
+            float s = round == 0 ? 1.0f : round == 1 ? 20.0f : round == 2 ? 200.0f : 1000.0f;
+            g[i] = (i % 37 == 5) ? special[(i / 37) % (int)(sizeof special / sizeof special[0])] : frand() * s;
+            u[i] = fvalue();
+        }
+        float mx = round == 3 ? 30.0f : 0.0f;
+        bm_silu_mul_scalar(g, u, N, want);
+        for (int p = 0; p < n_paths; p++) {
+            for (int n = N; n >= N - 3; n--) { /* lengths with every remainder mod 4 */
+                memset(got, 0, sizeof got);
+                paths[p].silu_mul(g, u, (size_t)n, got);
+                int same = 1;
+                for (int i = 0; i < n; i++) same &= bits_of(got[i]) == bits_of(want[i]);
+                if (!same) printf("  silu_mul: path %s, n %d, round %d differs from scalar\n", bm_kpath_name(paths[p].path), n, round);
+                CHECK(same);
+            }
+            memcpy(inplace, u, sizeof u);
+            paths[p].silu_mul(g, inplace, N, inplace);
+            CHECK(memcmp(inplace, want, sizeof want) == 0);
+            memcpy(v, g, sizeof g);
+            paths[p].exp_shift(v, N, mx);
+            int same = 1;
+            for (int i = 0; i < N; i++) same &= bits_of(v[i]) == bits_of((float)bm_exp((double)g[i] - (double)mx));
+            if (!same) printf("  exp_shift: path %s, round %d differs from bm_exp\n", bm_kpath_name(paths[p].path), round);
+            CHECK(same);
+        }
+    }
+}
+
 static void test_names(void) {
     int p;
     CHECK(bm_kpath_parse("auto", &p) == 0 && p == -1);
@@ -281,5 +319,6 @@ int main(void) {
     test_quantize_paths();
     test_q8_0();
     test_multi_token();
+    test_exponentials();
     return check_report("test_kernels");
 }
