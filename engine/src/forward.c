@@ -166,12 +166,20 @@ static inline void row_dot_mt(const bm_kernels *k, uint32_t type, const uint8_t 
  * each group of tokens is read once per tile, not once per row; y is written in runs of a tile. */
 #define MM_ROW_TILE 8
 
+/* Weight streams one thread reads side by side in a decode matmul. */
+#define MM_STREAMS 4
+
 static void mm_rows(void *ctx, int j0, int j1, int tid) {
     const mm_job *J = ctx;
     size_t n = J->n_in, nb = n / BMOE_Q8_0_BLOCK;
-    if (J->T == 1) { /* decode: the one-token kernel, row by row */
-        for (int j = j0; j < j1; j++)
-            J->y[j] = row_dot(J->k, J->type, J->w + (size_t)j * J->row_bytes, J->x, J->xq, J->xd, n);
+    if (J->T == 1) {
+        /* Decode: the one-token kernel, row by row, the rows taken from MM_STREAMS equal parts of the
+         * range in turn, so that several sequential streams of weights are in flight (experts_token
+         * says why). Visiting order changes no value. */
+        int part = (j1 - j0 + MM_STREAMS - 1) / MM_STREAMS;
+        for (int a = 0; a < part; a++)
+            for (int j = j0 + a; j < j1; j += part)
+                J->y[j] = row_dot(J->k, J->type, J->w + (size_t)j * J->row_bytes, J->x, J->xq, J->xd, n);
     } else {
         /* Several tokens: up to BM_MT_MAX per call (a last lone token with the one-token kernel), each
          * with the one-token kernel's bits, so the order rows and tokens are visited in changes nothing. */
@@ -460,7 +468,12 @@ static int experts_slot(bmoe_forward *f, int il, int T, int s, char *err, size_t
 /* One token (decode): its k routed experts in two pool jobs instead of three matmuls per expert, so
  * the threads share every expert's rows. Each output element is still one row's dot product, computed
  * by one thread with the same code and inputs as experts_slot would use, and moe accumulates in slot
- * order: the bits are experts_slot's. */
+ * order: the bits are experts_slot's.
+ *
+ * Work item i is row i / k of expert slot i % k: a thread's chunk walks the k experts' matrices side
+ * by side, k streams from memory at once rather than one. Decode is bound by how fast the weights
+ * arrive, and one core gets more bandwidth from several sequential streams than from one (see
+ * docs/benchmarks.md). The order items are visited in changes no value. */
 typedef struct {
     bmoe_forward *f;
     const bmoe_expert_part *P;
@@ -473,7 +486,7 @@ static void tok_gate_up_rows(void *ctx, int i0, int i1, int tid) {
     bmoe_forward *f = J->f;
     size_t F2 = 2 * J->fe;
     for (int i = i0; i < i1; i++) {
-        size_t s = (size_t)i / F2, r = (size_t)i % F2;
+        size_t s = (size_t)i % (size_t)J->k, r = (size_t)i / (size_t)J->k; /* experts interleaved: see below */
         const bmoe_expert_view *v = &f->kv[s];
         const bmoe_expert_part *p;
         const uint8_t *row;
@@ -487,9 +500,10 @@ static void tok_gate_up_rows(void *ctx, int i0, int i1, int tid) {
             p = &J->P[BMOE_EXP_UP];
             row = (const uint8_t *)v->up + (r - J->fe) * p->row_bytes;
         }
-        f->keg[i] = row_dot(&f->kern, p->type, row, f->hm, f->xq, f->xd, J->d);
+        float *y = &f->keg[s * F2 + r];
+        *y = row_dot(&f->kern, p->type, row, f->hm, f->xq, f->xd, J->d);
 #ifdef BMOE_FAULT_THREAD_ORDER
-        if (tid > 0) f->keg[i] *= 1.25f; /* fault: as in mm_rows */
+        if (tid > 0) *y *= 1.25f; /* fault: as in mm_rows */
 #endif
     }
 }
@@ -500,11 +514,12 @@ static void tok_down_rows(void *ctx, int i0, int i1, int tid) {
     const bmoe_expert_part *p = &J->P[BMOE_EXP_DOWN];
     size_t nb = J->fe / BMOE_Q8_0_BLOCK;
     for (int i = i0; i < i1; i++) {
-        size_t s = (size_t)i / J->d, c = (size_t)i % J->d;
+        size_t s = (size_t)i % (size_t)J->k, c = (size_t)i / (size_t)J->k; /* experts interleaved */
         const uint8_t *row = (const uint8_t *)f->kv[s].down + c * p->row_bytes;
-        f->keo[i] = row_dot(&f->kern, p->type, row, f->keu + s * J->fe, f->kxq + s * J->fe, f->kxd + s * nb, J->fe);
+        float *y = &f->keo[s * J->d + c];
+        *y = row_dot(&f->kern, p->type, row, f->keu + s * J->fe, f->kxq + s * J->fe, f->kxd + s * nb, J->fe);
 #ifdef BMOE_FAULT_THREAD_ORDER
-        if (tid > 0) f->keo[i] *= 1.25f; /* fault: as in mm_rows */
+        if (tid > 0) *y *= 1.25f; /* fault: as in mm_rows */
 #endif
     }
 }
