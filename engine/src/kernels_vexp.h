@@ -76,7 +76,11 @@ BM_VEXP_FN static void bm_vexp_shift(float *v, size_t n, float mx) {
             for (size_t j = i; j < i + 4; j++) v[j] = (float)bm_exp((double)v[j] - (double)mx);
         }
     }
+#ifndef BMOE_FAULT_VEXP_TAIL_UNSHIFTED
     for (; i < n; i++) v[i] = (float)bm_exp((double)v[i] - (double)mx);
+#else
+    for (; i < n; i++) v[i] = (float)bm_exp((double)v[i]); /* fault: the tail forgets to subtract the max */
+#endif
 }
 
 #endif
