@@ -17,11 +17,16 @@ when it is not.
 --baseline OLD_BMOE times a second engine binary (say a copy of main's host build, kept before a
 change) in the same interleaved rounds, so a before/after ratio comes from one run; its tokens and text
 must equal the engine's (exit status 1 when not).
+
+On a CPU with AMX, pip's native build of llama.cpp 0.3.36 can die of SIGSEGV in its AMX kernels at
+the first matmul; the script then stops with a fatal-error traceback right after the identity check.
+docs/benchmarks.md gives the CMAKE_ARGS that build it with every other x86 feature.
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import statistics
@@ -102,6 +107,7 @@ def main() -> int:
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--baseline", help="another engine binary timed in the same rounds (before/after)")
     args = parser.parse_args()
+    faulthandler.enable()  # llama.cpp runs in this process: a crash in it should say where
     threads = [int(t) for t in args.threads.split(",") if t]
     try:
         import llama_cpp
