@@ -174,8 +174,8 @@ static void mm_rows(void *ctx, int j0, int j1, int tid) {
     size_t n = J->n_in, nb = n / BMOE_Q8_0_BLOCK;
     if (J->T == 1) {
         /* Decode: the one-token kernel, row by row, the rows taken from MM_STREAMS equal parts of the
-         * range in turn, so that several sequential streams of weights are in flight (experts_token
-         * says why). Visiting order changes no value. */
+         * range in turn, so that several sequential streams of weights are in flight (the comment
+         * above tok_experts_job says why). Visiting order changes no value. */
         int part = (j1 - j0 + MM_STREAMS - 1) / MM_STREAMS;
         for (int a = 0; a < part; a++)
             for (int j = j0 + a; j < j1; j += part)
@@ -486,7 +486,7 @@ static void tok_gate_up_rows(void *ctx, int i0, int i1, int tid) {
     bmoe_forward *f = J->f;
     size_t F2 = 2 * J->fe;
     for (int i = i0; i < i1; i++) {
-        size_t s = (size_t)i % (size_t)J->k, r = (size_t)i / (size_t)J->k; /* experts interleaved: see below */
+        size_t s = (size_t)i % (size_t)J->k, r = (size_t)i / (size_t)J->k; /* experts interleaved: see above */
         const bmoe_expert_view *v = &f->kv[s];
         const bmoe_expert_part *p;
         const uint8_t *row;

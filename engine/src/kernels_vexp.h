@@ -5,7 +5,7 @@
  *
  * Only the common case is vectorised: a group of four whose exponents all lie in [-700, 700] (so the
  * scaling by 2^n is one multiplication and no lane is NaN). Any other group goes element by element
- * through the scalar functions, which is the definition anyway. */
+ * through the scalar loops (kernels.c), which are the definition anyway. */
 #ifndef BMOE_KERNELS_VEXP_H
 #define BMOE_KERNELS_VEXP_H
 
@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "exp_poly.h"
+#include "kernels.h"
 #include "tensor.h"
 
 typedef double bm_v4d __attribute__((vector_size(32)));
@@ -56,10 +57,10 @@ BM_VEXP_FN static void bm_vsilu_mul(const float *g, const float *u, size_t n, fl
             bm_v4f s = __builtin_convertvector(z / (1.0 + bm_vexp(-z)), bm_v4f) * u4;
             memcpy(out + i, &s, sizeof s);
         } else {
-            for (size_t j = i; j < i + 4; j++) out[j] = bm_silu(g[j]) * u[j];
+            bm_silu_mul_scalar(g + i, u + i, 4, out + i);
         }
     }
-    for (; i < n; i++) out[i] = bm_silu(g[i]) * u[i];
+    bm_silu_mul_scalar(g + i, u + i, n - i, out + i);
 }
 
 /* v[i] = (float)bm_exp((double)v[i] - (double)mx), the softmax's exponentials. */
@@ -73,11 +74,11 @@ BM_VEXP_FN static void bm_vexp_shift(float *v, size_t n, float mx) {
             bm_v4f e = __builtin_convertvector(bm_vexp(x), bm_v4f);
             memcpy(v + i, &e, sizeof e);
         } else {
-            for (size_t j = i; j < i + 4; j++) v[j] = (float)bm_exp((double)v[j] - (double)mx);
+            bm_exp_shift_scalar(v + i, 4, mx);
         }
     }
 #ifndef BMOE_FAULT_VEXP_TAIL_UNSHIFTED
-    for (; i < n; i++) v[i] = (float)bm_exp((double)v[i] - (double)mx);
+    bm_exp_shift_scalar(v + i, n - i, mx);
 #else
     for (; i < n; i++) v[i] = (float)bm_exp((double)v[i]); /* fault: the tail forgets to subtract the max */
 #endif
