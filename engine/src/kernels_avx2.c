@@ -78,6 +78,7 @@ AVX2_FN static float dot_q8_0_avx2(const uint8_t *w, const int8_t *xq, const flo
     for (; b + 8 <= nb; b += 8) {
         const uint8_t *blk = w + b * BMOE_Q8_0_BYTES;
         const int8_t *p = xq + b * BMOE_Q8_0_BLOCK;
+        bm_prefetch_ahead(blk, 8 * BMOE_Q8_0_BYTES);
         __m256i v[8];
         for (int k = 0; k < 8; k++) v[k] = block_dot(blk + (size_t)k * BMOE_Q8_0_BYTES, p + k * BMOE_Q8_0_BLOCK);
         /* lane k of s = block k's exact sum */
@@ -151,6 +152,7 @@ AVX2_MT_FN void q8_0_mt(const uint8_t *w, const int8_t *xq, const float *xd, siz
     for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
     for (; b + 8 <= nb; b += 8) {
         const uint8_t *blk = w + b * BMOE_Q8_0_BYTES;
+        bm_prefetch_ahead(blk, 8 * BMOE_Q8_0_BYTES);
         __m256i h[2][BM_MT_MAX]; /* blocks 0-3 and 4-7: lane k of s below = block k's exact sum */
         for (int g = 0; g < 2; g++) {
             __m256i wv[4], aw[4];

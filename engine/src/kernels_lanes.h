@@ -38,6 +38,22 @@ static inline void bm_simd_tail_f32(float l[8], const float *a, const float *b, 
 
 static inline uint16_t bm_rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 
+/* How far ahead of the bytes being multiplied the SIMD paths ask for the weights (software
+ * prefetch). Decode reads every weight once, so it waits on memory; the hardware prefetcher stops
+ * at each 4 KiB page and ramps up again on the next, and a matrix row of a small expert is a few
+ * hundred bytes, so on its own it leaves a core well short of its bandwidth. Asking 2 KiB ahead keeps
+ * the next lines (and the next page's translation) on their way across rows and pages: decode
+ * 1.3-1.4x on the bench model (docs/benchmarks.md, software prefetch, where 0.5-8 KiB were tried).
+ * A prefetch never faults, so reading past a matrix's last row is harmless, and it changes no value. */
+#define BM_PREFETCH_AHEAD 2048
+
+/* Prefetches the `bytes` (at most a few cache lines) that start BM_PREFETCH_AHEAD after p. The
+ * address is formed as an integer: it may lie past the end of the weights. */
+static inline void bm_prefetch_ahead(const void *p, size_t bytes) {
+    uintptr_t a = (uintptr_t)p + BM_PREFETCH_AHEAD;
+    for (size_t c = 0; c < bytes; c += 64) __builtin_prefetch((const void *)(a + c), 0, 3);
+}
+
 /* Q8_0 blocks b .. nb-1 of row w, one at a time, onto the lanes (block b to lane b mod 8): the scalar
  * path's whole row, and the SIMD paths' last nb mod 8 blocks. */
 static inline void bm_q8_0_blocks(float l[8], const uint8_t *w, const int8_t *xq, const float *xd, size_t b,

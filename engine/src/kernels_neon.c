@@ -97,6 +97,7 @@ static float dot_q8_0_neon(const uint8_t *w, const int8_t *xq, const float *xd, 
     float32x4_t a0 = vdupq_n_f32(0.0f), a1 = vdupq_n_f32(0.0f);
     for (; b + 8 <= nb; b += 8) {
         const uint8_t *blk = w + b * BMOE_Q8_0_BYTES;
+        bm_prefetch_ahead(blk, 8 * BMOE_Q8_0_BYTES);
         int32_t s[8];
         for (int k = 0; k < 8; k++)
             s[k] = block_dot_mull(blk + (size_t)k * BMOE_Q8_0_BYTES, xq + (b + (size_t)k) * BMOE_Q8_0_BLOCK);
@@ -113,6 +114,7 @@ DOT_FN static float dot_q8_0_neon_dot(const uint8_t *w, const int8_t *xq, const 
     float32x4_t a0 = vdupq_n_f32(0.0f), a1 = vdupq_n_f32(0.0f);
     for (; b + 8 <= nb; b += 8) {
         const uint8_t *blk = w + b * BMOE_Q8_0_BYTES;
+        bm_prefetch_ahead(blk, 8 * BMOE_Q8_0_BYTES);
         int32_t s[8];
         for (int k = 0; k < 8; k++)
             s[k] = block_dot_sdot(blk + (size_t)k * BMOE_Q8_0_BYTES, xq + (b + (size_t)k) * BMOE_Q8_0_BLOCK);
@@ -228,6 +230,7 @@ DOT_FN static inline int32x4_t part_sdot(int8x16_t w0, int8x16_t w1, const int8_
     _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a0[t] = a1[t] = vdupq_n_f32(0.0f);                        \
     for (; b + 8 <= nb; b += 8) {                                                                                  \
         const uint8_t *blk = w + b * BMOE_Q8_0_BYTES;                                                              \
+        bm_prefetch_ahead(blk, 8 * BMOE_Q8_0_BYTES);                                                               \
         int32x4_t s[2][BM_MT_MAX];                                                                                 \
         for (int g = 0; g < 2; g++) {                                                                              \
             int8x16_t wl[4], wh[4];                                                                                \
