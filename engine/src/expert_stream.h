@@ -11,15 +11,23 @@
  * Releasing returns its pages (MADV_DONTNEED) and removes access (PROT_NONE), so a later touch of
  * an evicted or never-loaded slot faults instead of reading stale bytes.
  *
+ * Huge pages: the shared slots and the frame arena start on a 2 MiB boundary and are advised
+ * MADV_HUGEPAGE, so direct reads land in physically contiguous 2 MiB runs. Because a huge page needs
+ * its whole 2 MiB inside one read-write mapping, the S shared slots (not the guard) and the first
+ * frame_pool_bytes of frames are opened read-write together at stream_open rather than one by one;
+ * neither holds an expert before its read, so opening them early exposes nothing.
+ *
  * Frame pool (per-expert layout with frame_pool_bytes > 0): the memory behind the slots is an arena
  * of slot-sized frames. Committing gives the slot a free frame and opens it read-write; the expert's
  * address is then its frame (stream_view). Releasing takes the frame back and closes it (PROT_NONE)
  * with its pages kept, so the next commit of any slot reuses them: no zero-filled page faults inside
  * the read. Closing is deferred to stream_settle, so a frame released and committed again in between
  * (the usual eviction for a miss) changes no protection at all. A released or never-loaded expert's address is its slot in the reserved range, never
- * committed with a pool, so it faults; a pointer kept into a free frame faults too. Free frames beyond
- * frame_pool_bytes (the cache over budget while a layer pins more) return their pages
- * (MADV_DONTNEED), so the pool holds at most the budget beyond the frames in use.
+ * committed with a pool, so it faults; a pointer kept into a free frame faults too. Free frames keep
+ * their pages until stream_trim, which the hook calls once per forward pass: it returns the pages
+ * (MADV_DONTNEED) of the free frames beyond max(frame_pool_bytes, the most frames in use at once
+ * since the previous trim). So the pool holds what the budget and the last pass's peak need, and a
+ * pass that pins more than the budget reuses its frames instead of faulting fresh pages in.
  *
  * Slot geometry: each part (gate, up, gate_up, down) of an expert gets a sub-slot aligned to
  * BMOE_STREAM_ALIGN; the part's bytes start at (file offset mod BMOE_STREAM_ALIGN) inside it, so an
@@ -103,6 +111,10 @@ void stream_release(bmoe_stream *s, int layer, int slot);
  * Until then a pointer kept into such a frame still reads it; the expert's own view faults at once.
  * The hook settles before it returns to the forward pass, so nothing computes in between. */
 void stream_settle(bmoe_stream *s);
+/* Once per forward pass (the hook calls it at the first streamed layer): returns the pages of the
+ * free frames beyond max(frame_pool_bytes, the most frames in use at once since the previous call)
+ * and closes them. No-op without a pool. */
+void stream_trim(bmoe_stream *s);
 int stream_committed(const bmoe_stream *s, int layer, int slot);
 
 /* The addresses expert e's parts have in `slot` of `layer` (slot -1: the guard slot, shared layout

@@ -401,6 +401,7 @@ static int hook_node(bmoe_stream_hook *h, bmoe_moe_result *r) {
     switch (r->node) {
     case BMOE_NODE_LOGITS:
         unpin_layer(h);
+        if (li == 0 && h->st) stream_trim(h->st); /* a pass starts: the frame pool's once-a-pass trim */
         h->cur_li = li;
         h->cur_loaded = 0;
         h->cur_terminal = CHAIN_UNKNOWN;
@@ -410,6 +411,7 @@ static int hook_node(bmoe_stream_hook *h, bmoe_moe_result *r) {
     case BMOE_NODE_TOPK: {
         if (li != h->cur_li) { /* a pass that did not start at LOGITS */
             unpin_layer(h);
+            if (li == 0 && h->st) stream_trim(h->st);
             h->cur_li = li;
         }
         h->cur_loaded = 0;

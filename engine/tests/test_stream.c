@@ -165,7 +165,8 @@ static void test_store(const char *f0, const char *f1) {
 /* The frame pool: frames are recycled across slots (no new frame while a free one exists), an
  * evicted expert's view faults even while its old frame holds another expert, a pointer kept into a
  * free frame faults, the reused frame holds exactly the new expert's slices, and free frames beyond
- * the budget are not kept. */
+ * the budget are kept while a pass's peak needs them and returned by the trim after a pass that did
+ * not. */
 static void test_frame_pool(const char *f0, const char *f1) {
     bmoe_stream_part parts[NL * BMOE_EXP_NPARTS];
     layout(parts);
@@ -204,13 +205,21 @@ static void test_frame_pool(const char *f0, const char *f1) {
     stream_settle(s);
     CHECK(touch_faults(v0.gate) && touch_faults(v0.down) && touch_faults(v1.down));
     stream_frames(s, &created, &in_use, &warm);
-    CHECK(in_use == 1 && warm == 1); /* 1 in use + 1 warm == the budget of 2; the other gave its pages back */
+    CHECK(in_use == 1 && warm == 2); /* over the budget of 2, but within this pass's peak of 3: kept */
+    stream_trim(s); /* a pass starts: the last one peaked at 3 frames, so all 3 stay */
+    stream_frames(s, &created, &in_use, &warm);
+    CHECK(in_use == 1 && warm == 2);
+    CHECK(touch_faults(v0.gate) && touch_faults(v1.down)); /* still closed */
+    stream_trim(s); /* the next pass: this one peaked at 1, so the pool goes back to the budget of 2 */
+    stream_frames(s, &created, &in_use, &warm);
+    CHECK(in_use == 1 && warm == 1);
+    CHECK(touch_faults(v0.gate) && touch_faults(v0.down) && touch_faults(v1.gate) && touch_faults(v1.down));
     /* an expert of another layer takes a recycled frame: right bytes, and the evicted experts' views fault */
     CHECK(stream_load(s, 1, 3, 3, BMOE_IO_DEMAND, &g, err, sizeof err) == 0);
     CHECK(stream_load(s, 1, 4, 4, BMOE_IO_DEMAND, &g, err, sizeof err) == 0);
     CHECK(stream_wait(s, &g, err, sizeof err) == 0);
     stream_frames(s, &created, &in_use, &warm);
-    CHECK(created == 3 && in_use == 3 && warm == 0); /* no new frame */
+    CHECK(created == 3 && in_use == 3 && warm == 0); /* no new frame: the warm one and the returned one */
     stream_view(s, 1, 3, 3, &v2);
     CHECK(view_matches(parts, 1, 3, &v2));
     stream_view(s, 1, 4, 4, &v2);
