@@ -582,6 +582,10 @@ void stream_hook_set_policy(bmoe_stream_hook *h, const bmoe_route_policy *p) {
 uint64_t stream_hook_slot_bytes(const bmoe_stream_hook *h) { return h->st ? stream_slot_bytes(h->st) : 0; }
 uint64_t stream_hook_cache_bytes(const bmoe_stream_hook *h) { return h->cache ? cache_bytes(h->cache) : 0; }
 uint64_t stream_hook_evictions(const bmoe_stream_hook *h) { return h->cache ? cache_evictions(h->cache) : 0; }
+void stream_hook_frames(const bmoe_stream_hook *h, size_t *created, size_t *in_use, size_t *warm) {
+    *created = *in_use = *warm = 0;
+    if (h->st) stream_frames(h->st, created, in_use, warm);
+}
 
 /* ---- setup --------------------------------------------------------------------------------------- */
 

@@ -99,5 +99,7 @@ int stream_hook_warnings(const bmoe_stream_hook *h, const char **out, int cap);
 uint64_t stream_hook_slot_bytes(const bmoe_stream_hook *h);
 uint64_t stream_hook_cache_bytes(const bmoe_stream_hook *h);
 uint64_t stream_hook_evictions(const bmoe_stream_hook *h);
+/* The frame pool's figures (stream_frames; all 0 with the cache off). */
+void stream_hook_frames(const bmoe_stream_hook *h, size_t *created, size_t *in_use, size_t *warm);
 
 #endif

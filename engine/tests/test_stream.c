@@ -466,6 +466,39 @@ static void test_hook_cache(fake *f) {
     stream_hook_destroy(h);
 }
 
+/* The hook trims the frame pool once per pass: a pass that pinned more frames than the budget keeps
+ * them through the next pass's start, and the start of the pass after that gives back what the
+ * budget does not hold. */
+static void test_hook_trim(fake *f) {
+    bmoe_config c;
+    bmoe_stream_hook *h = open_hook(f, &c, 1, 0, NULL); /* 1 MiB: three slots */
+    CHECK(h != NULL);
+    if (!h) return;
+    size_t budget = (size_t)((1u << 20) / stream_hook_slot_bytes(h)), created, in_use, warm;
+    CHECK(budget == 3);
+    drive d = {0};
+    set_row(&d, 0, 1, 2);
+    set_row(&d, 1, 3, 4);
+    /* the prompt pass: each layer pins four experts, one more than the budget */
+    CHECK(pass(h, &d, 1, 2, 0, 0, 0) == 0 && views_ok(h, &d, 1, 2));
+    CHECK(pass(h, &d, 2, 2, 0, 0, 0) == 0 && views_ok(h, &d, 2, 2));
+    stream_hook_frames(h, &created, &in_use, &warm);
+    CHECK(in_use == 4 && warm == 0);
+    /* a decode pass starts: the prompt pass peaked at four frames, so none is given back */
+    set_row(&d, 0, 1, 2);
+    CHECK(pass(h, &d, 1, 1, 1, 0, 2) == 0 && views_ok(h, &d, 1, 1));
+    stream_hook_frames(h, &created, &in_use, &warm);
+    CHECK(in_use + warm == 4);
+    CHECK(pass(h, &d, 2, 1, 1, 0, 2) == 0 && views_ok(h, &d, 2, 1));
+    /* the next pass starts: the last one never had more in use than the budget */
+    CHECK(pass(h, &d, 1, 1, 1, 1, 3) == 0 && views_ok(h, &d, 1, 1));
+    stream_hook_frames(h, &created, &in_use, &warm);
+    CHECK(in_use + warm <= budget);
+    bmoe_error err = {0};
+    CHECK(stream_hook_finish(h, &err) == 0);
+    stream_hook_destroy(h);
+}
+
 /* A budget of two slots (set through the cache directly is not possible from here, so the model's
  * experts are made big enough through the layout: 1 MiB / slot > 1 MiB budget is refused). */
 static void test_hook_budget_refused(const char *f0, const char *f1) {
@@ -706,6 +739,7 @@ int main(void) {
     fake_model(&f, f0, f1);
     test_hook_cache_off(&f);
     test_hook_cache(&f);
+    test_hook_trim(&f);
     test_hook_budget_refused(f0, f1);
     test_hook_policy_and_trace(&f);
     test_hook_learned_terminal(&f);
