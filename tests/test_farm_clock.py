@@ -11,7 +11,7 @@ import pytest
 
 from bmoe_ci.farm import FarmError, InfraError, load_farm_file, open_session
 from bmoe_ci.farm.preflight import preflight
-from bmoe_ci.farm.transport import open_transport
+from bmoe_ci.farm.transports import open_transport
 from gate_run import host_farm
 
 

@@ -22,7 +22,8 @@ from bmoe_ci.farm import (
     push,
     sha256_file,
 )
-from bmoe_ci.farm.transport import SshTransport, build_remote_command
+from bmoe_ci.farm.transports.remote_shell import build_remote_command
+from bmoe_ci.farm.transports.ssh import SshTransport
 
 SSH = str(localfarm.layout()["SSH_HOST_NAME"])
 

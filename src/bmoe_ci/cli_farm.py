@@ -199,7 +199,7 @@ def _probe(device, with_lock: bool) -> dict:
         "os": device.os,
         "arch": device.arch,
         "transport": device.transport,
-        "address": f"{device.host}:{device.port}" if device.is_ssh else "local",
+        "address": device.where,
         "exec_prefix": list(device.exec_prefix),
         "labels": list(device.labels),
     }

@@ -25,8 +25,8 @@ Names:
 * :func:`select_devices` (``NAME``, comma lists, ``pool:``, ``arch:``, ``label:``, ``kind:``, ``os:``, ``all``)
 * :func:`open_session`, :class:`DeviceSession` (connect / lock / push_engine / push_files / preflight /
   run_engine / run / pull / close)
-* :func:`open_transport`, :class:`Transport`, :class:`LocalTransport`, :class:`SshTransport`,
-  :class:`RunResult`, :class:`Outcome`
+* :func:`open_transport`, :class:`Transport`, :class:`RunResult`, :class:`Outcome`, :func:`registry`
+  (the transports, one module each in :mod:`bmoe_ci.farm.transports`: local, ssh, adb)
 * :func:`push`, :class:`PushItem`, :class:`PushReport` (content-addressed store)
 * :func:`preflight`, :func:`check_lite`, :class:`PreflightReport`, :class:`EngineVersion`, :func:`parse_version`
 * :class:`DeviceLock`, :func:`read_lock`
@@ -60,7 +60,7 @@ from .preflight import EngineVersion, PreflightReport, check_lite, parse_version
 from .select import select_devices
 from .session import DeviceSession, default_run_id, open_session
 from .store import GcReport, Mismatch, PushItem, PushReport, gc, push, sha256_file
-from .transport import LocalTransport, Outcome, RunResult, SshTransport, Transport, open_transport
+from .transports import Outcome, RunResult, Transport, open_transport, registry
 
 
 def load_farm(path: str | os.PathLike[str] | None = None) -> Farm:
@@ -86,7 +86,6 @@ __all__ = [
     "GcReport",
     "Heartbeat",
     "InfraError",
-    "LocalTransport",
     "LockOwner",
     "Mismatch",
     "MissingTool",
@@ -96,7 +95,6 @@ __all__ = [
     "PushReport",
     "RunResult",
     "SelectionError",
-    "SshTransport",
     "Transport",
     "check_lite",
     "default_run_id",
@@ -111,6 +109,7 @@ __all__ = [
     "preflight",
     "push",
     "read_lock",
+    "registry",
     "select_devices",
     "sha256_file",
     "triple_arch",

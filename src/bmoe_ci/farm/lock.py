@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from .errors import DeviceBusy, InfraError
-from .transport import Transport
+from .transports import Transport
 
 LOCK_DIR = ".bmoe-ci-lock"
 #: Seconds a lease lives without a heartbeat (a farm file can set ``lease_ttl`` per device).
@@ -341,7 +341,7 @@ class Heartbeat:
         return self
 
     def _loop(self) -> None:
-        from .transport import open_transport
+        from .transports import open_transport
 
         interval = max(0.5, self.lock.ttl / 4)
         while not self._stop.wait(interval):

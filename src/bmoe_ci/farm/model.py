@@ -202,13 +202,15 @@ class DeviceSpec(BaseModel):
     kind: Literal["phone", "desktop"]
     os: NonEmpty = "linux"
     arch: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]+$")]
-    transport: Literal["ssh", "local"]
+    transport: NonEmpty  # a name of bmoe_ci.farm.transports.registry(), checked by load_farm_file
     host: NonEmpty | None = None
     port: Annotated[StrictInt, Field(ge=1, le=65535)] = 22
     user: NonEmpty | None = None
     key: NonEmpty | None = None
     known_hosts: NonEmpty | None = None
-    workdir: NonEmpty
+    serial: NonEmpty | None = None
+    adb_server: NonEmpty | None = None
+    workdir: NonEmpty | None = None  # required unless the transport has a default (adb)
     exec_prefix: tuple[NonEmpty, ...] = ()
     timeout_scale: Annotated[float, Field(gt=0, le=1000)] = 1.0
     labels: tuple[Name, ...] = ()
@@ -237,17 +239,19 @@ class Device(DeviceSpec):
         return emulated_arch(self.exec_prefix)
 
     @property
-    def is_ssh(self) -> bool:
-        return self.transport == "ssh"
+    def where(self) -> str:
+        """Where the device is, for humans: ``user@host:port``, ``adb SERIAL``, ``local``."""
+        from .transports import transport_class
+
+        return transport_class(self.transport).where(self)
 
     def describe(self) -> str:
-        where = f"{self.user + '@' if self.user else ''}{self.host}:{self.port}" if self.is_ssh else "local"
+        where = self.where
         prefix = f" via {' '.join(self.exec_prefix)}" if self.exec_prefix else ""
         return f"{self.name} ({self.kind}, {self.os}/{self.arch}, {where}{prefix})"
 
 
 _DEVICE_KEYS = tuple(DeviceSpec.model_fields)
-_SSH_ONLY = ("host", "port", "user", "key", "known_hosts", "connect_timeout")
 _TOP_KEYS = ("version", "defaults", "devices", "pools")
 
 
@@ -460,6 +464,8 @@ def load_farm_file(path: str | os.PathLike[str], variables: dict[str, str] | Non
     if issues:
         raise FarmConfigError(issues)
 
+    from .transports import registry
+
     base = path.resolve().parent
     devices: dict[str, Device] = {}
     raw_devices: LineList = raw["devices"]
@@ -488,38 +494,40 @@ def load_farm_file(path: str | os.PathLike[str], variables: dict[str, str] | Non
                 f"unknown arch {dspec.arch!r}: the engine is built for {', '.join(KNOWN_ARCHES)} "
                 "(arm64 is accepted for aarch64, amd64/x64 for x86_64)" + _closest(update["arch"], KNOWN_ARCHES),
             )
-        if dspec.transport == "ssh":
-            for k in ("host", "key", "known_hosts"):
-                if getattr(dspec, k) is None:
-                    issue(draw.line, loc, f"missing required key '{k}' (transport ssh)")
-            for k in ("key", "known_hosts"):
-                value = getattr(dspec, k)
-                if value is None:
+        transports = registry()
+        tclass = transports.get(dspec.transport)
+        if tclass is None:
+            issue(
+                key_line("transport"),
+                key_loc("transport"),
+                f"unknown transport {dspec.transport!r} (known: {', '.join(transports)})"
+                + _closest(dspec.transport, list(transports)),
+            )
+            continue
+        # keys of the other transports: an error when written for this device, dropped when inherited
+        # from defaults aimed at the devices of another transport
+        for other in transports.values():
+            for k in other.own_keys:
+                if k in tclass.own_keys or k not in draw:
                     continue
-                p = Path(os.path.expanduser(value))
-                p = p if p.is_absolute() else base / p
-                what = "key file" if k == "key" else "known_hosts file"
-                try:
-                    with open(p, "rb") as fh:
-                        fh.read(1)
-                except OSError as exc:
-                    issue(key_line(k), key_loc(k), f"cannot read {what} {p}: {exc.strerror or exc}")
-                update[k] = str(p)
-            wd = dspec.workdir
-            if not (wd.startswith("/") or wd == "~" or wd.startswith("~/")):
-                issue(
-                    key_line("workdir"),
-                    key_loc("workdir"),
-                    f"workdir of an ssh device must be absolute or start with '~/' (got {wd!r})",
-                )
-        else:
-            for k in _SSH_ONLY:
-                if k in draw and k not in draw.inherited:
-                    issue(key_line(k), key_loc(k), "only meaningful for transport ssh")
-                elif k in draw.inherited:  # defaults aimed at the ssh devices: not for this one
+                if k in draw.inherited:
                     update[k] = DeviceSpec.model_fields[k].default
-            wd = Path(os.path.expanduser(dspec.workdir))
-            update["workdir"] = str(wd if wd.is_absolute() else (base / wd))
+                else:
+                    owners = " or ".join(t.name for t in transports.values() if k in t.own_keys)
+                    issue(key_line(k), key_loc(k), f"only meaningful for transport {owners}")
+        if dspec.workdir is None:
+            if tclass.default_workdir is None:
+                issue(draw.line, loc, f"missing required key 'workdir' (transport {tclass.name})")
+                continue
+            dspec = dspec.model_copy(update={"workdir": tclass.default_workdir})
+
+        def problem(k: str, msg: str, key_line=key_line, key_loc=key_loc, draw=draw, loc=loc) -> None:
+            if k:
+                issue(key_line(k), key_loc(k), msg)
+            else:
+                issue(draw.line, loc, msg)
+
+        update.update(tclass.check_device(dspec, base, problem))
         devices[dspec.name] = Device(**{**dspec.model_dump(), **update})
 
     pools = _resolve_pools(spec.pools, raw.get("pools"), devices, issue)

@@ -26,7 +26,10 @@ from dataclasses import dataclass, field
 
 from .errors import InfraError
 from .model import normalize_arch, triple_arch
-from .transport import Transport
+from .transports import Transport
+
+#: Android ABI names (``ro.product.cpu.abi``) -> architecture
+ANDROID_ABIS = {"arm64-v8a": "aarch64", "armeabi-v7a": "armv7", "armeabi": "arm", "x86_64": "x86_64", "x86": "i686"}
 
 VERSION_RE = re.compile(r"^bmoe (?P<version>\S+) build (?P<build>\S+) target (?P<target>\S+)\s*$")
 
@@ -53,7 +56,7 @@ def parse_version(text: str) -> EngineVersion | None:
 class PreflightReport:
     device: str
     uname: str = ""
-    arch_confirmed_by: str = ""  #: "uname" or "engine" (emulated devices), or "" when deferred
+    arch_confirmed_by: str = ""  #: "getprop" (Android), "uname", "engine" (emulated devices), or "" when deferred
     free_mb: int | None = None
     clock_skew_s: float | None = None  #: device clock minus controller clock
     engine: EngineVersion | None = None
@@ -78,6 +81,7 @@ def _fail(t: Transport, reason: str) -> InfraError:
 
 _PROBE = r"""
 printf 'uname %s\n' "$(uname -m)"
+command -v getprop >/dev/null 2>&1 && printf 'abi %s\n' "$(getprop ro.product.cpu.abi)"
 if [ -n "$2" ]; then
   if command -v "$2" >/dev/null 2>&1; then echo "prefix ok"; else echo "prefix missing"; fi
 fi
@@ -121,7 +125,16 @@ def check_lite(
             f"exec prefix {tool!r} not found on the device"
             + (" (Debian: apt-get install qemu-user-static)" if "qemu-" in tool else ""),
         )
-    if report.uname == d.arch:
+    abi = probe.get("abi", "")
+    if abi:
+        arch = ANDROID_ABIS.get(abi, abi)
+        if arch != d.arch:
+            raise _fail(t, f"wrong ABI: declared arch {d.arch} but the device's user space is {abi} "
+                           f"(getprop ro.product.cpu.abi)")
+        report.arch_confirmed_by = "getprop"
+        if d.exec_prefix and d.emulated_arch == d.arch:
+            report.notes.append(f"{d.arch} emulated by {d.exec_prefix[0]}")
+    elif report.uname == d.arch:
         report.arch_confirmed_by = "uname"
     elif d.emulated_arch == d.arch:
         report.notes.append(f"{d.arch} emulated by {d.exec_prefix[0]} on {report.uname}")

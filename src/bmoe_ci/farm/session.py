@@ -16,7 +16,7 @@ from .lock import DeviceLock, Heartbeat
 from .model import Device
 from .preflight import EngineVersion, PreflightReport, check_engine, preflight
 from .store import RUNS, GcReport, Mismatch, PushItem, PushReport, gc, push
-from .transport import Outcome, RunResult, Transport, open_transport
+from .transports import Outcome, RunResult, Transport, open_transport
 
 
 def default_run_id() -> str:

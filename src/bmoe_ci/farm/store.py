@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from .errors import InfraError
-from .transport import Transport
+from .transports import Transport
 
 STORE = "store"
 

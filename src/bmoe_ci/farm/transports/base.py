@@ -1,0 +1,344 @@
+"""What every transport shares: the :class:`Transport` interface, the :class:`RunResult` of a command
+and its :class:`Outcome`, the retry rule for transient failures, and the results-directory guard of
+downloads.
+
+:meth:`Transport.run` never raises for infrastructure problems: it returns a :class:`RunResult` whose
+:attr:`~RunResult.outcome` tells an exited process (any exit code) from one killed by a signal (the engine
+crashed: a gate verdict) from an infrastructure problem (unreachable, auth, host key, dropped
+connection, timeout: never a verdict).
+
+A transport class also describes its part of the farm file: the ``transport:`` value that selects it
+(:attr:`Transport.name`), the device keys only it reads (:attr:`Transport.own_keys`), its default work
+directory, and :meth:`Transport.check_device`, which validates and resolves those keys.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import os
+import secrets
+import signal
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ..errors import InfraError
+
+if TYPE_CHECKING:
+    from ..model import Device, DeviceSpec
+
+#: Reports a problem with a device key: ``problem(key, message)`` (``key`` "" for the device itself).
+Problem = Callable[[str, str], None]
+
+#: Extra seconds the controller waits past a command's own timeout before declaring the link dead.
+DEADLINE_GRACE = 10.0
+#: First wait before retrying a transient connect or upload failure; doubled at each retry.
+RETRY_BACKOFF = 1.0
+
+log = logging.getLogger("bmoe_ci.farm")
+
+
+def retrying(device: Device, what: str, kinds: tuple[str, ...], notes: list[str], call):
+    """``call()``, retried up to ``device.retries`` times with backoff (1 s, 2 s, 4 s, ...) while it
+    raises an :class:`InfraError` of one of ``kinds`` (transient: refused, reset, banner timeout, a
+    dropped upload). Each retry is logged and noted in ``notes``; the last error names the attempts."""
+    for attempt in range(device.retries + 1):
+        try:
+            return call()
+        except InfraError as exc:
+            if exc.kind not in kinds:
+                raise
+            if attempt == device.retries:
+                if attempt == 0:
+                    raise
+                raise InfraError(exc.device, exc.kind, f"{exc.reason} ({attempt + 1} attempts)") from None
+            wait = RETRY_BACKOFF * 2**attempt
+            note = f"{what} failed ({exc.kind}: {exc.reason}); retry {attempt + 1} of {device.retries} in {wait:g}s"
+            notes.append(note)
+            log.warning("%s: %s", device.name, note)
+            time.sleep(wait)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+class Outcome(enum.StrEnum):
+    """How a command ended."""
+
+    EXITED = "exited"  #: the process exited by itself (look at ``exit_code``)
+    SIGNALED = "signaled"  #: the process was killed by a signal: the engine crashed (a gate problem)
+    INFRA = "infra"  #: infrastructure problem: no verdict (see ``infra``)
+
+
+@dataclass
+class RunResult:
+    """The result of :meth:`Transport.run`."""
+
+    device: str
+    argv: tuple[str, ...]  #: what ran on the device, exec prefix included
+    outcome: Outcome
+    exit_code: int | None = None  #: set when ``outcome`` is EXITED
+    signal: int | None = None  #: set when ``outcome`` is SIGNALED
+    stdout: bytes = b""
+    stderr: bytes = b""
+    duration: float = 0.0  #: seconds, measured on the controller
+    infra: InfraError | None = None  #: set when ``outcome`` is INFRA
+    timeout: float | None = None  #: the timeout that applied (seconds)
+
+    @property
+    def ok(self) -> bool:
+        """Exited with status 0."""
+        return self.outcome is Outcome.EXITED and self.exit_code == 0
+
+    @property
+    def signal_name(self) -> str | None:
+        if self.signal is None:
+            return None
+        try:
+            return signal.Signals(self.signal).name
+        except ValueError:
+            return f"signal {self.signal}"
+
+    def raise_for_infra(self) -> RunResult:
+        """Raise the :class:`InfraError` if this is an infrastructure outcome; return self otherwise."""
+        if self.infra is not None:
+            raise self.infra
+        return self
+
+    def describe(self) -> str:
+        """One line: what happened."""
+        if self.outcome is Outcome.EXITED:
+            return f"exit {self.exit_code} after {self.duration:.2f}s"
+        if self.outcome is Outcome.SIGNALED:
+            return f"killed by {self.signal_name} after {self.duration:.2f}s"
+        return f"infrastructure error: {self.infra}"
+
+
+@dataclass
+class _Stats:
+    bytes_up: int = 0
+    bytes_down: int = 0
+    commands: int = 0
+    command_seconds: float = 0.0
+
+
+class Transport(ABC):
+    """Runs commands on, and moves files to and from, one device.
+
+    Remote paths that are not absolute are relative to the device's work directory. Subclasses implement
+    :meth:`_connect`, :meth:`_run`, :meth:`_put`, :meth:`_get` and :meth:`close`, and describe their
+    farm-file keys with the class attributes below.
+    """
+
+    #: the farm file's ``transport:`` value that selects this class
+    name: ClassVar[str]
+    #: device keys only this transport reads; a device of another transport may not set them
+    own_keys: ClassVar[tuple[str, ...]] = ()
+    #: the work directory when the farm file gives none (None: ``workdir`` is required)
+    default_workdir: ClassVar[str | None] = None
+
+    @classmethod
+    def check_device(cls, spec: DeviceSpec, base: Path, problem: Problem) -> dict[str, Any]:
+        """Validate this transport's keys of ``spec`` (relative paths are relative to ``base``, the farm
+        file's directory); report each problem with ``problem(key, message)``. Returns the values to
+        replace (resolved paths)."""
+        return {}
+
+    @classmethod
+    def where(cls, device: Device) -> str:
+        """Where the device is, for humans (``user@host:port``, a serial, ``local``)."""
+        return cls.name
+
+    def __init__(self, device: Device):
+        self.device = device
+        self.workdir = device.workdir  #: resolved at connect (``~`` expanded on ssh devices)
+        self.stats = _Stats()
+        self._connected = False
+        self._lock = threading.RLock()
+        self.retries: list[str] = []  #: every transient failure that was retried (connect, upload)
+
+    # -- lifecycle
+    def connect(self) -> None:
+        """Open the link and make sure the work directory exists and ``timeout`` is present.
+
+        Raises :class:`InfraError` (unreachable, hostkey, auth, setup)."""
+        with self._lock:
+            if self._connected:
+                return
+            retrying(self.device, "connect", ("unreachable",), self.retries, self._connect)
+            self._connected = True
+            r = self._run(
+                [
+                    "sh",
+                    "-c",
+                    'mkdir -p "$1" && command -v timeout >/dev/null 2>&1 && echo ready',
+                    "bmoe-ci",
+                    self.workdir,
+                ],
+                60.0,
+                cwd="/",
+                env=None,
+                stdin=None,
+                argv_shown=None,
+            )
+            if r.outcome is Outcome.INFRA:
+                self.close()
+                raise r.infra  # type: ignore[misc]
+            if b"ready" not in r.stdout:
+                self.close()
+                raise InfraError(
+                    self.device.name,
+                    "setup",
+                    f"cannot create work directory {self.workdir} or no 'timeout' command on the "
+                    f"device (coreutils, busybox or toybox): {_tail(r.stderr)}",
+                )
+
+    @abstractmethod
+    def _connect(self) -> None: ...
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close the link (idempotent)."""
+
+    def __enter__(self) -> Transport:
+        self.connect()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- paths
+    def path(self, *parts: str) -> str:
+        """A path on the device: absolute parts as is, relative ones under the work directory."""
+        if self.workdir.startswith("~"):
+            self.connect()  # ``~`` is resolved on the device, at connect
+        p = PurePosixPath(*parts) if parts else PurePosixPath(".")
+        return str(p if p.is_absolute() else PurePosixPath(self.workdir) / p)
+
+    # -- commands
+    def run(
+        self,
+        argv: Sequence[str],
+        timeout: float,
+        *,
+        engine: bool = False,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
+        idle_timeout: float | None = None,
+    ) -> RunResult:
+        """Run ``argv`` on the device, killing it after ``timeout`` seconds.
+
+        ``engine=True`` prepends the device's exec prefix (e.g. ``qemu-aarch64-static``). ``cwd`` defaults
+        to the work directory. ``idle_timeout``: the controller's no-progress watchdog, giving up (a
+        ``timeout``) when no output at all arrives for that long. Never raises for infrastructure
+        problems: see :class:`RunResult`.
+        """
+        if timeout <= 0:
+            raise ValueError("timeout must be positive")
+        full = [*(self.device.exec_prefix if engine else ()), *map(str, argv)]
+        with self._lock:
+            if not self._connected:
+                try:
+                    self.connect()
+                except InfraError as exc:
+                    return RunResult(self.device.name, tuple(full), Outcome.INFRA, infra=exc, timeout=timeout)
+            r = self._run(
+                full,
+                timeout,
+                cwd=self.path(cwd) if cwd else self.workdir,
+                env=env,
+                stdin=stdin,
+                argv_shown=tuple(full),
+                idle_timeout=idle_timeout,
+            )
+            self.stats.commands += 1
+            self.stats.command_seconds += r.duration
+            if r.outcome is Outcome.INFRA and r.infra is not None and r.infra.kind == "disconnect":
+                self._drop()
+            return r
+
+    def sh(self, script: str, *args: str, timeout: float = 60.0) -> RunResult:
+        """Run a POSIX shell script with positional arguments (each quoted; never interpolated)."""
+        return self.run(["sh", "-c", script, "bmoe-ci", *args], timeout)
+
+    @abstractmethod
+    def _run(
+        self,
+        argv: list[str],
+        timeout: float,
+        *,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        stdin: bytes | None,
+        argv_shown: tuple[str, ...] | None,
+        idle_timeout: float | None = None,
+    ) -> RunResult: ...
+
+    def _drop(self) -> None:
+        """Forget a broken link so that the next call reconnects."""
+        with contextlib.suppress(Exception):
+            self.close()
+
+    # -- files
+    def put(self, local_path: str | os.PathLike[str], remote_path: str) -> int:
+        """Upload a file (a dropped upload is retried, see :func:`retrying`); returns the bytes sent.
+        Raises :class:`InfraError` (transfer, disconnect)."""
+
+        def once() -> int:
+            self.connect()
+            return self._put(Path(local_path), self.path(remote_path))
+
+        with self._lock:
+            n = retrying(self.device, f"upload of {Path(local_path).name}", ("disconnect",), self.retries, once)
+            self.stats.bytes_up += n
+            return n
+
+    def get(self, remote_path: str, local_path: str | os.PathLike[str], *, root: str | os.PathLike[str]) -> Path:
+        """Download a file to ``local_path``, which must stay inside ``root`` (the results directory).
+
+        A relative ``local_path`` is taken relative to ``root``. A path that escapes ``root`` (``..``,
+        absolute elsewhere, through a symlink) is refused with :class:`ValueError`. Returns the local path.
+        """
+        dest = safe_local_path(root, local_path)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.part-{secrets.token_hex(4)}")
+        with self._lock:
+            self.connect()
+            try:
+                n = self._get(self.path(remote_path), tmp)
+                os.replace(tmp, dest)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    tmp.unlink()
+            self.stats.bytes_down += n
+        return dest
+
+    @abstractmethod
+    def _put(self, local: Path, remote: str) -> int: ...
+
+    @abstractmethod
+    def _get(self, remote: str, local: Path) -> int: ...
+
+
+def safe_local_path(root: str | os.PathLike[str], local_path: str | os.PathLike[str]) -> Path:
+    """``local_path`` (relative paths are under ``root``) if it stays inside ``root``; else ValueError."""
+    root_r = Path(root).resolve()
+    p = Path(local_path)
+    candidate = p if p.is_absolute() else root_r / p
+    resolved = candidate.resolve()
+    if resolved != root_r and not resolved.is_relative_to(root_r):
+        raise ValueError(f"refusing to write {local_path}: outside the results directory {root_r}")
+    if resolved == root_r:
+        raise ValueError(f"refusing to write over the results directory {root_r} itself")
+    return resolved
+
+
+def _tail(data: bytes, n: int = 300) -> str:
+    text = data.decode("utf-8", "replace").strip()
+    return text[-n:] if text else "(no output)"
+
