@@ -363,3 +363,42 @@ def test_alias_bombs_and_huge_files_are_bounded(tmp_path: Path) -> None:
     anchors = GOOD.replace("    labels: [fast]\n", "    labels: &l [fast]\n").replace(
         "    workdir: /tmp/c\n", "    workdir: /tmp/c\n    labels: *l\n")
     assert load_farm_file(write(tmp_path, anchors)).devices["c"].labels == ("fast",)  # ordinary aliases work
+
+
+ADB_DEVICE = """\
+  - name: p8
+    kind: phone
+    os: android
+    arch: arm64
+    transport: adb
+    serial: 35161FDJH000GX
+"""
+
+
+def test_adb_rules_defaults_and_the_transport_registry(tmp_path: Path) -> None:
+    farm = load_farm_file(write(tmp_path, GOOD.replace("pools:\n", ADB_DEVICE + "pools:\n")))
+    p8 = farm.devices["p8"]
+    # the work directory of an app-less shell on every Android; the ssh defaults are not the adb device's
+    assert (p8.workdir, p8.serial, p8.adb_server, p8.key, p8.known_hosts) == (
+        "/data/local/tmp/bmoe", "35161FDJH000GX", None, None, None)
+    assert p8.where == "adb 35161FDJH000GX" and "adb 35161FDJH000GX" in p8.describe()
+    with_server = GOOD.replace("pools:\n", ADB_DEVICE + "    adb_server: lab-host:5037\n    workdir: /data/x\n"
+                               + "pools:\n")
+    served = load_farm_file(write(tmp_path, with_server)).devices["p8"]
+    assert served.where == "adb 35161FDJH000GX on server lab-host:5037"
+    assert only(tmp_path, GOOD.replace("pools:\n", ADB_DEVICE.replace("    serial: 35161FDJH000GX\n", "")
+                                       + "pools:\n")) == (
+        "farm.yaml:28: devices[3]: missing required key 'serial' (transport adb: what `adb devices` lists)")
+    msg = only(tmp_path, GOOD.replace("pools:\n", ADB_DEVICE + "    adb_server: lab-host\n" + "pools:\n"))
+    assert msg.startswith("farm.yaml:34: devices[3].adb_server: expected HOST:PORT of an adb server"), msg
+    msg = only(tmp_path, GOOD.replace("pools:\n", ADB_DEVICE + "    workdir: bmoe\n" + "pools:\n"))
+    assert msg == "farm.yaml:34: devices[3].workdir: workdir of an adb device must be absolute (got 'bmoe')"
+    msg = only(tmp_path, GOOD.replace("pools:\n", ADB_DEVICE + "    host: 10.0.0.8\n" + "pools:\n"))
+    assert msg == "farm.yaml:34: devices[3].host: only meaningful for transport ssh"
+    msg = only(tmp_path, GOOD.replace("    workdir: wd/a\n", "    workdir: wd/a\n    serial: X\n"))
+    assert msg == "farm.yaml:11: devices[0].serial: only meaningful for transport adb"
+    msg = only(tmp_path, GOOD.replace("transport: local\n    workdir: wd/a", "transport: abd\n    workdir: wd/a"))
+    assert msg == ("farm.yaml:9: devices[0].transport: unknown transport 'abd' (known: adb, local, ssh)"
+                   " (did you mean 'adb'?)")
+    msg = only(tmp_path, GOOD.replace("    workdir: wd/a\n", ""))
+    assert msg == "farm.yaml:6: devices[0]: missing required key 'workdir' (transport local)"

@@ -1,6 +1,6 @@
 """Transports over a real local farm (sshd on 127.0.0.2): run, put, get, push, timeouts, classification,
-host key pinning, unreachable and dropped devices. Every transport test runs on LocalTransport and on
-SshTransport."""
+host key pinning, unreachable and dropped devices. Every transport test runs on the local, the ssh and the
+adb transport (the real adb client and server, and the stand-in adbd of the local farm)."""
 
 from __future__ import annotations
 
@@ -35,9 +35,9 @@ def farm(tmp_path_factory: pytest.TempPathFactory):
         yield load_farm_file(path)
 
 
-@pytest.fixture(scope="module", params=["local", "ssh"])
+@pytest.fixture(scope="module", params=["local", "ssh", "adb"])
 def t(request: pytest.FixtureRequest, farm):
-    tr = open_transport(farm.devices["host" if request.param == "local" else SSH])
+    tr = open_transport(farm.devices[{"local": "host", "ssh": SSH, "adb": localfarm.ADB_DEVICE}[request.param]])
     tr.connect()
     yield tr
     tr.close()

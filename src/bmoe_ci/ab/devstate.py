@@ -1,5 +1,6 @@
-"""The state of a device that changes decode speed, read from /sys and /proc over the device transport,
-and the drift rule between two readings.
+"""The state of a device that changes decode speed, read from /sys and /proc over the device transport
+(and, on Android, where an app-less shell cannot read the battery's /sys files, from ``dumpsys
+battery``), and the drift rule between two readings.
 
 One shell round trip prints ``PATH<TAB>VALUE`` for every readable file of a fixed list of globs. What a
 device does not expose (no cpufreq in a container, no battery on a desktop) is recorded as missing and
@@ -27,6 +28,11 @@ for f in /sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_cur_freq \
   printf '%s\t%s\n' "$f" "$v"
 done
 printf 'ncpu\t%s\n' "$(getconf _NPROCESSORS_ONLN 2>/dev/null || nproc 2>/dev/null)"
+if command -v dumpsys >/dev/null 2>&1; then
+  dumpsys battery 2>/dev/null | while IFS=: read -r k v; do
+    k=$(echo $k); case "$k" in level|temperature|status) printf 'battery.%s\t%s\n' "$k" "$(echo $v)";; esac
+  done
+fi
 """
 
 FIELDS = ("cpu_freq_khz", "cpu_max_freq_khz", "governor", "thermal_c", "load1", "battery_pct", "charging")
@@ -34,6 +40,8 @@ FIELDS = ("cpu_freq_khz", "cpu_max_freq_khz", "governor", "thermal_c", "load1", 
 _CPU = re.compile(r"/sys/devices/system/cpu/(cpu\d+)/cpufreq/(scaling_\w+)$")
 _ZONE = re.compile(r"/sys/class/thermal/(thermal_zone\d+)/(temp|type)$")
 _SUPPLY = re.compile(r"/sys/class/power_supply/([^/]+)/(capacity|status|type)$")
+#: Android's BatteryManager status codes, as ``dumpsys battery`` prints them
+_ANDROID_STATUS = {"1": "Unknown", "2": "Charging", "3": "Discharging", "4": "Not charging", "5": "Full"}
 
 
 @dataclass(frozen=True)
@@ -88,6 +96,12 @@ def parse_state(text: str, at: float) -> DeviceState:
                     battery = float(value)
                 elif m.group(2) == "status" and charging is None:
                     charging = value
+            elif path == "battery.level" and battery is None:
+                battery = float(value)
+            elif path == "battery.temperature":
+                temps["battery"] = int(value) / 10.0  # tenths of a degree Celsius
+            elif path == "battery.status" and charging is None:
+                charging = _ANDROID_STATUS.get(value, value)
             elif path == "/proc/loadavg":
                 load1 = float(value.split()[0])
             elif path == "ncpu":

@@ -1,4 +1,4 @@
-"""The embedded local farm: this machine as four devices.
+"""The embedded local farm: this machine as five devices.
 
 ===============  =========  ========  =============================================================
 device           transport  arch      how
@@ -8,6 +8,10 @@ device           transport  arch      how
 ``ssh-x86``      ssh        host      OpenSSH ``sshd`` on 127.0.0.2 (named ``ssh-<uname -m>`` on a
                                       host that is not x86_64)
 ``ssh-arm64``    ssh        aarch64   ``sshd`` on 127.0.0.3, qemu exec prefix like ``phone-emu``
+``adb-arm64``    adb        aarch64   Debian's ``adb`` client and an adb server of the farm's own
+                                      (127.0.0.1, a free port), connected to the stand-in adbd of
+                                      :mod:`bmoe_ci.farm.adbd` on 127.0.0.4 (an Android-like device:
+                                      ``getprop`` says arm64-v8a); qemu exec prefix like ``phone-emu``
 ===============  =========  ========  =============================================================
 
 :func:`up` prepares the state directory (``$BMOE_CI_STATE``, default ``<repo>/.cache/bmoe-ci/farm``)::
@@ -17,11 +21,14 @@ device           transport  arch      how
     known_hosts        each sshd's host key pinned at [127.0.0.x]:PORT
     keys/              client_ed25519(.pub), authorized_keys
     sshd/<device>/     sshd_config, ssh_host_ed25519_key(.pub), sshd.pid, sshd.log
+    adb/               adbd.port, adbd.log (the stand-in), server.log
     devices/<device>/  the work directories
 
-and starts one ``sshd -f sshd_config`` per SSH device. It is idempotent: sshds still running are kept,
-keys are generated once. :func:`down` stops exactly the sshds recorded in ``farm.json`` after checking that
-each pid is still that sshd (its executable is sshd and its pid file is ours).
+and starts one ``sshd -f sshd_config`` per SSH device, the stand-in adbd and an adb server on a port of
+its own (never the user's 5037), which it connects to the stand-in (``adb connect``). It is idempotent:
+sshds, the stand-in and the server still running are kept, keys are generated once. :func:`down` stops
+exactly what ``farm.json`` records after checking that each pid is still what was started (an sshd with
+our pid file; the stand-in with our port file; the adb server answering on its port).
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -95,6 +103,11 @@ class SshdSpec:
     address: str
 
 
+ADB_DEVICE = "adb-arm64"
+ADBD_ADDRESS = "127.0.0.4"
+ADB_SERVER_ADDRESS = "127.0.0.1"  # an adb server listens on localhost
+
+
 def layout() -> dict[str, object]:
     """Names and arches of the four devices on this host, and the sshd instances to run."""
     arch = host_arch()
@@ -107,6 +120,7 @@ def layout() -> dict[str, object]:
         "ARM64_SCALE": 8 if emulate else 1,
         "ARM64_MODE": "emulated" if emulate else "native",
         "sshd": [SshdSpec(ssh_host, "127.0.0.2"), SshdSpec("ssh-arm64", "127.0.0.3")],
+        "adb": ADB_DEVICE,
     }
 
 
@@ -260,6 +274,7 @@ def up(state: Path | None = None, *, log: Callable[[str], None] | None = None, t
     if lay["ARM64_PREFIX"]:
         _need(QEMU_AARCH64, "qemu-user-static")
     _need("timeout", "coreutils")
+    adb = _need("adb", "adb")
     template = template_path().read_text()
 
     for sub in ("keys", "sshd", "devices"):
@@ -320,6 +335,9 @@ def up(state: Path | None = None, *, log: Callable[[str], None] | None = None, t
         known.append(f"[{spec.address}]:{port} {pub[0]} {pub[1]}")
 
     _write(state / "known_hosts", "\n".join(known) + "\n", 0o644)
+    adb_record = _adb_up(adb, state, record.get("adb", {}), say, timeout)
+    record = {**record, "state": str(state), "sshd": sshds, "adb": adb_record}
+    _write(state / RECORD, json.dumps(record, indent=2) + "\n")
     ssh_host, ssh_arm = (s.device for s in lay["sshd"])  # type: ignore[union-attr]
     values = {
         "STATE": str(state),
@@ -331,12 +349,16 @@ def up(state: Path | None = None, *, log: Callable[[str], None] | None = None, t
         "ARM64_PREFIX": lay["ARM64_PREFIX"],
         "ARM64_SCALE": lay["ARM64_SCALE"],
         "ARM64_MODE": lay["ARM64_MODE"],
+        "ADB_NAME": ADB_DEVICE,
+        "ADB_SERIAL": f"{ADBD_ADDRESS}:{adb_record['adbd']['port']}",
+        "ADB_SERVER": f"{ADB_SERVER_ADDRESS}:{adb_record['server']['port']}",
     }
     resolved = _render(template, values)
     _write(state / FARM_FILE, resolved)
     record = {
         "state": str(state),
         "sshd": sshds,
+        "adb": adb_record,
         "started": record.get("started") or time.time(),
         "updated": time.time(),
     }
@@ -401,8 +423,12 @@ def down(state: Path | None = None, *, log: Callable[[str], None] | None = None)
             say(f"{name}: sshd not running")
         with contextlib.suppress(OSError):
             pidfile.unlink()
+    adb_record = record.get("adb", {})
+    if adb_record:
+        stopped += _adb_down(adb_record, say)
     if record:
         record["sshd"] = {}
+        record["adb"] = {}
         _write(state / RECORD, json.dumps(record, indent=2) + "\n")
     with contextlib.suppress(FileNotFoundError):
         (state / FARM_FILE).unlink()
@@ -422,6 +448,95 @@ def sshd_status(state: Path | None = None) -> dict[str, dict]:
             "answering": running and _ssh_banner(info["address"], int(info["port"])),
         }
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# adb: the stand-in adbd and an adb server of the farm's own
+
+
+def _adb_server_answers(port: int, timeout: float = 1.0) -> bool:
+    """An adb server answers ``host:version`` on localhost:port (the smart-socket protocol)."""
+    try:
+        with socket.create_connection((ADB_SERVER_ADDRESS, port), timeout=timeout) as s:
+            s.sendall(b"000chost:version")
+            return s.recv(4) == b"OKAY"
+    except OSError:
+        return False
+
+
+def _is_our_adbd(pid: int, portfile: Path) -> bool:
+    """pid is a live stand-in adbd started with our port file."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return _running(pid) and b"bmoe_ci.farm.adbd" in argv and str(portfile).encode() in argv
+
+
+def _start_adbd(state: Path, timeout: float) -> dict:
+    d = state / "adb"
+    portfile, log = d / "adbd.port", d / "adbd.log"
+    with contextlib.suppress(FileNotFoundError):
+        portfile.unlink()
+    with open(log, "ab") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bmoe_ci.farm.adbd", "--listen", f"{ADBD_ADDRESS}:0", "--port-file", str(portfile),
+             "--prop", "ro.product.cpu.abi=arm64-v8a", "--prop", "ro.product.model=bmoe-ci stand-in",
+             "--prop", "ro.product.manufacturer=bmoe-ci", "--prop", "ro.build.version.sdk=34"],
+            stdin=subprocess.DEVNULL, stdout=fh, stderr=fh, start_new_session=True,
+        )
+    deadline = time.monotonic() + timeout
+    while not portfile.is_file():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise FarmError(f"the stand-in adbd did not start: {log.read_text(errors='replace')[-400:].strip()}")
+        time.sleep(0.05)
+    return {"pid": proc.pid, "port": int(portfile.read_text().strip()), "address": ADBD_ADDRESS,
+            "portfile": str(portfile)}
+
+
+def _adb_up(adb: str, state: Path, prev: dict, say: Callable[[str], None], timeout: float) -> dict:
+    """Start (or keep) the stand-in adbd and the farm's adb server, and connect the one to the other."""
+    (state / "adb").mkdir(parents=True, exist_ok=True)
+    adbd = prev.get("adbd", {})
+    if adbd.get("pid") and _is_our_adbd(int(adbd["pid"]), Path(adbd.get("portfile", ""))):
+        say(f"{ADB_DEVICE}: stand-in adbd already running on {ADBD_ADDRESS}:{adbd['port']} (pid {adbd['pid']})")
+    else:
+        adbd = _start_adbd(state, timeout)
+        say(f"{ADB_DEVICE}: stand-in adbd started on {ADBD_ADDRESS}:{adbd['port']} (pid {adbd['pid']})")
+    server = prev.get("server", {})
+    port = server.get("port")
+    if port and _adb_server_answers(int(port)):
+        say(f"{ADB_DEVICE}: adb server already running on {ADB_SERVER_ADDRESS}:{port}")
+    else:
+        port = _free_port(ADB_SERVER_ADDRESS)
+        with open(state / "adb" / "server.log", "ab") as fh:
+            r = subprocess.run([adb, "-P", str(port), "start-server"], stdout=fh, stderr=fh,
+                               timeout=timeout, check=False)
+        if r.returncode != 0 or not _adb_server_answers(port):
+            raise FarmError(f"the adb server did not start on port {port} (see {state / 'adb' / 'server.log'})")
+        say(f"{ADB_DEVICE}: adb server started on {ADB_SERVER_ADDRESS}:{port}")
+    serial = f"{ADBD_ADDRESS}:{adbd['port']}"
+    r = subprocess.run([adb, "-P", str(port), "connect", serial], capture_output=True, text=True,
+                       timeout=timeout, check=False)
+    if "connected to" not in r.stdout:
+        raise FarmError(f"adb connect {serial}: {(r.stdout + r.stderr).strip()}")
+    return {"adbd": adbd, "server": {"port": port, "address": ADB_SERVER_ADDRESS, "adb": adb}}
+
+
+def _adb_down(record: dict, say: Callable[[str], None]) -> list[str]:
+    stopped = []
+    server = record.get("server", {})
+    if server.get("port") and _adb_server_answers(int(server["port"])):
+        subprocess.run([server.get("adb", "adb"), "-P", str(server["port"]), "kill-server"],
+                       capture_output=True, timeout=15, check=False)
+        stopped.append("adb-server")
+        say(f"adb server on port {server['port']} stopped")
+    adbd = record.get("adbd", {})
+    if adbd.get("pid") and _is_our_adbd(int(adbd["pid"]), Path(adbd.get("portfile", ""))):
+        _stop(int(adbd["pid"]))
+        stopped.append(ADB_DEVICE)
+        say(f"{ADB_DEVICE}: stand-in adbd (pid {adbd['pid']}) stopped")
+    return stopped
 
 
 @contextlib.contextmanager

@@ -503,37 +503,45 @@ def load_farm_file(path: str | os.PathLike[str], variables: dict[str, str] | Non
                 f"unknown transport {dspec.transport!r} (known: {', '.join(transports)})"
                 + _closest(dspec.transport, list(transports)),
             )
-            continue
-        # keys of the other transports: an error when written for this device, dropped when inherited
-        # from defaults aimed at the devices of another transport
-        for other in transports.values():
-            for k in other.own_keys:
-                if k in tclass.own_keys or k not in draw:
-                    continue
-                if k in draw.inherited:
-                    update[k] = DeviceSpec.model_fields[k].default
-                else:
-                    owners = " or ".join(t.name for t in transports.values() if k in t.own_keys)
-                    issue(key_line(k), key_loc(k), f"only meaningful for transport {owners}")
-        if dspec.workdir is None:
-            if tclass.default_workdir is None:
-                issue(draw.line, loc, f"missing required key 'workdir' (transport {tclass.name})")
-                continue
-            dspec = dspec.model_copy(update={"workdir": tclass.default_workdir})
-
-        def problem(k: str, msg: str, key_line=key_line, key_loc=key_loc, draw=draw, loc=loc) -> None:
-            if k:
-                issue(key_line(k), key_loc(k), msg)
-            else:
-                issue(draw.line, loc, msg)
-
-        update.update(tclass.check_device(dspec, base, problem))
+        else:
+            update.update(_check_transport_keys(tclass, transports, dspec, draw, base, key_line, key_loc, issue))
         devices[dspec.name] = Device(**{**dspec.model_dump(), **update})
 
     pools = _resolve_pools(spec.pools, raw.get("pools"), devices, issue)
     if issues:
         raise FarmConfigError(issues)
     return Farm(path=path.resolve(), devices=devices, pools=pools)
+
+
+def _check_transport_keys(tclass, transports, dspec, draw, base, key_line, key_loc, issue) -> dict[str, Any]:
+    """The transport's own checks of a device, and the keys of other transports refused (an error when
+    written for this device, dropped when inherited from defaults aimed at another transport's devices).
+    Returns the values to replace."""
+    update: dict[str, Any] = {}
+    for other in transports.values():
+        for k in other.own_keys:
+            if k in tclass.own_keys or k not in draw:
+                continue
+            if k in draw.inherited:
+                update[k] = DeviceSpec.model_fields[k].default
+            else:
+                owners = " or ".join(t.name for t in transports.values() if k in t.own_keys)
+                issue(key_line(k), key_loc(k), f"only meaningful for transport {owners}")
+    if dspec.workdir is None:
+        if tclass.default_workdir is None:
+            issue(draw.line, key_loc("name")[:-1], f"missing required key 'workdir' (transport {tclass.name})")
+            return update
+        dspec = dspec.model_copy(update={"workdir": tclass.default_workdir})
+        update["workdir"] = tclass.default_workdir
+
+    def problem(k: str, msg: str) -> None:
+        if k:
+            issue(key_line(k), key_loc(k), msg)
+        else:
+            issue(draw.line, key_loc("name")[:-1], msg)
+
+    update.update(tclass.check_device(dspec, base, problem))
+    return update
 
 
 def match_selector(device: Device, field_name: str, value: str) -> bool:
