@@ -187,6 +187,7 @@ class AdbTransport(Transport):
                 duration=p.duration,
                 infra=InfraError(name, kind, reason),
                 timeout=timeout,
+                link_hung=p.silent or p.timed_out,
             )
 
         if p.spawn_error is not None:

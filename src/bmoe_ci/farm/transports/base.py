@@ -19,6 +19,7 @@ import enum
 import logging
 import os
 import secrets
+import shlex
 import signal
 import threading
 import time
@@ -88,6 +89,9 @@ class RunResult:
     duration: float = 0.0  #: seconds, measured on the controller
     infra: InfraError | None = None  #: set when ``outcome`` is INFRA
     timeout: float | None = None  #: the timeout that applied (seconds)
+    #: the link itself stopped answering (no output, no status, past the controller's deadline): the
+    #: transport then probes the link before its next command instead of waiting out another deadline
+    link_hung: bool = False
 
     @property
     def ok(self) -> bool:
@@ -160,6 +164,7 @@ class Transport(ABC):
         self._connected = False
         self._lock = threading.RLock()
         self.retries: list[str] = []  #: every transient failure that was retried (connect, upload)
+        self._link_hung = False
 
     # -- lifecycle
     def connect(self) -> None:
@@ -247,6 +252,8 @@ class Transport(ABC):
                     self.connect()
                 except InfraError as exc:
                     return RunResult(self.device.name, tuple(full), Outcome.INFRA, infra=exc, timeout=timeout)
+            if self._link_hung and (still := self._probe_hung_link(tuple(full), timeout)) is not None:
+                return still
             r = self._run(
                 full,
                 timeout,
@@ -258,9 +265,23 @@ class Transport(ABC):
             )
             self.stats.commands += 1
             self.stats.command_seconds += r.duration
+            self._link_hung = r.link_hung
             if r.outcome is Outcome.INFRA and r.infra is not None and r.infra.kind == "disconnect":
                 self._drop()
             return r
+
+    def _probe_hung_link(self, shown: tuple[str, ...], timeout: float) -> RunResult | None:
+        """After the link hung: does it answer a trivial command within ``connect_timeout``? None if it
+        does (go on), else the command's result without running it. A hung device then costs one connect
+        timeout per command (the lease's heartbeat and release included), not one full deadline each."""
+        wait = float(self.device.connect_timeout)
+        probe = self._run(["echo", "alive"], wait, cwd="/", env=None, stdin=None, argv_shown=None, idle_timeout=wait)
+        if probe.ok and probe.stdout == b"alive\n":
+            self._link_hung = False
+            return None
+        why = f"the link hung earlier and still gives no answer in {wait:g}s; {shlex.join(shown)[:120]} not run"
+        return RunResult(self.device.name, shown, Outcome.INFRA, infra=InfraError(self.device.name, "timeout", why),
+                         duration=probe.duration, timeout=timeout, link_hung=True)
 
     def sh(self, script: str, *args: str, timeout: float = 60.0) -> RunResult:
         """Run a POSIX shell script with positional arguments (each quoted; never interpolated)."""

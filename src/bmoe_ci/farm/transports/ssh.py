@@ -187,7 +187,7 @@ class SshTransport(Transport):
         command = build_remote_command(argv, secs, cwd or self.workdir, marker, env)
         start = time.monotonic()
 
-        def infra(kind: str, reason: str, out: bytes = b"", err: bytes = b"") -> RunResult:
+        def infra(kind: str, reason: str, out: bytes = b"", err: bytes = b"", hung: bool = False) -> RunResult:
             return RunResult(
                 name,
                 shown,
@@ -197,6 +197,7 @@ class SshTransport(Transport):
                 duration=time.monotonic() - start,
                 infra=InfraError(name, kind, reason),
                 timeout=timeout,
+                link_hung=hung,
             )
 
         if not self._alive():
@@ -256,6 +257,7 @@ class SshTransport(Transport):
                 "should have answered; device or link hung)",
                 bytes(out),
                 bytes(err),
+                hung=True,
             )
         if timed_out:
             return infra(
@@ -264,6 +266,7 @@ class SshTransport(Transport):
                 "(link hung; the device-side timeout kills the process)",
                 bytes(out),
                 bytes(err),
+                hung=True,
             )
         status, stderr = split_marker(bytes(err), marker)
         if status is None:

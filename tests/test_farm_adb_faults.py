@@ -1,0 +1,136 @@
+"""The gate suite over adb under faults, end to end: a device that drops off adb mid-run, one that hangs,
+and pushes that arrive corrupted give the verdicts they give over SSH (test_farm_faults.py): errors,
+never failures, the results already obtained kept, the other device unaffected."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+from adb_link import AdbLink, adb_link, needs_adb
+
+from gate_run import host_farm, run_gates
+
+pytestmark = needs_adb
+
+DET = ("gates/test_determinism.py",)
+DET_TESTS = 4  # DET's tests per fixture: repeat, threads, batch, kernels
+
+
+def _farm(tmp_path: Path, link: AdbLink, defaults: str = "") -> Path:
+    """host (local) and phone (adb, the native build: the stand-in reports an x86_64 ABI)."""
+    base = host_farm(tmp_path).read_text().split("devices:\n", 1)
+    farm = tmp_path / "adb-farm.yaml"
+    farm.write_text(f"{base[0]}defaults:\n  retries: 0\n{defaults}devices:\n{base[1]}"
+                    + link.device_yaml("phone", "x86_64", tmp_path / "phone-work"))
+    return farm
+
+
+def _counts(run, name: str) -> dict:
+    """A device's counts without XDEV (derived across devices, over and above the planned tests)."""
+    dev = dict(run.summary["devices"][name])
+    x = dev["gate_counts"].get("XDEV", {})
+    dev["tests"] -= sum(x.values())
+    for key, outcome in (("passed", "pass"), ("failed", "fail"), ("errors", "error"), ("skipped", "skip")):
+        dev[key] -= x.get(outcome, 0)
+    return dev
+
+
+def _when_first_record(results: Path, act) -> threading.Thread:
+    """Run ``act()`` once the adb device has recorded its first test."""
+    def watch() -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError, ValueError):
+                if json.loads((results / "phone" / "device.json").read_text())["records"]:
+                    act()
+                    return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_phone_dropping_off_adb_mid_run_gives_errors_and_the_other_passes(tmp_path: Path) -> None:
+    with adb_link(tmp_path / "link") as link:
+        farm = _farm(tmp_path, link)
+        results = tmp_path / "r"
+        done: list[bool] = []
+
+        def drop() -> None:  # the cable pulled: the server forgets the device, which is gone for good
+            link.adb("disconnect", link.serial)
+            link.stop_adbd()
+            done.append(True)
+
+        watcher = _when_first_record(results, drop)
+        start = time.monotonic()
+        run = run_gates(tmp_path, farm=farm, device="host,phone", modules=DET, results=results)
+        took = time.monotonic() - start
+        watcher.join()
+    assert done, "the adb device never finished a test"
+    host, dead = _counts(run, "host"), _counts(run, "phone")
+    assert run.returncode == 1, run.output[-3000:]
+    assert host["status"] == "pass" and host["passed"] == host["tests"] == DET_TESTS
+    assert dead["failed"] == 0 and dead["passed"] >= 1 and dead["errors"] >= 1
+    assert dead["passed"] + dead["errors"] == dead["tests"] == DET_TESTS
+    problems = [p for p in run.summary["problems"] if p["device"] == "phone"]
+    assert problems and all(any(k in p["message"] for k in ("unreachable", "disconnect")) for p in problems)
+    assert took < 240
+
+
+def test_a_hung_phone_times_out_as_errors_and_the_other_passes(tmp_path: Path) -> None:
+    with adb_link(tmp_path / "link") as link:
+        farm = _farm(tmp_path, link, defaults="  entry_timeout: 5\n")
+        results = tmp_path / "r"
+        stopped: list[bool] = []
+
+        def hang() -> None:  # the phone freezes: nothing answers, nothing refuses
+            os.kill(link.adbd.pid, signal.SIGSTOP)
+            stopped.append(True)
+
+        watcher = _when_first_record(results, hang)
+        start = time.monotonic()
+        try:
+            run = run_gates(tmp_path, farm=farm, device="host,phone", modules=DET, results=results)
+        finally:
+            watcher.join()
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(link.adbd.pid, signal.SIGCONT)
+        took = time.monotonic() - start
+    assert stopped, "the adb device never finished a test"
+    host, hung = _counts(run, "host"), _counts(run, "phone")
+    assert run.returncode == 1, run.output[-3000:]
+    assert host["status"] == "pass" and host["passed"] == host["tests"] == DET_TESTS
+    assert hung["failed"] == 0 and hung["passed"] >= 1 and hung["errors"] >= 1
+    assert hung["passed"] + hung["errors"] == hung["tests"] == DET_TESTS
+    problems = [p for p in run.summary["problems"] if p["device"] == "phone"]
+    assert problems and all(any(k in p["message"] for k in ("timeout", "no progress", "no answer"))
+                            for p in problems), problems
+    assert took < 240
+
+
+def test_pushes_corrupted_on_the_phone_are_repushed_or_an_infrastructure_error(tmp_path: Path) -> None:
+    # once: the first file received arrives with a flipped byte; the store re-pushes it and the run passes
+    with adb_link(tmp_path / "once", "--corrupt-push", "1") as link:
+        run = run_gates(tmp_path, farm=_farm(tmp_path, link), device="phone", modules=DET,
+                        results=tmp_path / "r1")
+    phone = _counts(run, "phone")
+    assert run.returncode == 0, run.output[-3000:]
+    assert phone["status"] == "pass" and phone["passed"] == phone["tests"] == DET_TESTS
+    assert len(phone["repushed"]) == 1 and "upload" in phone["repushed"][0]
+    # always: every upload arrives corrupted (a broken link); no verdict, an infrastructure error
+    every = [a for n in range(1, 40) for a in ("--corrupt-push", str(n))]
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    with adb_link(fresh / "link", *every) as link:
+        run = run_gates(fresh, farm=_farm(fresh, link), device="phone", modules=DET, results=fresh / "r2")
+    phone = _counts(run, "phone")
+    assert run.returncode == 1, run.output[-3000:]
+    assert phone["passed"] == 0 and phone["failed"] == 0 and phone["errors"] == phone["tests"] > 0
+    assert "hash mismatch again" in phone["infra_error"]
