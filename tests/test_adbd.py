@@ -58,7 +58,7 @@ def process_gone(pid: int) -> bool:
     """Dead: no such process, or a zombie waiting for its parent (the stand-in) to reap it."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # ESRCH: reaped between the open and the read
         return True
     return fields[0] in ("Z", "X")
 
@@ -367,6 +367,43 @@ class RawHost:
             buf += part
         return buf
 
+    def open(self, local: int, service: bytes) -> int:
+        self.send(adbd.A_OPEN, local, 0, service + b"\0")
+        command, remote, arg1, _ = self.recv()
+        assert (command, arg1) == (adbd.A_OKAY, local) and remote != 0
+        return remote
+
+    def write(self, local: int, remote: int, data: bytes) -> None:
+        """A WRTE; its OKAY is taken by :meth:`pump` (it may come before or after the device's output)."""
+        self.send(adbd.A_WRTE, local, remote, data)
+
+    def pump(self, local: int, remote: int, maxdata: int, until=lambda data: False) -> tuple[bytes, bool]:
+        """The device's WRTEs to stream ``local``, each acknowledged only after checking that nothing but
+        OKAYs arrives while it is unacknowledged; up to its CLSE (True) or until ``until(data)`` (False)."""
+        data = b""
+        while not until(data):
+            command, arg0, arg1, payload = self.recv()
+            if command == adbd.A_OKAY:
+                continue
+            if command == adbd.A_CLSE:
+                assert (arg0, arg1) == (remote, local)
+                return data, True
+            assert (command, arg0, arg1) == (adbd.A_WRTE, remote, local)
+            assert 0 < len(payload) <= maxdata
+            data += payload
+            deadline = time.monotonic() + 0.03
+            while (left := deadline - time.monotonic()) > 0:
+                self.sock.settimeout(left)
+                try:
+                    self.sock.recv(1, socket.MSG_PEEK)
+                except TimeoutError:
+                    break
+                finally:
+                    self.sock.settimeout(5)
+                assert self.recv()[0] == adbd.A_OKAY, "a second WRTE before our OKAY"
+            self.send(adbd.A_OKAY, local, remote)
+        return data, False
+
     def handshake(self, version: int, maxdata: int) -> bytes:
         self.send(adbd.A_CNXN, version, maxdata, b"host::\0")
         command, kind, _, token = self.recv()
@@ -378,41 +415,67 @@ class RawHost:
 
 
 def test_protocol_limits_with_a_raw_host(tmp_path: Path) -> None:
-    with stand_in(tmp_path) as dev:
+    maxdata = 4096
+    served = tmp_path / "served.bin"
+    served.write_bytes(os.urandom(30_000))
+    with stand_in(tmp_path / "adbd") as dev:
         host = RawHost(dev.port)
         try:
-            banner = host.handshake(version=0x01000000, maxdata=4096)
-            assert banner.startswith(b"device::ro.product.name=bmoe_standin;") and banner.endswith(
-                b";features=shell_v2"
-            )
-            host.send(adbd.A_OPEN, 7, 0, b"shell,v2,raw:head -c 20000 /dev/zero\0")
-            command, local, remote, _ = host.recv()
-            assert (command, remote) == (adbd.A_OKAY, 7) and local != 0
-            host.send(adbd.A_WRTE, 7, local, bytes([adbd.SHELL_CLOSE_STDIN, 0, 0, 0, 0]))
-            assert host.recv()[0] == adbd.A_OKAY
-            stream = b""
-            while True:
-                command, arg0, arg1, data = host.recv()
-                if command == adbd.A_CLSE:
-                    assert (arg0, arg1) == (local, 7)
-                    break
-                assert (command, arg0, arg1) == (adbd.A_WRTE, local, 7) and len(data) <= 4096  # our maxdata
-                stream += data
-                # One WRTE in flight: nothing more arrives until this one is acknowledged.
-                host.sock.settimeout(0.2)
-                with pytest.raises(TimeoutError):
-                    host.sock.recv(1, socket.MSG_PEEK)
-                host.sock.settimeout(5)
-                host.send(adbd.A_OKAY, 7, local)
-            out = b""
+            banner = host.handshake(version=0x01000000, maxdata=maxdata)
+            assert banner.startswith(b"device::ro.product.name=bmoe_standin;")
+            assert banner.endswith(b";features=shell_v2")
+
+            # A shell: output in WRTEs no larger than our maxdata, one at a time, then CLSE.
+            local = host.open(7, b"shell,v2,raw:head -c 12000 /dev/zero")
+            host.write(7, local, bytes([adbd.SHELL_CLOSE_STDIN, 0, 0, 0, 0]))
+            stream, closed = host.pump(7, local, maxdata)
+            assert closed
+            out, status = b"", None
             while stream:
                 channel, length = struct.unpack("<BI", stream[:5])
                 if channel == adbd.SHELL_STDOUT:
                     out += stream[5 : 5 + length]
                 elif channel == adbd.SHELL_EXIT:
-                    assert stream[5 : 5 + length] == b"\0"
+                    status = stream[5 : 5 + length]
                 stream = stream[5 + length :]
-            assert out == bytes(20000)
+            assert (out, status) == (bytes(12000), b"\0")
+
+            # sync RECV writes 64 KiB chunks: they too are cut to our maxdata.
+            local = host.open(9, b"sync:")
+            path = str(served).encode()
+            host.write(9, local, struct.pack("<4sI", b"RECV", len(path)) + path)
+            expected = len(served.read_bytes())
+            stream, closed = host.pump(9, local, maxdata, until=lambda b: b.endswith(b"DONE\0\0\0\0"))
+            assert not closed
+            data = b""
+            while stream[:4] == b"DATA":
+                (length,) = struct.unpack("<I", stream[4:8])
+                data += stream[8 : 8 + length]
+                stream = stream[8 + length :]
+            assert stream == b"DONE\0\0\0\0" and data == served.read_bytes() and len(data) == expected
+            host.write(9, local, struct.pack("<4sI", b"QUIT", 0))
+            assert host.pump(9, local, maxdata) == (b"", True)
+
+            # Input is acknowledged once buffered, but not past 1 MiB the command has not read: then the OKAY
+            # waits until the command reads.
+            local = host.open(11, b"shell,v2,raw:sleep 1; cat >/dev/null")
+            payload = bytes(256 * 1024 - 5)
+            held = None
+            for i in range(12):
+                host.write(11, local, struct.pack("<BI", adbd.SHELL_STDIN, len(payload)) + payload)
+                host.sock.settimeout(0.3)
+                try:
+                    command = host.recv()[0]
+                except TimeoutError:
+                    held = i
+                    break
+                finally:
+                    host.sock.settimeout(5)
+                assert command == adbd.A_OKAY
+            assert held is not None and held >= 4  # at least 1 MiB was taken before the device held back
+            assert host.recv()[:3] == (adbd.A_OKAY, local, 11)  # cat has started reading
+            host.send(adbd.A_CLSE, 11, local)
+
             # An unknown service is refused with CLSE(0, id).
             host.send(adbd.A_OPEN, 8, 0, b"framebuffer:\0")
             assert host.recv()[:3] == (adbd.A_CLSE, 0, 8)

@@ -825,9 +825,11 @@ class ShellSession:
             try:
                 data = os.read(fd, size)
             except OSError as exc:
-                if exc.errno == errno.EIO:  # a pty's master reads EIO once every slave is closed
-                    return
-                raise
+                # A pty's master reads EIO once every slave is closed: the normal end. Anything else ends the
+                # output too (logged, not raised: an unhandled thread error would print without --verbose).
+                if exc.errno != errno.EIO:
+                    log.warning("stream %d: reading the command's output: %s", self.stream.local_id, exc)
+                return
             if not data:
                 return
             if writable:
