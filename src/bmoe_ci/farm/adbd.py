@@ -38,11 +38,11 @@ Options
     a hash comparison notices: that is what the test of a push's check needs. An empty file has no byte to
     flip and is delivered as is.
 ``--verbose``
-    log connections, packets' streams and services to stderr. Without it nothing is printed except a
-    start-up error.
+    log connections, streams, services and every packet received to stderr. Without it nothing is printed
+    except a start-up error.
 
-SIGTERM and SIGINT shut it down cleanly: the listening socket and every connection are closed and the
-process group of every command still running is killed.
+SIGTERM and SIGINT shut it down cleanly: the listening socket and every connection are closed, the process
+group of every command still running is killed, the tools directory and the port file are removed.
 
 Protocol
 ========
@@ -57,11 +57,12 @@ multiplexed on one connection, each with one WRTE in flight until the host's OKA
 host's maxdata; a stream's input is acknowledged as soon as it is buffered, unless more than 1 MiB waits for
 the service, in which case the OKAY waits too (that is how a process that does not read its stdin slows the
 client down). A header with a bad magic, an unknown command, a payload larger than 256 KiB, a bad data check
-(old protocol only) or a CNXN with an unknown version closes that connection and nothing else.
+(old protocol only) or a CNXN with an unknown version or a maxdata under 4 KiB closes that connection and
+nothing else.
 
 Only ``shell_v2`` is advertised: ``stat_v2``, ``ls_v2``, ``sendrecv_v2``, ``fixed_push_mkdir``, ``cmd``,
 ``abb`` and the rest are not implemented, so a host falls back to what is (``adb push`` of a directory, for
-example, first runs ``mkdir`` through ``shell,v2,raw:``, as it does for an Android 9 device).
+example, first runs ``mkdir`` through ``shell,v2,TERM=..:mkdir ...``, as it does for an Android 9 device).
 
 Services (the OPEN payload, trailing NULs stripped):
 
