@@ -549,9 +549,17 @@ def test_garbage_closes_only_its_connection(adb: Adb, tmp_path: Path) -> None:
 
 def test_sigterm_kills_running_commands_and_cleans_up(adb: Adb, tmp_path: Path) -> None:
     pid_file = tmp_path / "sleeper.pid"
+    # Tools directories left by stand-ins killed with SIGKILL: one whose pid is gone, one whose pid lives.
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = tmp_path / "adbd" / f"bmoe-adbd-{gone.pid}-stale"
+    live = tmp_path / "adbd" / f"bmoe-adbd-{os.getpid()}-live"
+    for root in (stale, live):
+        (root / "bin").mkdir(parents=True)
     with stand_in(tmp_path / "adbd") as dev:
         adb.connect(dev.serial)
-        assert list((tmp_path / "adbd").glob("bmoe-adbd-*/bin/getprop"))  # its tools directory
+        assert not stale.exists() and live.exists()
+        assert list((tmp_path / "adbd").glob(f"bmoe-adbd-{dev.proc.pid}-*/bin/getprop"))  # its tools directory
         client = adb.popen("shell", f"echo $$ > {pid_file}; exec sleep 100", serial=dev.serial)
         try:
             pid = int(wait_until("the pid file", lambda: pid_file.exists() and pid_file.read_text().strip()))
@@ -564,7 +572,7 @@ def test_sigterm_kills_running_commands_and_cleans_up(adb: Adb, tmp_path: Path) 
                 client.kill()
                 client.wait(10)
         assert not dev.port_file.exists()
-        assert not list((tmp_path / "adbd").glob("bmoe-adbd-*"))
+        assert list((tmp_path / "adbd").glob("bmoe-adbd-*")) == [live]
         assert dev.log.read_bytes() == b""  # without --verbose it prints nothing
         adb("disconnect", dev.serial)
 

@@ -90,7 +90,8 @@ An empty command (an interactive shell) is refused with ``error: ...`` on stderr
 reports a shell that cannot start. Any other service name is refused with CLSE, as adbd does.
 
 Commands run as ``/bin/sh -c CMD`` in ``/``, each in its own session and process group, with ``PATH``
-starting with a private ``bin`` directory (created under the temporary directory, removed at exit) holding
+starting with a private ``bin`` directory (in ``$TMPDIR/bmoe-adbd-PID-*``, removed at exit; one left by a stand-in
+killed with SIGKILL is removed by the next one to start) holding
 ``getprop`` and ``dumpsys`` shell scripts built from the options. When the host closes a stream whose
 command is still running (the ``adb shell`` client was killed, the connection dropped, the server is
 shutting down), the command's process group is killed with SIGKILL, as a closed shell is on a device. Like
@@ -206,6 +207,8 @@ SYNC_DENT = struct.Struct("<IIIII")
 SYNC_DATA_MAX = 64 * 1024
 SYNC_PATH_MAX = 1024
 
+#: The tools directory is ``$TMPDIR/bmoe-adbd-<pid>-<random>``: the pid tells a stale one (see _sweep_stale_roots).
+ROOT_PREFIX = "bmoe-adbd-"
 PROP_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
 PLUGGED = ("ac", "usb", "wireless", "none")
 
@@ -1171,6 +1174,31 @@ def _write_tools(root: Path, config: DeviceConfig) -> Path:
     return bin_dir
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _sweep_stale_roots(tmp: Path) -> None:
+    """Remove the tools directories of stand-ins that died without cleaning up (SIGKILL): ours (same uid),
+    named after a pid that no longer exists. A reused pid only keeps a stale directory a while longer."""
+    for root in tmp.glob(f"{ROOT_PREFIX}*-*"):
+        pid_text = root.name[len(ROOT_PREFIX) :].partition("-")[0]
+        try:
+            if not pid_text.isdigit() or root.lstat().st_uid != os.getuid() or not root.is_dir():
+                continue
+        except OSError:
+            continue
+        if not _pid_alive(int(pid_text)):
+            log.info("removing %s, left by a stand-in that is gone", root)
+            shutil.rmtree(root, ignore_errors=True)
+
+
 class StandInAdbd:
     """The listening socket, its connections, and the private directory of device tools."""
 
@@ -1190,7 +1218,8 @@ class StandInAdbd:
 
     def start(self) -> int:
         """Create the tools directory, bind, listen and accept in a thread; return the bound port."""
-        self._root = Path(tempfile.mkdtemp(prefix="bmoe-adbd-"))
+        _sweep_stale_roots(Path(tempfile.gettempdir()))
+        self._root = Path(tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{os.getpid()}-"))
         self._bin_dir = _write_tools(self._root, self.config)
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         listener = socket.socket(family, socket.SOCK_STREAM)
