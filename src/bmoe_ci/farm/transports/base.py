@@ -279,6 +279,12 @@ class Transport(ABC):
         if probe.ok and probe.stdout == b"alive\n":
             self._link_hung = False
             return None
+        self._link_hung = probe.link_hung
+        if probe.infra is not None and not probe.link_hung:  # not hung any more: gone (or refusing)
+            if probe.infra.kind == "disconnect":
+                self._drop()
+            return RunResult(self.device.name, shown, Outcome.INFRA, infra=probe.infra, duration=probe.duration,
+                             timeout=timeout)
         why = f"the link hung earlier and still gives no answer in {wait:g}s; {shlex.join(shown)[:120]} not run"
         return RunResult(self.device.name, shown, Outcome.INFRA, infra=InfraError(self.device.name, "timeout", why),
                          duration=probe.duration, timeout=timeout, link_hung=True)
