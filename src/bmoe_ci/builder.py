@@ -83,8 +83,8 @@ def zig_version() -> str:
         )
     except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
         raise BuildError(
-            "the zig toolchain is missing or broken: install it with `pip install ziglang==0.17.1` "
-            f"(the version pyproject.toml pins) ({exc})"
+            "the zig toolchain is missing or broken: install it with `pip install 'ziglang>=0.17.1,<0.18'` "
+            f"(in a checkout, `pip install -c constraints.txt ziglang` gives the version CI runs on) ({exc})"
         ) from exc
     return out.stdout.strip()
 
