@@ -15,9 +15,10 @@ import pytest
 
 from bmoe_ci.builder import host_target
 from bmoe_ci.paths import user_cache_root
-from bmoe_ci.plugin.suite import names_suite, rewrite_args
+from bmoe_ci.plugin.suite import _positional_indices, names_suite, rewrite_args
 
 REPO = Path(__file__).resolve().parents[1]
+WARNING = "bmoe-ci: warning:"  # the second-clone warning's prefix
 
 # What the wheel must carry under bmoe_ci/_tree (setup.py's TREE), as files every one of which must be there.
 TREE_FILES = (
@@ -146,7 +147,7 @@ def test_the_installed_wheel_runs_the_gates_from_an_empty_directory(wheel: Path,
     assert gates.returncode == 0, out[-4000:]
     assert " passed" in gates.stdout and "PASS" in gates.stdout, out[-4000:]
     assert down.returncode == 0, down.stdout + down.stderr
-    assert "warning" not in gates.stderr, gates.stderr  # an empty directory is no checkout
+    assert WARNING not in gates.stderr, gates.stderr  # an empty directory is no checkout
 
     # the caches and the farm's state went to the user's cache directory, nothing into site-packages
     ours = cache / "bmoe-ci"
@@ -185,7 +186,7 @@ def test_a_second_clone_is_told_it_runs_the_first_ones_code(tmp_path: Path) -> N
 
     # the console script's code, from a subdirectory of the second clone
     err = stderr_of(second / "engine" / "src" / "deep", "-m", "bmoe_ci.cli", "--version")
-    lines = [line for line in err.splitlines() if "warning" in line]
+    lines = [line for line in err.splitlines() if WARNING in line]
     assert len(lines) == 1, err
     assert f"checkout {second}" in lines[0] and f"checkout {first}" in lines[0]
     assert "pip install -e ." in lines[0] and f"PYTHONPATH={second / 'src'}" in lines[0]
@@ -194,9 +195,9 @@ def test_a_second_clone_is_told_it_runs_the_first_ones_code(tmp_path: Path) -> N
     assert sum("warning: the working directory is in the checkout" in line for line in err.splitlines()) == 1, err
     assert f"checkout {first}" in err
     # in the first clone itself, and outside any checkout, nothing is said
-    assert "warning" not in stderr_of(first, "-m", "bmoe_ci.cli", "--version")
-    assert "warning" not in stderr_of(tmp_path, "-m", "bmoe_ci.cli", "--version")
-    assert "warning" not in stderr_of(first, "-m", "pytest", "-p", "bmoe_ci.plugin", "-p", "no:cacheprovider",
+    assert WARNING not in stderr_of(first, "-m", "bmoe_ci.cli", "--version")
+    assert WARNING not in stderr_of(tmp_path, "-m", "bmoe_ci.cli", "--version")
+    assert WARNING not in stderr_of(first, "-m", "pytest", "-p", "bmoe_ci.plugin", "-p", "no:cacheprovider",
                                       "--co", "-q")
 
 
@@ -228,6 +229,17 @@ def test_only_a_missing_gates_path_argument_is_rewritten(tmp_path: Path) -> None
     (cwd / "gates").mkdir()  # a project's own gates/ wins
     assert rewrite_args(args, positional, cwd, tree) == {}
     assert names_suite("gates/") and not names_suite("gatesx") and not names_suite("./gates")
+
+
+def test_the_value_of_an_option_is_not_taken_for_the_suite(tmp_path: Path) -> None:
+    from _pytest.config import get_config  # pytest's own parser, as the hook gets it
+
+    parser = get_config()._parser
+    args = ["-k", "gates", "gates", "-q"]
+    namespace = parser.parse_known_args(args)
+    candidates = rewrite_args(args, namespace.file_or_dir, tmp_path, REPO)
+    assert sorted(candidates) == [1, 2]
+    assert _positional_indices(parser, args, candidates, namespace) == {2: str(REPO / "gates")}
 
 
 def test_user_cache_root_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
