@@ -21,9 +21,9 @@ from pathlib import Path
 
 from bmoe_ci.builder import build
 from bmoe_ci.fixtures import generate
-from bmoe_ci.paths import repo_root
+from bmoe_ci.paths import source_tree
 
-sys.path.insert(0, str(repo_root()))
+sys.path.insert(0, str(source_tree()))
 from gates.plan import SCORE_TEXT, SCORING_DIR, fixture_plan
 
 
@@ -43,7 +43,7 @@ def main() -> int:
         for part in Path(fx.path).parent.glob(f"{stem}*.gguf"):  # every shard of a split fixture
             (work / part.name).symlink_to(part.resolve())
         (work / SCORING_DIR).mkdir()
-        shutil.copy(repo_root() / "gates" / "data" / SCORE_TEXT, work / SCORING_DIR / SCORE_TEXT)
+        shutil.copy(source_tree() / "gates" / "data" / SCORE_TEXT, work / SCORING_DIR / SCORE_TEXT)
         plan = fixture_plan(str(model), args.fixture, trace=lambda e: str(work / f"{e}.trace"),
                             logits=str(work / "logits.bin"))
         times: dict[str, list[float]] = {i: [] for i, _ in plan}

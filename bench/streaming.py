@@ -37,7 +37,7 @@ from pathlib import Path
 
 from bmoe_ci.builder import build
 from bmoe_ci.fixtures import generate
-from bmoe_ci.paths import repo_root
+from bmoe_ci.paths import source_tree
 
 PROMPT = "The quick brown fox jumps over the lazy dog"
 MIB = 2**20
@@ -69,7 +69,7 @@ def run(engine: str, model: str, args: list[str], tokens: int, threads: int, tra
 def baseline_engine(ref: str, into: Path) -> str:
     """Builds the engine as it is at git revision `ref` (its engine/ directory) and returns its path."""
     archive = subprocess.run(
-        ["git", "-C", str(repo_root()), "archive", ref, "engine"], capture_output=True, check=False
+        ["git", "-C", str(source_tree()), "archive", ref, "engine"], capture_output=True, check=False
     )
     if archive.returncode != 0:
         sys.exit(f"--baseline {ref}: git archive failed: {archive.stderr.decode(errors='replace').strip()}")

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from bmoe_ci.farm import InfraError
-from bmoe_ci.paths import repo_root
+from bmoe_ci.paths import source_tree
 from bmoe_ci.plugin import GateState
 from bmoe_ci.plugin.context import DeviceContext
 from bmoe_ci.plugin.runner import EngineResult
@@ -100,7 +100,7 @@ def test_scoring_instruments(
 
     # the numpy reference
     tokens, nll, top1, q8_0, gelu = reference_scores(
-        str(local_model(gate_state, device, fixture)), str(repo_root() / "gates" / "data" / SCORE_TEXT)
+        str(local_model(gate_state, device, fixture)), str(source_tree() / "gates" / "data" / SCORE_TEXT)
     )
     check(
         wide.data["prompt_tokens"] == tokens,

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from bmoe_ci.builder import BuildError, build, compute_build_id, host_target, resolve_target, zig_version
-from bmoe_ci.paths import repo_root
+from bmoe_ci.paths import source_tree
 
 
 @pytest.fixture
 def engine_copy(tmp_path: Path) -> Path:
     dst = tmp_path / "engine"
-    shutil.copytree(repo_root() / "engine" / "src", dst / "src")
+    shutil.copytree(source_tree() / "engine" / "src", dst / "src")
     return dst
 
 

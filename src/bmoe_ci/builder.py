@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bmoe_ci.paths import cache_dir, repo_root
+from bmoe_ci.paths import cache_dir, source_tree
 
 # Targets the builder knows. Linux targets are static musl binaries that run on the farm; the macOS
 # ones are compile-and-link checks for desktops (they cannot run here).
@@ -83,8 +83,8 @@ def zig_version() -> str:
         )
     except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
         raise BuildError(
-            "the zig toolchain is missing or broken: install it with `pip install ziglang==0.17.1` "
-            f"(the version pyproject.toml pins) ({exc})"
+            "the zig toolchain is missing or broken: install it with `pip install 'ziglang>=0.17.1,<0.18'` "
+            f"(in a checkout, `pip install -c constraints.txt ziglang` gives the version CI runs on) ({exc})"
         ) from exc
     return out.stdout.strip()
 
@@ -117,11 +117,11 @@ def build(
 
     `defines` are extra preprocessor definitions (`BMOE_FAULT_...=1`) for fault-injected builds;
     they are part of the build id, so a faulty binary can never be mistaken for the real one.
-    `engine_dir` and `cache` default to the checkout's engine/ and the bmoe-ci cache.
+    `engine_dir` and `cache` default to the source tree's engine/ and the bmoe-ci cache.
     """
     say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
     triple = resolve_target(target)
-    engine_dir = engine_dir or repo_root() / "engine"
+    engine_dir = engine_dir or source_tree() / "engine"
     zig = zig_version()
     build_id = compute_build_id(triple, defines, engine_dir, zig)
     out_dir = (cache or cache_dir()) / "engine" / triple / build_id

@@ -18,11 +18,25 @@ from bmoe_ci.cli_farm import add_farm_commands
 from bmoe_ci.cli_report import add_report_command
 from bmoe_ci.mutants.command import add_mutants_command
 from bmoe_ci.nightly.cli import add_nightly_commands
+from bmoe_ci.origin import foreign_checkout_warning, version_line
 from bmoe_ci.release.cli import add_release_command
 
 
 class UsageError(Exception):
     """Bad input from the user: printed as one line, exit 2."""
+
+
+class VersionAction(argparse.Action):
+    """`--version`: computed only when asked (it may run git), printed on stdout, exit 0."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="print the version and where bmoe-ci runs from (checkout and commit, or wheel)")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        print(version_line())
+        parser.exit(0)
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -56,6 +70,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bmoe-ci", description="Test-and-gate CI for the bmoe on-device MoE engine."
     )
+    parser.add_argument("--version", action=VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("build", help="build the engine; prints target, build id, binary path")
@@ -85,7 +100,19 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def warn_if_foreign_checkout() -> None:
+    """The second-clone warning (bmoe_ci.origin), on stderr, before anything runs."""
+    try:
+        cwd = Path.cwd()
+    except OSError:  # the working directory was removed
+        return
+    message = foreign_checkout_warning(cwd)
+    if message:
+        print(message, file=sys.stderr, flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    warn_if_foreign_checkout()
     parser = make_parser()
     args = parser.parse_args(argv)
     try:

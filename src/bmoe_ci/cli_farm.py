@@ -67,7 +67,7 @@ def add_farm_commands(subparsers: argparse._SubParsersAction) -> argparse.Argume
         help="start the embedded local farm (sshd instances on 127.0.0.x)",
         description="Start the embedded local farm: keys, sshd on 127.0.0.2 and 127.0.0.3, "
         "pinned known_hosts, the resolved farm file. State dir: $BMOE_CI_STATE "
-        "(default <repo>/.cache/bmoe-ci/farm). Idempotent.",
+        "(default <repo>/.cache/bmoe-ci/farm, or ~/.cache/bmoe-ci/farm for a wheel install). Idempotent.",
     )
     common(p, selection=False)
     p.set_defaults(func=cmd_up)

@@ -14,7 +14,8 @@ device           transport  arch      how
                                       ``getprop`` says arm64-v8a); qemu exec prefix like ``phone-emu``
 ===============  =========  ========  =============================================================
 
-:func:`up` prepares the state directory (``$BMOE_CI_STATE``, default ``<repo>/.cache/bmoe-ci/farm``)::
+:func:`up` prepares the state directory (``$BMOE_CI_STATE``, default ``<checkout>/.cache/bmoe-ci/farm``, or
+``$XDG_CACHE_HOME/bmoe-ci/farm`` for a wheel install)::
 
     farm.yaml          the resolved farm file (from the template devices/local.yaml)
     farm.json          what up started: sshd pids, addresses, ports
@@ -48,6 +49,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from bmoe_ci.paths import local_root, source_tree
+
 from .errors import FarmError, FarmNotUp, MissingTool
 from .model import normalize_arch
 
@@ -57,25 +60,13 @@ FARM_FILE = "farm.yaml"
 RECORD = "farm.json"
 
 
-def repo_root() -> Path | None:
-    """The checkout this package runs from (editable install), or one found from the cwd upwards."""
-    env = os.environ.get("BMOE_CI_REPO")
-    if env and (Path(env) / "devices" / "local.yaml").is_file():
-        return Path(env).resolve()
-    here = Path(__file__).resolve()
-    for cand in [*here.parents, *Path.cwd().resolve().parents, Path.cwd().resolve()]:
-        if (cand / "devices" / "local.yaml").is_file() and (cand / "pyproject.toml").is_file():
-            return cand
-    return None
-
-
 def state_dir() -> Path:
-    """``$BMOE_CI_STATE``, else ``<repo>/.cache/bmoe-ci/farm``, else ``~/.cache/bmoe-ci/farm``."""
+    """``$BMOE_CI_STATE``, else ``farm/`` under :func:`bmoe_ci.paths.local_root` (``<checkout>/.cache/bmoe-ci``
+    in a checkout, the user's cache directory for a wheel install)."""
     env = os.environ.get("BMOE_CI_STATE")
     if env:
         return Path(env).expanduser().resolve()
-    root = repo_root()
-    return (root / ".cache" / "bmoe-ci" / "farm") if root else Path.home() / ".cache" / "bmoe-ci" / "farm"
+    return local_root() / "farm"
 
 
 def farm_file(state: Path | None = None) -> Path:
@@ -87,10 +78,14 @@ def farm_file(state: Path | None = None) -> Path:
 
 
 def template_path() -> Path:
-    root = repo_root()
-    if root is None:
-        raise FarmError("cannot find devices/local.yaml (the local farm template): run from the bmoe-ci checkout")
-    return root / "devices" / "local.yaml"
+    """devices/local.yaml of the source tree (the checkout, or the wheel's packaged copy)."""
+    try:
+        path = source_tree() / "devices" / "local.yaml"
+    except RuntimeError as exc:
+        raise FarmError(f"cannot find devices/local.yaml (the local farm template): {exc}") from None
+    if not path.is_file():
+        raise FarmError(f"cannot find the local farm template {path}")
+    return path
 
 
 def host_arch() -> str:

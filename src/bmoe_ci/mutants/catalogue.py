@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bmoe_ci.paths import repo_root
+from bmoe_ci.paths import source_tree
 
 AREAS: tuple[str, ...] = (
     "kernels", "attention", "streamer", "cache", "prefetch", "policies", "trace", "counters", "config", "engine",
@@ -75,7 +75,7 @@ class Catalogue:
 
 
 def catalogue_path() -> Path:
-    return repo_root() / "engine" / "faults.toml"
+    return source_tree() / "engine" / "faults.toml"
 
 
 def _entry(path: Path, i: int, raw: Any) -> Fault:
@@ -130,7 +130,7 @@ def load_catalogue(path: Path | None = None) -> Catalogue:
 
 def fault_sites(engine_src: Path | None = None) -> dict[str, set[str]]:
     """Every BMOE_FAULT_<NAME> the engine's sources mention -> the files that mention it."""
-    src = engine_src or repo_root() / "engine" / "src"
+    src = engine_src or source_tree() / "engine" / "src"
     sites: dict[str, set[str]] = {}
     for path in sorted(src.iterdir()):
         if path.suffix in (".c", ".h"):

@@ -38,7 +38,7 @@ from bmoe_ci.mutants.run import (
     classify,
     run_gate_suite,
 )
-from bmoe_ci.paths import repo_root
+from bmoe_ci.paths import source_tree
 from bmoe_ci.plugin.prepare import target_for
 
 
@@ -156,7 +156,7 @@ def _run(args: argparse.Namespace, catalogue: Catalogue) -> dict | None:
             raise ValueError(f"{where}: no such fixture (known: {', '.join(specs.specs)})")
     results = _results_dir(args.results)
     spec = GateRunSpec(device=device.name, target=target_for(device), farm=args.farm, fixtures=fixtures,
-                       results=results, repo=repo_root())
+                       results=results, repo=source_tree())
     started_wall = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     started = time.monotonic()
 

@@ -24,6 +24,7 @@ from typing import IO, Any, Literal
 
 from bmoe_ci.builder import Build, BuildError, build
 from bmoe_ci.mutants.catalogue import Fault
+from bmoe_ci.paths import is_checkout
 
 Outcome = Literal["caught", "survived", "error"]
 CLEAN = "clean"  # the key of the clean build in engine_builds (fault names are upper case)
@@ -45,7 +46,7 @@ class GateRunSpec:
     farm: str | None
     fixtures: tuple[str, ...]
     results: Path
-    repo: Path
+    repo: Path  # the source tree: its gates/ is the suite run
 
 
 @dataclass
@@ -83,7 +84,9 @@ def run_gate_suite(spec: GateRunSpec, fault: str | None, out: Path) -> GateRunOu
     with log.open("w", encoding="utf-8") as fh:
         fh.write(" ".join(cmd) + "\n")
         fh.flush()
-        rc = _run_child(cmd, spec.repo, fh)
+        # a checkout is the gate run's working directory as before; a wheel's packaged tree is not
+        # (nothing may be written into site-packages), so the child then keeps ours
+        rc = _run_child(cmd, spec.repo if is_checkout(spec.repo) else None, fh)
     summary_file = out / "summary.json"
     summary = None
     if summary_file.is_file():
@@ -94,7 +97,7 @@ def run_gate_suite(spec: GateRunSpec, fault: str | None, out: Path) -> GateRunOu
     return GateRunOutcome(rc, summary, log, time.monotonic() - started)
 
 
-def _run_child(cmd: list[str], cwd: Path, fh: IO[str]) -> int:
+def _run_child(cmd: list[str], cwd: Path | None, fh: IO[str]) -> int:
     """The gate run's exit status. If this process is interrupted (Ctrl-C, or SIGTERM, which
     `bmoe-ci mutants` turns into the same), the child gets SIGINT first, so that pytest ends its
     session and gives its device lease back, and SIGKILL only if it does not end within the grace."""

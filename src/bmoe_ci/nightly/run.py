@@ -38,7 +38,7 @@ from bmoe_ci.nightly.report import (
     write_index,
     write_report,
 )
-from bmoe_ci.paths import repo_root
+from bmoe_ci.paths import checkout, source_tree
 from bmoe_ci.reports import ReportError, load_results
 from bmoe_ci.reports.junit import JUNIT_XML
 from bmoe_ci.reports.records import RUN_JSON, DeviceRun, RunMeta, read_json
@@ -137,7 +137,7 @@ def _run_mutants(opts: NightlyOptions, run_dir: Path, devices: dict[str, str]) -
 
 def gate_command(opts: NightlyOptions, run_dir: Path, n_devices: int) -> list[str]:
     """The plain gate run the nightly drives (also what the overhead benchmark compares against)."""
-    cmd = [sys.executable, "-m", "pytest", str(repo_root() / "gates"), "-p", "no:cacheprovider", "-q",
+    cmd = [sys.executable, "-m", "pytest", str(source_tree() / "gates"), "-p", "no:cacheprovider", "-q",
            "--device", f"pool:{opts.pool}", "--results", str(run_dir)]
     if opts.farm:
         cmd += ["--farm", str(opts.farm)]
@@ -213,7 +213,9 @@ def run_nightly(opts: NightlyOptions) -> NightlyResult:
     started = time.monotonic()
     with History(opts.history) as hist:  # opened first: an unusable history stops us before the gates run
         n = _empty_nightly(run_id, opts)
-        n["git_commit"], n["git_dirty"] = _git_state(repo_root())
+        # a wheel has no git state (and git would answer for whatever repository encloses site-packages)
+        tree = checkout()
+        n["git_commit"], n["git_dirty"] = _git_state(tree) if tree is not None else ("", False)
         n["farm_sha256"] = hashlib.sha256(farm_path.read_bytes()).hexdigest()
         gate_started = time.monotonic()
         meta, runs, summary = _gate_run(opts, run_dir, len(pool_devices), n)
@@ -260,7 +262,7 @@ def _gate_run(opts: NightlyOptions, run_dir: Path, n_devices: int,
     _log(f"run {run_dir.name}: {' '.join(cmd)}")
     warm = threading.Thread(target=import_matplotlib, name="import-matplotlib", daemon=True)
     warm.start()  # overlaps the gate run: the report's chart then costs only its drawing
-    proc = subprocess.run(cmd, stdout=sys.stderr, check=False, cwd=repo_root())
+    proc = subprocess.run(cmd, stdout=sys.stderr, check=False, cwd=checkout())
     warm.join()
     _log(f"gate run exited {proc.returncode}")
     if proc.returncode == 4:

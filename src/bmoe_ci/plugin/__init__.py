@@ -26,10 +26,11 @@ from bmoe_ci.builder import BuildError
 from bmoe_ci.farm import DeviceSession, FarmError, InfraError, default_run_id, load_farm
 from bmoe_ci.fixtures import SpecError
 from bmoe_ci.mutants.catalogue import CatalogueError, load_catalogue
-from bmoe_ci.paths import repo_root
+from bmoe_ci.paths import source_tree
 from bmoe_ci.plugin.collect import RecordCollector
 from bmoe_ci.plugin.context import DeviceContext, GateRun
 from bmoe_ci.plugin.runner import DeviceRunner
+from bmoe_ci.plugin.suite import pytest_load_initial_conftests  # noqa: F401 (`pytest gates` anywhere)
 from bmoe_ci.reports.plan import PlannedTest, write_plan
 
 RUN_KEY = pytest.StashKey[GateRun]()
@@ -56,7 +57,7 @@ def _gate_suite_requested(config: pytest.Config) -> bool:
     if config.getoption("device"):
         return True
     try:
-        gates = (repo_root() / "gates").resolve()
+        gates = (source_tree() / "gates").resolve()
     except RuntimeError:
         return False
     for arg in config.args:

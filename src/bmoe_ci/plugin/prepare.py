@@ -23,7 +23,7 @@ from bmoe_ci.farm import (
 )
 from bmoe_ci.farm.health import HealthBook
 from bmoe_ci.fixtures import FixtureFile, generate
-from bmoe_ci.paths import repo_root
+from bmoe_ci.paths import source_tree
 from bmoe_ci.plugin.context import DeviceContext, GateRun
 from bmoe_ci.reference import GATE_REQUEST
 
@@ -152,7 +152,7 @@ SCORING_INPUTS = ("score.txt", "choices.jsonl", "session.txt")
 def _fixture_items(fixtures: Sequence[FixtureFile]) -> list[PushItem]:
     # Every file of a split model goes to the same directory under its own name: the engine finds
     # the sibling shards from the first one's name.
-    data = repo_root() / "gates" / "data"
+    data = source_tree() / "gates" / "data"
     scoring = [PushItem(data / name, name=f"fixtures/scoring/{name}") for name in SCORING_INPUTS]
     return [PushItem(p, name=f"fixtures/{p.name}") for f in fixtures for p in f.files] + scoring
 

@@ -16,11 +16,18 @@ EXIT_USAGE = 2
 
 
 def cmd_release_gate(args: argparse.Namespace) -> int:
-    from bmoe_ci.paths import repo_root
+    from bmoe_ci.paths import ENV_REPO, checkout
 
+    repo = checkout()
+    if repo is None:
+        # the gate reads the base's defaults with git and writes results/ beside them: a wheel's
+        # packaged tree has neither git history nor a place to write
+        print(f"bmoe-ci: error: release-gate needs a bmoe-ci git checkout: run it from an editable install "
+              f"of one, or set {ENV_REPO}", file=sys.stderr)
+        return EXIT_USAGE
     opts = ReleaseOptions(
         proposed=Path(args.proposed),
-        repo=repo_root(),
+        repo=repo,
         base=args.base,
         policy=Path(args.policy) if args.policy else None,
         farm=Path(args.farm) if args.farm else None,
