@@ -126,6 +126,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .pids import pid_alive
+
 log = logging.getLogger("bmoe_ci.farm.adbd")
 
 # -- the transport layer (protocol.txt) -----------------------------------------------------------------------
@@ -1174,14 +1176,6 @@ def _write_tools(root: Path, config: DeviceConfig) -> Path:
     return bin_dir
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _sweep_stale_roots(tmp: Path) -> None:
@@ -1194,7 +1188,7 @@ def _sweep_stale_roots(tmp: Path) -> None:
                 continue
         except OSError:
             continue
-        if not _pid_alive(int(pid_text)):
+        if not pid_alive(int(pid_text)):
             log.info("removing %s, left by a stand-in that is gone", root)
             shutil.rmtree(root, ignore_errors=True)
 

@@ -53,6 +53,7 @@ from bmoe_ci.paths import local_root, source_tree
 
 from .errors import FarmError, FarmNotUp, MissingTool
 from .model import normalize_arch
+from .pids import pid_running
 
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd", "/sbin/sshd")
 QEMU_AARCH64 = "qemu-aarch64-static"
@@ -375,19 +376,6 @@ def _render(template: str, values: dict[str, object]) -> str:
     return header + out
 
 
-def _running(pid: int) -> bool:
-    """pid exists and is not a zombie (a daemon's zombie waits for init to reap it)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    return stat[stat.rfind(")") + 2] != "Z"
 
 
 def _stop(pid: int, timeout: float = 5.0) -> None:
@@ -395,7 +383,7 @@ def _stop(pid: int, timeout: float = 5.0) -> None:
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _running(pid):
+        if not pid_running(pid):
             return
         time.sleep(0.02)
     with contextlib.suppress(ProcessLookupError):
@@ -465,7 +453,7 @@ def _is_our_adbd(pid: int, portfile: Path) -> bool:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return _running(pid) and b"bmoe_ci.farm.adbd" in argv and str(portfile).encode() in argv
+    return pid_running(pid) and b"bmoe_ci.farm.adbd" in argv and str(portfile).encode() in argv
 
 
 def _start_adbd(state: Path, timeout: float) -> dict:

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from .errors import DeviceBusy, InfraError
+from .pids import pid_alive
 from .transports import Transport
 
 LOCK_DIR = ".bmoe-ci-lock"
@@ -66,14 +67,6 @@ def _pid_start(pid: int) -> str | None:
     return rest[19].decode() if len(rest) > 19 else None
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @dataclass(frozen=True)
@@ -150,7 +143,7 @@ class LockOwner:
                 f"({now - self.since:.0f}s)"
             )
         if self.host == socket.gethostname() and self.boot and self.boot == _boot_id():
-            if not _pid_alive(self.pid):
+            if not pid_alive(self.pid):
                 return f"its process {self.pid} on this machine is gone"
             if self.pid_start and _pid_start(self.pid) not in (None, self.pid_start):
                 return f"its process {self.pid} on this machine is gone (pid reused)"
