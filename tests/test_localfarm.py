@@ -31,6 +31,7 @@ from bmoe_ci.farm import (
     select_devices,
 )
 from bmoe_ci.farm.lock import LOCK_DIR
+from bmoe_ci.farm.pids import pid_running
 
 SSH = str(localfarm.layout()["SSH_HOST_NAME"])
 ARCH = localfarm.host_arch()
@@ -73,9 +74,15 @@ def run_cli(*argv: str) -> int:
 def test_up_is_idempotent_and_the_farm_is_complete(state: Path, farm) -> None:
     record = json.loads((state / "farm.json").read_text())
     again = localfarm.up(state)
-    assert json.loads((state / "farm.json").read_text())["sshd"] == record["sshd"]  # same pids, same ports
+    after = json.loads((state / "farm.json").read_text())
+    assert after["sshd"] == record["sshd"] and after["adb"] == record["adb"]  # same pids, same ports
     assert load_farm_file(again).devices == farm.devices
-    assert farm.names == ["host", "phone-emu", SSH, "ssh-arm64"]
+    assert farm.names == ["host", "phone-emu", SSH, "ssh-arm64", "adb-arm64"]
+    adb = farm.devices["adb-arm64"]
+    assert (adb.transport, adb.kind, adb.os, adb.arch) == ("adb", "phone", "android", "aarch64")
+    assert adb.serial == f"127.0.0.4:{record['adb']['adbd']['port']}"
+    assert adb.adb_server == f"127.0.0.1:{record['adb']['server']['port']}"
+    assert record['adb']['server']['port'] != 5037  # never the user's own adb server
     phone = farm.devices["phone-emu"]
     assert (phone.kind, phone.arch) == ("phone", "aarch64")
     if ARCH != "aarch64":
@@ -93,7 +100,7 @@ def test_status_and_check_commands(state: Path, farm, monkeypatch: pytest.Monkey
     assert load_farm().names == farm.names  # the default farm is the local farm's state file
     assert run_cli("farm", "check") == 0
     out = capsys.readouterr().out
-    assert out.count(" ok ") == 4, out
+    assert out.count(" ok ") == 5, out
     assert run_cli("farm", "status", "--json") == 0
     rows = json.loads(capsys.readouterr().out)["devices"]
     assert [r["device"] for r in rows] == farm.names and all(r["reachable"] for r in rows)
@@ -132,10 +139,12 @@ def test_down_stops_only_what_up_started(tmp_path: Path) -> None:
         record["sshd"]["decoy"] = {"pid": decoy.pid, "port": 1, "address": "127.0.0.9", "pidfile": str(st / "x.pid")}
         (st / "x.pid").write_text(str(decoy.pid))
         (st / "farm.json").write_text(json.dumps(record))
+        adbd_pid, server_port = record["adb"]["adbd"]["pid"], record["adb"]["server"]["port"]
         stopped = localfarm.down(st)
-        assert sorted(stopped) == sorted(k for k in record["sshd"] if k != "decoy")
+        assert sorted(stopped) == sorted([*(k for k in record["sshd"] if k != "decoy"), "adb-server", "adb-arm64"])
         assert decoy.poll() is None
-        assert all(not localfarm._running(p) for p in pids)
+        assert all(not pid_running(p) for p in [*pids, adbd_pid])
+        assert not localfarm._adb_server_answers(server_port)
         assert not (st / "farm.yaml").exists()
         from bmoe_ci.farm import FarmNotUp
 
