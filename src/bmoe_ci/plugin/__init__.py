@@ -1,9 +1,11 @@
 """The pytest plugin of the gate suite (entry point `bmoe`).
 
-    pytest gates --device pixel8
-    pytest gates --device pool:nightly -n 4
+    pytest gates --bmoe-device pixel8
+    pytest gates --bmoe-device pool:nightly -n 4
 
-The plugin is inert unless the session runs the gate suite (a path inside `gates/`, or `--device`).
+Options, ini keys and environment variables: plugin/options.py (every option is prefixed `--bmoe-`;
+the short names are aliases only while no other plugin owns them). The plugin is inert unless the
+session runs the gate suite (a path inside `gates/`, or `--bmoe-device` on the command line).
 Then, on the controller only (session fixtures run once per xdist worker: docs/design.md, the gate
 suite under pytest-xdist):
   * pytest_sessionstart  builds, generates fixtures, leases/pushes/preflights every device
@@ -27,8 +29,10 @@ from bmoe_ci.farm import DeviceSession, FarmError, InfraError, default_run_id, l
 from bmoe_ci.fixtures import SpecError
 from bmoe_ci.mutants.catalogue import CatalogueError, load_catalogue
 from bmoe_ci.paths import repo_root
+from bmoe_ci.plugin import options
 from bmoe_ci.plugin.collect import RecordCollector
 from bmoe_ci.plugin.context import DeviceContext, GateRun
+from bmoe_ci.plugin.options import GateOptions
 from bmoe_ci.plugin.runner import DeviceRunner
 from bmoe_ci.reports.plan import PlannedTest, write_plan
 
@@ -37,23 +41,11 @@ STATE_KEY = pytest.StashKey["GateState"]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("bmoe", "bmoe-ci gate suite")
-    group.addoption("--device", action="append", metavar="SEL",
-                    help="NAME, a,b, pool:NAME, arch:A, label:L or all (repeatable; default all)")
-    group.addoption("--farm", metavar="FILE", help="farm YAML (default: the embedded local farm)")
-    group.addoption("--results", metavar="DIR", help="results directory (default results/<run-id>)")
-    group.addoption("--rebuild", action="store_true", help="ignore the engine build cache")
-    group.addoption("--fixture", action="append", metavar="NAME",
-                    help="only this fixture (repeatable; default: every default fixture)")
-    group.addoption("--lock-wait", type=float, default=0.0, metavar="SECONDS",
-                    help="wait up to SECONDS for a device another run holds (default 0: busy is an error)")
-    group.addoption("--fault", action="append", metavar="NAME",
-                    help="build the engine with fault BMOE_FAULT_<NAME> of engine/faults.toml injected "
-                         "(to show a gate can fail; repeatable)")
+    options.add_options(parser)
 
 
 def _gate_suite_requested(config: pytest.Config) -> bool:
-    if config.getoption("device"):
+    if options.given_on_command_line(config):
         return True
     try:
         gates = (repo_root() / "gates").resolve()
@@ -79,47 +71,62 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.loadgroup = True
         config.stash[STATE_KEY] = GateState(GateRun.from_json(workerinput["bmoe_gate_run"]))
     else:
-        config.pluginmanager.register(Controller(config), "bmoe-controller")
+        foreign = options.foreign_short_options(config)
+        if foreign:
+            names = ", ".join(foreign)
+            raise pytest.UsageError(
+                f"{names}: another installed plugin defines {'this option' if len(foreign) == 1 else 'these options'}"
+                f" here, so the gate suite does not get it; use "
+                + ", ".join(options.option(n.lstrip("-")) for n in foreign)
+            )
+        # the environment is read here, in the plugin's hook, and only passed down from here on
+        gate_options = options.from_config(config, os.environ)
+        config.pluginmanager.register(Controller(config, gate_options), "bmoe-controller")
 
 
 class Controller:
     """Controller-side hooks: prepare devices, ship the context to workers, collect, report."""
 
-    def __init__(self, config: pytest.Config):
+    def __init__(self, config: pytest.Config, opts: GateOptions):
         self.config = config
+        self.opts = opts
         self.prepared = None
         self.collector: RecordCollector | None = None
         self.started = time.monotonic()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        # tryfirst: xdist starts its workers in its own (trylast) pytest_sessionstart, and each worker
+        # needs the prepared run (pytest_configure_node)
         from bmoe_ci.plugin.prepare import prepare
 
-        config = self.config
+        config, opts = self.config, self.opts
         run_id = default_run_id()
-        results = Path(config.getoption("results") or Path("results") / run_id).resolve()
+        results = Path(opts.results or Path("results") / run_id).resolve()
         # bad options are refused before any device is touched
         problem = results_dir_problem(results)
         if problem:
-            raise pytest.UsageError(f"--results {config.getoption('results') or results}: {problem}")
-        if config.getoption("lock_wait") < 0:
-            raise pytest.UsageError(f"--lock-wait {config.getoption('lock_wait'):g}: must be 0 or more seconds")
+            raise pytest.UsageError(f"{options.option('results')} {opts.results or results}: {problem}")
+        if opts.lock_wait < 0:
+            raise pytest.UsageError(f"{options.option('lock-wait')} {opts.lock_wait:g}: must be 0 or more seconds")
         try:
             # an unknown fault would build a normal engine and report it green: refuse it first
-            requested = config.getoption("fault") or []
-            faults = [f.name for f in load_catalogue().resolve(requested)] if requested else []
+            faults = [f.name for f in load_catalogue().resolve(list(opts.faults))] if opts.faults else []
         except CatalogueError as exc:
-            raise pytest.UsageError(str(exc)) from exc
+            # the catalogue names the option as `bmoe-ci mutants` spells it
+            msg = str(exc)
+            raise pytest.UsageError(options.option("fault") + msg[len("--fault"):] if msg.startswith("--fault ")
+                                    else msg) from exc
         try:
             self.prepared = prepare(
-                selectors=config.getoption("device") or ["all"],
-                farm_file=config.getoption("farm"),
+                selectors=opts.selectors,
+                farm_file=opts.farm,
                 results_dir=results,
                 run_id=run_id,
-                fixture_names=config.getoption("fixture"),
-                rebuild=config.getoption("rebuild"),
+                fixture_names=opts.fixtures,
+                rebuild=opts.rebuild,
                 faults=faults,
-                lock_wait=config.getoption("lock_wait"),
+                lock_wait=opts.lock_wait,
             )
         except FarmError as exc:
             raise pytest.UsageError(str(exc)) from exc
