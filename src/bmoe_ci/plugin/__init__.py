@@ -9,15 +9,19 @@ session runs the gate suite (a path inside `gates/`, or `--bmoe-device` on the c
 Then, on the controller only (session fixtures run once per xdist worker: docs/design.md, the gate
 suite under pytest-xdist):
   * pytest_sessionstart  builds, generates fixtures, leases/pushes/preflights every device
-                         (plugin/prepare.py) and hands the result to workers as JSON;
+                         (plugin/prepare.py) and hands the result to workers as JSON; under
+                         --collect-only (and --fixtures, --setup-plan) it only reads the farm file
+                         and the fixture specs, so that the tests can be parametrised;
   * pytest_runtest_logreport  turns each test's phases into one record per device;
   * pytest_sessionfinish  writes per-device JUnit, the merged JUnit and the summary, releases locks.
 Tests are parametrised over (device, fixture) and grouped per device (`xdist_group`), so with
-`--dist loadgroup` every test of one device runs on one worker, in order.
+`--dist loadgroup` every test of one device runs on one worker, in order. What the controller tells
+the user goes through one Progress object (plugin/progress.py), to pytest's terminal reporter.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -33,6 +37,7 @@ from bmoe_ci.plugin import options
 from bmoe_ci.plugin.collect import RecordCollector
 from bmoe_ci.plugin.context import DeviceContext, GateRun
 from bmoe_ci.plugin.options import GateOptions
+from bmoe_ci.plugin.progress import Progress
 from bmoe_ci.plugin.runner import DeviceRunner
 from bmoe_ci.reports.plan import PlannedTest, write_plan
 
@@ -81,15 +86,17 @@ def pytest_configure(config: pytest.Config) -> None:
             )
         # the environment is read here, in the plugin's hook, and only passed down from here on
         gate_options = options.from_config(config, os.environ)
-        config.pluginmanager.register(Controller(config, gate_options), "bmoe-controller")
+        config.pluginmanager.register(Controller(config, gate_options, Progress.for_config(config)),
+                                      "bmoe-controller")
 
 
 class Controller:
     """Controller-side hooks: prepare devices, ship the context to workers, collect, report."""
 
-    def __init__(self, config: pytest.Config, opts: GateOptions):
+    def __init__(self, config: pytest.Config, opts: GateOptions, progress: Progress):
         self.config = config
         self.opts = opts
+        self.progress = progress
         self.prepared = None
         self.collector: RecordCollector | None = None
         self.started = time.monotonic()
@@ -98,7 +105,7 @@ class Controller:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         # tryfirst: xdist starts its workers in its own (trylast) pytest_sessionstart, and each worker
         # needs the prepared run (pytest_configure_node)
-        from bmoe_ci.plugin.prepare import prepare
+        from bmoe_ci.plugin.prepare import plan_only, prepare
 
         config, opts = self.config, self.opts
         run_id = default_run_id()
@@ -117,7 +124,19 @@ class Controller:
             msg = str(exc)
             raise pytest.UsageError(options.option("fault") + msg[len("--fault"):] if msg.startswith("--fault ")
                                     else msg) from exc
+        origins = [f"{what} {value} from {where}" for what, value, where in (
+            ("farm", opts.farm, opts.farm_from), ("devices", " ".join(opts.selectors), opts.selectors_from),
+        ) if where not in ("command line", "default")]
+        if origins:  # a setting the user did not type: say where it came from
+            self.progress.step("; ".join(origins))
         try:
+            if options.dry_run(config):
+                # only looking at the tests: parametrise them over the selection, touch nothing
+                config.stash[RUN_KEY] = plan_only(
+                    selectors=opts.selectors, farm_file=opts.farm, results_dir=results, run_id=run_id,
+                    fixture_names=opts.fixtures, faults=faults, progress=self.progress,
+                )
+                return
             self.prepared = prepare(
                 selectors=opts.selectors,
                 farm_file=opts.farm,
@@ -127,6 +146,7 @@ class Controller:
                 rebuild=opts.rebuild,
                 faults=faults,
                 lock_wait=opts.lock_wait,
+                progress=self.progress,
             )
         except FarmError as exc:
             raise pytest.UsageError(str(exc)) from exc
@@ -146,6 +166,11 @@ class Controller:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.collector is not None:
             self.collector.add(report)
+        for key, value in report.user_properties:
+            if key == "bmoe.plans":  # plans a test ran, here or on an xdist worker
+                device = dict(report.user_properties).get("bmoe.device", "?")
+                for plan in json.loads(str(value)):
+                    self.progress.step(plan_line(str(device), plan))
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -163,6 +188,19 @@ class Controller:
         if summary is not None:
             terminalreporter.write_sep("=", "bmoe-ci gate matrix")
             terminalreporter.write_line(summary)
+
+
+def plan_line(device: str, plan: dict) -> str:
+    """`host x qwen3moe: plan of 24 entries done, 5.2 s` (a fixture plan's key is `fixture:<name>`)."""
+    what = str(plan.get("key", ""))
+    what = what.split(":", 1)[1] if what.startswith("fixture:") else what
+    entries, seconds = plan.get("entries", 0), float(plan.get("seconds", 0.0))
+    outcome = plan.get("outcome", "ok")
+    if outcome != "ok":
+        return f"{device} x {what}: plan of {entries} entries stopped ({outcome}) after {seconds:.1f} s"
+    crashed = int(plan.get("crashed", 0))
+    crashes = f", {crashed} crashed" if crashed else ""
+    return f"{device} x {what}: plan of {entries} entries done{crashes}, {seconds:.1f} s"
 
 
 def results_dir_problem(path: Path) -> str | None:
@@ -271,6 +309,9 @@ def runner(gate_state: GateState, device: DeviceContext, request: pytest.Fixture
     r = gate_state.runner(device)
     yield r
     request.node.user_properties.append(("bmoe.engine_s", r.take_engine_seconds()))
+    plans = r.take_plans_done()
+    if plans:  # for the controller's progress lines (it may be another process: xdist)
+        request.node.user_properties.append(("bmoe.plans", json.dumps([p.to_json() for p in plans])))
 
 
 @pytest.fixture

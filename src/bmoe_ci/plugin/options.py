@@ -197,6 +197,15 @@ def foreign_short_options(config: pytest.Config) -> list[str]:
     return foreign
 
 
+# Options under which pytest looks at the tests without running them: nothing may be built, leased
+# or pushed (--help and --markers never start a session; --fixtures and --fixtures-per-test collect).
+DRY_OPTIONS = ("collectonly", "showfixtures", "show_fixtures_per_test", "setupplan", "help", "markers")
+
+
+def dry_run(config: pytest.Config) -> bool:
+    return any(getattr(config.option, name, False) for name in DRY_OPTIONS)
+
+
 __all__ = [
     "ENV_DEVICE",
     "ENV_FARM",
@@ -208,6 +217,7 @@ __all__ = [
     "add_options",
     "add_short_aliases",
     "dest",
+    "dry_run",
     "foreign_short_options",
     "from_config",
     "given_on_command_line",
