@@ -2,6 +2,7 @@
 
     pytest gates --bmoe-device pixel8
     pytest gates --bmoe-device pool:nightly -n 4
+    pytest gates --bmoe-device host -m g8b          # one gate, by its catalogue id
 
 Options, ini keys and environment variables: plugin/options.py (every option is prefixed `--bmoe-`;
 the short names are aliases only while no other plugin owns them). The plugin is inert unless the
@@ -36,6 +37,7 @@ from bmoe_ci.paths import repo_root
 from bmoe_ci.plugin import options
 from bmoe_ci.plugin.collect import RecordCollector
 from bmoe_ci.plugin.context import DeviceContext, GateRun
+from bmoe_ci.plugin.marks import mark_gate_item, register_catalogue
 from bmoe_ci.plugin.options import GateOptions
 from bmoe_ci.plugin.progress import Progress
 from bmoe_ci.plugin.runner import DeviceRunner
@@ -65,6 +67,7 @@ def _gate_suite_requested(config: pytest.Config) -> bool:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gate(id): the gate catalogue id this test checks (docs/gates.md)")
+    register_catalogue(config)
     if not _gate_suite_requested(config):
         return
     if getattr(config.option, "numprocesses", None):
@@ -322,8 +325,10 @@ def artifacts(gate_state: GateState, device: DeviceContext, request: pytest.Fixt
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    """Label each gate test with what the controller's records need (these cross xdist as
-    user_properties): device, gate id, fixture, and the test case name used in JUnit."""
+    """Give each gate test its gate id's marker (`-m g8b`, `-k G8b`: plugin/marks.py), and label it with
+    what the controller's records need (these cross xdist as user_properties): device, gate id,
+    fixture, and the test case name used in JUnit."""
+    mark_gate_item(item)
     marker = item.get_closest_marker("gate")
     callspec = getattr(item, "callspec", None)
     if marker is None or callspec is None or "device" not in callspec.params:
