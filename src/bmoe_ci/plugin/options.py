@@ -6,7 +6,7 @@ namespace for every installed plugin, and a short name another plugin also defin
 defines `--device`) makes argparse refuse the second registration, which kills every pytest run before
 it starts. The short names (`--device`, `--farm`, ...) stay usable as aliases, registered by the gate
 suite's conftest (gates/conftest.py) through :func:`add_short_aliases`: pytest loads the initial
-conftests after every entry-point, `-p` and PYTEST_PLUGINS plugin (Config._preparse in pytest 9:
+conftests after every entry-point, `-p` and PYTEST_PLUGINS plugin (Config.parse in pytest 9:
 consider_preparse, load_setuptools_entrypoints("pytest11"), consider_env, then
 pytest_load_initial_conftests), so by then every option another plugin defines is known, and an
 alias is only added for a name nobody took.
