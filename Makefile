@@ -18,4 +18,4 @@ test: setup lint
 
 gates: setup
 	bmoe-ci farm up
-	$(PYTHON) -m pytest gates --device all -n 4
+	$(PYTHON) -m pytest gates --bmoe-device all -n 4

@@ -26,8 +26,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def gate_run(devices: str, workers: int, results: Path) -> tuple[float, dict]:
-    cmd = [sys.executable, "-m", "pytest", "gates", "-q", "-p", "no:cacheprovider", "--device", devices,
-           "--results", str(results)]
+    cmd = [sys.executable, "-m", "pytest", "gates", "-q", "-p", "no:cacheprovider", "--bmoe-device", devices,
+           "--bmoe-results", str(results)]
     if workers:
         cmd += ["-n", str(workers)]
     start = time.monotonic()

@@ -2,7 +2,7 @@
 
     bmoe-ci farm up && python bench/nightly_overhead.py [--rounds 3] [--pool nightly] [--fixture NAME ...]
 
-Each round runs the exact gate command the nightly runs (`pytest gates --device pool:P -n N ...`, built
+Each round runs the exact gate command the nightly runs (`pytest gates --bmoe-device pool:P -n N ...`, built
 by the nightly's own `gate_command`) and then `bmoe-ci nightly` on the same pool, alternating so both
 see the same machine load. Everything is warm (one untimed nightly first: built, generated, pushed).
 Prints each wall time, the medians, and the nightly's overhead as a ratio and in seconds: what the

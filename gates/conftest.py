@@ -1,5 +1,6 @@
 """Fixtures of the gate suite. The `bmoe` pytest plugin (bmoe_ci.plugin) prepares the devices and
-parametrises every test over (device, fixture); this file says what a gate reads."""
+parametrises every test over (device, fixture); this file says what a gate reads, and registers the
+short option names (`--device`, `--farm`, ...) as aliases of the plugin's `--bmoe-*` options."""
 
 from __future__ import annotations
 
@@ -8,10 +9,19 @@ import json
 import pytest
 
 from bmoe_ci.plugin.context import DeviceContext
+from bmoe_ci.plugin.options import add_short_aliases
 from bmoe_ci.plugin.runner import DeviceRunner, EngineResult
 from bmoe_ci.replay import Trace, TraceError, parse_trace
 from bmoe_ci.reports.xdev import fingerprint
 from gates.plan import TracePath, fixture_plan
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    # Here, not in the plugin: pytest loads this conftest (an initial conftest of `pytest gates`) after
+    # every installed plugin, so a short name another plugin owns (pytest-playwright's --device) is
+    # already known and left alone instead of colliding. `--bmoe-device` and the rest always work.
+    add_short_aliases(parser)
+
 
 # (device, fixture) plans whose fingerprints this process already handed to the controller
 _DIGESTS_SENT = pytest.StashKey[set[tuple[str, str]]]()

@@ -49,11 +49,11 @@ def run_gates(tmp_path: Path, *, faults: tuple[str, ...] = (), fixtures: tuple[s
     `env`: the controller's environment (local devices inherit it)."""
     results = results or tmp_path / "results"
     cmd = [sys.executable, "-m", "pytest", *modules, "-p", "no:cacheprovider", "-q",
-           "--farm", str(farm or host_farm(tmp_path)), "--device", device, "--results", str(results)]
+           "--bmoe-farm", str(farm or host_farm(tmp_path)), "--bmoe-device", device, "--bmoe-results", str(results)]
     for name in faults:
-        cmd += ["--fault", name]
+        cmd += ["--bmoe-fault", name]
     for name in fixtures:
-        cmd += ["--fixture", name]
+        cmd += ["--bmoe-fixture", name]
     if select:
         cmd += ["-k", " or ".join(select)]
     cmd += list(extra)

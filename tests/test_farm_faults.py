@@ -174,8 +174,9 @@ def test_a_killed_controller_leaves_results_that_add_up_and_the_next_run_starts(
     farm = _two_device_farm(tmp_path, 60.0)
     farm.write_text(farm.read_text().replace("defaults:\n", f"defaults:\n  lease_ttl: {ttl}\n"))
     killed = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "pytest", *DET, "-p", "no:cacheprovider", "-q", "-n", "2", "--farm", str(farm),
-           "--device", "all", "--results", str(killed), "--fixture", "qwen3moe", "--fixture", "gemma4"]
+    cmd = [sys.executable, "-m", "pytest", *DET, "-p", "no:cacheprovider", "-q", "-n", "2", "--bmoe-farm", str(farm),
+           "--bmoe-device", "all", "--bmoe-results", str(killed), "--bmoe-fixture", "qwen3moe",
+           "--bmoe-fixture", "gemma4"]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
@@ -239,7 +240,7 @@ def _finished_records(results: Path) -> int:
 
 
 def _gates(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "pytest", *DET, "-p", "no:cacheprovider", "-q", "--fixture", "qwen3moe", *args]
+    cmd = [sys.executable, "-m", "pytest", *DET, "-p", "no:cacheprovider", "-q", "--bmoe-fixture", "qwen3moe", *args]
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
 
 
@@ -251,18 +252,19 @@ def test_bad_options_are_refused_before_any_device_is_touched(tmp_path: Path) ->
     read_only.mkdir()
     read_only.chmod(0o555)
     cases = [
-        (("--results", str(a_file)), "exists and is not a directory"),
-        (("--results", str(a_file / "sub")), "is not a directory"),
-        (("--lock-wait", "-1"), "--lock-wait -1: must be 0 or more seconds"),
+        (("--bmoe-results", str(a_file)), "exists and is not a directory"),
+        (("--bmoe-results", str(a_file / "sub")), "is not a directory"),
+        (("--bmoe-lock-wait", "-1"), "--bmoe-lock-wait -1: must be 0 or more seconds"),
     ]
     if os.geteuid() != 0:  # root writes anywhere
-        cases.append((("--results", str(read_only / "r")), "is not writable"))
+        cases.append((("--bmoe-results", str(read_only / "r")), "is not writable"))
     mips = tmp_path / "mips.yaml"
     mips.write_text(farm.read_text().replace("arch: x86_64", "arch: mips").replace("arch: aarch64", "arch: mips"))
-    cases.append((("--farm", str(mips), "--results", str(tmp_path / "r")), f"{mips}:6: devices[0].arch: unknown arch"))
+    cases.append((("--bmoe-farm", str(mips), "--bmoe-results", str(tmp_path / "r")),
+                  f"{mips}:6: devices[0].arch: unknown arch"))
     for args, expected in cases:
-        full = args if "--farm" in args else ("--farm", str(farm), *args)
-        r = _gates(tmp_path, "--device", "host", *full)
+        full = args if "--bmoe-farm" in args else ("--bmoe-farm", str(farm), *args)
+        r = _gates(tmp_path, "--bmoe-device", "host", *full)
         out = r.stdout + r.stderr
         assert r.returncode == 4 and expected in out, (args, out[-2000:])
         assert "Traceback" not in out
@@ -358,8 +360,8 @@ def test_a_device_whose_sshd_dies_mid_run_gives_errors_and_the_other_passes(tmp_
 
 
 def _gates_cmd(farm: Path, results: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "pytest", *DET, "-p", "no:cacheprovider", "-q", "--farm", str(farm),
-            "--device", "host", "--results", str(results), "--fixture", "qwen3moe", *args]
+    return [sys.executable, "-m", "pytest", *DET, "-p", "no:cacheprovider", "-q", "--bmoe-farm", str(farm),
+            "--bmoe-device", "host", "--bmoe-results", str(results), "--bmoe-fixture", "qwen3moe", *args]
 
 
 def _summary(results: Path) -> dict:
@@ -380,7 +382,7 @@ def test_a_second_run_on_a_leased_device_is_busy_or_waits_for_it(tmp_path: Path)
         while not lease.is_file() and first.poll() is None and time.monotonic() - start < 120:
             time.sleep(0.05)
         assert first.poll() is None and lease.is_file(), "the first run never leased the device"
-        waiter = subprocess.Popen(_gates_cmd(farm, tmp_path / "r3", "--lock-wait", "120"), cwd=REPO,
+        waiter = subprocess.Popen(_gates_cmd(farm, tmp_path / "r3", "--bmoe-lock-wait", "120"), cwd=REPO,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         busy = subprocess.run(_gates_cmd(farm, tmp_path / "r2"), cwd=REPO, capture_output=True, text=True,
                               timeout=120, check=False)

@@ -98,8 +98,8 @@ def test_device_dying_mid_run_keeps_the_results_it_gave(tmp_path: Path) -> None:
 
 def test_unknown_device_lists_the_known_ones(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "gates", "-p", "no:cacheprovider", "--farm", str(host_farm(tmp_path)),
-         "--device", "pixel9", "--results", str(tmp_path / "r")],
+        [sys.executable, "-m", "pytest", "gates", "-p", "no:cacheprovider", "--bmoe-farm", str(host_farm(tmp_path)),
+         "--bmoe-device", "pixel9", "--bmoe-results", str(tmp_path / "r")],
         cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
     )
     assert proc.returncode == 4  # pytest's usage error
@@ -113,8 +113,8 @@ def test_engine_that_does_not_compile_stops_the_run_with_the_compiler_output(tmp
     shutil.copy(REPO / "pyproject.toml", tree / "pyproject.toml")
     (tree / "engine" / "src" / "zz_broken.c").write_text("int zz_broken(void) { return not_declared; }\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "gates", "-p", "no:cacheprovider", "--farm", str(host_farm(tmp_path)),
-         "--device", "host", "--results", str(tmp_path / "r")],
+        [sys.executable, "-m", "pytest", "gates", "-p", "no:cacheprovider", "--bmoe-farm", str(host_farm(tmp_path)),
+         "--bmoe-device", "host", "--bmoe-results", str(tmp_path / "r")],
         cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
         env={**os.environ, "BMOE_CI_REPO": str(tree), "BMOE_CI_CACHE": str(tmp_path / "cache")},
     )

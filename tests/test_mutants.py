@@ -68,12 +68,14 @@ def test_malformed_catalogue_is_one_line_naming_the_entry(tmp_path: Path, body: 
 def test_unknown_fault_is_refused_before_any_device_is_touched(tmp_path: Path) -> None:
     results = tmp_path / "results"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "gates", "-p", "no:cacheprovider", "-q", "--farm", str(host_farm(tmp_path)),
-         "--device", "host", "--results", str(results), "--fault", "NO_SUCH_FAULT"],
+        [sys.executable, "-m", "pytest", "gates", "-p", "no:cacheprovider", "-q",
+         "--bmoe-farm", str(host_farm(tmp_path)), "--bmoe-device", "host", "--bmoe-results", str(results),
+         "--bmoe-fault", "NO_SUCH_FAULT"],
         cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 4, proc.stdout + proc.stderr  # pytest's usage-error status
     errors = [ln for ln in proc.stderr.splitlines() if "NO_SUCH_FAULT" in ln]
     assert len(errors) == 1 and "not in the fault catalogue" in errors[0], proc.stderr
+    assert errors[0].startswith("ERROR: --bmoe-fault NO_SUCH_FAULT:"), errors[0]
     assert "Traceback" not in proc.stderr + proc.stdout
     assert not (tmp_path / "work").exists(), "the device's work directory was touched"
     assert not results.exists()

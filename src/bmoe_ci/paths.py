@@ -68,11 +68,6 @@ def source_tree() -> Path:
     return tree
 
 
-def repo_root() -> Path:
-    """The old name of :func:`source_tree` (kept so that code written against it keeps working)."""
-    return source_tree()
-
-
 def checkout() -> Path | None:
     """The source tree when it is a checkout (where results and caches may go, and git can be asked),
     None when it is the wheel's packaged copy."""

@@ -94,6 +94,20 @@ class HealthBook:
             h.quarantine = None
         return h
 
+    def peek(self, device: str, now: float | None = None) -> DeviceHealth:
+        """Like :meth:`get`, but only reads: no lock file, no rewrite (for `pytest --collect-only`,
+        which must leave the controller's state as it found it). Updates replace the file atomically,
+        so an unlocked read sees a whole file."""
+        now = time.time() if now is None else now
+        try:
+            data = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        except (OSError, ValueError):
+            data = {}
+        h = self._load(data.get(self._key(device)) if isinstance(data, dict) else None)
+        if h.quarantine is not None and h.quarantine.until <= now:
+            h.quarantine = None
+        return h
+
     def record(self, device: Device, error: str | None, now: float | None = None) -> DeviceHealth:
         """Record one run's health check (``error`` None: it passed); quarantine the device after
         ``device.quarantine_after`` consecutive failures (0: never)."""

@@ -1,7 +1,7 @@
 """`bmoe-ci mutants`: build every fault of the catalogue and run the real gate suite against each.
 
-The gates are not re-implemented here: each fault is one `pytest gates --fault NAME --device D
---results DIR/faults/NAME` subprocess, and its verdicts are read back from that run's summary.json.
+The gates are not re-implemented here: each fault is one `pytest gates --bmoe-fault NAME --bmoe-device D
+--bmoe-results DIR/faults/NAME` subprocess, and its verdicts are read back from that run's summary.json.
 Before any fault, the clean engine runs the same suite: a gate that fails on the clean build would
 "catch" every fault, so a clean run that is not green gives no verdict at all.
 
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from bmoe_ci.builder import Build, BuildError, build
+from bmoe_ci.farm.localfarm import farm_file
 from bmoe_ci.mutants.catalogue import Fault
 from bmoe_ci.paths import is_checkout
 
@@ -72,13 +73,14 @@ def run_gate_suite(spec: GateRunSpec, fault: str | None, out: Path) -> GateRunOu
     """One `pytest gates` subprocess; its console goes to out/pytest.log."""
     out.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pytest", str(spec.repo / "gates"), "-p", "no:cacheprovider", "-q",
-           "--device", spec.device, "--results", str(out)]
-    if spec.farm:
-        cmd += ["--farm", spec.farm]
+           "--bmoe-device", spec.device, "--bmoe-results", str(out)]
+    # always named: the gate suite would otherwise take $BMOE_FARM or the ini's bmoe_farm, not the farm
+    # the device was chosen from
+    cmd += ["--bmoe-farm", spec.farm or str(farm_file())]
     if fault:
-        cmd += ["--fault", fault]
+        cmd += ["--bmoe-fault", fault]
     for name in spec.fixtures:
-        cmd += ["--fixture", name]
+        cmd += ["--bmoe-fixture", name]
     log = out / "pytest.log"
     started = time.monotonic()
     with log.open("w", encoding="utf-8") as fh:

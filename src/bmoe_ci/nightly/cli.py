@@ -52,7 +52,7 @@ def add_nightly_commands(subparsers: Any) -> None:
         help="run the gate suite on a pool, record it in the history, classify against earlier runs, report",
         description=(
             "Run every gate on every reachable device of a pool (the gate suite, as `pytest gates "
-            "--device pool:P`), store the run under DIR/<run-id>/, record it in DIR/history.sqlite, "
+            "--bmoe-device pool:P`), store the run under DIR/<run-id>/, record it in DIR/history.sqlite, "
             "classify each result against earlier runs and write nightly.json, report.md and report.html. "
             "Prints the report's path last. Exit 0: no new failure and no cross-device disagreement; "
             "1: there is one; 2: usage or configuration error; 3: no verdicts."

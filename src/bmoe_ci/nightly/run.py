@@ -1,6 +1,6 @@
 """``bmoe-ci nightly``: run the gate suite on a pool, record it in the history, classify, report.
 
-The gates run through the gate suite itself (``pytest gates --device pool:P``, a subprocess): there is
+The gates run through the gate suite itself (``pytest gates --bmoe-device pool:P``, a subprocess): there is
 no second implementation of any gate here. Exit status: 0 nothing new failed and the devices agree,
 1 a new failure or a cross-device disagreement, 2 a usage or configuration error, 3 no verdicts.
 """
@@ -138,16 +138,17 @@ def _run_mutants(opts: NightlyOptions, run_dir: Path, devices: dict[str, str]) -
 def gate_command(opts: NightlyOptions, run_dir: Path, n_devices: int) -> list[str]:
     """The plain gate run the nightly drives (also what the overhead benchmark compares against)."""
     cmd = [sys.executable, "-m", "pytest", str(source_tree() / "gates"), "-p", "no:cacheprovider", "-q",
-           "--device", f"pool:{opts.pool}", "--results", str(run_dir)]
-    if opts.farm:
-        cmd += ["--farm", str(opts.farm)]
+           "--bmoe-device", f"pool:{opts.pool}", "--bmoe-results", str(run_dir),
+           # always named: the gate suite would otherwise take $BMOE_FARM or the ini's bmoe_farm, not
+           # the farm this nightly loaded and hashed
+           "--bmoe-farm", str(_farm_path(opts.farm))]
     workers = opts.workers if opts.workers is not None else min(n_devices, 4)
     if workers > 1:
         cmd += ["-n", str(workers)]
     for f in opts.fixtures:
-        cmd += ["--fixture", f]
+        cmd += ["--bmoe-fixture", f]
     for f in opts.faults:
-        cmd += ["--fault", f]
+        cmd += ["--bmoe-fault", f]
     return cmd
 
 

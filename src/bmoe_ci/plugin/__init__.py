@@ -1,21 +1,28 @@
 """The pytest plugin of the gate suite (entry point `bmoe`).
 
-    pytest gates --device pixel8
-    pytest gates --device pool:nightly -n 4
+    pytest gates --bmoe-device pixel8
+    pytest gates --bmoe-device pool:nightly -n 4
+    pytest gates --bmoe-device host -m g8b          # one gate, by its catalogue id
 
-The plugin is inert unless the session runs the gate suite (a path inside `gates/`, or `--device`).
+Options, ini keys and environment variables: plugin/options.py (every option is prefixed `--bmoe-`;
+the short names are aliases only while no other plugin owns them). The plugin is inert unless the
+session runs the gate suite (a path inside `gates/`, or `--bmoe-device` on the command line).
 Then, on the controller only (session fixtures run once per xdist worker: docs/design.md, the gate
 suite under pytest-xdist):
   * pytest_sessionstart  builds, generates fixtures, leases/pushes/preflights every device
-                         (plugin/prepare.py) and hands the result to workers as JSON;
+                         (plugin/prepare.py) and hands the result to workers as JSON; under
+                         --collect-only (and --fixtures, --setup-plan) it only reads the farm file
+                         and the fixture specs, so that the tests can be parametrised;
   * pytest_runtest_logreport  turns each test's phases into one record per device;
   * pytest_sessionfinish  writes per-device JUnit, the merged JUnit and the summary, releases locks.
 Tests are parametrised over (device, fixture) and grouped per device (`xdist_group`), so with
-`--dist loadgroup` every test of one device runs on one worker, in order.
+`--dist loadgroup` every test of one device runs on one worker, in order. What the controller tells
+the user goes through one Progress object (plugin/progress.py), to pytest's terminal reporter.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -27,8 +34,12 @@ from bmoe_ci.farm import DeviceSession, FarmError, InfraError, default_run_id, l
 from bmoe_ci.fixtures import SpecError
 from bmoe_ci.mutants.catalogue import CatalogueError, load_catalogue
 from bmoe_ci.paths import source_tree
+from bmoe_ci.plugin import options
 from bmoe_ci.plugin.collect import RecordCollector
 from bmoe_ci.plugin.context import DeviceContext, GateRun
+from bmoe_ci.plugin.marks import mark_gate_item, register_catalogue
+from bmoe_ci.plugin.options import GateOptions
+from bmoe_ci.plugin.progress import Progress
 from bmoe_ci.plugin.runner import DeviceRunner
 from bmoe_ci.plugin.suite import pytest_load_initial_conftests  # noqa: F401 (`pytest gates` anywhere)
 from bmoe_ci.reports.plan import PlannedTest, write_plan
@@ -38,23 +49,11 @@ STATE_KEY = pytest.StashKey["GateState"]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("bmoe", "bmoe-ci gate suite")
-    group.addoption("--device", action="append", metavar="SEL",
-                    help="NAME, a,b, pool:NAME, arch:A, label:L or all (repeatable; default all)")
-    group.addoption("--farm", metavar="FILE", help="farm YAML (default: the embedded local farm)")
-    group.addoption("--results", metavar="DIR", help="results directory (default results/<run-id>)")
-    group.addoption("--rebuild", action="store_true", help="ignore the engine build cache")
-    group.addoption("--fixture", action="append", metavar="NAME",
-                    help="only this fixture (repeatable; default: every default fixture)")
-    group.addoption("--lock-wait", type=float, default=0.0, metavar="SECONDS",
-                    help="wait up to SECONDS for a device another run holds (default 0: busy is an error)")
-    group.addoption("--fault", action="append", metavar="NAME",
-                    help="build the engine with fault BMOE_FAULT_<NAME> of engine/faults.toml injected "
-                         "(to show a gate can fail; repeatable)")
+    options.add_options(parser)
 
 
 def _gate_suite_requested(config: pytest.Config) -> bool:
-    if config.getoption("device"):
+    if options.given_on_command_line(config):
         return True
     try:
         gates = (source_tree() / "gates").resolve()
@@ -69,6 +68,7 @@ def _gate_suite_requested(config: pytest.Config) -> bool:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gate(id): the gate catalogue id this test checks (docs/gates.md)")
+    register_catalogue(config)
     if not _gate_suite_requested(config):
         return
     if getattr(config.option, "numprocesses", None):
@@ -80,47 +80,77 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.loadgroup = True
         config.stash[STATE_KEY] = GateState(GateRun.from_json(workerinput["bmoe_gate_run"]))
     else:
-        config.pluginmanager.register(Controller(config), "bmoe-controller")
+        foreign = options.foreign_short_options(config)
+        if foreign:
+            names = ", ".join(foreign)
+            raise pytest.UsageError(
+                f"{names}: another installed plugin defines {'this option' if len(foreign) == 1 else 'these options'}"
+                f" here, so the gate suite does not get it; use "
+                + ", ".join(options.option(n.lstrip("-")) for n in foreign)
+            )
+        # the environment is read here, in the plugin's hook, and only passed down from here on
+        gate_options = options.from_config(config, os.environ)
+        config.pluginmanager.register(Controller(config, gate_options, Progress.for_config(config)),
+                                      "bmoe-controller")
 
 
 class Controller:
     """Controller-side hooks: prepare devices, ship the context to workers, collect, report."""
 
-    def __init__(self, config: pytest.Config):
+    def __init__(self, config: pytest.Config, opts: GateOptions, progress: Progress):
         self.config = config
+        self.opts = opts
+        self.progress = progress
         self.prepared = None
         self.collector: RecordCollector | None = None
         self.started = time.monotonic()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        from bmoe_ci.plugin.prepare import prepare
+        # tryfirst: xdist starts its workers in its own (trylast) pytest_sessionstart, and each worker
+        # needs the prepared run (pytest_configure_node)
+        from bmoe_ci.plugin.prepare import plan_only, prepare
 
-        config = self.config
+        config, opts = self.config, self.opts
         run_id = default_run_id()
-        results = Path(config.getoption("results") or Path("results") / run_id).resolve()
+        results = Path(opts.results or Path("results") / run_id).resolve()
         # bad options are refused before any device is touched
         problem = results_dir_problem(results)
         if problem:
-            raise pytest.UsageError(f"--results {config.getoption('results') or results}: {problem}")
-        if config.getoption("lock_wait") < 0:
-            raise pytest.UsageError(f"--lock-wait {config.getoption('lock_wait'):g}: must be 0 or more seconds")
+            raise pytest.UsageError(f"{options.option('results')} {opts.results or results}: {problem}")
+        if opts.lock_wait < 0:
+            raise pytest.UsageError(f"{options.option('lock-wait')} {opts.lock_wait:g}: must be 0 or more seconds")
         try:
             # an unknown fault would build a normal engine and report it green: refuse it first
-            requested = config.getoption("fault") or []
-            faults = [f.name for f in load_catalogue().resolve(requested)] if requested else []
+            faults = [f.name for f in load_catalogue().resolve(list(opts.faults))] if opts.faults else []
         except CatalogueError as exc:
-            raise pytest.UsageError(str(exc)) from exc
+            # the catalogue names the option as `bmoe-ci mutants` spells it
+            msg = str(exc)
+            raise pytest.UsageError(options.option("fault") + msg[len("--fault"):] if msg.startswith("--fault ")
+                                    else msg) from exc
+        origins = [f"{what} {value} from {where}" for what, value, where in (
+            ("farm", opts.farm, opts.farm_from), ("devices", " ".join(opts.selectors), opts.selectors_from),
+        ) if where not in ("command line", "default")]
+        if origins:  # a setting the user did not type: say where it came from
+            self.progress.step("; ".join(origins))
         try:
+            if options.dry_run(config):
+                # only looking at the tests: parametrise them over the selection, touch nothing
+                config.stash[RUN_KEY] = plan_only(
+                    selectors=opts.selectors, farm_file=opts.farm, results_dir=results, run_id=run_id,
+                    fixture_names=opts.fixtures, faults=faults, progress=self.progress,
+                )
+                return
             self.prepared = prepare(
-                selectors=config.getoption("device") or ["all"],
-                farm_file=config.getoption("farm"),
+                selectors=opts.selectors,
+                farm_file=opts.farm,
                 results_dir=results,
                 run_id=run_id,
-                fixture_names=config.getoption("fixture"),
-                rebuild=config.getoption("rebuild"),
+                fixture_names=opts.fixtures,
+                rebuild=opts.rebuild,
                 faults=faults,
-                lock_wait=config.getoption("lock_wait"),
+                lock_wait=opts.lock_wait,
+                progress=self.progress,
             )
         except FarmError as exc:
             raise pytest.UsageError(str(exc)) from exc
@@ -140,6 +170,11 @@ class Controller:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if self.collector is not None:
             self.collector.add(report)
+        for key, value in report.user_properties:
+            if key == "bmoe.plans":  # plans a test ran, here or on an xdist worker
+                device = dict(report.user_properties).get("bmoe.device", "?")
+                for plan in json.loads(str(value)):
+                    self.progress.step(plan_line(str(device), plan))
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -157,6 +192,19 @@ class Controller:
         if summary is not None:
             terminalreporter.write_sep("=", "bmoe-ci gate matrix")
             terminalreporter.write_line(summary)
+
+
+def plan_line(device: str, plan: dict) -> str:
+    """`host x qwen3moe: plan of 24 entries done, 5.2 s` (a fixture plan's key is `fixture:<name>`)."""
+    what = str(plan.get("key", ""))
+    what = what.split(":", 1)[1] if what.startswith("fixture:") else what
+    entries, seconds = plan.get("entries", 0), float(plan.get("seconds", 0.0))
+    outcome = plan.get("outcome", "ok")
+    if outcome != "ok":
+        return f"{device} x {what}: plan of {entries} entries stopped ({outcome}) after {seconds:.1f} s"
+    crashed = int(plan.get("crashed", 0))
+    crashes = f", {crashed} crashed" if crashed else ""
+    return f"{device} x {what}: plan of {entries} entries done{crashes}, {seconds:.1f} s"
 
 
 def results_dir_problem(path: Path) -> str | None:
@@ -265,6 +313,9 @@ def runner(gate_state: GateState, device: DeviceContext, request: pytest.Fixture
     r = gate_state.runner(device)
     yield r
     request.node.user_properties.append(("bmoe.engine_s", r.take_engine_seconds()))
+    plans = r.take_plans_done()
+    if plans:  # for the controller's progress lines (it may be another process: xdist)
+        request.node.user_properties.append(("bmoe.plans", json.dumps([p.to_json() for p in plans])))
 
 
 @pytest.fixture
@@ -275,8 +326,10 @@ def artifacts(gate_state: GateState, device: DeviceContext, request: pytest.Fixt
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    """Label each gate test with what the controller's records need (these cross xdist as
-    user_properties): device, gate id, fixture, and the test case name used in JUnit."""
+    """Give each gate test its gate id's marker (`-m g8b`, `-k G8b`: plugin/marks.py), and label it with
+    what the controller's records need (these cross xdist as user_properties): device, gate id,
+    fixture, and the test case name used in JUnit."""
+    mark_gate_item(item)
     marker = item.get_closest_marker("gate")
     callspec = getattr(item, "callspec", None)
     if marker is None or callspec is None or "device" not in callspec.params:

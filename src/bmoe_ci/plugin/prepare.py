@@ -1,12 +1,14 @@
 """The controller's session setup: build each needed target once, generate fixtures once, then
 connect, lock, push and preflight every selected device (in parallel). Runs where xdist's
-controller runs, never on a worker, so devices are leased and pushed exactly once per session."""
+controller runs, never on a worker, so devices are leased and pushed exactly once per session.
+
+:func:`plan_only` is the same selection without any of that, for `pytest --collect-only` and the
+other modes that look at the tests without running them."""
 
 from __future__ import annotations
 
-import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -18,13 +20,14 @@ from bmoe_ci.farm import (
     InfraError,
     PushItem,
     load_farm,
-    open_session,
     select_devices,
 )
-from bmoe_ci.farm.health import HealthBook
-from bmoe_ci.fixtures import FixtureFile, generate
+from bmoe_ci.farm.health import DeviceHealth, HealthBook
+from bmoe_ci.farm.store import PushReport
+from bmoe_ci.fixtures import FixtureFile, generate, load_specs
 from bmoe_ci.paths import source_tree
 from bmoe_ci.plugin.context import DeviceContext, GateRun
+from bmoe_ci.plugin.progress import Progress
 from bmoe_ci.reference import GATE_REQUEST
 
 
@@ -34,8 +37,8 @@ def target_for(device: Device) -> str:
     return f"{device.arch}-linux-musl"
 
 
-def _say(msg: str) -> None:
-    print(f"bmoe-ci: {msg}", file=sys.stderr, flush=True)
+def mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
 
 
 class Prepared:
@@ -50,6 +53,88 @@ class Prepared:
             session.close()
 
 
+def _available(selected: Sequence[Device], health: HealthBook, peek: bool,
+               progress: Progress) -> tuple[list[Device], list[str]]:
+    """The selected devices that are not quarantined, and a note for each one that is."""
+    devices, notes = [], []
+    for device in selected:
+        h: DeviceHealth = health.peek(device.name) if peek else health.get(device.name)
+        if h.quarantine is None:
+            devices.append(device)
+        else:
+            notes.append(f"{device.name} skipped: {h.quarantine.describe()} "
+                         f"(`bmoe-ci farm release {device.name}` lifts it)")
+            progress.notice(notes[-1])
+    if not devices:
+        raise FarmError("every selected device is quarantined:\n" + "\n".join(notes))
+    progress.step(f"farm {getattr(health, 'farm', '')}: {len(devices)} device(s): "
+                  + ", ".join(f"{d.name} ({d.arch})" for d in devices))
+    return devices, notes
+
+
+def plan_only(
+    *,
+    selectors: Sequence[str],
+    farm_file: str | None,
+    results_dir: Path,
+    run_id: str,
+    fixture_names: Sequence[str] | None,
+    faults: Sequence[str] = (),
+    progress: Progress | None = None,
+) -> GateRun:
+    """The run's devices and fixtures as the tests are parametrised over them, from the farm file and
+    the fixture specs alone: nothing is built, generated, leased, pushed or written (the health state
+    is read, not updated). Raises FarmError and SpecError like :func:`prepare`."""
+    progress = progress or Progress()
+    farm = load_farm(farm_file)
+    selected = select_devices(farm, list(selectors))
+    devices, notes = _available(selected, HealthBook(farm.path), True, progress)
+    specs = load_specs().select(list(fixture_names) if fixture_names else None)
+    progress.step(f"collect only: fixtures {', '.join(s.name for s in specs)}; nothing built, leased or pushed")
+    return GateRun(
+        run_id=run_id,
+        results_dir=str(results_dir),
+        farm_file=str(farm.path),
+        devices=[DeviceContext(name=d.name, arch=d.arch, os=d.os, kind=d.kind, target=target_for(d), build_id="")
+                 for d in devices],
+        fixtures={s.name: "" for s in specs},
+        engine_builds={},
+        compiled=[],
+        faults=list(faults),
+        notes=notes,
+    )
+
+
+def _push_line(reports: Sequence[PushReport], seconds: float, verified: int) -> str:
+    files = sum(len(r.files) for r in reports)
+    uploaded = sum(r.uploaded for r in reports)
+    pushed = sum(r.bytes_pushed for r in reports)
+    if not uploaded:
+        return f"push: all {files} files already on the device, {verified} verified, {seconds:.1f} s"
+    rate = pushed / seconds / 2**20 if seconds > 0 else 0.0
+    return (f"pushed {mib(pushed)} in {uploaded} of {files} files ({rate:.1f} MiB/s, {files - uploaded} "
+            f"already there), {verified} verified, {seconds:.1f} s")
+
+
+def _session_message(progress: Progress, device: str, msg: str) -> None:
+    """A device session's own messages: each file it uploads is detail (the push line sums them up);
+    everything else it says is about the lease (waiting for another run's, breaking a stale one, a
+    failing heartbeat) and is shown whatever the verbosity."""
+    if msg.startswith("pushing "):
+        progress.detail(f"{device}: {msg}")
+    else:
+        progress.notice(f"{device}: {msg}")
+
+
+def _fixtures_message(progress: Progress, msg: str) -> None:
+    """The fixture generator's messages: waiting for another generator, or a manifest it had to ignore,
+    are notices; generating and hashing are detail (the fixtures line sums them up)."""
+    if msg.startswith(("waiting", "ignoring")):
+        progress.notice(f"fixtures: {msg}")
+    else:
+        progress.detail(f"fixtures: {msg}")
+
+
 def prepare(
     *,
     selectors: Sequence[str],
@@ -60,30 +145,33 @@ def prepare(
     rebuild: bool,
     faults: Sequence[str] = (),
     lock_wait: float = 0.0,
-    say: Callable[[str], None] = _say,
+    progress: Progress | None = None,
 ) -> Prepared:
     """`faults` are catalogue names (the caller has checked them against engine/faults.toml).
     Raises FarmError (bad farm file, unknown device) — a usage problem that stops the session.
     A device that cannot be reached or fails preflight does NOT raise: it gets an infra_error."""
+    progress = progress or Progress()
+    started = time.monotonic()
     farm = load_farm(farm_file)
     selected = select_devices(farm, list(selectors))
     health = HealthBook(farm.path)
-    devices, notes = [], []
-    for device in selected:
-        q = health.get(device.name).quarantine
-        if q is None:
-            devices.append(device)
-        else:
-            notes.append(f"{device.name} skipped: {q.describe()} (`bmoe-ci farm release {device.name}` lifts it)")
-            say(notes[-1])
-    if not devices:
-        raise FarmError("every selected device is quarantined:\n" + "\n".join(notes))
+    devices, notes = _available(selected, health, False, progress)
 
     builds: dict[str, Build] = {}
     for target in sorted({target_for(d) for d in devices}):
         defines = [f"BMOE_FAULT_{name}=1" for name in faults]
-        builds[target] = build(target, defines=defines, rebuild=rebuild, progress=say)
-    fixtures = generate(None, names=list(fixture_names) if fixture_names else None, reference=GATE_REQUEST)
+        t0 = time.monotonic()
+        b = build(target, defines=defines, rebuild=rebuild, progress=progress.step)
+        with_faults = f", faults {', '.join(faults)}" if faults else ""
+        progress.step(f"build {b.target}: {'compiled' if b.compiled else 'cached'}, "
+                      f"{time.monotonic() - t0:.1f} s (build {b.build_id}{with_faults})")
+        builds[target] = b
+    t0 = time.monotonic()
+    fixtures = generate(None, names=list(fixture_names) if fixture_names else None, reference=GATE_REQUEST,
+                        progress=lambda m: _fixtures_message(progress, m))
+    progress.step("fixtures: " + ", ".join(f"{f.name} {f.origin} ({mib(f.size)})" for f in fixtures)
+                  + f"; {time.monotonic() - t0:.1f} s")
+    items = _fixture_items(fixtures)
 
     def open_one(device: Device) -> tuple[DeviceContext, DeviceSession | None]:
         b = builds[target_for(device)]
@@ -92,29 +180,42 @@ def prepare(
             target=b.target, build_id=b.build_id,
         )
         started = time.monotonic()
+        session: DeviceSession | None = None
+        # open_session's steps, one by one, so that each step's line comes when it is done (a push to a
+        # phone can take minutes); on any failure the session is closed, as open_session does
         try:
-            session = open_session(
-                device,
-                run_id=run_id,
-                results_dir=results_dir / device.name,
-                engine=b.path,
-                build_id=b.build_id,
-                files=_fixture_items(fixtures),
-                lock_wait=lock_wait,
-                progress=lambda m: say(f"{device.name}: {m}"),
-            )
+            session = DeviceSession(device, run_id=run_id, results_dir=results_dir / device.name,
+                                    progress=lambda m: _session_message(progress, device.name, m))
+            session.connect()
+            session.lock(wait=lock_wait)
+            t_push = time.monotonic()
+            progress.detail(f"{device.name}: connected and leased in {t_push - started:.1f} s")
+            session.push_engine(b.path, b.build_id)
+            session.push_files(items)
+            progress.step(f"{device.name}: "
+                          + _push_line(session.pushes, time.monotonic() - t_push, session.verified_files))
+            session.gc()
+            t_check = time.monotonic()
+            report = session.preflight()
+            progress.step(f"{device.name}: preflight ok, {time.monotonic() - t_check:.1f} s ({report.summary()})")
         except InfraError as exc:
+            if session is not None:
+                session.close()
             ctx.infra_error = str(exc)
             ctx.setup_s = time.monotonic() - started
-            say(f"{device.name}: unavailable: {exc}")
+            progress.notice(f"{device.name}: unavailable: {exc}")
             if exc.kind != "busy":  # another run's lease says nothing about the device's health
                 h = health.record(device, f"{exc.kind}: {exc.reason}")
                 if h.quarantine is not None:
-                    say(f"{device.name}: {h.quarantine.describe()}")
+                    progress.notice(f"{device.name}: {h.quarantine.describe()}")
             return ctx, None
+        except BaseException:
+            if session is not None:
+                session.close()
+            raise
         health.record(device, None)
         for note in session.transport.retries:
-            say(f"{device.name}: {note}")
+            progress.notice(f"{device.name}: {note}")
         ctx.engine = session.engine
         ctx.models = {f.name: session.file(f"fixtures/{f.path.name}") for f in fixtures}
         ctx.pushed_bytes = session.pushed_bytes
@@ -122,7 +223,7 @@ def prepare(
         ctx.repushed = [str(m) for m in session.mismatches]
         ctx.retries = list(session.transport.retries)
         for m in session.mismatches:
-            say(f"{device.name}: hash mismatch, re-pushed: {m}")
+            progress.notice(f"{device.name}: hash mismatch, re-pushed: {m}")
         ctx.setup_s = time.monotonic() - started
         return ctx, session
 
@@ -142,6 +243,13 @@ def prepare(
         started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         notes=notes,
     )
+    ready = sum(1 for ctx in run.devices if ctx.infra_error is None)
+    made = sum(1 for f in fixtures if f.origin != "cached")
+    progress.summary(
+        f"{ready} of {len(run.devices)} device(s) ready in {time.monotonic() - started:.1f} s: compiled "
+        f"{', '.join(run.compiled) or 'nothing'}; fixtures {made} made, {len(fixtures) - made} cached; "
+        f"pushed {mib(sum(ctx.pushed_bytes for ctx in run.devices))}"
+    )
     return Prepared(run, {ctx.name: s for ctx, s in opened if s is not None})
 
 
@@ -157,4 +265,4 @@ def _fixture_items(fixtures: Sequence[FixtureFile]) -> list[PushItem]:
     return [PushItem(p, name=f"fixtures/{p.name}") for f in fixtures for p in f.files] + scoring
 
 
-__all__ = ["FarmError", "Prepared", "prepare", "target_for"]
+__all__ = ["FarmError", "Prepared", "plan_only", "prepare", "target_for"]

@@ -16,6 +16,7 @@ taken out of the run: its remaining tests are errors with that reason, the other
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +51,22 @@ class EngineResult:
         return "ok"
 
 
+@dataclass(frozen=True)
+class PlanDone:
+    """One plan that ran on the device (for the progress lines): its key, entries, wall seconds, and
+    how it ended ("ok", or the InfraError kind that stopped it, e.g. "timeout")."""
+
+    key: str
+    entries: int
+    seconds: float
+    outcome: str = "ok"
+    crashed: int = 0  # entries the engine died on (verdicts, not infrastructure)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "entries": self.entries, "seconds": round(self.seconds, 3),
+                "outcome": self.outcome, "crashed": self.crashed}
+
+
 @dataclass
 class DeviceRunner:
     """Per-device engine work on a worker, cached so each plan runs once per device and key."""
@@ -60,22 +77,34 @@ class DeviceRunner:
     retired: str | None = None  # why the device is out of the run
     _cache: dict[str, dict[str, EngineResult] | InfraError] = field(default_factory=dict)
     _texts: dict[str, dict[str, str | None]] = field(default_factory=dict)
+    # plans run since the last take_plans_done(): they travel to the controller on the test report
+    # that ran them (xdist workers print nothing themselves)
+    _plans_done: list[PlanDone] = field(default_factory=list)
 
     def take_engine_seconds(self) -> float:
         spent, self.engine_s = self.engine_s, 0.0
         return spent
+
+    def take_plans_done(self) -> list[PlanDone]:
+        done, self._plans_done = self._plans_done, []
+        return done
 
     def plan(self, key: str, entries: Sequence[tuple[str, Sequence[str]]]) -> dict[str, EngineResult]:
         """Results of every entry, by id; runs the plan the first time `key` is asked for. A plan that
         timed out raises the same InfraError every time it is asked for."""
         if key not in self._cache:
             self._check_in_run()
+            started = time.monotonic()
             try:
-                self._cache[key] = self._run_batch(key, entries)
+                results = self._run_batch(key, entries)
             except InfraError as exc:
+                self._plans_done.append(PlanDone(key, len(entries), time.monotonic() - started, exc.kind))
                 if exc.kind == "timeout":
                     self._cache[key] = self._timed_out(exc)
                 raise
+            crashed = sum(1 for r in results.values() if r.crashed)
+            self._plans_done.append(PlanDone(key, len(entries), time.monotonic() - started, "ok", crashed))
+            self._cache[key] = results
         cached = self._cache[key]
         if isinstance(cached, InfraError):
             raise cached

@@ -131,15 +131,15 @@ def run_gate_suite(
         "-p",
         "no:cacheprovider",
         "-q",
-        "--farm",
+        "--bmoe-farm",
         str(farm),
-        "--device",
+        "--bmoe-device",
         ",".join(devices),
-        "--results",
+        "--bmoe-results",
         str(results),
     ]
     for f in fixtures:
-        cmd += ["--fixture", f]
+        cmd += ["--bmoe-fixture", f]
     say(f"gate run: {' '.join(cmd[2:])}")
     proc = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, check=False)
     summary_file = results / "summary.json"

@@ -1,0 +1,66 @@
+"""One marker per gate id, so gates are selected by their catalogue id: `pytest gates -m g8b`,
+`pytest gates -k G8b`.
+
+A gate test says which gate it checks with `@pytest.mark.gate("G8b")` (or `gate("DET", "kernels")`);
+the plugin adds the id's own marker to it at collection (:func:`gate_markers`), and registers those
+markers so that `--strict-markers` accepts them. Marker names are the ids in lower case with what
+pytest's -k/-m expressions cannot parse replaced: `G8b` -> `g8b`, `BATCH-STDERR` -> `batch-stderr`,
+`G8a'` -> `g8a-prime`; a sub-gate gets the gate's marker and its own (`det` and `det-kernels`).
+
+`-m` matches marker names exactly. `-k` matches any substring of any keyword of a test (marker
+names, the test's name, its module's, its parameters), case-insensitively: `-k G8a` also selects
+G8a' (`g8a-prime`), and `-k REF` also selects tests whose names contain "ref" (`test_prefetch_...`).
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from bmoe_ci.reports.summary import GATE_ORDER
+
+
+def marker_name(gate_id: str) -> str:
+    name = gate_id.strip().lower().replace("'", "-prime")
+    # -k/-m identifiers: word characters and : + - . [ ] \ / ; keep a conservative subset
+    return re.sub(r"[^a-z0-9_-]+", "-", name).strip("-")
+
+
+def gate_markers(gate: str, sub: str = "") -> list[str]:
+    """The markers a test of gate `gate` (sub-gate `sub`) carries besides `gate(...)`."""
+    base = marker_name(gate)
+    return [base, f"{base}-{marker_name(sub)}"] if sub else [base]
+
+
+def _describe(name: str, label: str) -> str:
+    return f"{name}: the tests of gate {label} (docs/gates.md); added from gate(...) by the bmoe plugin"
+
+
+def register_catalogue(config: pytest.Config) -> None:
+    """Register the marker of every gate id of the catalogue (what `pytest --markers` lists)."""
+    for gate in GATE_ORDER:
+        config.addinivalue_line("markers", _describe(marker_name(gate), gate))
+
+
+def _registered(config: pytest.Config) -> set[str]:
+    return {line.split(":", 1)[0].split("(", 1)[0].strip() for line in config.getini("markers")}
+
+
+def mark_gate_item(item: pytest.Item) -> None:
+    """Add the gate-id markers to a test carrying `gate(...)`; a gate id the catalogue does not list yet
+    (a new gate, a sub-gate) is registered on the way, so --strict-markers never refuses it."""
+    marker = item.get_closest_marker("gate")
+    if marker is None or not marker.args:
+        return
+    gate = str(marker.args[0])
+    sub = str(marker.args[1]) if len(marker.args) > 1 else ""
+    registered = _registered(item.config)
+    for name in gate_markers(gate, sub):
+        if name not in registered:
+            item.config.addinivalue_line("markers", _describe(name, f"{gate}-{sub}" if sub else gate))
+        if item.get_closest_marker(name) is None:
+            item.add_marker(name)
+
+
+__all__ = ["gate_markers", "mark_gate_item", "marker_name", "register_catalogue"]
