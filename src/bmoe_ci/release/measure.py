@@ -1,10 +1,13 @@
-"""Evidence for a release verdict, each piece traceable to the run that produced it (run id, device,
-engine build id):
+"""Measuring the evidence of a release verdict on devices and in the nightly history, each piece
+traceable to the run that produced it (run id, device, engine build id, fixture):
 
-* gate results: rows of the nightly history (fresh and for the exact engine build) or a gate run now;
-* speed: `bmoe-ci ab` of the base settings (A) against the proposal (B) on one device of a class;
+* gate results: rows of the nightly history (fresh, for the exact engine build and on the policy's
+  fixture) or a gate run now;
 * replay: a traced run of the proposal replayed by :mod:`bmoe_ci.replay` (REPLAY's model);
-* quality: the engine's instruments on the quality model, base against proposal.
+* reachability: a device that answers a command.
+
+Speed (`bmoe-ci ab`) and quality (:mod:`~bmoe_ci.release.quality`) have their own modules. Nothing here
+decides a requirement: that is :func:`bmoe_ci.release.judge.judge`.
 """
 
 from __future__ import annotations
@@ -14,33 +17,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 from bmoe_ci.farm import Device, InfraError, PushItem, open_session
+from bmoe_ci.release.evidence import GateRecord, Refusal, ReplayRecord
 
 HOUR = 3600.0
-
-
-@dataclass
-class GateEvidence:
-    """Outcomes of the gates on one device: gate -> pass / fail / error / skip, and where they come from."""
-
-    device: str
-    run: str
-    build_id: str
-    source: str  # "history" or "gate run"
-    gates: dict[str, str] = field(default_factory=dict)
-    infra_error: str | None = None
-    started: str | None = None
-
-
-@dataclass(frozen=True)
-class Stale:
-    device: str
-    run: str
-    reason: str
 
 
 def _age_hours(started: str | None, now: float) -> float | None:
@@ -58,18 +41,25 @@ def _age_hours(started: str | None, now: float) -> float | None:
 
 
 def gates_from_history(
-    history_dir: Path, devices: Sequence[str], builds: dict[str, str], freshness_hours: float, now: float | None = None
-) -> tuple[dict[str, GateEvidence], list[Stale]]:
-    """For each device, the newest history run that reached it, if it is for the device's exact engine
-    build (``builds``: device -> build id) and at most ``freshness_hours`` old. Anything else found is
-    returned as :class:`Stale`, with the reason."""
+    history_dir: Path,
+    devices: Sequence[str],
+    builds: dict[str, str],
+    fixture: str,
+    freshness_hours: float,
+    now: float | None = None,
+) -> tuple[dict[str, GateRecord], list[Refusal]]:
+    """For each device, the newest history run that reached it with results on ``fixture``, if it is
+    for the device's exact engine build (``builds``: device -> build id) and at most ``freshness_hours``
+    old. Newer runs on other fixtures only are refused (they say nothing about this fixture) and the
+    search goes on to older runs; a run of another build or past the window is refused and ends it
+    (only the newest run on the fixture counts). Results without a fixture (CFG) count on any run."""
     from bmoe_ci.nightly.history import HISTORY_FILE, History
 
     now = time.time() if now is None else now
-    found: dict[str, GateEvidence] = {}
-    stale: list[Stale] = []
+    found: dict[str, GateRecord] = {}
+    refused: list[Refusal] = []
     if not (history_dir / HISTORY_FILE).is_file():
-        return found, stale
+        return found, refused
     with History(history_dir) as hist:
         run_ids = list(reversed(hist.run_ids()))  # newest first
         for name in devices:
@@ -77,38 +67,55 @@ def gates_from_history(
                 row = next((d for d in hist.devices(rid) if d.device == name and d.reached), None)
                 if row is None:
                     continue
-                started = hist.conn.execute("SELECT started FROM runs WHERE id = ?", (rid,)).fetchone()[0]
+                rows = [r for r in hist.results([rid]) if r.device == name]
+                on = sorted({r.fixture for r in rows if r.fixture})
+                if on and fixture not in on:
+                    refused.append(
+                        Refusal(
+                            device=name,
+                            run=rid,
+                            reason=f"gate results of run {rid} on {name} are for fixture {', '.join(on)}, "
+                            f"the policy's fixture is {fixture}: refused",
+                        )
+                    )
+                    continue
+                started = hist.started(rid)
                 age = _age_hours(started, now)
                 if row.engine_build_id != builds[name]:
-                    stale.append(
-                        Stale(
-                            name,
-                            rid,
-                            f"evidence of run {rid} on {name} is for engine build "
-                            f"{row.engine_build_id or '?'}, this build is {builds[name]}: "
-                            "refused as stale",
+                    refused.append(
+                        Refusal(
+                            device=name,
+                            run=rid,
+                            reason=f"evidence of run {rid} on {name} is for engine build "
+                            f"{row.engine_build_id or '?'}, this build is {builds[name]}: refused as stale",
                         )
                     )
                 elif age is None or age > freshness_hours:
                     shown = "of unknown age" if age is None else f"{age:.1f} h old"
-                    stale.append(
-                        Stale(
-                            name,
-                            rid,
-                            f"evidence of run {rid} on {name} is {shown}, "
+                    refused.append(
+                        Refusal(
+                            device=name,
+                            run=rid,
+                            reason=f"evidence of run {rid} on {name} is {shown}, "
                             f"freshness is {freshness_hours:g} h: refused as stale",
                         )
                     )
                 else:
-                    ev = GateEvidence(
-                        device=name, run=rid, build_id=row.engine_build_id, source="history", started=started
+                    gates: dict[str, str] = {}
+                    for r in rows:
+                        if r.fixture in ("", fixture):
+                            gates[r.gate] = _worst(gates.get(r.gate), r.outcome)
+                    found[name] = GateRecord(
+                        device=name,
+                        run=rid,
+                        build_id=row.engine_build_id,
+                        source="history",
+                        fixtures=(fixture,),
+                        started=started,
+                        gates=gates,
                     )
-                    for r in hist.results([rid]):
-                        if r.device == name:
-                            ev.gates[r.gate] = _worst(ev.gates.get(r.gate), r.outcome)
-                    found[name] = ev
-                break  # only the newest run that reached the device counts
-    return found, stale
+                break  # only the newest run on the fixture that reached the device counts
+    return found, refused
 
 
 _RANK = {"fail": 3, "error": 2, "skip": 1, "pass": 0}
@@ -120,7 +127,7 @@ def _worst(a: str | None, b: str) -> str:
 
 def run_gate_suite(
     repo: Path, farm: Path, devices: Sequence[str], fixtures: Sequence[str], results: Path, say: Callable[[str], None]
-) -> tuple[dict[str, GateEvidence], str | None]:
+) -> tuple[dict[str, GateRecord], str | None]:
     """`pytest gates` on ``devices`` now; returns per-device evidence, or an error when the run wrote no
     summary (it could not start)."""
     cmd = [
@@ -149,11 +156,12 @@ def run_gate_suite(
     summary = json.loads(summary_file.read_text())
     out = {}
     for name, d in summary["devices"].items():
-        out[name] = GateEvidence(
+        out[name] = GateRecord(
             device=name,
             run=summary["run"],
             build_id=d.get("engine_build_id") or "",
             source="gate run",
+            fixtures=tuple(sorted(summary.get("fixtures") or fixtures)),
             gates=dict(d["gates"]),
             infra_error=d.get("infra_error"),
             started=summary.get("started"),
@@ -176,29 +184,32 @@ def probe(device: Device) -> str | None:
         s.close()
 
 
-@dataclass
-class ReplayEvidence:
-    device: str
-    run: str
-    build_id: str
-    mismatches: list[str]
-    rows: int
-    error: str | None = None
-
-
 def replay_run(
     device: Device,
     engine: Path,
     build_id: str,
     model: Path,
+    fixture: str,
     flags: Sequence[str],
     prompt: str,
     n_predict: int,
     run_id: str,
     say: Callable[[str], None],
-) -> ReplayEvidence:
+) -> ReplayRecord:
     """A traced run of ``flags`` on the device, replayed by the model of docs/policies.md."""
+
     from bmoe_ci.replay import RunConfig, TraceError, mismatches, parse_trace, replay
+
+    def record(found: Sequence[str] = (), rows: int = 0, error: str | None = None) -> ReplayRecord:
+        return ReplayRecord(
+            device=device.name,
+            run=run_id,
+            build_id=build_id,
+            fixture=fixture,
+            mismatches=tuple(found),
+            rows=rows,
+            error=error,
+        )
 
     try:
         s = open_session(
@@ -210,7 +221,7 @@ def replay_run(
             progress=lambda m: say(f"{device.name}: {m}"),
         )
     except InfraError as exc:
-        return ReplayEvidence(device.name, run_id, build_id, [], 0, error=str(exc))
+        return record(error=str(exc))
     with s:
         trace_path = s.file(f"release-{run_id}.trace.csv")
         argv = [
@@ -231,16 +242,16 @@ def replay_run(
         r = s.run_engine(argv, device.entry_timeout)
         if not r.ok:
             why = r.infra or r.stderr.decode("utf-8", "replace").strip()[-300:]
-            return ReplayEvidence(device.name, run_id, build_id, [], 0, error=f"traced run failed: {why}")
+            return record(error=f"traced run failed: {why}")
         text = s.run(["cat", trace_path], 60.0)
         s.run(["rm", "-f", trace_path], 30.0)
         if not text.ok:
-            return ReplayEvidence(device.name, run_id, build_id, [], 0, error="cannot read the route trace back")
+            return record(error="cannot read the route trace back")
         try:
             trace = parse_trace(text.stdout.decode("utf-8", "replace"), trace_path)
         except TraceError as exc:
-            return ReplayEvidence(device.name, run_id, build_id, [], 0, error=str(exc))
+            return record(error=str(exc))
         counters = json.loads(r.stdout)["counters"]
         pred = replay(trace, RunConfig.from_argv(argv))
         found = [*pred.problems, *(str(m) for m in mismatches(trace, pred, counters))]
-        return ReplayEvidence(device.name, run_id, build_id, found, len(trace.rows))
+        return record(found, len(trace.rows))
