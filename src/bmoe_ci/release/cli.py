@@ -83,7 +83,7 @@ def add_release_command(subparsers: Any) -> None:
             "3: NO VERDICT."
         ),
     )
-    p.add_argument("--proposed", metavar="FILE", help="the proposed settings file")
+    p.add_argument("--proposed", metavar="FILE", help="the proposed settings file (required unless --rejudge)")
     p.add_argument(
         "--rejudge",
         metavar="DIR",
