@@ -394,6 +394,12 @@ class History:
             ))
         return out
 
+    def started(self, run_id: str) -> str | None:
+        """When run *run_id* started (None when unknown or no such run): a nightly's date, for readers
+        that judge how old a run's results are."""
+        row = self.conn.execute("SELECT started FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return row[0] if row else None
+
     def results_dir(self, run_id: str) -> str:
         row = self.conn.execute("SELECT results_dir FROM runs WHERE id = ?", (run_id,)).fetchone()
         return row[0] if row else ""

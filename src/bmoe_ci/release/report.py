@@ -117,6 +117,9 @@ def markdown(r: dict[str, Any]) -> str:
     )
     lines += ["## Requirements", "", *_md_table(HEADER, _rows(r))]
     lines += ["## Speed (bmoe-ci ab)", "", *_md_table(SPEED_HEADER, _speed_rows(r))]
+    if r.get("not_measured"):
+        lines += ["## Not measured (a requirement had already failed)", ""]
+        lines += [f"- {k}" for k in r["not_measured"]] + [""]
     if r["stale"]:
         lines += ["## Refused evidence", ""] + [f"- {s['reason']}" for s in r["stale"]] + [""]
     if r["notes"]:
@@ -191,6 +194,12 @@ def render_html(r: dict[str, Any], speed: str | None) -> str:
     ]
     if speed:
         out.append(f'<figure id="speed-plot">{speed}</figure>')
+    if r.get("not_measured"):
+        out.append(
+            '<h2 id="not-measured">Not measured (a requirement had already failed)</h2><ul>'
+            + "".join(f"<li>{html.escape(k)}</li>" for k in r["not_measured"])
+            + "</ul>"
+        )
     if r["stale"]:
         out.append(
             '<h2 id="stale">Refused evidence</h2><ul>'
@@ -201,9 +210,17 @@ def render_html(r: dict[str, Any], speed: str | None) -> str:
         out.append("<h2>Notes</h2><ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in r["notes"]) + "</ul>")
     out.append(
         f'<h2>Files</h2><ul><li><a href="{RELEASE_JSON}">{RELEASE_JSON}</a></li>'
-        f'<li><a href="{RELEASE_MD}">{RELEASE_MD}</a></li></ul></body></html>'
+        f'<li><a href="{RELEASE_MD}">{RELEASE_MD}</a></li>' + _evidence_link(r) + "</ul></body></html>"
     )
     return "\n".join(out) + "\n"
+
+
+def _evidence_link(r: dict[str, Any]) -> str:
+    """The evidence file sits beside a gathering run's report; a re-judged one names the directory."""
+    if not r.get("evidence"):
+        return ""
+    where = str(Path(r["rejudged_from"]).resolve() / r["evidence"]) if r.get("rejudged_from") else r["evidence"]
+    return f'<li><a href="{html.escape(where)}">{html.escape(where)}</a> (what the verdict was judged on)</li>'
 
 
 def write_release(out: Path, r: dict[str, Any]) -> Path:

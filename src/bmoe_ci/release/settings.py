@@ -47,13 +47,20 @@ OPTION = {
 }
 
 
-def flags(s: Settings, *, cache_mb: int | None = None) -> list[str]:
-    """The engine flags of ``s``; ``cache_mb`` replaces the budget (the evaluation's scaled one), adding
-    ``--force-cache`` when it lies in the band validate() refuses without it."""
-    mb = s.cache_mb if cache_mb is None else cache_mb
+def flags(s: Settings, *, cache_scale: float | None = None) -> list[str]:
+    """The engine flags of ``s``: the one place a settings file becomes engine flags (validation, the
+    A/B, the replay and the quality runs all take theirs from here, so they cannot disagree).
+
+    ``cache_scale`` gives the evaluation's flags: the app's budget is for real models, so on the small
+    evaluation models it is ``cache_mb x cache_scale`` MiB (at least 1; 0 stays 0, the cache off), with
+    ``--force-cache`` when that lies in the band validate() refuses without it."""
+    mb = s.cache_mb
     out = ["--cache-mb", str(mb)]
-    if cache_mb is not None and 0 < mb < 1500:
-        out.append("--force-cache")
+    if cache_scale is not None:
+        mb = max(1, round(s.cache_mb * cache_scale)) if s.cache_mb else 0
+        out = ["--cache-mb", str(mb)]
+        if 0 < mb < 1500:
+            out.append("--force-cache")
     if s.prefetch:
         out += ["--prefetch", str(s.prefetch)]
     if s.drop_cold_experts is not None:
