@@ -138,25 +138,24 @@ def test_collect_only_builds_leases_and_pushes_nothing(tmp_path: Path) -> None:
     assert not (cache / "farm-health.json").exists()
 
 
-def test_collect_only_on_the_embedded_local_farm_leaves_its_devices_as_they_were() -> None:
-    from bmoe_ci.farm import FarmNotUp, load_farm
-    from bmoe_ci.farm.localfarm import state_dir
+def test_collect_only_on_the_embedded_local_farm_leaves_its_devices_as_they_were(tmp_path: Path) -> None:
+    from bmoe_ci.farm import load_farm_file, localfarm
     from bmoe_ci.fixtures import load_specs
     from bmoe_ci.paths import cache_dir
 
-    try:
-        farm = load_farm()
-    except FarmNotUp:
-        pytest.skip("the embedded local farm is not up (`bmoe-ci farm up`)")
-    devices = state_dir() / "devices"
-    before, cache_before = _tree(devices), _tree(cache_dir() / "engine") | _tree(cache_dir() / "fixtures")
-    nodes = _collected(_pytest("gates", "--bmoe-device", "all", "--collect-only", "-q"))
-    params = {n.split("[", 1)[1].rstrip("]") for n in nodes if "[" in n}
-    fixtures = load_specs().defaults
-    assert fixtures and {f"{d}-{f}" for d in farm.devices for f in fixtures} <= params
-    assert _tree(devices) == before  # nothing pushed, no lease taken or renewed
-    assert not list(devices.glob("*/.bmoe-ci-lock"))
-    assert _tree(cache_dir() / "engine") | _tree(cache_dir() / "fixtures") == cache_before
+    state = tmp_path / "farm"
+    with localfarm.running(state) as farm_file:  # a local farm of the test's own: every transport
+        farm = load_farm_file(farm_file)
+        devices = state / "devices"
+        before, cache_before = _tree(devices), _tree(cache_dir() / "engine") | _tree(cache_dir() / "fixtures")
+        nodes = _collected(_pytest("gates", "--bmoe-device", "all", "--collect-only", "-q",
+                                   env={**_env(), "BMOE_CI_STATE": str(state)}))
+        params = {n.split("[", 1)[1].rstrip("]") for n in nodes if "[" in n}
+        fixtures = load_specs().defaults
+        assert fixtures and {f"{d}-{f}" for d in farm.devices for f in fixtures} <= params
+        assert _tree(devices) == before  # nothing pushed, no lease taken or renewed
+        assert not list(devices.glob("*/.bmoe-ci-lock"))
+        assert _tree(cache_dir() / "engine") | _tree(cache_dir() / "fixtures") == cache_before
 
 
 # ----------------------------------------------------------------------------------- gate markers
