@@ -10,14 +10,16 @@ import os
 import re
 import shutil
 import subprocess
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from bmoe_ci.cli import main
 from bmoe_ci.nightly.history import RunSummary
-from bmoe_ci.nightly.report import CLASSES, markdown, render_html, sections, trend_svg, write_report
+from bmoe_ci.nightly.report import CLASSES, markdown, render_html, sections, write_report
 from bmoe_ci.nightly.run import read_mutants
+from bmoe_ci.nightly.trend import trend_figure, trend_svg
 from bmoe_ci.reports import DeviceRun, ReportError, RunMeta, TestRecord
 from bmoe_ci.reports.summary import build_summary
 
@@ -62,8 +64,16 @@ def sample_nightly() -> dict:
     }
 
 
+START = datetime(2026, 1, 1, 2, 0, tzinfo=UTC)
+
+
 def trend_runs(n: int = 30) -> list[RunSummary]:
-    return [RunSummary(id=f"2026{i:04d}-000000", pool="nightly", started=str(i), verdicts=True, engine_builds={},
+    """*n* nightly runs at 02:00, one a night but for a gap of four nights after the tenth."""
+    def day(i: int) -> datetime:
+        return START + timedelta(days=i + (4 if i >= 10 else 0))
+
+    return [RunSummary(id=f"{day(i):%Y%m%d-%H%M%S}-ci-{i}", pool="nightly",
+                       started=f"{day(i):%Y-%m-%dT%H:%M:%S%z}", verdicts=True, engine_builds={},
                        tests=20, passed=20 - i % 4, failed=i % 4, errors=0,
                        engine_s={"pixel8": 1.0 + i / 30, "rpi5": 2.0 - i / 40},
                        mutation=(10 + i % 3, 12) if i % 5 else None) for i in range(n)]
@@ -110,9 +120,39 @@ def test_a_clean_night_and_no_verdict_read_as_such() -> None:
 
 def test_trend_chart_is_an_embeddable_svg() -> None:
     svg = trend_svg(trend_runs())
-    assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
+    assert svg is not None and svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
     assert "<!DOCTYPE" not in svg and "<?xml" not in svg
     assert "pass rate" in svg and "mutation score" in svg and "rpi5" in svg
+    assert trend_svg([]) is None
+
+
+def test_trend_chart_has_dates_on_x_and_y_axes_from_zero() -> None:
+    from matplotlib.dates import date2num
+
+    runs = trend_runs()
+    fig = trend_figure(runs)
+    assert fig is not None
+    fig.canvas.draw()  # tick labels exist once drawn
+    rate_ax, time_ax = fig.axes
+    # y: counts and rates start at 0; the rate axis ends at 100 %.
+    assert rate_ax.get_ylim() == (0.0, 100.0)
+    assert time_ax.get_ylim()[0] == 0.0
+    # x: the start dates, so the four nights without a run are a gap, not an even step.
+    xs = list(rate_ax.lines[0].get_xdata(orig=False))
+    assert xs[0] == pytest.approx(date2num(START))
+    assert xs[10] - xs[9] == pytest.approx(5.0) and xs[9] - xs[8] == pytest.approx(1.0)
+    labels = [t.get_text() for t in time_ax.get_xticklabels() if t.get_text()]
+    assert 3 <= len(labels) <= 10, labels
+    assert any(re.search(r"Jan|Feb|2026", t) for t in [*labels, time_ax.xaxis.get_offset_text().get_text()]), labels
+    assert not any("ci-" in t or "-000000" in t for t in labels)  # no run ids
+    title = rate_ax.get_title()
+    assert "2026-01-01" in title and "2026-02-03" in title
+    # A run whose `started` is missing is placed by the date its id begins with.
+    legacy = RunSummary(id="20251231-020000-ci-0", pool="nightly", started=None, verdicts=True, engine_builds={},
+                        tests=10, passed=10, failed=0, errors=0, engine_s={}, mutation=None)
+    fig = trend_figure([legacy, *runs[:2]])
+    assert fig is not None
+    assert fig.axes[0].lines[0].get_xdata(orig=False)[0] == pytest.approx(date2num(START - timedelta(days=1)))
 
 
 def chromium() -> str | None:

@@ -9,12 +9,13 @@ cannot disagree with it.
 from __future__ import annotations
 
 import html
-import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bmoe_ci.nightly.history import RunSummary
+from bmoe_ci.nightly.trend import import_matplotlib as import_matplotlib  # re-exported: run.py warms it up
+from bmoe_ci.nightly.trend import trend_svg
 from bmoe_ci.reports.records import atomic_write, write_json
 from bmoe_ci.reports.summary import matrix_svg
 
@@ -119,53 +120,6 @@ def sections(n: dict[str, Any]) -> list[Section]:
           d["artifacts"]] for name, d in n["devices"].items()],
     ))
     return out
-
-
-# ---------------------------------------------------------------------------- trend chart
-
-
-def import_matplotlib() -> tuple[Any, Any]:
-    """matplotlib's SVG canvas and Figure. Importing matplotlib takes about a second: the nightly calls
-    this in a thread while the gate run works, so the report does not wait for it."""
-    from matplotlib.backends.backend_svg import FigureCanvasSVG
-    from matplotlib.figure import Figure
-
-    return FigureCanvasSVG, Figure
-
-
-def trend_svg(runs: list[RunSummary]) -> str:
-    """Pass rate, engine time per device and mutation score over *runs* (oldest first), as SVG.
-
-    matplotlib's object API (no pyplot): no global figure state, nothing shown."""
-    FigureCanvasSVG, Figure = import_matplotlib()
-
-    fig = Figure(figsize=(9, 5.4))
-    fig.subplots_adjust(left=0.08, right=0.98, top=0.94, bottom=0.2, hspace=0.08)  # fixed: layout engines are slow
-    FigureCanvasSVG(fig)
-    rate_ax, time_ax = fig.subplots(2, 1, sharex=True)
-    xs = list(range(len(runs)))
-    rate = [100.0 * r.passed / r.tests if r.tests else float("nan") for r in runs]
-    rate_ax.plot(xs, rate, marker="o", color="#2da44e", label="pass rate %")
-    mut = [100.0 * r.mutation[0] / r.mutation[1] if r.mutation and r.mutation[1] else float("nan") for r in runs]
-    if any(v == v for v in mut):
-        rate_ax.plot(xs, mut, marker="s", color="#8250df", label="mutation score %")
-    rate_ax.set_ylim(-5, 105)
-    rate_ax.set_ylabel("%")
-    rate_ax.legend(loc="lower left", fontsize=8)
-    rate_ax.grid(alpha=0.3)
-    rate_ax.set_title(f"last {len(runs)} run(s)", fontsize=10)
-    devices = sorted({d for r in runs for d in r.engine_s})
-    for dev in devices:
-        time_ax.plot(xs, [r.engine_s.get(dev, float("nan")) for r in runs], marker=".", label=dev)
-    time_ax.set_ylabel("engine s per device")
-    time_ax.grid(alpha=0.3)
-    if devices:
-        time_ax.legend(loc="upper left", fontsize=8, ncols=min(4, len(devices)))
-    time_ax.set_xticks(xs, [r.id[:15] for r in runs], rotation=30, ha="right", fontsize=7)
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", metadata={"Date": None})
-    svg = buf.getvalue()
-    return svg[svg.index("<svg"):]  # drop the XML prolog and DOCTYPE: the SVG is embedded in HTML
 
 
 # ---------------------------------------------------------------------------- markdown
