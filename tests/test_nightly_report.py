@@ -386,6 +386,7 @@ _MEASURE = """<script>
 const m = document.getElementById("matrix"), t = m.querySelector("table");
 document.body.setAttribute("data-measured", JSON.stringify({
   viewport: window.innerWidth, page: document.documentElement.scrollWidth,
+  height: document.documentElement.scrollHeight,
   matrix_scroll: m.scrollWidth, matrix_client: m.clientWidth, table_right: t.getBoundingClientRect().right}));
 </script>"""
 
@@ -402,15 +403,18 @@ def measure_layout(page: Path, tmp_path: Path, width: int = 1280) -> dict[str, f
     return json.loads(html.unescape(found.group(1)))
 
 
-def realistic_report(run_dir: Path, n_devices: int, *, faults: tuple[str, ...] = ()) -> Path:
-    """A failing night of *n_devices* devices (realistic names) and 20 gates, written into *run_dir*."""
+def realistic_report(run_dir: Path, n_devices: int, *, faults: tuple[str, ...] = (), green: bool = False,
+                     n_gates: int = 20) -> Path:
+    """A failing (or *green*) night of *n_devices* devices (realistic names) and *n_gates* gates (the
+    catalogue's, then made-up ones), in *run_dir*."""
     names = ["pixel8-pro-lab03", "galaxy-s24-ultra", "rpi5-desk-a", "ssh-x86", "ssh-arm64", "phone-emu",
              "oneplus12-lab07", "jetson-orin-nano", "macbook-m3-ci", "host", "adb-arm64", "mediatek-dimensity"]
     devices = names[:n_devices]
-    gates = [*GATE_ORDER, "PERF-DECODE", "MEM-PEAK"]
-    runs = device_runs(devices, gates, failing={(devices[0], "G1"), (devices[-1], "DET")}, faults=faults)
+    gates = [*GATE_ORDER, "PERF-DECODE", "MEM-PEAK", *(f"EXTRA-{i}" for i in range(n_gates))][:n_gates]
+    failing = set() if green else {(devices[0], "G1"), (devices[-1], "DET")}
+    runs = device_runs(devices, gates, failing=failing, faults=faults)
     summary = finalize(run_dir, runs, RunMeta(run="gate-run", faults=list(faults)))
-    n = sample_nightly()
+    n = green_nightly() if green else sample_nightly()
     n["faults"] = list(faults)
     n["totals"] = summary["totals"]
     n["devices"] = {d: {**n["devices"]["pixel8"], "junit": f"{d}/junit.xml", "artifacts": f"{d}/"} for d in devices}
@@ -436,19 +440,32 @@ def test_report_renders_in_headless_chromium_without_console_errors(tmp_path: Pa
 
 
 @needs_chromium
-@pytest.mark.parametrize("n_devices", [2, 12])
-def test_the_matrix_fits_1280_px_at_any_device_count(tmp_path: Path, n_devices: int) -> None:
+@pytest.mark.parametrize(("n_devices", "n_gates"), [(2, 20), (12, 20), (3, 34)])
+def test_the_matrix_fits_1280_px_at_any_device_count(tmp_path: Path, n_devices: int, n_gates: int) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    page = realistic_report(run_dir, n_devices, faults=("THREAD_ORDER",) if n_devices == 12 else ())
+    page = realistic_report(run_dir, n_devices, faults=("THREAD_ORDER",) if n_devices == 12 else (), n_gates=n_gates)
+    assert ('<thead><tr><th>gate</th>' in page.read_text()) == (n_gates > MAX_GATE_COLUMNS)  # transposed
     widths = measure_layout(page, tmp_path)
     assert widths["viewport"] == 1280, widths  # measured at the width asked for
     assert widths["page"] <= 1280, widths  # no horizontal scrolling of the page
     assert widths["matrix_scroll"] <= widths["matrix_client"], widths  # nor of the matrix inside it
     assert widths["table_right"] <= 1280, widths
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    _chromium(tmp_path, "--window-size=1280,1400", f"--screenshot={ARTIFACTS / f'nightly-matrix-{n_devices}.png'}",
-              page.as_uri())
+    png = ARTIFACTS / f"nightly-matrix-{n_devices}x{n_gates}.png"
+    _chromium(tmp_path, "--window-size=1280,1400", f"--screenshot={png}", page.as_uri())
+
+
+@needs_chromium
+def test_a_green_night_fits_little_more_than_a_screen(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    page = realistic_report(run_dir, 5, green=True)
+    widths = measure_layout(page, tmp_path)
+    # verdict, commits, matrix, trend, devices, files: no empty sections pushing the devices down
+    assert widths["page"] <= 1280 and widths["height"] < 1800, widths
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    _chromium(tmp_path, "--window-size=1280,1700", f"--screenshot={ARTIFACTS / 'nightly-green.png'}", page.as_uri())
 
 
 @needs_chromium
