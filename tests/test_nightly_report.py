@@ -15,6 +15,7 @@ import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 
@@ -255,13 +256,18 @@ def test_commit_range_comes_from_the_history_and_git(tmp_path: Path) -> None:
 
 
 def _links(page: str, md: str) -> list[str]:
-    return re.findall(r'\s(?:href|src)="([^"]*)"', page) + re.findall(r"\]\(([^)\s]*)\)", md)
+    found = re.findall(r'\s(?:href|src)="([^"]*)"', page) + re.findall(r"\]\(([^)\s]*)\)", md)
+    return [unquote(html.unescape(link)) for link in found]
 
 
 def test_artifacts_are_relative_links_that_work_from_a_copy(tmp_path: Path) -> None:
     run_dir = tmp_path / "results" / "nightly" / "20260101-000000-ci-1"
     run_dir.mkdir(parents=True)
     runs = device_runs(["pixel8", "rpi5"], ["G1", "G2"], failing={("pixel8", "G1")})
+    artifact = "artifacts/G1[qwen3moe]/bmoe stdout.txt"  # as the plugin names them, and a space
+    runs[0].records[0].artifacts = [artifact]
+    (run_dir / "pixel8" / "artifacts" / "G1[qwen3moe]").mkdir(parents=True)
+    (run_dir / "pixel8" / artifact).write_text("out")
     summary = finalize(run_dir, runs, RunMeta(run="gate-run"))
     n = sample_nightly()
     n["devices"] = {d: {**n["devices"]["pixel8"], "junit": f"{d}/junit.xml", "artifacts": f"{d}/"}
@@ -273,7 +279,7 @@ def test_artifacts_are_relative_links_that_work_from_a_copy(tmp_path: Path) -> N
     page, md = (copy / "report.html").read_text(), (copy / "report.md").read_text()
     links = _links(page, md)
     for expected in ("junit.xml", "summary.md", "summary.json", "nightly.json", "trend.svg", "report.md",
-                     "pixel8/junit.xml", "rpi5/", "matrix.svg"):
+                     "pixel8/junit.xml", "rpi5/", "matrix.svg", f"pixel8/{artifact}"):
         assert expected in links, (expected, links)
     for link in links:
         assert not re.match(r"^([a-z]+:|/|\.\.)", link) and str(tmp_path) not in link, link

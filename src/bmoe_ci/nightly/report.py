@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote  # an artifact's name may hold [ ] or spaces: a link must still work
 
 from bmoe_ci.nightly.history import RunSummary
 from bmoe_ci.nightly.matrix import MATRIX_CSS, matrix_html, matrix_markdown
@@ -58,11 +59,22 @@ class Link:
     href: str  # relative to the report's directory
 
 
-Cell = str | Link
+Cell = str | Link | tuple[Link, ...]  # a tuple: several links in one cell (a failed test's artifacts)
 
 
 def cell_text(c: Cell) -> str:
+    if isinstance(c, tuple):
+        return " ".join(link.text for link in c)
     return c.text if isinstance(c, Link) else c
+
+
+def failure_artifacts(summary: dict[str, Any] | None) -> dict[tuple[str, str], tuple[Link, ...]]:
+    """Per (device, test name) that failed or errored: its artifacts (summary.json ``problems``, paths
+    relative to the run directory) as links."""
+    if not summary:
+        return {}
+    return {(p["device"], p["name"]): tuple(Link(Path(a).name, a) for a in p["artifacts"])
+            for p in summary.get("problems", []) if p.get("artifacts")}
 
 
 @dataclass(frozen=True)
@@ -148,13 +160,20 @@ def _device_links(name: str, d: dict[str, Any]) -> list[Cell]:
     return [junit, files]
 
 
-def sections(n: dict[str, Any]) -> list[Section]:
+def _finding_section(n: dict[str, Any], key: str, title: str, note: str,
+                     artifacts: dict[tuple[str, str], tuple[Link, ...]]) -> Section:
+    header, rows = _finding_header(key), [_finding_row(f, key) for f in n[key]]
+    links = [artifacts.get((f["device"], f.get("name", ""))) for f in n[key]]
+    if any(links):  # the column only where a test left artifacts
+        header = [*header, "artifacts"]
+        rows = [[*row, link or ""] for row, link in zip(rows, links, strict=True)]
+    return Section(key, f"{title} ({len(n[key])})", note, header, rows)
+
+
+def sections(n: dict[str, Any], artifacts: dict[tuple[str, str], tuple[Link, ...]] | None = None) -> list[Section]:
     """The report's tables from nightly.json content, in report order; a table with nothing to say is
-    left out (a green night is short)."""
-    out = [
-        Section(key, f"{title} ({len(n[key])})", note, _finding_header(key), [_finding_row(f, key) for f in n[key]])
-        for key, title, note in CLASSES
-    ]
+    left out (a green night is short). *artifacts*: :func:`failure_artifacts`, linked from the findings."""
+    out = [_finding_section(n, key, title, note, artifacts or {}) for key, title, note in CLASSES]
     out.append(Section(
         "disagreements", f"Cross-device disagreements ({len(n['disagreements'])})",
         f"devices whose output differs from the others (source: {n['disagreement_source']})",
@@ -191,9 +210,9 @@ def sections(n: dict[str, Any]) -> list[Section]:
     return [s for s in out if s.rows]
 
 
-def _split(n: dict[str, Any]) -> tuple[list[Section], list[Section]]:
+def _split(n: dict[str, Any], summary: dict[str, Any] | None) -> tuple[list[Section], list[Section]]:
     """(findings, devices): the trend chart goes between them."""
-    all_ = sections(n)
+    all_ = sections(n, failure_artifacts(summary))
     return [s for s in all_ if s.key != "devices"], [s for s in all_ if s.key == "devices"]
 
 
@@ -205,7 +224,9 @@ def _md(text: Any) -> str:
 
 
 def _md_cell(c: Cell) -> str:
-    return f"[{_md(c.text)}]({c.href})" if isinstance(c, Link) else _md(c)
+    if isinstance(c, tuple):
+        return " ".join(_md_cell(link) for link in c)
+    return f"[{_md(c.text)}]({quote(c.href)})" if isinstance(c, Link) else _md(c)
 
 
 def _md_section(s: Section) -> list[str]:
@@ -227,7 +248,7 @@ def markdown(n: dict[str, Any], summary: dict[str, Any] | None = None, files: Se
               f"exit {n['exit_code']}.", ""]
     if summary and summary["devices"]:
         lines += ["## Device x gate", "", *matrix_markdown(summary), ""]
-    findings, devices = _split(n)
+    findings, devices = _split(n, summary)
     for s in findings:
         lines += _md_section(s)
     for s in devices:
@@ -258,8 +279,10 @@ figure { margin: 1em 0; overflow-x: auto; } figure svg { max-width: 100%; height
 
 
 def _html_cell(c: Cell) -> str:
+    if isinstance(c, tuple):
+        return " ".join(_html_cell(link) for link in c)
     if isinstance(c, Link):
-        return f'<a href="{html.escape(c.href)}">{html.escape(c.text)}</a>'
+        return f'<a href="{html.escape(quote(c.href))}">{html.escape(c.text)}</a>'
     return html.escape(c)
 
 
@@ -296,7 +319,7 @@ def render_html(n: dict[str, Any], summary: dict[str, Any] | None, trend: str | 
     ]
     if summary and summary["devices"]:
         out.append(f'<h2>Device x gate</h2><figure id="matrix">{matrix_html(summary)}</figure>')
-    findings, devices = _split(n)
+    findings, devices = _split(n, summary)
     for s in findings:
         out += _html_section(s)
     if trend:
