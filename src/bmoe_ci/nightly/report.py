@@ -272,7 +272,11 @@ h2 { font-size: 1.1em; margin-top: 1.6em; border-bottom: 1px solid #d0d7de; }
   color: #ffffff; border: 3px dashed #4d2d00; }
 table { border-collapse: collapse; font-size: .85em; max-width: 100%; }
 td, th { border: 1px solid #d0d7de; padding: .25em .5em; text-align: left; vertical-align: top;
-  overflow-wrap: anywhere; }
+  overflow-wrap: break-word; }
+th { white-space: nowrap; }
+/* the last column (a message) may break a long path anywhere, so the table fits the page; the other
+   columns keep their words whole instead of being squeezed to a letter or two */
+td:last-child { overflow-wrap: anywhere; min-width: 16em; }
 th { background: #f6f8fa; } .note { color: #57606a; font-style: italic; } .empty { color: #57606a; }
 figure { margin: 1em 0; overflow-x: auto; } figure svg { max-width: 100%; height: auto; }
 """ + MATRIX_CSS
