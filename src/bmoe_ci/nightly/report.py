@@ -273,10 +273,10 @@ h2 { font-size: 1.1em; margin-top: 1.6em; border-bottom: 1px solid #d0d7de; }
 table { border-collapse: collapse; font-size: .85em; max-width: 100%; }
 td, th { border: 1px solid #d0d7de; padding: .25em .5em; text-align: left; vertical-align: top;
   overflow-wrap: break-word; }
-th { white-space: nowrap; }
+table.findings th { white-space: nowrap; }
 /* the last column (a message) may break a long path anywhere, so the table fits the page; the other
    columns keep their words whole instead of being squeezed to a letter or two */
-td:last-child { overflow-wrap: anywhere; min-width: 16em; }
+table.findings td:last-child { overflow-wrap: anywhere; min-width: 16em; }
 th { background: #f6f8fa; } .note { color: #57606a; font-style: italic; } .empty { color: #57606a; }
 figure { margin: 1em 0; overflow-x: auto; } figure svg { max-width: 100%; height: auto; }
 """ + MATRIX_CSS
@@ -292,7 +292,7 @@ def _html_cell(c: Cell) -> str:
 
 def _html_section(s: Section) -> list[str]:
     out = [f'<h2 id="{s.key}">{html.escape(s.title)}</h2><p class="note">{html.escape(s.note)}</p>',
-           "<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in s.header) + "</tr>"]
+           '<table class="findings"><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in s.header) + "</tr>"]
     out += ["<tr>" + "".join(f"<td>{_html_cell(c)}</td>" for c in row) + "</tr>" for row in s.rows]
     return [*out, "</table>"]
 
