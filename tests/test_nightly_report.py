@@ -313,7 +313,8 @@ def test_trend_chart_has_dates_on_x_and_y_axes_from_zero() -> None:
     rate_ax, time_ax = fig.axes
     # y: counts and rates start at 0; the rate axis ends at 100 %.
     assert rate_ax.get_ylim() == (0.0, 100.0)
-    assert time_ax.get_ylim()[0] == 0.0
+    slowest = max(v for r in runs for v in r.engine_s.values())
+    assert time_ax.get_ylim()[0] == 0.0 and time_ax.get_ylim()[1] > slowest  # the slowest point drawn whole
     # x: the start dates, so the four nights without a run are a gap, not an even step.
     xs = list(rate_ax.lines[0].get_xdata(orig=False))
     assert xs[0] == pytest.approx(date2num(START))
@@ -324,6 +325,9 @@ def test_trend_chart_has_dates_on_x_and_y_axes_from_zero() -> None:
     assert not any("ci-" in t or "-000000" in t for t in labels)  # no run ids
     title = rate_ax.get_title()
     assert "2026-01-01" in title and "2026-02-03" in title
+    # The first night: the day around it.
+    one = trend_figure(runs[:1])
+    assert one is not None and one.axes[1].get_xlim()[1] - one.axes[1].get_xlim()[0] == pytest.approx(1.0)
     # A run whose `started` is missing is placed by the date its id begins with.
     legacy = RunSummary(id="20251231-020000-ci-0", pool="nightly", started=None, verdicts=True, engine_builds={},
                         tests=10, passed=10, failed=0, errors=0, engine_s={}, mutation=None)

@@ -81,7 +81,9 @@ def trend_figure(runs: list[RunSummary]) -> Any | None:
     devices = sorted({d for _, r in dated for d in r.engine_s})
     for dev in devices:
         time_ax.plot(xs, [r.engine_s.get(dev, float("nan")) for _, r in dated], marker=".", label=dev)
-    time_ax.set_ylim(bottom=0)
+    times = [v for _, r in dated for v in r.engine_s.values() if v == v]
+    # from 0, with headroom: the slowest point is drawn whole, not on the frame
+    time_ax.set_ylim(0, 1.1 * max(times) if times and max(times) > 0 else 1.0)
     time_ax.set_ylabel("engine s per device")
     time_ax.grid(alpha=0.3)
     if devices:
