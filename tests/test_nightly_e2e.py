@@ -86,11 +86,18 @@ def test_three_nights_clean_fault_clean(three_nights: list[tuple[int, dict[str, 
     # nightly.json, report.md and report.html agree (the fault night).
     md = (report2.parent / "report.md").read_text()
     page = report2.read_text()
-    assert "FAIL: 1 new failures" in md.splitlines()[2] and "FAIL: 1 new failures" in page
+    # a fault build says so before anything else
+    assert md.splitlines()[2].startswith("> **FAULT BUILD") and 'id="fault"' in page
+    verdict = "FAIL (FAULT BUILD: THREAD_ORDER): 1 new failures"
+    assert verdict in md and verdict in page
+    assert "FAULT BUILD" not in (report3.parent / "report.md").read_text()
+    # the commits since the previous night of the pool
+    assert n1["commit_range"] is None and n2["commit_range"]["previous_run"] == n1["run"]
+    assert n2["commit_range"]["to"] == n2["git_commit"]
     assert "## New failures (1)" in md and ">New failures (1)</h2>" in page
     assert "DET-threads[qwen3moe]" in md and "DET-threads[qwen3moe]" in page
     assert "OK: 1 fixed" in (report3.parent / "report.md").read_text() and ">Fixed (1)</h2>" in report3.read_text()
-    assert '<figure id="matrix"><svg' in page and '<figure id="trend"><svg' in page and "<script" not in page
+    assert '<figure id="matrix"><table' in page and '<figure id="trend"><svg' in page and "<script" not in page
     # Retention kept the last two runs' directories; the history keeps all three.
     runs = sorted(p.name for p in history.iterdir() if p.is_dir())
     assert runs == sorted([n2["run"], n3["run"]])

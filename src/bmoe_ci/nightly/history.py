@@ -404,6 +404,11 @@ class History:
         row = self.conn.execute("SELECT results_dir FROM runs WHERE id = ?", (run_id,)).fetchone()
         return row[0] if row else ""
 
+    def git_commit(self, run_id: str) -> str:
+        """The commit *run_id* tested ('' when unknown: not recorded, or imported without one)."""
+        row = self.conn.execute("SELECT git_commit FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return row[0] if row else ""
+
 
 def is_infra(gate: str) -> bool:
     return gate == INFRA_GATE

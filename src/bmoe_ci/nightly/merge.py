@@ -84,7 +84,9 @@ def merged_nightly(run: str, shards: list[dict[str, Any]], summary: dict[str, An
         "schema": NIGHTLY_SCHEMA, "run": run, "pool": "+".join(s["pool"] for s in shards) or "merged",
         "shards": [s["run"] for s in shards], "started": summary["started"], "finished": summary["finished"],
         "git_commit": ",".join(sorted({s["git_commit"] for s in shards if s["git_commit"]})),
-        "git_dirty": any(s["git_dirty"] for s in shards), "farm_sha256": "", "faults": [],
+        "git_dirty": any(s["git_dirty"] for s in shards), "farm_sha256": "",
+        # a shard's fault build makes the merged report a fault build: it must never read as the real engine
+        "faults": sorted({f for s in shards for f in s.get("faults") or []} | set(summary.get("faults") or [])),
         "engine_builds": summary["engine_builds"], "verdicts": any(s["verdicts"] for s in shards) or not shards,
         "no_verdict_reason": "; ".join(s["no_verdict_reason"] for s in shards if s["no_verdict_reason"]),
         "totals": summary["totals"], "devices": device_facts_table(summary, out), "output_changes": [],
@@ -92,6 +94,7 @@ def merged_nightly(run: str, shards: list[dict[str, Any]], summary: dict[str, An
     }
     for key, _, _ in CLASSES:
         n[key] = [f for s in shards for f in s[key]]
+    _merge_commit_range(n, shards)
     for s in shards:
         n["output_changes"] += s["output_changes"]
         for arch, d in s["changed_archs"].items():
@@ -119,3 +122,21 @@ def merged_nightly(run: str, shards: list[dict[str, Any]], summary: dict[str, An
     else:
         n["exit_code"] = decide_exit(n)
     return n
+
+
+def _merge_commit_range(n: dict[str, Any], shards: list[dict[str, Any]]) -> None:
+    """The shards' commit range when they agree on it (each shard has its own history, so its own previous
+    run); when they do not, the merged report names the commits only."""
+    if not shards or any("commit_range" not in s for s in shards):
+        return
+    ranges = [s["commit_range"] for s in shards]
+    if all(r is None for r in ranges):
+        n["commit_range"] = None
+        return
+    if any(r is None for r in ranges):
+        return
+    spans = {(r["from"], r["to"], r["count"]) for r in ranges}
+    if len(spans) == 1:
+        old, new, count = spans.pop()
+        n["commit_range"] = {"previous_run": ", ".join(r["previous_run"] for r in ranges), "from": old, "to": new,
+                             "count": count}

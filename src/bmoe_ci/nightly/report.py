@@ -1,22 +1,28 @@
 """The nightly report, three forms of one content: ``nightly.json`` (machines), ``report.md`` (chat and
-e-mail) and ``report.html`` (one self-contained file: inline SVG pictures, inline CSS, no JavaScript),
-plus ``<DIR>/index.html`` pointing at the latest run.
+e-mail) and ``report.html`` (one self-contained file: inline CSS and SVG, no JavaScript), plus
+``<DIR>/index.html`` pointing at the latest run.
 
 Both human forms are rendered from the same list of :class:`Section` built from nightly.json, so they
-cannot disagree with it.
+cannot disagree with it. What a person reads at 9 a.m. comes first: a fault build's warning, the
+verdict, the commits tested, the device x gate matrix, then only the findings there are (a green night
+has no empty tables), the trend, the devices and the files. Every link is relative to the report's
+directory, so the folder can be copied or served from anywhere.
 """
 
 from __future__ import annotations
 
 import html
-import io
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote  # an artifact's name may hold [ ] or spaces: a link must still work
 
 from bmoe_ci.nightly.history import RunSummary
+from bmoe_ci.nightly.matrix import MATRIX_CSS, matrix_html, matrix_markdown
+from bmoe_ci.nightly.trend import import_matplotlib as import_matplotlib  # re-exported: run.py warms it up
+from bmoe_ci.nightly.trend import trend_svg
 from bmoe_ci.reports.records import atomic_write, write_json
-from bmoe_ci.reports.summary import matrix_svg
 
 NIGHTLY_SCHEMA = "bmoe-ci.nightly/1"
 NIGHTLY_JSON = "nightly.json"
@@ -36,6 +42,40 @@ CLASSES: tuple[tuple[str, str, str], ...] = (
     ("fixed", "Fixed", "passes tonight, failed the last time it ran"),
 )
 
+# The run directory's files the report links to, when they exist: (file, what it is).
+FILES: tuple[tuple[str, str], ...] = (
+    ("junit.xml", "merged JUnit"),
+    ("summary.md", "gate run summary"),
+    ("summary.json", "gate run summary, for machines"),
+    ("matrix.svg", "device x gate picture"),
+    (TREND_SVG, "trend chart"),
+    (NIGHTLY_JSON, "this report, for machines"),
+)
+
+
+@dataclass(frozen=True)
+class Link:
+    text: str
+    href: str  # relative to the report's directory
+
+
+Cell = str | Link | tuple[Link, ...]  # a tuple: several links in one cell (a failed test's artifacts)
+
+
+def cell_text(c: Cell) -> str:
+    if isinstance(c, tuple):
+        return " ".join(link.text for link in c)
+    return c.text if isinstance(c, Link) else c
+
+
+def failure_artifacts(summary: dict[str, Any] | None) -> dict[tuple[str, str], tuple[Link, ...]]:
+    """Per (device, test name) that failed or errored: its artifacts (summary.json ``problems``, paths
+    relative to the run directory) as links."""
+    if not summary:
+        return {}
+    return {(p["device"], p["name"]): tuple(Link(Path(a).name, a) for a in p["artifacts"])
+            for p in summary.get("problems", []) if p.get("artifacts")}
+
 
 @dataclass(frozen=True)
 class Section:
@@ -43,13 +83,23 @@ class Section:
     title: str
     note: str
     header: list[str]
-    rows: list[list[str]]
+    rows: list[list[Cell]]
+
+
+def fault_warning(n: dict[str, Any]) -> str | None:
+    """What a fault build's report says first, or None for the real engine."""
+    faults = n.get("faults") or []
+    if not faults:
+        return None
+    return (f"FAULT BUILD: the engine tonight was built with the fault(s) {', '.join(faults)} injected "
+            "(--fault). These results rehearse the pipeline; they say nothing about the real engine.")
 
 
 def verdict_line(n: dict[str, Any]) -> str:
-    """One line: what a reader must know first."""
+    """One line: what a reader must know first (also the index's line for this run)."""
+    built = f" (FAULT BUILD: {', '.join(n['faults'])})" if n.get("faults") else ""
     if not n["verdicts"]:
-        return f"NO VERDICT: {n['no_verdict_reason']}"
+        return f"NO VERDICT{built}: {n['no_verdict_reason']}"
     parts = []
     for key, title, _ in CLASSES:
         if n[key]:
@@ -60,13 +110,35 @@ def verdict_line(n: dict[str, Any]) -> str:
     t = n["totals"]
     counts = (f"{t['devices']} device(s), {t['tests']} tests: {t['passed']} passed, {t['failed']} failed, "
               f"{t['errors']} errors, {t['skipped']} skipped")
-    return f"{head}: {', '.join(parts) if parts else 'nothing new'} ({counts})"
+    return f"{head}{built}: {', '.join(parts) if parts else 'nothing new'} ({counts})"
 
 
-def _finding_row(f: dict[str, Any], key: str) -> list[str]:
+def _short(commits: str) -> str:
+    """Commit ids shortened to 7 characters (a merged report joins its shards' commits with commas)."""
+    return ",".join(c[:7] for c in commits.split(",")) if commits else "?"
+
+
+def commit_line(n: dict[str, Any]) -> str:
+    """The commits this night tested, against the previous night of the pool (``commit_range``)."""
+    dirty = " with uncommitted changes" if n.get("git_dirty") else ""
+    if "commit_range" not in n:  # a nightly.json written before the range was recorded, or a merge of shards
+        return f"git {_short(n['git_commit'])}{dirty}"
+    r = n["commit_range"]
+    if r is None:
+        return f"git {_short(n['git_commit'])}{dirty}: first night of pool {n['pool']}, nothing earlier to compare with"
+    prev, old, new, count = r["previous_run"], r["from"], r["to"], r.get("count")
+    if not old or not new:
+        return f"git {_short(new)}{dirty}; the previous night ({prev}) has no recorded commit"
+    if old == new:
+        return f"git {_short(new)}{dirty}: no new commits since the previous night ({prev})"
+    counted = f" ({count} commit{'' if count == 1 else 's'})" if count is not None else ""
+    return f"commits {_short(old)}..{_short(new)}{counted}{dirty} since the previous night ({prev})"
+
+
+def _finding_row(f: dict[str, Any], key: str) -> list[Cell]:
     if key == "devices_missing":
         return [f["device"], f["arch"], f["reason"], f["since"] or ""]
-    row = [f["device"], f["arch"], f["gate"], f["fixture"], f["name"], f.get("last_outcome") or "new"]
+    row: list[Cell] = [f["device"], f["arch"], f["gate"], f["fixture"], f["name"], f.get("last_outcome") or "new"]
     if key == "still_failing":
         row.append(f.get("since") or "")
     row.append(f.get("message", ""))
@@ -82,12 +154,26 @@ def _finding_header(key: str) -> list[str]:
     return [*head, "message"]
 
 
-def sections(n: dict[str, Any]) -> list[Section]:
-    """Every table of the report, from nightly.json content."""
-    out = [
-        Section(key, f"{title} ({len(n[key])})", note, _finding_header(key), [_finding_row(f, key) for f in n[key]])
-        for key, title, note in CLASSES
-    ]
+def _device_links(name: str, d: dict[str, Any]) -> list[Cell]:
+    junit: Cell = Link("junit.xml", d["junit"]) if d.get("junit") else ""
+    files: Cell = Link(f"{name}/", d["artifacts"]) if d.get("artifacts") else ""
+    return [junit, files]
+
+
+def _finding_section(n: dict[str, Any], key: str, title: str, note: str,
+                     artifacts: dict[tuple[str, str], tuple[Link, ...]]) -> Section:
+    header, rows = _finding_header(key), [_finding_row(f, key) for f in n[key]]
+    links = [artifacts.get((f["device"], f.get("name", ""))) for f in n[key]]
+    if any(links):  # the column only where a test left artifacts
+        header = [*header, "artifacts"]
+        rows = [[*row, link or ""] for row, link in zip(rows, links, strict=True)]
+    return Section(key, f"{title} ({len(n[key])})", note, header, rows)
+
+
+def sections(n: dict[str, Any], artifacts: dict[tuple[str, str], tuple[Link, ...]] | None = None) -> list[Section]:
+    """The report's tables from nightly.json content, in report order; a table with nothing to say is
+    left out (a green night is short). *artifacts*: :func:`failure_artifacts`, linked from the findings."""
+    out = [_finding_section(n, key, title, note, artifacts or {}) for key, title, note in CLASSES]
     out.append(Section(
         "disagreements", f"Cross-device disagreements ({len(n['disagreements'])})",
         f"devices whose output differs from the others (source: {n['disagreement_source']})",
@@ -103,69 +189,31 @@ def sections(n: dict[str, Any]) -> list[Section]:
           "yes (expected)" if c["build_changed"] else "NO (device or toolchain)"] for c in n["output_changes"]],
     ))
     m = n["mutation_score"]
-    out.append(Section(
-        "mutation_score", "Mutation score",
-        "faults built into the engine and caught by the gates, one device per architecture"
-        if m else "not measured tonight (run with --mutants)",
-        ["device", "arch", "caught", "total"],
-        [[d["device"], d["arch"], str(d["caught"]), str(d["total"])] for d in m["devices"]] if m else [],
-    ))
+    if m:
+        out.append(Section(
+            "mutation_score", f"Mutation score ({m['caught']}/{m['total']})",
+            "faults built into the engine and caught by the gates, one device per architecture",
+            ["device", "arch", "caught", "total"],
+            [[d["device"], d["arch"], str(d["caught"]), str(d["total"])] for d in m["devices"]],
+        ))
+    if n.get("mutation_problem"):
+        out.append(Section("mutation_problem", "Mutation score incomplete", "with --mutants: devices without a score",
+                           ["problem"], [[p] for p in n["mutation_problem"].split("; ")]))
     out.append(Section(
         "devices", f"Devices ({len(n['devices'])})", "per-device facts confirmed at preflight, and the session",
         ["device", "arch", "os", "kind", "target", "engine build", "pushed bytes", "engine s", "wall s", "state",
-         "junit", "artifacts"],
+         "junit", "results"],
         [[name, d["arch"], d["os"], d["kind"], d["target"], d["engine_build_id"], str(d["pushed_bytes"]),
-          f"{d['engine_s']:.2f}", f"{d['wall_s']:.2f}", d["infra_error"] or "reached", d["junit"],
-          d["artifacts"]] for name, d in n["devices"].items()],
+          f"{d['engine_s']:.2f}", f"{d['wall_s']:.2f}", d["infra_error"] or "reached", *_device_links(name, d)]
+         for name, d in n["devices"].items()],
     ))
-    return out
+    return [s for s in out if s.rows]
 
 
-# ---------------------------------------------------------------------------- trend chart
-
-
-def import_matplotlib() -> tuple[Any, Any]:
-    """matplotlib's SVG canvas and Figure. Importing matplotlib takes about a second: the nightly calls
-    this in a thread while the gate run works, so the report does not wait for it."""
-    from matplotlib.backends.backend_svg import FigureCanvasSVG
-    from matplotlib.figure import Figure
-
-    return FigureCanvasSVG, Figure
-
-
-def trend_svg(runs: list[RunSummary]) -> str:
-    """Pass rate, engine time per device and mutation score over *runs* (oldest first), as SVG.
-
-    matplotlib's object API (no pyplot): no global figure state, nothing shown."""
-    FigureCanvasSVG, Figure = import_matplotlib()
-
-    fig = Figure(figsize=(9, 5.4))
-    fig.subplots_adjust(left=0.08, right=0.98, top=0.94, bottom=0.2, hspace=0.08)  # fixed: layout engines are slow
-    FigureCanvasSVG(fig)
-    rate_ax, time_ax = fig.subplots(2, 1, sharex=True)
-    xs = list(range(len(runs)))
-    rate = [100.0 * r.passed / r.tests if r.tests else float("nan") for r in runs]
-    rate_ax.plot(xs, rate, marker="o", color="#2da44e", label="pass rate %")
-    mut = [100.0 * r.mutation[0] / r.mutation[1] if r.mutation and r.mutation[1] else float("nan") for r in runs]
-    if any(v == v for v in mut):
-        rate_ax.plot(xs, mut, marker="s", color="#8250df", label="mutation score %")
-    rate_ax.set_ylim(-5, 105)
-    rate_ax.set_ylabel("%")
-    rate_ax.legend(loc="lower left", fontsize=8)
-    rate_ax.grid(alpha=0.3)
-    rate_ax.set_title(f"last {len(runs)} run(s)", fontsize=10)
-    devices = sorted({d for r in runs for d in r.engine_s})
-    for dev in devices:
-        time_ax.plot(xs, [r.engine_s.get(dev, float("nan")) for r in runs], marker=".", label=dev)
-    time_ax.set_ylabel("engine s per device")
-    time_ax.grid(alpha=0.3)
-    if devices:
-        time_ax.legend(loc="upper left", fontsize=8, ncols=min(4, len(devices)))
-    time_ax.set_xticks(xs, [r.id[:15] for r in runs], rotation=30, ha="right", fontsize=7)
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", metadata={"Date": None})
-    svg = buf.getvalue()
-    return svg[svg.index("<svg"):]  # drop the XML prolog and DOCTYPE: the SVG is embedded in HTML
+def _split(n: dict[str, Any], summary: dict[str, Any] | None) -> tuple[list[Section], list[Section]]:
+    """(findings, devices): the trend chart goes between them."""
+    all_ = sections(n, failure_artifacts(summary))
+    return [s for s in all_ if s.key != "devices"], [s for s in all_ if s.key == "devices"]
 
 
 # ---------------------------------------------------------------------------- markdown
@@ -175,70 +223,117 @@ def _md(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def markdown(n: dict[str, Any]) -> str:
-    lines = [f"# bmoe-ci nightly {n['run']} (pool {n['pool']})", "", f"**{verdict_line(n)}**", ""]
-    lines += [f"Started {n['started'] or '?'}, finished {n['finished'] or '?'}; git {n['git_commit'][:12] or '?'}"
-              f"{' (dirty)' if n['git_dirty'] else ''}; exit {n['exit_code']}.", ""]
-    if n["verdicts"]:
-        lines += ["![device x gate matrix](matrix.svg)", "", f"![trend]({TREND_SVG})", ""]
-    for s in sections(n):
-        lines += [f"## {s.title}", "", f"_{s.note}_", ""]
-        if s.rows:
-            lines.append("| " + " | ".join(_md(h) for h in s.header) + " |")
-            lines.append("|" + "---|" * len(s.header))
-            lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in s.rows]
-            lines.append("")
-    lines += ["## Files", "", "- [merged JUnit](junit.xml)", "- [summary](summary.md)",
-              "- [nightly.json](nightly.json)", ""]
+def _md_cell(c: Cell) -> str:
+    if isinstance(c, tuple):
+        return " ".join(_md_cell(link) for link in c)
+    return f"[{_md(c.text)}]({quote(c.href)})" if isinstance(c, Link) else _md(c)
+
+
+def _md_section(s: Section) -> list[str]:
+    lines = [f"## {s.title}", "", f"_{s.note}_", ""]
+    lines.append("| " + " | ".join(_md(h) for h in s.header) + " |")
+    lines.append("|" + "---|" * len(s.header))
+    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in s.rows]
+    return [*lines, ""]
+
+
+def markdown(n: dict[str, Any], summary: dict[str, Any] | None = None, files: Sequence[str] = ()) -> str:
+    """report.md; *files*: the run directory's files (names of :data:`FILES`) that exist, to link."""
+    lines = [f"# bmoe-ci nightly {n['run']} (pool {n['pool']})", ""]
+    warning = fault_warning(n)
+    if warning:
+        lines += [f"> **{warning}**", ""]
+    lines += [f"**{verdict_line(n)}**", ""]
+    lines += [f"{commit_line(n)}. Started {n['started'] or '?'}, finished {n['finished'] or '?'}; "
+              f"exit {n['exit_code']}.", ""]
+    if summary and summary["devices"]:
+        lines += ["## Device x gate", "", *matrix_markdown(summary), ""]
+    findings, devices = _split(n, summary)
+    for s in findings:
+        lines += _md_section(s)
+    for s in devices:
+        lines += _md_section(s)
+    links = [f"- [{label}]({name})" for name, label in FILES if name in files]
+    if links:
+        lines += ["## Files", "", *links, ""]
     return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------- HTML
 
+# Also the release gate's report style (bmoe_ci.release.report): keep its classes (.empty, .verdict, ...).
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em; color: #1f2328; max-width: 80em; }
-h1 { font-size: 1.4em; } h2 { font-size: 1.1em; margin-top: 1.6em; border-bottom: 1px solid #d0d7de; }
+h1 { font-size: 1.4em; margin-bottom: .2em; } h1 small { font-weight: normal; color: #57606a; font-size: .6em; }
+h2 { font-size: 1.1em; margin-top: 1.6em; border-bottom: 1px solid #d0d7de; }
 .verdict { font-size: 1.15em; font-weight: bold; padding: .5em .8em; border-radius: 6px; }
 .ok { background: #dafbe1; } .fail { background: #ffebe9; } .none { background: #fff8c5; }
-table { border-collapse: collapse; font-size: .85em; } td, th { border: 1px solid #d0d7de; padding: .25em .5em;
-text-align: left; vertical-align: top; } th { background: #f6f8fa; } .note { color: #57606a; font-style: italic; }
-.empty { color: #57606a; } figure { margin: 1em 0; overflow-x: auto; }
-"""
+.fault { font-size: 1.2em; font-weight: bold; padding: .7em .9em; border-radius: 6px; background: #9a6700;
+  color: #ffffff; border: 3px dashed #4d2d00; }
+table { border-collapse: collapse; font-size: .85em; max-width: 100%; }
+td, th { border: 1px solid #d0d7de; padding: .25em .5em; text-align: left; vertical-align: top;
+  overflow-wrap: break-word; }
+table.findings th { white-space: nowrap; }
+/* the last column (a message) may break a long path anywhere, so the table fits the page; the other
+   columns keep their words whole instead of being squeezed to a letter or two */
+table.findings td:last-child { overflow-wrap: anywhere; min-width: 16em; }
+th { background: #f6f8fa; } .note { color: #57606a; font-style: italic; } .empty { color: #57606a; }
+figure { margin: 1em 0; overflow-x: auto; } figure svg { max-width: 100%; height: auto; }
+""" + MATRIX_CSS
 
 
-def _link(cell: str) -> str:
-    if cell.endswith((".xml", "/")) and not cell.startswith(("http:", "https:")) and ".." not in cell:
-        return f'<a href="{html.escape(cell)}">{html.escape(cell)}</a>'
-    return html.escape(cell)
+def _html_cell(c: Cell) -> str:
+    if isinstance(c, tuple):
+        return " ".join(_html_cell(link) for link in c)
+    if isinstance(c, Link):
+        return f'<a href="{html.escape(quote(c.href))}">{html.escape(c.text)}</a>'
+    return html.escape(c)
 
 
-def render_html(n: dict[str, Any], matrix: str | None, trend: str | None) -> str:
+def _html_section(s: Section) -> list[str]:
+    out = [f'<h2 id="{s.key}">{html.escape(s.title)}</h2><p class="note">{html.escape(s.note)}</p>',
+           '<table class="findings"><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in s.header) + "</tr>"]
+    out += ["<tr>" + "".join(f"<td>{_html_cell(c)}</td>" for c in row) + "</tr>" for row in s.rows]
+    return [*out, "</table>"]
+
+
+def render_html(n: dict[str, Any], summary: dict[str, Any] | None, trend: str | None,
+                files: Sequence[str] = ()) -> str:
+    """report.html; *summary*: the gate run's summary.json (for the matrix); *trend*: the chart's SVG;
+    *files*: the run directory's files (names of :data:`FILES`) that exist, to link."""
     klass = "none" if not n["verdicts"] else "fail" if n["exit_code"] == 1 else "ok"
+    head = "NO VERDICT" if not n["verdicts"] else "FAIL" if n["exit_code"] == 1 else "OK"
+    if n.get("faults"):
+        head = f"FAULT BUILD {head}"
     out = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>bmoe-ci nightly {html.escape(n['run'])}</title><style>{_CSS}</style></head><body>",
-        f"<h1>bmoe-ci nightly {html.escape(n['run'])} (pool {html.escape(n['pool'])})</h1>",
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{html.escape(head)}: bmoe-ci nightly {html.escape(n['pool'])} {html.escape(n['run'])}</title>"
+        f"<style>{_CSS}</style></head><body>",
+        f"<h1>bmoe-ci nightly, pool {html.escape(n['pool'])} <small>run {html.escape(n['run'])}</small></h1>",
+    ]
+    warning = fault_warning(n)
+    if warning:
+        out.append(f'<p class="fault" id="fault">{html.escape(warning)}</p>')
+    out += [
         f'<p class="verdict {klass}" id="verdict">{html.escape(verdict_line(n))}</p>',
-        f"<p>Started {html.escape(n['started'] or '?')}, finished {html.escape(n['finished'] or '?')}; "
-        f"git {html.escape(n['git_commit'][:12] or '?')}{' (dirty)' if n['git_dirty'] else ''}; "
-        f"exit {n['exit_code']}. Engine builds: "
+        f'<p id="commits">{html.escape(commit_line(n))}. Started {html.escape(n["started"] or "?")}, finished '
+        f"{html.escape(n['finished'] or '?')}; exit {n['exit_code']}. Engine builds: "
         + html.escape(", ".join(f"{t} {b}" for t, b in n["engine_builds"].items()) or "none") + ".</p>",
     ]
-    if matrix:
-        out.append(f'<h2>Device x gate</h2><figure id="matrix">{matrix}</figure>')
+    if summary and summary["devices"]:
+        out.append(f'<h2>Device x gate</h2><figure id="matrix">{matrix_html(summary)}</figure>')
+    findings, devices = _split(n, summary)
+    for s in findings:
+        out += _html_section(s)
     if trend:
         out.append(f'<h2>Trend</h2><figure id="trend">{trend}</figure>')
-    for s in sections(n):
-        out.append(f'<h2 id="{s.key}">{html.escape(s.title)}</h2><p class="note">{html.escape(s.note)}</p>')
-        if not s.rows:
-            out.append('<p class="empty">none</p>')
-            continue
-        out.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in s.header) + "</tr>")
-        out += ["<tr>" + "".join(f"<td>{_link(c)}</td>" for c in row) + "</tr>" for row in s.rows]
-        out.append("</table>")
-    out.append('<h2>Files</h2><ul><li><a href="junit.xml">merged JUnit</a></li>'
-               '<li><a href="summary.md">summary.md</a></li><li><a href="nightly.json">nightly.json</a></li>'
-               f'<li><a href="{REPORT_MD}">report.md</a></li></ul>')
+    for s in devices:
+        out += _html_section(s)
+    links = [f'<li><a href="{html.escape(name)}">{html.escape(label)}</a> ({html.escape(name)})</li>'
+             for name, label in FILES if name in files]
+    out.append(f'<h2 id="files">Files</h2><ul>{"".join(links)}<li><a href="{REPORT_MD}">this report, as '
+               f"markdown</a> ({REPORT_MD})</li></ul>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 
@@ -250,11 +345,10 @@ def write_report(run_dir: Path, n: dict[str, Any], summary: dict[str, Any] | Non
     trend = trend_svg(trend_runs) if trend_runs else None
     if trend:
         atomic_write(run_dir / TREND_SVG, trend.encode("utf-8"))
-    atomic_write(run_dir / REPORT_MD, markdown(n).encode("utf-8"))
-    # The matrix titled with the nightly's run id (the gate suite's own id is in summary.json).
-    matrix = matrix_svg({**summary, "run": n["run"]}) if summary and summary["devices"] else None
+    files = [name for name, _ in FILES if (run_dir / name).is_file()]
+    atomic_write(run_dir / REPORT_MD, markdown(n, summary, files).encode("utf-8"))
     path = run_dir / REPORT_HTML
-    atomic_write(path, render_html(n, matrix, trend).encode("utf-8"))
+    atomic_write(path, render_html(n, summary, trend, files).encode("utf-8"))
     return path
 
 

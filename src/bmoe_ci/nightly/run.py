@@ -238,7 +238,10 @@ def run_nightly(opts: NightlyOptions) -> NightlyResult:
         if summary is not None:
             n["totals"] = summary["totals"]
             n["devices"] = device_facts_table(summary, run_dir)
+            # the gate suite records the faults it built in (summary.json): never lose one from the report
+            n["faults"] = sorted(set(n["faults"]) | set(summary.get("faults") or []))
         _compare_with_history(n, hist, opts, summary)
+        n["commit_range"] = commit_range(hist, opts.pool, run_id, n["git_commit"], repo_root())
         if scores:
             n["mutation_score"] = {"caught": sum(s.caught for s in scores), "total": sum(s.total for s in scores),
                                    "devices": [vars(s) for s in scores]}
@@ -307,6 +310,27 @@ def _compare_with_history(n: dict[str, Any], hist: History, opts: NightlyOptions
     changes = output_changes(outs_now, hist.outputs(previous))
     n["output_changes"] = [c.to_dict() for c in changes]
     n["changed_archs"] = changed_archs(changes)
+
+
+def commit_range(hist: History, pool: str, run_id: str, commit: str, repo: Path) -> dict[str, Any] | None:
+    """The commits since the pool's previous night: ``{previous_run, from, to, count}`` (count None when
+    git cannot count them, e.g. a shallow clone lacks the older commit), or None on the first night."""
+    previous = hist.run_ids(pool, before=run_id)
+    if not previous:
+        return None
+    old = hist.git_commit(previous[-1])
+    count = None
+    if old and commit and old != commit:
+        try:
+            proc = subprocess.run(["git", "-C", str(repo), "rev-list", "--count", f"{old}..{commit}"],
+                                  capture_output=True, text=True, check=False, timeout=30)
+            if proc.returncode == 0 and proc.stdout.strip().isdigit():
+                count = int(proc.stdout)
+        except (OSError, subprocess.SubprocessError):
+            pass
+    elif old and old == commit:
+        count = 0
+    return {"previous_run": previous[-1], "from": old, "to": commit, "count": count}
 
 
 def _runs_on_disk(history_dir: Path, hist: History) -> list[tuple[str, str]]:
