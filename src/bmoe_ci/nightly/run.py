@@ -241,7 +241,7 @@ def run_nightly(opts: NightlyOptions) -> NightlyResult:
             # the gate suite records the faults it built in (summary.json): never lose one from the report
             n["faults"] = sorted(set(n["faults"]) | set(summary.get("faults") or []))
         _compare_with_history(n, hist, opts, summary)
-        n["commit_range"] = commit_range(hist, opts.pool, run_id, n["git_commit"], repo_root())
+        n["commit_range"] = commit_range(hist, opts.pool, run_id, n["git_commit"], checkout())
         if scores:
             n["mutation_score"] = {"caught": sum(s.caught for s in scores), "total": sum(s.total for s in scores),
                                    "devices": [vars(s) for s in scores]}
@@ -312,15 +312,16 @@ def _compare_with_history(n: dict[str, Any], hist: History, opts: NightlyOptions
     n["changed_archs"] = changed_archs(changes)
 
 
-def commit_range(hist: History, pool: str, run_id: str, commit: str, repo: Path) -> dict[str, Any] | None:
+def commit_range(hist: History, pool: str, run_id: str, commit: str, repo: Path | None) -> dict[str, Any] | None:
     """The commits since the pool's previous night: ``{previous_run, from, to, count}`` (count None when
-    git cannot count them, e.g. a shallow clone lacks the older commit), or None on the first night."""
+    git cannot count them: a shallow clone lacks the older commit, or no checkout to ask, as from a
+    wheel), or None on the first night."""
     previous = hist.run_ids(pool, before=run_id)
     if not previous:
         return None
     old = hist.git_commit(previous[-1])
     count = None
-    if old and commit and old != commit:
+    if old and commit and old != commit and repo is not None:
         try:
             proc = subprocess.run(["git", "-C", str(repo), "rev-list", "--count", f"{old}..{commit}"],
                                   capture_output=True, text=True, check=False, timeout=30)
