@@ -17,7 +17,7 @@ import pytest
 
 from bmoe_ci.plugin.context import GateRun
 from bmoe_ci.reports import DeviceRun, RunMeta, TestRecord, console_matrix, exit_code, finalize, write_device_junit
-from bmoe_ci.reports.plan import read_plan, reconcile
+from bmoe_ci.reports.plan import read_plan, reconcile, write_pending_plan
 
 
 @dataclass
@@ -53,7 +53,10 @@ class RecordCollector:
         self.wall_s: dict[str, float] = {d.name: d.setup_s for d in run.devices}
         self.outputs: dict[str, dict[str, str]] = {d.name: {} for d in run.devices}
         self.digests: dict[str, dict[str, dict[str, Any]]] = {d.name: {} for d in run.devices}
-        for d in run.devices:  # on disk from the start: a run killed now still has every device
+        # on disk from the start: a run killed now still has every device, and a plan that says the
+        # tests were not collected yet (the real one replaces it before the first test starts)
+        write_pending_plan(run.results_dir, run.run_id)
+        for d in run.devices:
             write_device_junit(run.results_dir, self._device_run(d.name))
 
     def add(self, report: pytest.TestReport) -> None:
