@@ -12,6 +12,7 @@ from bmoe_ci.reports.plan import INTERRUPTED, NOT_PLANNED, PlannedTest, write_pe
 from bmoe_ci.reports.records import salvage_json_object
 
 ODD = "G1[a@b\x01 ]@grp"  # an xdist group suffix, an '@' inside the brackets, a control character
+LONG = "G1[" + "x" * 1500 + "]"  # cut in the middle in a junit.xml
 
 
 def _planned(device: str, name: str, gate: str = "G1") -> PlannedTest:
@@ -24,7 +25,7 @@ def _rec(device: str, name: str, outcome: str = "pass", gate: str = "G1") -> Tes
 
 
 PLAN = [_planned("a", "G1[qwen3moe]"), _planned("a", "G2[qwen3moe]", "G2"), _planned("a", ODD),
-        _planned("b", "G1[qwen3moe]"), _planned("b", "G2[qwen3moe]", "G2")]
+        _planned("b", "G1[qwen3moe]"), _planned("b", "G2[qwen3moe]", "G2"), _planned("b", LONG)]
 
 
 def _killed(tmp_path: Path, records: dict[str, list[TestRecord]]) -> Path:
@@ -47,23 +48,26 @@ def test_every_planned_test_counts_once_and_odd_names_match(tmp_path: Path) -> N
     root = _killed(tmp_path, {"a": [_rec("a", "G1[qwen3moe]"), _rec("a", ODD)]})
     data = rebuild(root)
     assert _planned_counts(data) == len(PLAN) and data["totals"]["passed"] == 2
-    assert sum(1 for p in data["problems"] if p["message"] == INTERRUPTED) == 3
+    assert sum(1 for p in data["problems"] if p["message"] == INTERRUPTED) == 4
     assert data["status"] == "error" and data["interrupted"] and exit_code(data) == 1
     # a second report of the same directory counts the same
     assert rebuild(root)["totals"] == data["totals"]
 
 
 def test_records_rebuilt_from_junit_alone_still_match_their_plan_entries(tmp_path: Path) -> None:
-    root = _killed(tmp_path, {"a": [_rec("a", ODD, "fail")]})
-    (root / "a" / "device.json").unlink()  # the junit.xml escapes the control character
+    root = _killed(tmp_path, {"a": [_rec("a", ODD, "fail")], "b": [_rec("b", LONG, "fail")]})
+    for device in ("a", "b"):  # the junit.xml escapes the control character, cuts the long name
+        (root / device / "device.json").unlink()
     data = rebuild(root)
-    assert _planned_counts(data) == len(PLAN) and data["totals"]["failed"] == 1
+    assert _planned_counts(data) == len(PLAN) and data["totals"]["failed"] == 2
+    assert rebuild(root)["totals"] == data["totals"]
 
 
 def test_a_test_recorded_twice_counts_once_as_its_worst(tmp_path: Path) -> None:
     twice = [_rec("a", "G1[qwen3moe]", "pass"), _rec("a", "G1[qwen3moe]", "error"),
              _rec("a", "G2[qwen3moe]", gate="G2"), _rec("a", ODD)]
     root = _killed(tmp_path, {"a": twice, "b": [_rec("b", "G1[qwen3moe]"), _rec("b", "G2[qwen3moe]", gate="G2")]})
+    assert rebuild(root)["interrupted"]  # b's LONG never ran
     data = rebuild(root)
     assert _planned_counts(data) == len(PLAN)
     assert data["devices"]["a"]["gate_counts"]["G1"] == {"pass": 1, "fail": 0, "error": 1, "skip": 0}
@@ -109,7 +113,7 @@ def test_half_files_are_read_as_far_as_they_are_valid(tmp_path: Path) -> None:
     data = rebuild(root)
     assert _planned_counts(data) == len(PLAN)
     assert data["devices"]["a"]["passed"] == 2 and data["devices"]["b"]["passed"] == 1
-    assert sum(1 for p in data["problems"] if p["message"] == INTERRUPTED) == 2
+    assert sum(1 for p in data["problems"] if p["message"] == INTERRUPTED) == 3  # a's ODD, b's G2, LONG
     assert any("a/device.json" in n or "a/junit.xml" in n for n in data["notes"]), data["notes"]
     assert exit_code(data) == 1
     json.loads((root / "a" / "device.json").read_text())  # rewritten whole

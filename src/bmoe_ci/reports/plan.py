@@ -41,11 +41,19 @@ NOT_PLANNED = "run interrupted before its tests were collected: no test ran"
 _SEVERITY = {"error": 0, "fail": 1, "pass": 2, "skip": 3}
 
 
+def _as_in_junit(text: str) -> str:
+    """*text* in the form a junit.xml keeps it: characters XML cannot carry escaped, and of a text
+    over 1000 characters only its head and tail (the junit.xml cuts the middle out and says so; the
+    same once more for a text read back from a junit.xml, so this is stable on its own output)."""
+    text = xml_text(text, 10**9)
+    return text if len(text) <= 1000 else text[:500] + text[-500:]
+
+
 def plan_key(device: str, classname: str, name: str) -> tuple[str, str, str]:
-    """A test's identity as both the plan and the records spell it. Compared in the form a junit.xml
-    keeps (characters XML cannot carry escaped, names cut at 1000 characters), so records rebuilt
-    from a device's junit.xml (its device.json lost) still match their plan entries."""
-    return (device, xml_text(classname, 1000), xml_text(strip_xdist_group(name), 1000))
+    """A test's identity as both the plan and the records spell it, compared as a junit.xml keeps it,
+    so records rebuilt from a device's junit.xml (its device.json lost) still match their plan
+    entries."""
+    return (device, _as_in_junit(classname), _as_in_junit(strip_xdist_group(name)))
 
 
 @dataclass(frozen=True)
