@@ -37,8 +37,10 @@ def _farm(where: Path) -> Path:
 
 
 def _plan(results: Path) -> dict | None:
+    """This run's plan (not the one an earlier session left, see _earlier_session)."""
     with contextlib.suppress(OSError, ValueError):
-        return json.loads((results / "plan.json").read_text())
+        plan = json.loads((results / "plan.json").read_text())
+        return plan if plan.get("run") != "old" else None
     return None
 
 
@@ -74,16 +76,37 @@ def _after_plan_with_delay(delay_s: float) -> Callable[[Path], bool]:
     return ready
 
 
+def _earlier_session(results: Path) -> None:
+    """What an earlier, finished session left in the same directory: none of it is this run's (its
+    plan has another test, its run.json says it finished, its summary is green)."""
+    results.mkdir(parents=True)
+    test = {"device": "host", "gate": "G1", "fixture": "qwen3moe", "name": "G1[old]", "classname": "gates.old"}
+    (results / "plan.json").write_text(json.dumps({"schema": "bmoe-ci.plan/1", "run": "old", "tests": [test]}))
+    (results / "run.json").write_text(json.dumps({"schema": "bmoe-ci.run/1", "run": "old",
+                                                  "finished": "2026-01-01T00:00:00+0000"}))
+    (results / "summary.json").write_text(json.dumps({"schema": "bmoe-ci.summary/1", "status": "pass"}))
+
+
 DELAY_S = round(random.Random(SEED).uniform(0.5, 3.0), 2)
 
+def _pending(results: Path) -> bool:
+    return (_plan(results) or {}).get("pending") is True
+
+
+def _devices_ready(results: Path) -> bool:
+    return all((results / dev / "device.json").is_file() for dev in DEVICES)
+
+
 KILL_POINTS: dict[str, Callable[[Path], bool]] = {
+    # building, pushing: the directory (used before) says a run started, no device has results yet
+    "while preparing": lambda r: _pending(r) and not any((r / dev).exists() for dev in DEVICES),
     # the controller has its devices ready, its workers have not collected the tests yet
-    "before the plan": lambda r: (_plan(r) or {}).get("pending") is True,
+    "before the plan": lambda r: _pending(r) and _devices_ready(r),
     "right after the plan": lambda r: _planned(r) is not None,
     "after the first record": lambda r: _recorded(r) >= 1,
     f"mid-run, {DELAY_S} s after the plan": _after_plan_with_delay(DELAY_S),
     # every test recorded: the session is stopping its workers and writing the summary
-    "during the summary": _all_recorded,
+    "after the last test": _all_recorded,
 }
 
 
@@ -91,6 +114,7 @@ KILL_POINTS: dict[str, Callable[[Path], bool]] = {
 def test_a_run_killed_at_any_point_reports_counts_that_equal_its_plan(tmp_path: Path, point: str) -> None:
     farm = _farm(tmp_path)
     results = tmp_path / "results"
+    _earlier_session(results)
     cmd = [sys.executable, "-m", "pytest", *MODULES, "-p", "no:cacheprovider", "-q", "-n", "2",
            "--bmoe-farm", str(farm), "--bmoe-device", "all", "--bmoe-results", str(results),
            "--bmoe-fixture", "qwen3moe"]
@@ -111,6 +135,9 @@ def test_a_run_killed_at_any_point_reports_counts_that_equal_its_plan(tmp_path: 
 
     out = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "report", str(results), "--format", "json"],
                          cwd=REPO, capture_output=True, text=True, check=False)
+    if point == "while preparing":  # nothing to count yet: a bad directory, never a green one
+        assert out.returncode == 2 and "no device results" in out.stderr, (out.returncode, out.stderr)
+        return
     assert out.returncode == 1, (point, out.returncode, out.stderr[-2000:])
     summary = json.loads(out.stdout)
     assert summary["interrupted"] and summary["status"] == "error", point
