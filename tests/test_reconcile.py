@@ -8,7 +8,15 @@ import json
 from pathlib import Path
 
 from bmoe_ci.reports import DeviceRun, RunMeta, TestRecord, exit_code, finalize, rebuild, write_device_junit
-from bmoe_ci.reports.plan import INTERRUPTED, NOT_PLANNED, PlannedTest, write_pending_plan, write_plan
+from bmoe_ci.reports.plan import (
+    INTERRUPTED,
+    NOT_PLANNED,
+    PlannedTest,
+    read_plan,
+    reconcile,
+    write_pending_plan,
+    write_plan,
+)
 from bmoe_ci.reports.records import salvage_json_object
 
 ODD = "G1[a@b\x01 ]@grp"  # an xdist group suffix, an '@' inside the brackets, a control character
@@ -124,3 +132,16 @@ def test_salvage_json_object_keeps_whole_members_only() -> None:
     assert salvage_json_object('{"a": 1, "r": [{"x": 1}, {"y": 2}, {"z"') == {"a": 1, "r": [{"x": 1}, {"y": 2}]}
     assert salvage_json_object('{"a": "cut') == {}
     assert salvage_json_object("") == {}
+
+
+def test_a_stopped_session_says_interrupted_in_its_own_summary(tmp_path: Path) -> None:
+    """The session reconciles at its end too (-x, Ctrl-C): its summary and later reports agree."""
+    root = tmp_path / "run"
+    write_plan(root, "run", PLAN)
+    runs = [DeviceRun(device="a", arch="x86_64", records=[_rec("a", "G1[qwen3moe]")]),
+            DeviceRun(device="b", arch="x86_64")]
+    reconcile(runs, read_plan(root))  # type: ignore[arg-type]
+    data = finalize(root, runs, RunMeta(run="run", finished="2026-01-01T00:00:00+0000"))
+    assert data["interrupted"] and exit_code(data) == 1 and _planned_counts(data) == len(PLAN)
+    again = rebuild(root)
+    assert again["interrupted"] == data["interrupted"] and again["totals"] == data["totals"]

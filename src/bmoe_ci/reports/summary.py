@@ -596,6 +596,9 @@ def rebuild(results_dir: Path | str) -> dict[str, Any]:
     return _judge_and_write(root, meta, runs, interrupted)
 
 
+_SOME_INTERRUPTED = "run interrupted: some planned tests did not run to the end"
+
+
 def _interruption(plan: Plan, meta: RunMeta | None, runs: list[DeviceRun]) -> str | None:
     """Why a planned run did not end, or None. The session writes run.json, with `finished`, after
     everything else (so a run killed even while writing its summary, every test recorded, still
@@ -603,7 +606,7 @@ def _interruption(plan: Plan, meta: RunMeta | None, runs: list[DeviceRun]) -> st
     if plan.pending:
         return NOT_PLANNED
     if any(r.message == INTERRUPTED for run in runs for r in run.records):
-        return "run interrupted: some planned tests did not run to the end"
+        return _SOME_INTERRUPTED
     if meta is None or meta.finished is None:
         return "run interrupted: the session did not write its summary to the end"
     return None
@@ -613,7 +616,11 @@ def _judge_and_write(
     root: Path, meta: RunMeta, runs: list[DeviceRun], interrupted: str | None = None
 ) -> dict[str, Any]:
     """XDEV is a verdict on the devices of the whole directory: derive it over all of them, write it into
-    each device's junit.xml and device.json, then merge and summarise."""
+    each device's junit.xml and device.json, then merge and summarise. A planned test that did not run
+    to the end (a session stopped by -x or Ctrl-C, reconciled at its end) makes the run interrupted in
+    the session's own summary as in any later report of it."""
+    if interrupted is None and any(r.message == INTERRUPTED for run in runs for r in run.records):
+        interrupted = _SOME_INTERRUPTED
     runs = with_xdev(runs)
     for run in runs:
         write_device_junit(root, run)
