@@ -1,7 +1,9 @@
 """`bmoe-ci report RESULTS_DIR`: re-merge, re-derive XDEV and re-summarise a results directory from disk alone.
 
-Exit status: 0 everything passed (skips allowed), 1 any failure or error, 2 a bad directory (missing,
-no devices, an unparsable junit.xml or device.json: the one-line reason names the file).
+Exit status: 0 everything passed (skips allowed), 1 any failure or error, or a run that was killed
+(reconciled with its plan.json: every planned test without a result is an error "run interrupted"),
+2 a bad directory (missing, no devices, an unparsable junit.xml or device.json where there is no
+plan to count what it lost against: the one-line reason names the file).
 """
 
 from __future__ import annotations
@@ -59,8 +61,10 @@ def add_report_command(subparsers: Any) -> argparse.ArgumentParser:
         help="merge per-device JUnit and write the summary (markdown, JSON, picture) of a results directory",
         description=(
             "Rebuild results/<run>/junit.xml, summary.md, summary.json and matrix.svg from the device "
-            "directories (device.json, junit.xml) and print the device x gate matrix. Exit 0 when "
-            "everything passed, 1 on any failure or error, 2 on a bad directory."
+            "directories (device.json, junit.xml) and print the device x gate matrix. A killed run is "
+            "reconciled with its plan.json: every planned test without a result counts as an error "
+            "'run interrupted'. Exit 0 when everything passed, 1 on any failure or error or an "
+            "interrupted run, 2 on a bad directory."
         ),
     )
     p.add_argument("results_dir", metavar="RESULTS_DIR", nargs="?", help="one run's directory, e.g. results/<run-id>")

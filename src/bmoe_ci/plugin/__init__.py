@@ -35,7 +35,7 @@ from bmoe_ci.fixtures import SpecError
 from bmoe_ci.mutants.catalogue import CatalogueError, load_catalogue
 from bmoe_ci.paths import source_tree
 from bmoe_ci.plugin import options
-from bmoe_ci.plugin.collect import RecordCollector
+from bmoe_ci.plugin.collect import RecordCollector, begin_run
 from bmoe_ci.plugin.context import DeviceContext, GateRun
 from bmoe_ci.plugin.marks import mark_gate_item, register_catalogue
 from bmoe_ci.plugin.options import GateOptions
@@ -133,6 +133,9 @@ class Controller:
         ) if where not in ("command line", "default")]
         if origins:  # a setting the user did not type: say where it came from
             self.progress.step("; ".join(origins))
+        if results.is_dir() and not options.dry_run(config):
+            # a directory used before: a run killed while preparing must not read as the earlier one
+            begin_run(results, run_id)
         try:
             if options.dry_run(config):
                 # only looking at the tests: parametrise them over the selection, touch nothing

@@ -11,13 +11,16 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bmoe_ci.plugin.context import GateRun
 from bmoe_ci.reports import DeviceRun, RunMeta, TestRecord, console_matrix, exit_code, finalize, write_device_junit
-from bmoe_ci.reports.plan import read_plan, reconcile
+from bmoe_ci.reports.plan import read_plan, reconcile, write_pending_plan
+from bmoe_ci.reports.records import RUN_JSON
+from bmoe_ci.reports.summary import SUMMARY_JSON
 
 
 @dataclass
@@ -44,6 +47,15 @@ def _one_line(report: pytest.TestReport) -> str:
     return str(report.longrepr).strip().splitlines()[-1] if report.longrepr else ""
 
 
+def begin_run(results_dir: Path, run_id: str) -> None:
+    """Mark *results_dir* as holding a run that has not planned its tests yet. An earlier session's
+    plan, run.json (whose `finished` says a session ended) and summary in the same directory would
+    be read as this run's if it were killed: the pending plan replaces the one, the others go."""
+    write_pending_plan(results_dir, run_id)
+    for stale in (RUN_JSON, SUMMARY_JSON):
+        (results_dir / stale).unlink(missing_ok=True)
+
+
 class RecordCollector:
     def __init__(self, run: GateRun):
         self.run = run
@@ -53,7 +65,10 @@ class RecordCollector:
         self.wall_s: dict[str, float] = {d.name: d.setup_s for d in run.devices}
         self.outputs: dict[str, dict[str, str]] = {d.name: {} for d in run.devices}
         self.digests: dict[str, dict[str, dict[str, Any]]] = {d.name: {} for d in run.devices}
-        for d in run.devices:  # on disk from the start: a run killed now still has every device
+        # on disk from the start: a run killed now still has every device, and a plan that says the
+        # tests were not collected yet (the real one replaces it before the first test starts)
+        begin_run(Path(run.results_dir), run.run_id)
+        for d in run.devices:
             write_device_junit(run.results_dir, self._device_run(d.name))
 
     def add(self, report: pytest.TestReport) -> None:

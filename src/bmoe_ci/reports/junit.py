@@ -256,7 +256,47 @@ def device_run_from_junit(path: Path) -> DeviceRun:
 
     Lossy where the XML is: long output was cut, gate and fixture are read back from the case name
     (``G1[qwen3moe]``)."""
-    xml = read_junit(path)
+    return _device_run_from_xml(read_junit(path), path)
+
+
+def salvage_junit(path: Path) -> tuple[DeviceRun | None, int]:
+    """What a damaged device ``junit.xml`` still holds (a file cut short by a writer killed mid-write,
+    as versions before atomic writes could leave): its properties and every test case whose element
+    is complete before the damage. Returns the run (None when not even the suite's start is there) and
+    the number of test cases read."""
+    parser = ET.XMLPullParser(events=("start", "end"))
+    suite: ET.Element | None = None
+    props: list[ET.Element] = []
+    cases: list[ET.Element] = []
+    try:
+        parser.feed(path.read_bytes())
+        parser.close()
+    except (OSError, ET.ParseError):
+        pass  # keep what was complete before the damage
+    try:
+        for event, elem in parser.read_events():
+            if event == "start" and elem.tag == "testsuite" and suite is None:
+                suite = elem
+            elif event == "end" and elem.tag == "property":
+                props.append(elem)
+            elif event == "end" and elem.tag == "testcase":
+                cases.append(elem)
+    except ET.ParseError:
+        pass
+    if suite is None:
+        return None, 0
+    root = ET.Element("testsuites")
+    whole = ET.SubElement(root, "testsuite", {k: v for k, v in suite.attrib.items() if k in ("name", "timestamp")})
+    if props:
+        ET.SubElement(whole, "properties").extend(props)
+    whole.extend(cases)
+    try:
+        return _device_run_from_xml(JUnitXml.fromstring(ET.tostring(root, encoding="unicode")), path), len(cases)
+    except ReportError:
+        return None, 0
+
+
+def _device_run_from_xml(xml: JUnitXml, path: Path) -> DeviceRun:
     suites = list(xml)
     if len(suites) != 1:
         raise ReportError(f"{path}: expected one testsuite (the device), found {len(suites)}")

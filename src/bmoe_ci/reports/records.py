@@ -327,3 +327,88 @@ def read_run_json(path: Path) -> RunMeta:
         return RunMeta.from_dict(read_json(path))
     except ValueError as exc:
         raise ReportError(f"{path}: {exc}") from None
+
+
+# ---------------------------------------------------------------------------- damaged files
+
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+def _salvage_array(text: str, i: int, dec: json.JSONDecoder) -> list[Any]:
+    """The complete elements of a JSON array cut short, from just after its ``[``."""
+    out: list[Any] = []
+    while True:
+        i = _WS.match(text, i).end()  # type: ignore[union-attr]
+        try:
+            value, i = dec.raw_decode(text, i)
+        except ValueError:
+            return out
+        out.append(value)
+        i = _WS.match(text, i).end()  # type: ignore[union-attr]
+        if text[i : i + 1] != ",":
+            return out
+        i += 1
+
+
+def salvage_json_object(text: str) -> dict[str, Any]:
+    """The members of a JSON object that are complete in *text*, a file cut short (a writer killed
+    mid-write, as versions before atomic writes could be): every whole key/value up to the cut, and of
+    a list cut short its whole elements. Nothing after the first damaged member is trusted."""
+    dec = json.JSONDecoder()
+    out: dict[str, Any] = {}
+    i = _WS.match(text, 0).end()  # type: ignore[union-attr]
+    if text[i : i + 1] != "{":
+        return out
+    i += 1
+    while True:
+        i = _WS.match(text, i).end()  # type: ignore[union-attr]
+        try:
+            key, i = dec.raw_decode(text, i)
+        except ValueError:
+            return out
+        i = _WS.match(text, i).end()  # type: ignore[union-attr]
+        if not isinstance(key, str) or text[i : i + 1] != ":":
+            return out
+        i = _WS.match(text, i + 1).end()  # type: ignore[union-attr]
+        try:
+            value, i = dec.raw_decode(text, i)
+        except ValueError:
+            if text[i : i + 1] == "[":
+                out[key] = _salvage_array(text, i + 1, dec)
+            return out
+        out[key] = value
+        i = _WS.match(text, i).end()  # type: ignore[union-attr]
+        if text[i : i + 1] != ",":
+            return out
+        i += 1
+
+
+_RECORD_ADAPTER = TypeAdapter(TestRecord)
+
+
+def salvage_device_json(path: Path, device: str) -> tuple[DeviceRun, int]:
+    """What a damaged ``device.json`` still holds: the device's facts when they are whole and valid,
+    and every whole, valid record (an invalid one is skipped, not fatal). Returns the run and the
+    number of records read; what is lost is for the plan to count (reports/plan.py)."""
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError:
+        text = ""
+    data = salvage_json_object(text)
+    raw = data.pop("records", [])
+    data.pop("schema", None)
+    data["device"] = device
+    records: list[TestRecord] = []
+    for item in raw if isinstance(raw, list) else []:
+        try:
+            rec = _RECORD_ADAPTER.validate_python(item, strict=False)
+        except (ValidationError, ValueError):
+            continue
+        if rec.device == device:
+            records.append(rec)
+    try:
+        run = DeviceRun.from_dict({**data, "records": []})
+    except ValueError:
+        run = DeviceRun(device=device, arch=str(data.get("arch", "")) if isinstance(data.get("arch"), str) else "")
+    run.records = records
+    return run, len(records)

@@ -9,9 +9,11 @@ fixtures had that outcome.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
@@ -23,9 +25,10 @@ from bmoe_ci.reports.junit import (
     is_run_dir,
     merge,
     read_junit,
+    salvage_junit,
     write_device_junit,
 )
-from bmoe_ci.reports.plan import read_plan, reconcile
+from bmoe_ci.reports.plan import INTERRUPTED, NOT_PLANNED, Plan, read_plan, reconcile
 from bmoe_ci.reports.records import (
     DEVICE_JSON,
     INFRA_GATE,
@@ -39,6 +42,7 @@ from bmoe_ci.reports.records import (
     atomic_write,
     read_device_json,
     read_run_json,
+    salvage_device_json,
     write_json,
     write_run_json,
 )
@@ -100,19 +104,55 @@ def cell_text(counts: dict[str, int]) -> str:
 def load_results(results_dir: Path | str) -> tuple[RunMeta | None, list[DeviceRun]]:
     """Read a results directory: every device (device.json, else rebuilt from its junit.xml; a
     junit.xml present must parse) and run.json when there is one. Raises :class:`ReportError`."""
-    root = Path(results_dir)
+    meta, runs, _ = _load(Path(results_dir), salvage=False)
+    return meta, runs
+
+
+def _load_device(dev_dir: Path, salvage: bool, notes: list[str]) -> DeviceRun:
+    """One device directory. With *salvage* (a run with a plan, whose losses the plan counts), a
+    damaged file is read as far as it is valid instead of refused: device.json, else the whole
+    junit.xml, else what is whole of either; the damage is said in *notes*."""
+    dev_json, junit = dev_dir / DEVICE_JSON, dev_dir / JUNIT_XML
+    try:
+        if junit.is_file():
+            read_junit(junit)
+        return read_device_json(dev_json) if dev_json.is_file() else device_run_from_junit(junit)
+    except ReportError as exc:
+        if not salvage:
+            raise
+        damage = str(exc)
+    with contextlib.suppress(ReportError):
+        if dev_json.is_file():
+            run = read_device_json(dev_json)
+            notes.append(f"{damage} (ignored: {dev_dir.name}/{DEVICE_JSON} is whole and was used)")
+            return run
+    with contextlib.suppress(ReportError):
+        if junit.is_file():
+            run = device_run_from_junit(junit)
+            notes.append(f"{damage} (its {dev_dir.name}/{JUNIT_XML} is whole and was used)")
+            return run
+    from_json, n_json = salvage_device_json(dev_json, dev_dir.name) if dev_json.is_file() else (None, 0)
+    from_xml, n_xml = salvage_junit(junit) if junit.is_file() else (None, 0)
+    run = from_xml if from_xml is not None and (from_json is None or n_xml > n_json) else from_json
+    if run is None:
+        run = DeviceRun(device=dev_dir.name, arch="")
+    notes.append(f"{damage}: damaged, {len(run.records)} whole result(s) read from it; "
+                 "the planned tests it does not hold count as interrupted")
+    return run
+
+
+def _load(root: Path, salvage: bool) -> tuple[RunMeta | None, list[DeviceRun], list[str]]:
     if not root.exists():
         raise ReportError(f"{root}: no such directory")
     if not root.is_dir():
         raise ReportError(f"{root}: not a directory")
     runs: list[DeviceRun] = []
+    notes: list[str] = []
     for dev_dir in device_dirs(root):
-        dev_json, junit = dev_dir / DEVICE_JSON, dev_dir / JUNIT_XML
-        if junit.is_file():
-            read_junit(junit)
-        run = read_device_json(dev_json) if dev_json.is_file() else device_run_from_junit(junit)
+        run = _load_device(dev_dir, salvage, notes)
         if run.device != dev_dir.name:
-            where = dev_json if dev_json.is_file() else junit
+            dev_json = dev_dir / DEVICE_JSON
+            where = dev_json if dev_json.is_file() else dev_dir / JUNIT_XML
             raise ReportError(f"{where}: device {run.device!r} does not match its directory {dev_dir.name!r}")
         runs.append(run)
     if not runs:
@@ -123,7 +163,7 @@ def load_results(results_dir: Path | str) -> tuple[RunMeta | None, list[DeviceRu
         )
     meta_path = root / RUN_JSON
     meta = read_run_json(meta_path) if meta_path.is_file() else None
-    return meta, runs
+    return meta, runs, notes
 
 
 def derive_run_meta(results_dir: Path | str, runs: list[DeviceRun]) -> RunMeta:
@@ -141,8 +181,9 @@ def derive_run_meta(results_dir: Path | str, runs: list[DeviceRun]) -> RunMeta:
 # ---------------------------------------------------------------------------- the summary
 
 
-def build_summary(meta: RunMeta, runs: list[DeviceRun]) -> dict[str, Any]:
-    """The content of summary.json (see docs/results.md for the schema)."""
+def build_summary(meta: RunMeta, runs: list[DeviceRun], interrupted: str | None = None) -> dict[str, Any]:
+    """The content of summary.json (see docs/results.md for the schema). *interrupted*: why the run
+    did not end (its status is then ``error``, whatever its tests did)."""
     runs = sorted(runs, key=lambda r: r.device)
     gates: set[str] = set()
     devices: dict[str, Any] = {}
@@ -209,13 +250,14 @@ def build_summary(meta: RunMeta, runs: list[DeviceRun]) -> dict[str, Any]:
         archs = sorted({devices[d]["arch"] for devs in g.values() for d in devs})
         cross_arch[fixture] = {"archs": archs, "agree": len(g) == 1}
 
-    status = aggregate(r.status for r in runs) if runs else "error"
+    status = aggregate(r.status for r in runs) if runs and interrupted is None else "error"
     return {
         "schema": SUMMARY_SCHEMA,
         "run": meta.run,
         "started": meta.started,
         "finished": meta.finished,
         "status": status,
+        "interrupted": interrupted,
         "totals": {"devices": len(runs), **vars(totals)},
         "engine_builds": dict(sorted(meta.engine_builds.items())),
         "compiled": sorted(meta.compiled),
@@ -235,6 +277,8 @@ def build_summary(meta: RunMeta, runs: list[DeviceRun]) -> dict[str, Any]:
 def exit_code(summary_data: dict[str, Any]) -> int:
     """0 when nothing failed or errored (skips are not failures), 1 otherwise."""
     t = summary_data["totals"]
+    if summary_data.get("interrupted"):  # a run that did not end never reads as green
+        return 1
     return 0 if t["failed"] == 0 and t["errors"] == 0 and t["devices"] > 0 else 1
 
 
@@ -256,6 +300,8 @@ def _headline(s: dict[str, Any]) -> str:
     # a fault-injected engine is never shown as a plain green run
     faults = s.get("faults") or []
     built = f" (FAULT BUILD: {', '.join(faults)})" if faults else ""
+    if s.get("interrupted"):
+        built += " (INTERRUPTED)"
     return (
         f"{_STATUS[s['status']]}{built}: {t['devices']} device(s), {t['tests']} tests: {t['passed']} passed, "
         f"{t['failed']} failed, {t['errors']} error{'' if t['errors'] == 1 else 's'}, {t['skipped']} skipped"
@@ -506,12 +552,13 @@ def matrix_svg(s: dict[str, Any]) -> str:
 # ---------------------------------------------------------------------------- writing
 
 
-def _write(results_dir: Path, meta: RunMeta, runs: list[DeviceRun]) -> dict[str, Any]:
-    data = build_summary(meta, runs)
-    write_run_json(results_dir, meta)
+def _write(results_dir: Path, meta: RunMeta, runs: list[DeviceRun], interrupted: str | None = None) -> dict[str, Any]:
+    data = build_summary(meta, runs, interrupted)
     write_json(results_dir / SUMMARY_JSON, data)
     atomic_write(results_dir / SUMMARY_MD, markdown(data).encode("utf-8"))
     atomic_write(results_dir / MATRIX_SVG, matrix_svg(data).encode("utf-8"))
+    # last: a run.json with `finished` is what says a session wrote its summary to the end (rebuild)
+    write_run_json(results_dir, meta)
     return data
 
 
@@ -536,21 +583,49 @@ def finalize(results_dir: Path | str, device_runs: list[DeviceRun], run_meta: Ru
 def rebuild(results_dir: Path | str) -> dict[str, Any]:
     """What ``bmoe-ci report`` does: re-derive XDEV, re-merge and re-summarise from the directory alone."""
     root = Path(results_dir)
-    meta, runs = load_results(root)
     plan = read_plan(root)
+    # a run with a plan: damaged files are read as far as they are valid, the plan counts the rest
+    meta, runs, notes = _load(root, salvage=plan is not None)
+    interrupted: str | None = None
     if plan is not None:  # a killed run: what never finished is an error, and counts add up to the plan
         reconcile(runs, plan)
-    return _judge_and_write(root, meta or derive_run_meta(root, runs), runs)
+        interrupted = _interruption(plan, meta, runs)
+    meta = meta or derive_run_meta(root, runs)
+    if notes:
+        meta = replace(meta, notes=[*meta.notes, *(n for n in notes if n not in meta.notes)])
+    return _judge_and_write(root, meta, runs, interrupted)
 
 
-def _judge_and_write(root: Path, meta: RunMeta, runs: list[DeviceRun]) -> dict[str, Any]:
+_SOME_INTERRUPTED = "run interrupted: some planned tests did not run to the end"
+
+
+def _interruption(plan: Plan, meta: RunMeta | None, runs: list[DeviceRun]) -> str | None:
+    """Why a planned run did not end, or None. The session writes run.json, with `finished`, after
+    everything else (so a run killed even while writing its summary, every test recorded, still
+    reads as interrupted); `bmoe-ci report` keeps `finished` unset for a run that never set it."""
+    if plan.pending:
+        return NOT_PLANNED
+    if any(r.message == INTERRUPTED for run in runs for r in run.records):
+        return _SOME_INTERRUPTED
+    if meta is None or meta.finished is None:
+        return "run interrupted: the session did not write its summary to the end"
+    return None
+
+
+def _judge_and_write(
+    root: Path, meta: RunMeta, runs: list[DeviceRun], interrupted: str | None = None
+) -> dict[str, Any]:
     """XDEV is a verdict on the devices of the whole directory: derive it over all of them, write it into
-    each device's junit.xml and device.json, then merge and summarise."""
+    each device's junit.xml and device.json, then merge and summarise. A planned test that did not run
+    to the end (a session stopped by -x or Ctrl-C, reconciled at its end) makes the run interrupted in
+    the session's own summary as in any later report of it."""
+    if interrupted is None and any(r.message == INTERRUPTED for run in runs for r in run.records):
+        interrupted = _SOME_INTERRUPTED
     runs = with_xdev(runs)
     for run in runs:
         write_device_junit(root, run)
     merge(root)
-    return _write(root, meta, runs)
+    return _write(root, meta, runs, interrupted)
 
 
 def summary_json(s: dict[str, Any]) -> str:
