@@ -9,6 +9,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
+#include "gguf.h"
 #include "kernels_lanes.h"
 
 #define AVX2_FN __attribute__((target("avx2,f16c")))
@@ -208,6 +209,109 @@ AVX2_FN static void dot_q8_0_mt_avx2(const uint8_t *w, const int8_t *xq, const f
     }
 }
 
+/* ---- dequantised types (kernels.h): the weights become the floats bm_dequant_chunk gives (Q4_K and
+ * Q6_K eight at a time here, with the same IEEE operations per value; the others with the scalar
+ * code), then the F32 dot product's lanes, adds and tree. */
+
+/* Eight bytes as eight int32. */
+AVX2_FN static inline __m256i u8x8(const uint8_t *p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
+
+AVX2_FN static void dq_q4_K_avx2(const uint8_t *blk, float *y) {
+    const float d = bm_f16_to_f32(bm_rd16(blk)), dmin = bm_f16_to_f32(bm_rd16(blk + 2));
+    const __m256i m4 = _mm256_set1_epi32(0xF);
+    for (int j = 0; j < 4; j++) {
+        uint8_t sc, m;
+        bm_scale_min_k4(2 * j, blk + 4, &sc, &m);
+        const __m256 d1 = _mm256_set1_ps(d * (float)sc), m1 = _mm256_set1_ps(dmin * (float)m);
+        bm_scale_min_k4(2 * j + 1, blk + 4, &sc, &m);
+        const __m256 d2 = _mm256_set1_ps(d * (float)sc), m2 = _mm256_set1_ps(dmin * (float)m);
+        const uint8_t *q = blk + 16 + 32 * j;
+        for (int l = 0; l < 32; l += 8) {
+            __m256i v = u8x8(q + l);
+            __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, m4)), hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
+            _mm256_storeu_ps(y + 64 * j + l, _mm256_sub_ps(_mm256_mul_ps(d1, lo), m1));
+            _mm256_storeu_ps(y + 64 * j + 32 + l, _mm256_sub_ps(_mm256_mul_ps(d2, hi), m2));
+        }
+    }
+}
+
+AVX2_FN static void dq_q6_K_avx2(const uint8_t *blk, float *y) {
+    const uint8_t *ql = blk, *qh = blk + 128;
+    const int8_t *sc = (const int8_t *)(blk + 192);
+    const float d = bm_f16_to_f32(bm_rd16(blk + 208));
+    const __m256i m4 = _mm256_set1_epi32(0xF), m3 = _mm256_set1_epi32(3), k32 = _mm256_set1_epi32(32);
+#ifndef BMOE_FAULT_Q6_K_HIGH_SHIFT
+    const int s2 = 2, s3 = 4;
+#else
+    const int s2 = 4, s3 = 2; /* fault: as in tensor.c */
+#endif
+    for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8, y += 128) {
+        for (int l = 0; l < 32; l += 8) {
+            int is = l / 16;
+            __m256i a = u8x8(ql + l), b = u8x8(ql + l + 32), h = u8x8(qh + l);
+            __m256i q1 = _mm256_sub_epi32(_mm256_or_si256(_mm256_and_si256(a, m4), _mm256_slli_epi32(_mm256_and_si256(h, m3), 4)), k32);
+            __m256i q2 = _mm256_sub_epi32(_mm256_or_si256(_mm256_and_si256(b, m4),
+                                                          _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128(s2)), m3), 4)), k32);
+            __m256i q3 = _mm256_sub_epi32(_mm256_or_si256(_mm256_srli_epi32(a, 4),
+                                                          _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128(s3)), m3), 4)), k32);
+            __m256i q4 = _mm256_sub_epi32(_mm256_or_si256(_mm256_srli_epi32(b, 4), _mm256_slli_epi32(_mm256_srli_epi32(h, 6), 4)), k32);
+            _mm256_storeu_ps(y + l, _mm256_mul_ps(_mm256_set1_ps(d * (float)sc[is]), _mm256_cvtepi32_ps(q1)));
+            _mm256_storeu_ps(y + l + 32, _mm256_mul_ps(_mm256_set1_ps(d * (float)sc[is + 2]), _mm256_cvtepi32_ps(q2)));
+            _mm256_storeu_ps(y + l + 64, _mm256_mul_ps(_mm256_set1_ps(d * (float)sc[is + 4]), _mm256_cvtepi32_ps(q3)));
+            _mm256_storeu_ps(y + l + 96, _mm256_mul_ps(_mm256_set1_ps(d * (float)sc[is + 6]), _mm256_cvtepi32_ps(q4)));
+        }
+    }
+}
+
+AVX2_FN static inline void dq_chunk_avx2(uint32_t type, const uint8_t *w, size_t i0, size_t cnt, float *y) {
+    if (type == GGML_TYPE_Q4_K) dq_q4_K_avx2(w + i0 / BMOE_QK_K * BMOE_Q4_K_BYTES, y);
+    else if (type == GGML_TYPE_Q6_K) dq_q6_K_avx2(w + i0 / BMOE_QK_K * BMOE_Q6_K_BYTES, y);
+    else bm_dequant_chunk(type, w, i0, cnt, y);
+}
+
+/* One chunk's floats y[0..cnt) times x[0..cnt) onto the lanes acc (a tail past the last eight, only in
+ * a row's last chunk, as the F32 kernel adds it). */
+AVX2_FN static inline __m256 dq_acc(__m256 acc, const float *y, const float *x, size_t cnt) {
+    size_t j = 0;
+    for (; j + 8 <= cnt; j += 8) acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(y + j), _mm256_loadu_ps(x + j)));
+    if (j < cnt) {
+        float l[8];
+        _mm256_storeu_ps(l, acc);
+        bm_simd_tail_f32(l, y, x, j, cnt);
+        acc = _mm256_loadu_ps(l);
+    }
+    return acc;
+}
+
+AVX2_FN static float dot_dq_avx2(uint32_t type, const uint8_t *w, const float *x, size_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    float y[BMOE_DQ_CHUNK];
+    for (size_t i0 = 0; i0 < n; i0 += BMOE_DQ_CHUNK) {
+        size_t cnt = n - i0 < BMOE_DQ_CHUNK ? n - i0 : BMOE_DQ_CHUNK;
+        dq_chunk_avx2(type, w, i0, cnt, y);
+        acc = dq_acc(acc, y, x + i0, cnt);
+    }
+    float l[8];
+    _mm256_storeu_ps(l, acc);
+    return bm_simd_sum8(l);
+}
+
+AVX2_FN static void dot_dq_mt_avx2(uint32_t type, const uint8_t *w, const float *x, size_t n, int nt, float *out) {
+    __m256 acc[BM_MT_MAX];
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    float y[BMOE_DQ_CHUNK];
+    for (size_t i0 = 0; i0 < n; i0 += BMOE_DQ_CHUNK) {
+        size_t cnt = n - i0 < BMOE_DQ_CHUNK ? n - i0 : BMOE_DQ_CHUNK;
+        dq_chunk_avx2(type, w, i0, cnt, y); /* once for every token */
+        for (int t = 0; t < nt; t++) acc[t] = dq_acc(acc[t], y, x + (size_t)t * n + i0, cnt);
+    }
+    for (int t = 0; t < nt; t++) {
+        float l[8];
+        _mm256_storeu_ps(l, acc[t]);
+        out[t] = bm_simd_sum8(l);
+    }
+}
+
 /* bm_quantize_q8_0, eight values at a time. Every step is exact or the same IEEE operation as the
  * scalar code (max of |x|, x * id, clamp, truncation, the half-away rounding); a block with a NaN or
  * an infinity goes to the scalar code. */
@@ -274,6 +378,8 @@ int bm_kernels_avx2(bm_kernels *k) {
     k->dot_f32_mt = dot_f32_mt_avx2;
     k->dot_f16_mt = dot_f16_mt_avx2;
     k->dot_q8_0_mt = dot_q8_0_mt_avx2;
+    k->dot_dq = dot_dq_avx2;
+    k->dot_dq_mt = dot_dq_mt_avx2;
     k->silu_mul = bm_vsilu_mul;
     k->exp_shift = bm_vexp_shift;
     return 1;
