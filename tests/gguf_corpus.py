@@ -32,7 +32,8 @@ _SCALAR_FMT = {U8: "<B", I8: "<b", U16: "<H", I16: "<h", U32: "<I", I32: "<i", F
 
 # ggml tensor types: id -> (block elements, block bytes)
 GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_Q4_K = 0, 1, 2, 8, 12
-GGML_BLOCKS = {0: (1, 4), 1: (1, 2), 2: (32, 18), 8: (32, 34), 12: (256, 144)}
+GGML_Q4_1, GGML_Q2_K = 3, 10
+GGML_BLOCKS = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 8: (32, 34), 10: (256, 84), 12: (256, 144)}
 
 DEFAULT_ALIGNMENT = 32
 
@@ -485,8 +486,11 @@ def malformed_cases() -> dict[str, tuple[bytes, str]]:
     add("q8_0_not_multiple", ts(Tensor("w", [33], GGML_Q8_0, data=b"")),
         "not a multiple of the q8_0 block size 32")
     add("q8_0_past_end", ts(Tensor("w", [1 << 61, 3], GGML_Q8_0, data=b"")), "past end of file")
-    add("type_q4_K", ts(Tensor("w", [256], GGML_Q4_K)), "type 12 (q4_K) is not supported")
-    add("type_q4_0", ts(Tensor("w", [32], GGML_Q4_0)), "type 2 (q4_0) is not supported")
+    add("type_q2_K", ts(Tensor("w", [256], GGML_Q2_K)), "type 10 (q2_K) is not supported")
+    add("type_q4_1", ts(Tensor("w", [32], GGML_Q4_1)), "type 3 (q4_1) is not supported")
+    add("q4_K_not_multiple", ts(Tensor("w", [320], GGML_Q4_K, data=b"")),
+        "not a multiple of the q4_K block size 256")
+    add("q4_K_past_end", ts(Tensor("w", [256, 1 << 40], GGML_Q4_K, data=b"")), "past end of file")
     add("type_unknown", ts(Tensor("w", [4], 1000, data=b"\0" * 16)), "type 1000 (unknown)")
     add("type_u32max", ts(Tensor("w", [4], 0xFFFFFFFF, data=b"\0" * 16)), "not supported")
     add("tensor_name_empty", ts(Tensor("", [4])), "empty name")

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 DEFAULT_FIXTURES = [
-    "qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-nonorm", "qwen3moe-tied",
+    "qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-q4k", "qwen3moe-nonorm",
+    "qwen3moe-tied",
 ]
 
 

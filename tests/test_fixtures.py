@@ -18,8 +18,11 @@ from bmoe_ci.fixtures.llama_cpp_table import missing_keys, tensor_problems
 from bmoe_ci.fixtures.model import metadata
 from bmoe_ci.fixtures.spec import FixtureSpec, default_specs_path
 
-DEFAULTS = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-nonorm", "qwen3moe-tied"]
+DEFAULTS = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-q4k", "qwen3moe-nonorm",
+            "qwen3moe-tied"]
 VARIANTS = ["qwen3moe-sigmoid", "qwen3moe-softmax-sel"]
+#: one fixture per further weight type (not default: the reference and kernel tests of each type)
+QUANT_VARIANTS = ["qwen3moe-q5k", "qwen3moe-q6k", "qwen3moe-q4_0", "qwen3moe-q5_0", "qwen3moe-bf16"]
 COMMITTED = ["trained", "trained-q8_0"]  # default fixtures that are committed files (test_trained_fixtures.py)
 
 
@@ -51,7 +54,7 @@ def generated(fixture_dir: Path) -> dict:
 # ------------------------------------------------------------------ specs
 
 
-def test_spec_file_defaults_are_the_six_generated_and_the_two_committed():
+def test_spec_file_defaults_are_the_seven_generated_and_the_two_committed():
     specs = load_specs()
     assert specs.defaults == DEFAULTS + COMMITTED
     assert {"bench-large", *VARIANTS} <= set(specs.specs)
@@ -86,7 +89,8 @@ def _first(doc: dict) -> dict:
         (lambda d: _first(d)["dims"].update(kv_heads=3), r"'qwen3moe': dims\.kv_heads: "),
         (lambda d: _first(d)["dims"].pop("experts"), r"'qwen3moe': dims\.experts: required key missing"),
         (lambda d: _first(d)["dims"].update(expertz=3), r"'qwen3moe': dims\.expertz: unknown key"),
-        (lambda d: _first(d).update(dtype="Q4_0"), r"'qwen3moe': dtype: "),
+        (lambda d: _first(d).update(dtype="Q2_K"), r"'qwen3moe': dtype: "),
+        (lambda d: _first(d).update(dtype="Q4_K_M"), r"'qwen3moe': dims\.d: 64 is not a multiple of 256, the Q4_K_M"),
         (lambda d: _first(d).update(seed=-1), r"'qwen3moe': seed: "),
         (lambda d: _first(d).update(arch="llama"), r"'qwen3moe': arch: "),
         (lambda d: _first(d)["gating"].update(func=4), r"'qwen3moe': gating\.func: "),
@@ -496,6 +500,85 @@ def test_q8_0_types_and_values(generated: dict):
     np.testing.assert_array_equal(
         np.asarray(q8["blk.0.ffn_gate_inp.weight"].data), np.asarray(f32["blk.0.ffn_gate_inp.weight"].data)
     )
+
+
+#: qwen3moe-q4k's bytes (its manifest sha256), recorded: the K-quant quantizer (bmoe_ci.fixtures.kquant)
+#: is numpy float32 arithmetic in a fixed order, so a numpy or platform change that moved one rounding
+#: would change the fixture every gate result is keyed on; this says so here first.
+Q4K_SHA256 = "0cfcdc2a1422f9347f3f2f0a5d9b626b48c39cb4354e6942352c9d3e4af7a1fa"
+
+#: fixture -> (general.file_type, the matrices' type, output.weight's type)
+Q = GGMLQuantizationType
+QUANT_TYPES = {
+    "qwen3moe-q4k": (15, Q.Q4_K, Q.Q6_K),
+    "qwen3moe-q5k": (16, Q.Q5_K, Q.Q5_K),
+    "qwen3moe-q6k": (18, Q.Q6_K, Q.Q6_K),
+    "qwen3moe-q4_0": (2, Q.Q4_0, Q.Q4_0),
+    "qwen3moe-q5_0": (8, Q.Q5_0, Q.Q5_0),
+    "qwen3moe-bf16": (32, Q.BF16, Q.BF16),
+}
+#: the quantizer's error, rms(dequantised - float) / rms(float) over a tensor, at most (measured on the
+#: fixtures: Q4_K 0.07, Q5_K 0.035, Q6_K 0.018, Q4_0 0.11, Q5_0 0.05, BF16 0.002)
+QUANT_RMS = {Q.Q4_K: 0.09, Q.Q5_K: 0.045, Q.Q6_K: 0.025, Q.Q4_0: 0.13, Q.Q5_0: 0.065, Q.BF16: 0.003}
+
+
+@pytest.fixture(scope="module")
+def quant_generated(fixture_dir: Path) -> dict:
+    return {f.name: f for f in generate(fixture_dir, names=list(QUANT_TYPES))}
+
+
+def test_q4k_bytes_are_recorded(quant_generated: dict):
+    assert quant_generated["qwen3moe-q4k"].sha256 == Q4K_SHA256
+
+
+@pytest.mark.parametrize("name", list(QUANT_TYPES))
+def test_quantized_types_and_values(quant_generated: dict, name: str):
+    """Every matrix in the fixture's type (output.weight in Q6_K for the Q4_K_M mix), norms and the
+    router F32, and every matrix the spec's float weights up to the type's rounding (gguf.quants reads
+    them back: the quantizer and the reader share no code)."""
+    from bmoe_ci.fixtures.model import tensors as float_tensors
+
+    ftype, mat, out = QUANT_TYPES[name]
+    path = quant_generated[name].path
+    assert _meta(path)["general.file_type"] == ftype
+    floats = {t.name: t.data for t in float_tensors(load_specs().specs[name])}
+    for tname, t in _tensors(path).items():
+        if len(t.shape) == 1 or "ffn_gate_inp" in tname:
+            assert t.tensor_type == Q.F32, tname
+            continue
+        assert t.tensor_type == (out if tname == "output.weight" else mat), tname
+        a = dequantize(np.asarray(t.data), t.tensor_type).astype(np.float64)
+        b = floats[tname].astype(np.float64)
+        assert a.shape == b.shape, tname
+        live = b[..., :256, :] if tname == "output.weight" else b  # the specials' rows are zero
+        rms = np.sqrt(np.mean((a[..., : live.shape[-2], :] - live) ** 2) / np.mean(live**2))
+        assert rms <= QUANT_RMS[t.tensor_type], (tname, rms)
+
+
+def test_kquant_quantizer_edge_cases():
+    """Zero blocks, a block of one sign, large and small values: the K-quant quantizers give blocks that
+    dequantise (gguf.quants) close to the input, zero to zero, and the same bytes every time."""
+    from bmoe_ci.fixtures import kquant
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((6, 512)).astype(np.float32)
+    x[0] = 0.0
+    x[1] = np.abs(x[1]) + 0.5  # every value positive: Q4_K/Q5_K's min is 0
+    x[2] = -np.abs(x[2])
+    x[3] *= 1e4
+    x[4] *= 1e-3  # (far smaller and the f16 block scales underflow: ggml's format, not the quantizer)
+    x[5, :256] = 0.0
+    for fn, qt in ((kquant.quantize_q4_K, Q.Q4_K), (kquant.quantize_q5_K, Q.Q5_K), (kquant.quantize_q6_K, Q.Q6_K)):
+        q = fn(x)
+        assert q.dtype == np.uint8 and q.shape == (6, 2 * {Q.Q4_K: 144, Q.Q5_K: 176, Q.Q6_K: 210}[qt])
+        assert np.array_equal(q, fn(x.copy()))
+        y = dequantize(q, qt)
+        assert not y[0].any() and not y[5, :256].any()
+        for r in (1, 2, 3, 4, 5):
+            live = x[r] if r != 5 else x[r, 256:]
+            got = y[r] if r != 5 else y[r, 256:]
+            rel = np.sqrt(np.mean((got - live) ** 2) / np.mean(live**2))
+            assert rel <= QUANT_RMS[qt] * 1.5, (qt, r, rel)
 
 
 def test_tied_router_rows(generated: dict):

@@ -19,7 +19,9 @@ import pytest
 from bmoe_ci.builder import build
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_FIXTURES = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-nonorm"]
+DEFAULT_FIXTURES = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-q4k", "qwen3moe-nonorm"]
+#: each further weight type's fixture (their kernels: dequantise, then the F32 lanes)
+TYPE_FIXTURES = ["qwen3moe-q5k", "qwen3moe-q6k", "qwen3moe-q4_0", "qwen3moe-q5_0", "qwen3moe-bf16"]
 ARM_PATHS = ["neon", "neon-dot"]
 PROMPT = "Kernels, any path."
 
@@ -59,11 +61,19 @@ def arm_cmd() -> list[str]:
     return [*prefix, str(build("aarch64-linux-musl", progress=lambda m: print(m, file=sys.stderr)).path)]
 
 
-@pytest.mark.parametrize("name", DEFAULT_FIXTURES)
+@pytest.fixture(scope="module")
+def models(fixture_dir: Path) -> dict[str, Path]:
+    """The default fixtures and the further types' ones."""
+    from bmoe_ci.fixtures import generate
+
+    return {f.name: f.path for f in generate(fixture_dir, names=DEFAULT_FIXTURES + TYPE_FIXTURES)}
+
+
+@pytest.mark.parametrize("name", DEFAULT_FIXTURES + TYPE_FIXTURES)
 def test_every_path_gives_the_same_bytes(
-    engine_bin: Path, arm_cmd: list[str], fixtures: dict[str, Path], name: str, tmp_path: Path
+    engine_bin: Path, arm_cmd: list[str], models: dict[str, Path], name: str, tmp_path: Path
 ) -> None:
-    model = fixtures[name]
+    model = models[name]
     paths = host_paths(engine_bin, model)
     assert "scalar" in paths
     base = run([str(engine_bin)], model, "scalar", tmp_path / "scalar.f32")

@@ -25,8 +25,12 @@ from bmoe_ci.fixtures.spec import load_specs
 from bmoe_ci.reference import Generation, Model, relative_error
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULTS = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-nonorm", "qwen3moe-tied"]
-VARIANTS = ["qwen3moe-sigmoid", "qwen3moe-softmax-sel"]
+DEFAULTS = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-q4k", "qwen3moe-nonorm",
+            "qwen3moe-tied"]
+#: the gating variants, and one fixture per further weight type (Q5_K, Q6_K, Q4_0, Q5_0, BF16): the
+#: dequantised types multiply the float input as is, so the engine agrees with the reference as on F32
+VARIANTS = ["qwen3moe-sigmoid", "qwen3moe-softmax-sel", "qwen3moe-q5k", "qwen3moe-q6k", "qwen3moe-q4_0",
+            "qwen3moe-q5_0", "qwen3moe-bf16"]
 Q8 = {"qwen3moe-q8_0"}
 
 #: max over rows of max_j |engine - ref| / max_j |ref|  (row-wise infinity norms)

@@ -26,7 +26,7 @@ import pytest
 
 import gguf_corpus as gc
 
-FIXTURES = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-nonorm"]
+FIXTURES = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-q4k", "qwen3moe-nonorm"]
 PROMPT = "The quick brown fox"
 EVICTING = ("--cache-mb", "2", "--force-cache")
 COLUMNS = [

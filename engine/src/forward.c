@@ -145,7 +145,7 @@ static inline float row_dot(const bm_kernels *k, uint32_t type, const uint8_t *r
     case GGML_TYPE_Q8_0: return k->dot_q8_0(row, xq, xd, n);
     case GGML_TYPE_F16: return k->dot_f16(row, x, n);
     case GGML_TYPE_F32: return k->dot_f32((const float *)row, x, n);
-    default: return 0.0f;
+    default: return k->dot_dq(type, row, x, n); /* the model accepts no other type (model.c, bind) */
     }
 }
 
@@ -157,8 +157,7 @@ static inline void row_dot_mt(const bm_kernels *k, uint32_t type, const uint8_t 
     case GGML_TYPE_Q8_0: k->dot_q8_0_mt(row, xq, xd, n, nt, out); break;
     case GGML_TYPE_F16: k->dot_f16_mt(row, x, n, nt, out); break;
     case GGML_TYPE_F32: k->dot_f32_mt((const float *)row, x, n, nt, out); break;
-    default:
-        for (int t = 0; t < nt; t++) out[t] = 0.0f;
+    default: k->dot_dq_mt(type, row, x, n, nt, out);
     }
 }
 

@@ -57,7 +57,13 @@ uint32_t ggml_type_block(uint32_t type) {
     switch (type) {
     case GGML_TYPE_F32: return 1;
     case GGML_TYPE_F16: return 1;
+    case GGML_TYPE_BF16: return 1;
     case GGML_TYPE_Q8_0: return 32;
+    case GGML_TYPE_Q4_0: return 32;
+    case GGML_TYPE_Q5_0: return 32;
+    case GGML_TYPE_Q4_K: return 256;
+    case GGML_TYPE_Q5_K: return 256;
+    case GGML_TYPE_Q6_K: return 256;
     default: return 0;
     }
 }
@@ -66,7 +72,13 @@ static uint32_t ggml_type_block_bytes(uint32_t type) {
     switch (type) {
     case GGML_TYPE_F32: return 4;
     case GGML_TYPE_F16: return 2;
-    case GGML_TYPE_Q8_0: return 34; /* f16 scale + 32 x int8 */
+    case GGML_TYPE_BF16: return 2;
+    case GGML_TYPE_Q8_0: return 34;  /* f16 scale + 32 x int8 */
+    case GGML_TYPE_Q4_0: return 18;  /* f16 scale + 32 x 4 bits */
+    case GGML_TYPE_Q5_0: return 22;  /* f16 scale + 32 high bits + 32 x 4 bits */
+    case GGML_TYPE_Q4_K: return 144; /* f16 d, dmin + 12 bytes of 6-bit scales/mins + 256 x 4 bits */
+    case GGML_TYPE_Q5_K: return 176; /* as Q4_K + 256 high bits */
+    case GGML_TYPE_Q6_K: return 210; /* 256 x 4 low bits + 256 x 2 high bits + 16 int8 scales + f16 d */
     default: return 0;
     }
 }
@@ -556,7 +568,7 @@ static int parse_tensor_info(cur *c, ectx *e, gguf_priv *pv, uint64_t i, gguf_te
     rc = rd(c, e, 4, "type", &ty);
     if (rc) return rc;
     if (ggml_type_block((uint32_t)ty) == 0 || ty > UINT32_MAX)
-        return fail(e, BMOE_GGUF_EMALFORMED, "%s: type %llu (%s) is not supported (f32, f16 and q8_0 are)",
+        return fail(e, BMOE_GGUF_EMALFORMED, "%s: type %llu (%s) is not supported (f32, f16, bf16, q8_0, q4_0, q5_0, q4_K, q5_K and q6_K are)",
                     e->where, (ull)ty, ggml_type_name((uint32_t)ty));
     t->type = (uint32_t)ty;
     uint64_t blk = ggml_type_block(t->type), bb = ggml_type_block_bytes(t->type);

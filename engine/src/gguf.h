@@ -6,7 +6,8 @@
  * shard index and the absolute file offset of each tensor and map or pread it themselves.
  *
  * Accepted: GGUF versions 2 and 3 (identical little-endian layouts), little-endian only. Tensor types
- * F32, F16 and Q8_0; every other ggml type is rejected by name ("type 12 (q4_K) is not supported").
+ * F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K and Q6_K (ggml's block layouts, tensor.h); every other
+ * ggml type is rejected by name ("type 10 (q2_K) is not supported").
  *
  * Ownership. gguf_open maps each file read-only, parses its header from memory with bounds checks and
  * unmaps it again: every string, array and table the caller sees is a copy in an arena owned by the
@@ -35,7 +36,10 @@ enum gguf_type {
 };
 
 /* Tensor element types the engine computes with (ggml numbering). */
-enum ggml_type { GGML_TYPE_F32 = 0, GGML_TYPE_F16 = 1, GGML_TYPE_Q8_0 = 8 };
+enum ggml_type {
+    GGML_TYPE_F32 = 0, GGML_TYPE_F16 = 1, GGML_TYPE_Q4_0 = 2, GGML_TYPE_Q5_0 = 6, GGML_TYPE_Q8_0 = 8,
+    GGML_TYPE_Q4_K = 12, GGML_TYPE_Q5_K = 13, GGML_TYPE_Q6_K = 14, GGML_TYPE_BF16 = 30
+};
 
 #define GGUF_MAX_DIMS 4
 #define GGUF_MAX_SHARDS 256

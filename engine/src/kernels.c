@@ -46,6 +46,20 @@ void bm_dot_q8_0_mt_scalar(const uint8_t *w, const int8_t *xq, const float *xd, 
         out[t] = bm_dot_q8_0_scalar(w, xq + (size_t)t * n, xd + (size_t)t * (n / BMOE_Q8_0_BLOCK), n);
 }
 
+float bm_dot_dq_scalar(uint32_t type, const uint8_t *w, const float *x, size_t n) {
+    float acc[8] = {0}, y[BMOE_DQ_CHUNK];
+    for (size_t i0 = 0; i0 < n; i0 += BMOE_DQ_CHUNK) {
+        size_t cnt = n - i0 < BMOE_DQ_CHUNK ? n - i0 : BMOE_DQ_CHUNK;
+        bm_dequant_chunk(type, w, i0, cnt, y);
+        for (size_t j = 0; j < cnt; j++) acc[j & 7] += y[j] * x[i0 + j]; /* i0 % 8 == 0: lane (i0 + j) mod 8 */
+    }
+    return bm_sum8(acc);
+}
+
+void bm_dot_dq_mt_scalar(uint32_t type, const uint8_t *w, const float *x, size_t n, int nt, float *out) {
+    for (int t = 0; t < nt; t++) out[t] = bm_dot_dq_scalar(type, w, x + (size_t)t * n, n);
+}
+
 void bm_silu_mul_scalar(const float *g, const float *u, size_t n, float *out) {
     for (size_t i = 0; i < n; i++) out[i] = bm_silu(g[i]) * u[i];
 }
@@ -109,6 +123,8 @@ static int fill(bm_kpath p, bm_kernels *k) {
         k->dot_f32_mt = bm_dot_f32_mt_scalar;
         k->dot_f16_mt = bm_dot_f16_mt_scalar;
         k->dot_q8_0_mt = bm_dot_q8_0_mt_scalar;
+        k->dot_dq = bm_dot_dq_scalar;
+        k->dot_dq_mt = bm_dot_dq_mt_scalar;
         k->silu_mul = bm_silu_mul_scalar;
         k->exp_shift = bm_exp_shift_scalar;
         return 1;

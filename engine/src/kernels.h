@@ -8,6 +8,10 @@
  *              dot product is the exact integer sum s_b = sum q_w * q_x, its float contribution is
  *              (float)s_b * (d_w * d_x); block b goes to lane b mod 8, lanes accumulate in increasing b
  *              and are combined with the same tree.
+ *   Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, BF16 ("dequantised" types, tensor.h bm_type_dequantised): the
+ *              weights are dequantised to floats exactly as bm_dequant_chunk computes them, and the
+ *              dot product is then the F32 one with those floats: element i to lane i mod 8, the
+ *              same adds and tree. The activations are not quantised.
  * Integer sums are exact in any order, so each SIMD path may form s_b as it likes; the float steps
  * are the same operations in the same order on every path.
  *
@@ -40,6 +44,10 @@ typedef struct bm_kernels {
     void (*dot_f32_mt)(const float *w, const float *x, size_t n, int nt, float *out);
     void (*dot_f16_mt)(const uint8_t *w, const float *x, size_t n, int nt, float *out);
     void (*dot_q8_0_mt)(const uint8_t *w, const int8_t *xq, const float *xd, size_t n, int nt, float *out);
+    /* A row of a dequantised type (n a multiple of its block size) times x: bm_dot_f32_scalar of the
+     * row's bm_dequant_chunk values and x, bit for bit; and its multi-token form (x as for F32). */
+    float (*dot_dq)(uint32_t type, const uint8_t *w, const float *x, size_t n);
+    void (*dot_dq_mt)(uint32_t type, const uint8_t *w, const float *x, size_t n, int nt, float *out);
     /* The exponentials around the matmuls, vectorised on the SIMD paths with exactly the scalar
      * loop's bits (kernels_vexp.h): out[i] = bm_silu(g[i]) * u[i] (out may be u), and the softmax's
      * v[i] = (float)bm_exp((double)v[i] - (double)mx). */
@@ -72,6 +80,8 @@ float bm_dot_q8_0_scalar(const uint8_t *w, const int8_t *xq, const float *xd, si
 void bm_dot_f32_mt_scalar(const float *w, const float *x, size_t n, int nt, float *out);
 void bm_dot_f16_mt_scalar(const uint8_t *w, const float *x, size_t n, int nt, float *out);
 void bm_dot_q8_0_mt_scalar(const uint8_t *w, const int8_t *xq, const float *xd, size_t n, int nt, float *out);
+float bm_dot_dq_scalar(uint32_t type, const uint8_t *w, const float *x, size_t n);
+void bm_dot_dq_mt_scalar(uint32_t type, const uint8_t *w, const float *x, size_t n, int nt, float *out);
 void bm_silu_mul_scalar(const float *g, const float *u, size_t n, float *out);
 void bm_exp_shift_scalar(float *v, size_t n, float mx);
 

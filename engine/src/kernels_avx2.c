@@ -9,6 +9,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
+#include "gguf.h"
 #include "kernels_lanes.h"
 
 #define AVX2_FN __attribute__((target("avx2,f16c")))
@@ -208,6 +209,174 @@ AVX2_FN static void dot_q8_0_mt_avx2(const uint8_t *w, const int8_t *xq, const f
     }
 }
 
+/* ---- dequantised types (kernels.h): the weights become the floats bm_dequant_chunk gives (eight at a
+ * time here, with the same IEEE operations per value: the integer levels convert exactly), then the
+ * F32 dot product's lanes, adds and tree. */
+
+/* Eight bytes as eight int32. */
+AVX2_FN static inline __m256i u8x8(const uint8_t *p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
+
+AVX2_FN static void dq_q4_K_avx2(const uint8_t *blk, float *y) {
+    const float d = bm_f16_to_f32(bm_rd16(blk)), dmin = bm_f16_to_f32(bm_rd16(blk + 2));
+    const __m256i m4 = _mm256_set1_epi32(0xF);
+    for (int j = 0; j < 4; j++) {
+        uint8_t sc, m;
+        bm_scale_min_k4(2 * j, blk + 4, &sc, &m);
+        const __m256 d1 = _mm256_set1_ps(d * (float)sc), m1 = _mm256_set1_ps(dmin * (float)m);
+        bm_scale_min_k4(2 * j + 1, blk + 4, &sc, &m);
+        const __m256 d2 = _mm256_set1_ps(d * (float)sc), m2 = _mm256_set1_ps(dmin * (float)m);
+        const uint8_t *q = blk + 16 + 32 * j;
+        for (int l = 0; l < 32; l += 8) {
+            __m256i v = u8x8(q + l);
+            __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, m4)), hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
+            _mm256_storeu_ps(y + 64 * j + l, _mm256_sub_ps(_mm256_mul_ps(d1, lo), m1));
+            _mm256_storeu_ps(y + 64 * j + 32 + l, _mm256_sub_ps(_mm256_mul_ps(d2, hi), m2));
+        }
+    }
+}
+
+AVX2_FN static void dq_q6_K_avx2(const uint8_t *blk, float *y) {
+    const uint8_t *ql = blk, *qh = blk + 128;
+    const int8_t *sc = (const int8_t *)(blk + 192);
+    const float d = bm_f16_to_f32(bm_rd16(blk + 208));
+    const __m256i m4 = _mm256_set1_epi32(0xF), m3 = _mm256_set1_epi32(3), k32 = _mm256_set1_epi32(32);
+#ifndef BMOE_FAULT_Q6_K_HIGH_SHIFT
+    const int s2 = 2, s3 = 4;
+#else
+    const int s2 = 4, s3 = 2; /* fault: as in tensor.c */
+#endif
+    for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8, y += 128) {
+        for (int l = 0; l < 32; l += 8) {
+            int is = l / 16;
+            __m256i a = u8x8(ql + l), b = u8x8(ql + l + 32), h = u8x8(qh + l);
+            __m256i q1 = _mm256_sub_epi32(_mm256_or_si256(_mm256_and_si256(a, m4), _mm256_slli_epi32(_mm256_and_si256(h, m3), 4)), k32);
+            __m256i q2 = _mm256_sub_epi32(_mm256_or_si256(_mm256_and_si256(b, m4),
+                                                          _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128(s2)), m3), 4)), k32);
+            __m256i q3 = _mm256_sub_epi32(_mm256_or_si256(_mm256_srli_epi32(a, 4),
+                                                          _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128(s3)), m3), 4)), k32);
+            __m256i q4 = _mm256_sub_epi32(_mm256_or_si256(_mm256_srli_epi32(b, 4), _mm256_slli_epi32(_mm256_srli_epi32(h, 6), 4)), k32);
+            _mm256_storeu_ps(y + l, _mm256_mul_ps(_mm256_set1_ps(d * (float)sc[is]), _mm256_cvtepi32_ps(q1)));
+            _mm256_storeu_ps(y + l + 32, _mm256_mul_ps(_mm256_set1_ps(d * (float)sc[is + 2]), _mm256_cvtepi32_ps(q2)));
+            _mm256_storeu_ps(y + l + 64, _mm256_mul_ps(_mm256_set1_ps(d * (float)sc[is + 4]), _mm256_cvtepi32_ps(q3)));
+            _mm256_storeu_ps(y + l + 96, _mm256_mul_ps(_mm256_set1_ps(d * (float)sc[is + 6]), _mm256_cvtepi32_ps(q4)));
+        }
+    }
+}
+
+AVX2_FN static void dq_q5_K_avx2(const uint8_t *blk, float *y) {
+    const float d = bm_f16_to_f32(bm_rd16(blk)), dmin = bm_f16_to_f32(bm_rd16(blk + 2));
+    const __m256i m4 = _mm256_set1_epi32(0xF), one = _mm256_set1_epi32(1);
+    const uint8_t *qh = blk + 16;
+    for (int j = 0; j < 4; j++) {
+        uint8_t sc, m;
+        bm_scale_min_k4(2 * j, blk + 4, &sc, &m);
+        const __m256 d1 = _mm256_set1_ps(d * (float)sc), m1 = _mm256_set1_ps(dmin * (float)m);
+        bm_scale_min_k4(2 * j + 1, blk + 4, &sc, &m);
+        const __m256 d2 = _mm256_set1_ps(d * (float)sc), m2 = _mm256_set1_ps(dmin * (float)m);
+        const uint8_t *q = blk + 48 + 32 * j;
+        for (int l = 0; l < 32; l += 8) {
+            __m256i v = u8x8(q + l), h = u8x8(qh + l);
+            __m256i lo = _mm256_or_si256(_mm256_and_si256(v, m4),
+                                         _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128(2 * j)), one), 4));
+            __m256i hi = _mm256_or_si256(_mm256_srli_epi32(v, 4),
+                                         _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128(2 * j + 1)), one), 4));
+            _mm256_storeu_ps(y + 64 * j + l, _mm256_sub_ps(_mm256_mul_ps(d1, _mm256_cvtepi32_ps(lo)), m1));
+            _mm256_storeu_ps(y + 64 * j + 32 + l, _mm256_sub_ps(_mm256_mul_ps(d2, _mm256_cvtepi32_ps(hi)), m2));
+        }
+    }
+}
+
+/* Q4_0 / Q5_0 blocks b0 .. b0 + nb - 1: (float)(q - 8) * d, (float)(q - 16) * d, as tensor.c. */
+AVX2_FN static void dq_q4_5_0_avx2(int five, const uint8_t *w, size_t b0, size_t nb, float *y) {
+    const __m256i m4 = _mm256_set1_epi32(0xF), one = _mm256_set1_epi32(1);
+    const __m256i off = _mm256_set1_epi32(five ? 16 : 8), j8 = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const size_t bb = five ? BMOE_Q5_0_BYTES : BMOE_Q4_0_BYTES;
+    for (size_t b = 0; b < nb; b++, y += 32) {
+        const uint8_t *blk = w + (b0 + b) * bb, *qs = blk + (five ? 6 : 2);
+        const __m256 d = _mm256_set1_ps(bm_f16_to_f32(bm_rd16(blk)));
+        __m256i qh = _mm256_setzero_si256();
+        if (five)
+            qh = _mm256_set1_epi32((int)((uint32_t)blk[2] | ((uint32_t)blk[3] << 8) | ((uint32_t)blk[4] << 16) |
+                                         ((uint32_t)blk[5] << 24)));
+        for (int g = 0; g < 2; g++) { /* values 8g .. 8g+7 (low nibbles) and 16+8g .. (high) */
+            __m256i v = u8x8(qs + 8 * g);
+            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_srli_epi32(v, 4);
+            if (five) {
+                __m256i jl = _mm256_add_epi32(j8, _mm256_set1_epi32(8 * g));
+                lo = _mm256_or_si256(lo, _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(qh, jl), one), 4));
+                __m256i jh = _mm256_add_epi32(jl, _mm256_set1_epi32(16));
+                hi = _mm256_or_si256(hi, _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(qh, jh), one), 4));
+            }
+            _mm256_storeu_ps(y + 8 * g, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(lo, off)), d));
+            _mm256_storeu_ps(y + 16 + 8 * g, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(hi, off)), d));
+        }
+    }
+}
+
+AVX2_FN static void dq_bf16_avx2(const uint8_t *w, size_t i0, size_t cnt, float *y) {
+    size_t i = 0;
+    for (; i + 8 <= cnt; i += 8) {
+        __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + 2 * (i0 + i))));
+        _mm256_storeu_ps(y + i, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16))); /* exact */
+    }
+    if (i < cnt) bm_dequant_chunk(GGML_TYPE_BF16, w, i0 + i, cnt - i, y + i);
+}
+
+AVX2_FN static inline void dq_chunk_avx2(uint32_t type, const uint8_t *w, size_t i0, size_t cnt, float *y) {
+    switch (type) {
+    case GGML_TYPE_Q4_K: dq_q4_K_avx2(w + i0 / BMOE_QK_K * BMOE_Q4_K_BYTES, y); break;
+    case GGML_TYPE_Q5_K: dq_q5_K_avx2(w + i0 / BMOE_QK_K * BMOE_Q5_K_BYTES, y); break;
+    case GGML_TYPE_Q6_K: dq_q6_K_avx2(w + i0 / BMOE_QK_K * BMOE_Q6_K_BYTES, y); break;
+    case GGML_TYPE_Q4_0: dq_q4_5_0_avx2(0, w, i0 / 32, cnt / 32, y); break;
+    case GGML_TYPE_Q5_0: dq_q4_5_0_avx2(1, w, i0 / 32, cnt / 32, y); break;
+    case GGML_TYPE_BF16: dq_bf16_avx2(w, i0, cnt, y); break;
+    default: bm_dequant_chunk(type, w, i0, cnt, y);
+    }
+}
+
+/* One chunk's floats y[0..cnt) times x[0..cnt) onto the lanes acc (a tail past the last eight, only in
+ * a row's last chunk, as the F32 kernel adds it). */
+AVX2_FN static inline __m256 dq_acc(__m256 acc, const float *y, const float *x, size_t cnt) {
+    size_t j = 0;
+    for (; j + 8 <= cnt; j += 8) acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_loadu_ps(y + j), _mm256_loadu_ps(x + j)));
+    if (j < cnt) {
+        float l[8];
+        _mm256_storeu_ps(l, acc);
+        bm_simd_tail_f32(l, y, x, j, cnt);
+        acc = _mm256_loadu_ps(l);
+    }
+    return acc;
+}
+
+AVX2_FN static float dot_dq_avx2(uint32_t type, const uint8_t *w, const float *x, size_t n) {
+    __m256 acc = _mm256_setzero_ps();
+    float y[BMOE_DQ_CHUNK];
+    for (size_t i0 = 0; i0 < n; i0 += BMOE_DQ_CHUNK) {
+        size_t cnt = n - i0 < BMOE_DQ_CHUNK ? n - i0 : BMOE_DQ_CHUNK;
+        dq_chunk_avx2(type, w, i0, cnt, y);
+        acc = dq_acc(acc, y, x + i0, cnt);
+    }
+    float l[8];
+    _mm256_storeu_ps(l, acc);
+    return bm_simd_sum8(l);
+}
+
+AVX2_FN static void dot_dq_mt_avx2(uint32_t type, const uint8_t *w, const float *x, size_t n, int nt, float *out) {
+    __m256 acc[BM_MT_MAX];
+    for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
+    float y[BMOE_DQ_CHUNK];
+    for (size_t i0 = 0; i0 < n; i0 += BMOE_DQ_CHUNK) {
+        size_t cnt = n - i0 < BMOE_DQ_CHUNK ? n - i0 : BMOE_DQ_CHUNK;
+        dq_chunk_avx2(type, w, i0, cnt, y); /* once for every token */
+        for (int t = 0; t < nt; t++) acc[t] = dq_acc(acc[t], y, x + (size_t)t * n + i0, cnt);
+    }
+    for (int t = 0; t < nt; t++) {
+        float l[8];
+        _mm256_storeu_ps(l, acc[t]);
+        out[t] = bm_simd_sum8(l);
+    }
+}
+
 /* bm_quantize_q8_0, eight values at a time. Every step is exact or the same IEEE operation as the
  * scalar code (max of |x|, x * id, clamp, truncation, the half-away rounding); a block with a NaN or
  * an infinity goes to the scalar code. */
@@ -274,6 +443,8 @@ int bm_kernels_avx2(bm_kernels *k) {
     k->dot_f32_mt = dot_f32_mt_avx2;
     k->dot_f16_mt = dot_f16_mt_avx2;
     k->dot_q8_0_mt = dot_q8_0_mt_avx2;
+    k->dot_dq = dot_dq_avx2;
+    k->dot_dq_mt = dot_dq_mt_avx2;
     k->silu_mul = bm_vsilu_mul;
     k->exp_shift = bm_vexp_shift;
     return 1;

@@ -127,8 +127,10 @@ static int bind(loader *L, const char *name, int required, int n_exp, uint64_t e
         return fail(L, 3, "%s: %s: shape %s but expected %s", path, name, got, exp);
     }
     uint32_t blk = ggml_type_block(t->type);
-    if (t->type != GGML_TYPE_F32 && t->type != GGML_TYPE_F16 && t->type != GGML_TYPE_Q8_0)
-        return fail(L, 3, "%s: %s: type %s is not supported (F32, F16, Q8_0)", path, name, ggml_type_name(t->type));
+    if (t->type != GGML_TYPE_F32 && t->type != GGML_TYPE_F16 && t->type != GGML_TYPE_Q8_0 &&
+        !bm_type_dequantised(t->type))
+        return fail(L, 3, "%s: %s: type %s is not supported (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K)",
+                    path, name, ggml_type_name(t->type));
     if (blk == 0 || t->ne[0] % blk != 0)
         return fail(L, 3, "%s: %s: ne[0] = %llu is not a multiple of the %s block size %u", path, name,
                     (unsigned long long)t->ne[0], ggml_type_name(t->type), blk);
@@ -138,8 +140,8 @@ static int bind(loader *L, const char *name, int required, int n_exp, uint64_t e
     if (rb == 0 || rb != t->row_bytes || rows > t->nbytes / rb)
         return fail(L, 3, "%s: %s: %llu bytes cannot hold shape with %s rows of %llu bytes", path, name,
                     (unsigned long long)t->nbytes, ggml_type_name(t->type), (unsigned long long)rb);
-    /* f32 and f16 rows are read as float / half words: the data must be aligned to them */
-    uint64_t align = t->type == GGML_TYPE_F32 ? 4 : (t->type == GGML_TYPE_F16 ? 2 : 1);
+    /* f32, f16 and bf16 rows are read as float / half words: the data must be aligned to them */
+    uint64_t align = t->type == GGML_TYPE_F32 ? 4 : (t->type == GGML_TYPE_F16 || t->type == GGML_TYPE_BF16 ? 2 : 1);
     if (t->offset % align != 0)
         return fail(L, 3, "%s: %s: data offset %llu is not aligned to %llu bytes", path, name,
                     (unsigned long long)t->offset, (unsigned long long)align);

@@ -72,7 +72,124 @@ void row_to_f32(uint32_t type, const void *row, float *y, size_t n) {
         }
         break;
     default:
+        if (bm_type_dequantised(type)) {
+            for (size_t i = 0; i < n; i += BMOE_DQ_CHUNK)
+                bm_dequant_chunk(type, w, i, n - i < BMOE_DQ_CHUNK ? n - i : BMOE_DQ_CHUNK, y + i);
+            break;
+        }
         for (size_t i = 0; i < n; i++) y[i] = 0.0f;
+    }
+}
+
+int bm_type_dequantised(uint32_t type) {
+    switch (type) {
+    case GGML_TYPE_Q4_0:
+    case GGML_TYPE_Q5_0:
+    case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q5_K:
+    case GGML_TYPE_Q6_K:
+    case GGML_TYPE_BF16: return 1;
+    default: return 0;
+    }
+}
+
+/* ggml's dequantize_row_q4_K / _q5_K for one block (hbit: Q5_K's qh, NULL for Q4_K). */
+static void dq_q4_5_K(const uint8_t *blk, const uint8_t *qh, const uint8_t *qs, float *y) {
+    const float d = bm_f16_to_f32(rd16(blk)), dmin = bm_f16_to_f32(rd16(blk + 2));
+    const uint8_t *scales = blk + 4;
+    for (int j = 0; j < 4; j++) { /* 64 values: sub-blocks 2j (low nibbles) and 2j+1 (high nibbles) */
+        uint8_t sc, m;
+        bm_scale_min_k4(2 * j, scales, &sc, &m);
+        const float d1 = d * (float)sc, m1 = dmin * (float)m;
+        bm_scale_min_k4(2 * j + 1, scales, &sc, &m);
+        const float d2 = d * (float)sc, m2 = dmin * (float)m;
+        const uint8_t *q = qs + 32 * j;
+        for (int l = 0; l < 32; l++) {
+            int lo = q[l] & 0xF, hi = q[l] >> 4;
+            if (qh) {
+                lo |= ((qh[l] >> (2 * j)) & 1) << 4;
+                hi |= ((qh[l] >> (2 * j + 1)) & 1) << 4;
+            }
+            y[64 * j + l] = d1 * (float)lo - m1;
+            y[64 * j + 32 + l] = d2 * (float)hi - m2;
+        }
+    }
+}
+
+/* ggml's dequantize_row_q6_K for one block. */
+static void dq_q6_K(const uint8_t *blk, float *y) {
+    const uint8_t *ql = blk, *qh = blk + 128;
+    const int8_t *sc = (const int8_t *)(blk + 192);
+    const float d = bm_f16_to_f32(rd16(blk + 208));
+    for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8, y += 128) {
+        for (int l = 0; l < 32; l++) {
+            int is = l / 16;
+#ifndef BMOE_FAULT_Q6_K_HIGH_SHIFT
+            const int s2 = 2, s3 = 4, s4 = 6;
+#else
+            const int s2 = 4, s3 = 2, s4 = 6; /* fault: the high bits of the second and third quarters swapped */
+#endif
+            int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+            int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> s2) & 3) << 4)) - 32;
+            int q3 = ((ql[l] >> 4) | (((qh[l] >> s3) & 3) << 4)) - 32;
+            int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> s4) & 3) << 4)) - 32;
+            y[l] = d * (float)sc[is] * (float)q1;
+            y[l + 32] = d * (float)sc[is + 2] * (float)q2;
+            y[l + 64] = d * (float)sc[is + 4] * (float)q3;
+            y[l + 96] = d * (float)sc[is + 6] * (float)q4;
+        }
+    }
+}
+
+void bm_dequant_chunk(uint32_t type, const uint8_t *row, size_t i0, size_t cnt, float *y) {
+    switch (type) {
+    case GGML_TYPE_Q4_0:
+    case GGML_TYPE_Q5_0: {
+        size_t bb = type == GGML_TYPE_Q4_0 ? BMOE_Q4_0_BYTES : BMOE_Q5_0_BYTES;
+        for (size_t b = 0; b < cnt / 32; b++, y += 32) {
+            const uint8_t *blk = row + (i0 / 32 + b) * bb;
+            const float d = bm_f16_to_f32(rd16(blk));
+            if (type == GGML_TYPE_Q4_0) {
+                for (int j = 0; j < 16; j++) {
+                    y[j] = (float)((blk[2 + j] & 0xF) - 8) * d;
+                    y[j + 16] = (float)((blk[2 + j] >> 4) - 8) * d;
+                }
+            } else {
+                uint32_t qh = (uint32_t)blk[2] | ((uint32_t)blk[3] << 8) | ((uint32_t)blk[4] << 16) |
+                              ((uint32_t)blk[5] << 24);
+                for (int j = 0; j < 16; j++) {
+                    int h0 = (int)(((qh >> j) << 4) & 0x10), h1 = (int)((qh >> (j + 12)) & 0x10);
+                    y[j] = (float)(((blk[6 + j] & 0xF) | h0) - 16) * d;
+                    y[j + 16] = (float)(((blk[6 + j] >> 4) | h1) - 16) * d;
+                }
+            }
+        }
+        break;
+    }
+    case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q5_K:
+    case GGML_TYPE_Q6_K: {
+        (void)cnt; /* one block of 256 */
+        size_t b = i0 / BMOE_QK_K;
+        if (type == GGML_TYPE_Q4_K) {
+            const uint8_t *blk = row + b * BMOE_Q4_K_BYTES;
+            dq_q4_5_K(blk, NULL, blk + 16, y);
+        } else if (type == GGML_TYPE_Q5_K) {
+            const uint8_t *blk = row + b * BMOE_Q5_K_BYTES;
+            dq_q4_5_K(blk, blk + 16, blk + 48, y);
+        } else {
+            dq_q6_K(row + b * BMOE_Q6_K_BYTES, y);
+        }
+        break;
+    }
+    case GGML_TYPE_BF16:
+        for (size_t i = 0; i < cnt; i++) {
+            uint32_t u = (uint32_t)rd16(row + 2 * (i0 + i)) << 16;
+            memcpy(&y[i], &u, sizeof u);
+        }
+        break;
+    default:
+        for (size_t i = 0; i < cnt; i++) y[i] = 0.0f;
     }
 }
 

@@ -246,6 +246,30 @@ static void test_valid(void) {
     }
     gguf_close(m);
 
+    /* the dequantised types: ggml's block sizes and bytes; a file one byte short of the last tensor's
+     * data is refused naming it */
+    {
+        static const struct { uint32_t type; uint64_t ne0, row; } T[] = {
+            { GGML_TYPE_Q4_K, 512, 288 }, { GGML_TYPE_Q5_K, 256, 176 }, { GGML_TYPE_Q6_K, 768, 630 },
+            { GGML_TYPE_Q4_0, 64, 36 },   { GGML_TYPE_Q5_0, 96, 66 },   { GGML_TYPE_BF16, 5, 10 },
+        };
+        for (size_t k = 0; k < sizeof T / sizeof T[0]; k++) {
+            buf q = { 0 };
+            hdr(&q, 3, 1, 0);
+            tspec one = { "blk.0.ffn_up_exps.weight", 3, { T[k].ne0, 3, 2 }, T[k].type, AUTO };
+            tensors_(&q, &one, 1, 32);
+            gguf_model *mq = NULL;
+            CHECK(parse(&q, &mq) == 0);
+            const gguf_tensor *tq = mq ? gguf_find_tensor(mq, "blk.0.ffn_up_exps.weight") : NULL;
+            CHECK(tq && tq->type == T[k].type && tq->row_bytes == T[k].row && tq->nbytes == T[k].row * 6 &&
+                  tq->offset + tq->nbytes == q.n);
+            gguf_close(mq);
+            q.n -= 1;
+            expect_bad(&q, "bytes past end of file");
+            free(q.b);
+        }
+    }
+
     /* version 2 is the same layout */
     patch_le(&b, 4, 2, 4);
     m = expect_ok(&b);
@@ -474,9 +498,19 @@ static void test_tensor_malformations(void) {
     /* q8_0: divisibility checked first, then (n / 32) * 34 (which cannot overflow once n <= INT64_MAX) */
     BAD_TENSOR(((tspec){ "w", 1, { 33 }, GGML_TYPE_Q8_0, AUTO }), "ne[0] = 33 is not a multiple of the q8_0 block size 32");
     BAD_TENSOR(((tspec){ "w", 2, { UINT64_C(1) << 61, 3 }, GGML_TYPE_Q8_0, AUTO }), "+ 7349874591868649472 bytes past end");
-    BAD_TENSOR(((tspec){ "blk.0.ffn_down_exps.weight", 1, { 256 }, 12, AUTO }),
-               "tensor 0 (blk.0.ffn_down_exps.weight): type 12 (q4_K) is not supported (f32, f16 and q8_0 are)");
-    BAD_TENSOR(((tspec){ "w", 1, { 32 }, 30, AUTO }), "type 30 (bf16) is not supported");
+    BAD_TENSOR(((tspec){ "blk.0.ffn_down_exps.weight", 1, { 256 }, 10, AUTO }),
+               "tensor 0 (blk.0.ffn_down_exps.weight): type 10 (q2_K) is not supported (f32, f16, bf16, q8_0, q4_0, "
+               "q5_0, q4_K, q5_K and q6_K are)");
+    BAD_TENSOR(((tspec){ "w", 1, { 32 }, 3, AUTO }), "type 3 (q4_1) is not supported");
+    BAD_TENSOR(((tspec){ "w", 1, { 256 }, 11, AUTO }), "type 11 (q3_K) is not supported");
+    BAD_TENSOR(((tspec){ "w", 1, { 256 }, 15, AUTO }), "type 15 (q8_K) is not supported");
+    /* the K-quants: rows of whole 256-value blocks; the other block types: of whole 32-value blocks */
+    BAD_TENSOR(((tspec){ "w", 2, { 320, 2 }, GGML_TYPE_Q4_K, AUTO }), "ne[0] = 320 is not a multiple of the q4_K block size 256");
+    BAD_TENSOR(((tspec){ "w", 1, { 128 }, GGML_TYPE_Q6_K, AUTO }), "ne[0] = 128 is not a multiple of the q6_K block size 256");
+    BAD_TENSOR(((tspec){ "w", 1, { 255 }, GGML_TYPE_Q5_K, AUTO }), "ne[0] = 255 is not a multiple of the q5_K block size 256");
+    BAD_TENSOR(((tspec){ "w", 1, { 48 }, GGML_TYPE_Q4_0, AUTO }), "ne[0] = 48 is not a multiple of the q4_0 block size 32");
+    BAD_TENSOR(((tspec){ "w", 1, { 16 }, GGML_TYPE_Q5_0, AUTO }), "ne[0] = 16 is not a multiple of the q5_0 block size 32");
+    BAD_TENSOR(((tspec){ "w", 2, { UINT64_C(1) << 56, 4 }, GGML_TYPE_Q6_K, AUTO }), "bytes past end");
     BAD_TENSOR(((tspec){ "w", 1, { 32 }, 4, AUTO }), "type 4 (q4_2 (removed)) is not supported");
     BAD_TENSOR(((tspec){ "w", 1, { 32 }, 1000, AUTO }), "type 1000 (unknown) is not supported");
     BAD_TENSOR(((tspec){ "w", 1, { 32 }, 0xffffffffu, AUTO }), "type 4294967295 (unknown)");
@@ -545,8 +579,12 @@ static void test_type_helpers(void) {
     CHECK(ggml_type_nbytes(GGML_TYPE_Q8_0, 64) == 68);
     CHECK(ggml_type_nbytes(GGML_TYPE_Q8_0, 33) == 0);
     CHECK(ggml_type_nbytes(GGML_TYPE_F32, UINT64_MAX / 2) == 0);
-    CHECK(ggml_type_nbytes(12, 256) == 0);
-    CHECK(ggml_type_block(GGML_TYPE_Q8_0) == 32 && ggml_type_block(12) == 0);
+    CHECK(ggml_type_nbytes(10, 256) == 0); /* q2_K: not supported */
+    CHECK(ggml_type_block(GGML_TYPE_Q8_0) == 32 && ggml_type_block(10) == 0);
+    CHECK(ggml_type_nbytes(GGML_TYPE_Q4_K, 512) == 288 && ggml_type_nbytes(GGML_TYPE_Q4_K, 300) == 0);
+    CHECK(ggml_type_nbytes(GGML_TYPE_Q5_K, 256) == 176 && ggml_type_nbytes(GGML_TYPE_Q6_K, 256) == 210);
+    CHECK(ggml_type_nbytes(GGML_TYPE_Q4_0, 32) == 18 && ggml_type_nbytes(GGML_TYPE_Q5_0, 64) == 44);
+    CHECK(ggml_type_nbytes(GGML_TYPE_BF16, 3) == 6 && ggml_type_block(GGML_TYPE_Q6_K) == 256);
     CHECK(!strcmp(ggml_type_name(12), "q4_K") && !strcmp(ggml_type_name(8), "q8_0") &&
           !strcmp(ggml_type_name(12345), "unknown") && !strcmp(ggml_type_name(UINT32_MAX), "unknown"));
     CHECK(!strcmp(gguf_type_name(GGUF_TYPE_STRING), "string") && !strcmp(gguf_type_name(99), "unknown"));

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "gguf.h"
 #include "kernels.h"
 #include "tensor.h"
 
@@ -254,6 +255,148 @@ static void test_multi_token(void) {
     }
 }
 
+/* ---- dequantised types (Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, BF16) ---- */
+
+typedef struct { uint32_t type; size_t blk, bytes; const char *name; } dq_type;
+static const dq_type DQ_TYPES[] = {
+    {GGML_TYPE_Q4_0, 32, BMOE_Q4_0_BYTES, "q4_0"}, {GGML_TYPE_Q5_0, 32, BMOE_Q5_0_BYTES, "q5_0"},
+    {GGML_TYPE_Q4_K, 256, BMOE_Q4_K_BYTES, "q4_K"}, {GGML_TYPE_Q5_K, 256, BMOE_Q5_K_BYTES, "q5_K"},
+    {GGML_TYPE_Q6_K, 256, BMOE_Q6_K_BYTES, "q6_K"}, {GGML_TYPE_BF16, 1, 2, "bf16"},
+};
+
+static uint16_t rand_scale(void) {
+    uint16_t s = bm_f32_to_f16(0.001f + 0.02f * (float)(urand() % 100) / 100.0f);
+    if (urand() % 8 == 0) s = (uint16_t)(urand() % 0x400); /* subnormal or zero scale */
+    if (urand() % 16 == 0) s |= 0x8000u;
+    return s;
+}
+
+/* Random blocks of the type: random bytes with reasonable f16 scales where a type has them. */
+static void fill_blocks(const dq_type *t, uint8_t *w, size_t nblk) {
+    for (size_t b = 0; b < nblk; b++) {
+        uint8_t *p = w + b * t->bytes;
+        for (size_t i = 0; i < t->bytes; i++) p[i] = (uint8_t)urand();
+        switch (t->type) {
+        case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: put16(p, rand_scale()); break;
+        case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: put16(p, rand_scale()); put16(p + 2, rand_scale()); break;
+        case GGML_TYPE_Q6_K: put16(p + 208, rand_scale()); break;
+        case GGML_TYPE_BF16: { uint32_t u = bits_of(fvalue()); put16(p, (uint16_t)(u >> 16)); break; }
+        default: break;
+        }
+    }
+}
+
+/* ggml's dequantize_row_q4_K and _q6_K, restated here from ggml-quants.c (not from tensor.c) */
+static void ref_q4_K(const uint8_t *x, float *y) {
+    float d = bm_f16_to_f32((uint16_t)(x[0] | x[1] << 8)), min = bm_f16_to_f32((uint16_t)(x[2] | x[3] << 8));
+    const uint8_t *s = x + 4, *q = x + 16;
+    int is = 0;
+    for (int j = 0; j < 256; j += 64) {
+        int sc[2], m[2];
+        for (int u = 0; u < 2; u++) {
+            int k = is + u;
+            if (k < 4) { sc[u] = s[k] & 63; m[u] = s[k + 4] & 63; }
+            else { sc[u] = (s[k + 4] & 0xF) | ((s[k - 4] >> 6) << 4); m[u] = (s[k + 4] >> 4) | ((s[k] >> 6) << 4); }
+        }
+        float d1 = d * (float)sc[0], m1 = min * (float)m[0], d2 = d * (float)sc[1], m2 = min * (float)m[1];
+        for (int l = 0; l < 32; ++l) *y++ = d1 * (float)(q[l] & 0xF) - m1;
+        for (int l = 0; l < 32; ++l) *y++ = d2 * (float)(q[l] >> 4) - m2;
+        q += 32;
+        is += 2;
+    }
+}
+
+static void ref_q6_K(const uint8_t *x, float *y) {
+    const uint8_t *ql = x, *qh = x + 128;
+    const int8_t *sc = (const int8_t *)(x + 192);
+    float d = bm_f16_to_f32((uint16_t)(x[208] | x[209] << 8));
+    for (int n = 0; n < 256; n += 128) {
+        for (int l = 0; l < 32; ++l) {
+            int is = l / 16;
+            int8_t q1 = (int8_t)((ql[l + 0] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+            int8_t q2 = (int8_t)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+            int8_t q3 = (int8_t)((ql[l + 0] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+            int8_t q4 = (int8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+            y[l + 0] = d * sc[is + 0] * q1;
+            y[l + 32] = d * sc[is + 2] * q2;
+            y[l + 64] = d * sc[is + 4] * q3;
+            y[l + 96] = d * sc[is + 6] * q4;
+        }
+        y += 128; ql += 64; qh += 32; sc += 8;
+    }
+}
+
+/* Dequantisation: Q4_K and Q6_K against the restatement above, every value's bits; a hand-made Q4_K
+ * block whose upper sub-blocks need the packed high bits of their scale; BF16 exactly the high half. */
+static void test_dequant(void) {
+    uint8_t w[4 * BMOE_Q6_K_BYTES];
+    float got[4 * 256], want[4 * 256];
+    for (int rep = 0; rep < 200; rep++) {
+        fill_blocks(&DQ_TYPES[2], w, 4);
+        row_to_f32(GGML_TYPE_Q4_K, w, got, 1024);
+        for (int b = 0; b < 4; b++) ref_q4_K(w + b * BMOE_Q4_K_BYTES, want + 256 * b);
+        CHECK(memcmp(got, want, sizeof got) == 0);
+        fill_blocks(&DQ_TYPES[4], w, 4);
+        row_to_f32(GGML_TYPE_Q6_K, w, got, 1024);
+        for (int b = 0; b < 4; b++) ref_q6_K(w + b * BMOE_Q6_K_BYTES, want + 256 * b);
+        CHECK(memcmp(got, want, sizeof got) == 0);
+    }
+    /* d = 1, dmin = 0.5; sub-block 5: scale 0x3f = 0b11'1111 (low 4 bits in scales[9], high 2 in the
+     * top of scales[1]), min 0x21 (low 4 bits in the high nibble of scales[9], high 2 in scales[5]) */
+    uint8_t blk[BMOE_Q4_K_BYTES] = {0};
+    put16(blk, 0x3c00);
+    put16(blk + 2, 0x3800);
+    blk[4 + 1] = 0xC0;        /* scale 1's bits 6-7 = sub-block 5's scale bits 4-5 */
+    blk[4 + 5] = 0x80;        /* min 1's bits 6-7 = sub-block 5's min bits 4-5 (0b10) */
+    blk[4 + 9] = 0x1F;        /* sub-block 5: scale low 0xF, min low 0x1 */
+    for (int l = 0; l < 32; l++) blk[16 + 64 + l] = 0x30; /* values 160..191: high nibble 3 */
+    row_to_f32(GGML_TYPE_Q4_K, blk, got, 256);
+    CHECK(got[160] == 63.0f * 3.0f - 0.5f * 33.0f);
+    CHECK(got[0] == 0.0f);
+    uint8_t bf[4] = {0x80, 0x3f, 0x49, 0xc0}; /* 1.0, -3.140625 */
+    row_to_f32(GGML_TYPE_BF16, bf, got, 2);
+    CHECK(got[0] == 1.0f && got[1] == -3.140625f);
+}
+
+/* Every path's dot_dq and dot_dq_mt against the scalar one, bit for bit, for each dequantised type, on
+ * block counts that leave chunks partly filled (Q4_0, Q5_0) and BF16 lengths that are not a multiple
+ * of 8; and the scalar one against the F32 dot product of the row's dequantised values. Buffers are
+ * exactly the row and nt tokens (ASan sees an overrun). */
+static void test_dequantised_dots(void) {
+    for (size_t ti = 0; ti < sizeof DQ_TYPES / sizeof DQ_TYPES[0]; ti++) {
+        const dq_type *t = &DQ_TYPES[ti];
+        size_t max_blk = t->blk == 1 ? 600 : (t->blk == 32 ? 40 : 5);
+        for (size_t nblk = 1; nblk <= max_blk; nblk += (t->blk == 1 && nblk > 40 ? 37 : 1)) {
+            size_t n = nblk * t->blk;
+            uint8_t *w = malloc(nblk * t->bytes);
+            float *dq = malloc(n * sizeof(float)), *x = malloc((size_t)BM_MT_MAX * n * sizeof(float));
+            fill_blocks(t, w, nblk);
+            for (size_t i = 0; i < BM_MT_MAX * n; i++) x[i] = fvalue();
+            row_to_f32(t->type, w, dq, n);
+            for (int nt = 1; nt <= BM_MT_MAX; nt++) {
+                float ref[BM_MT_MAX];
+                for (int u = 0; u < nt; u++) {
+                    ref[u] = bm_dot_dq_scalar(t->type, w, x + (size_t)u * n, n);
+                    CHECK(bits_of(ref[u]) == bits_of(bm_dot_f32_scalar(dq, x + (size_t)u * n, n)));
+                }
+                for (int p = 0; p < n_paths; p++) {
+                    float o[BM_MT_MAX];
+                    paths[p].dot_dq_mt(t->type, w, x, n, nt, o);
+                    for (int u = 0; u < nt; u++) {
+                        float one = paths[p].dot_dq(t->type, w, x + (size_t)u * n, n);
+                        if (bits_of(one) != bits_of(ref[u]) || bits_of(o[u]) != bits_of(ref[u]))
+                            fprintf(stderr, "  %s %s: n %zu nt %d t %d: %a / %a != %a\n", bm_kpath_name(paths[p].path),
+                                    t->name, n, nt, u, one, o[u], ref[u]);
+                        CHECK(bits_of(one) == bits_of(ref[u]));
+                        CHECK(bits_of(o[u]) == bits_of(ref[u]));
+                    }
+                }
+            }
+            free(w); free(dq); free(x);
+        }
+    }
+}
+
 /* SiLU-times-u and the softmax's exponentials (kernels.h, silu_mul / exp_shift): every path gives
  * the scalar loop's bits, on values inside and outside the vectorised range (kernels_vexp.h), NaN,
  * infinities, -0, subnormals, and lengths that are not a multiple of 4; and out may be u. */
@@ -319,6 +462,8 @@ int main(void) {
     test_quantize_paths();
     test_q8_0();
     test_multi_token();
+    test_dequant();
+    test_dequantised_dots();
     test_exponentials();
     return check_report("test_kernels");
 }

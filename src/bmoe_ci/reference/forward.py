@@ -1,11 +1,12 @@
 """An independent numpy forward pass, written from docs/model-math.md (not from the C engine).
 
 It reads a GGUF model (a single file or the first shard of a llama.cpp split model) with gguf's
-GGUFReader, dequantizes Q8_0 with gguf.quants, and computes in float64, except that the input of every
-matmul with Q8_0 weights is first quantised to Q8_0 blocks exactly as the engine does it (docs/model-math.md,
-"Activation quantisation": that step is part of the model the engine computes). It gives the logits of every
-position of a token sequence and greedy generations, and records the routing it took (for checks
-that fixtures route every expert, and to tell a real mismatch from a near-tie).
+GGUFReader, dequantizes F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K and Q6_K with gguf.quants, and computes
+in float64, except that the input of every matmul with Q8_0 weights is first quantised to Q8_0 blocks
+exactly as the engine does it (docs/model-math.md, "Activation quantisation": that step is part of the
+model the engine computes). It gives the logits of every position of a token sequence and greedy
+generations, and records the routing it took (for checks that fixtures route every expert, and to tell
+a real mismatch from a near-tie).
 
     model = Model.load(path)
     logits = model.logits(tokens)                 # [len(tokens), V]
@@ -644,13 +645,29 @@ class Model:
         return Generation(list(prompt), out, np.vstack(rows), routes, stopped)
 
 
+# The weight types read through gguf.quants' dequantizers (float32 values, as ggml's dequantize_row_*
+# computes them). Only Q8_0 weights also quantise the matmul's input (docs/model-math.md); the others
+# multiply the float input as is.
+DEQUANTISED = (
+    GGMLQuantizationType.F16,
+    GGMLQuantizationType.BF16,
+    GGMLQuantizationType.Q8_0,
+    GGMLQuantizationType.Q4_0,
+    GGMLQuantizationType.Q5_0,
+    GGMLQuantizationType.Q4_K,
+    GGMLQuantizationType.Q5_K,
+    GGMLQuantizationType.Q6_K,
+)
+
+
 def _to_f64(t: Any) -> np.ndarray:
     """A reader tensor as float64 in numpy order (GGUF ne reversed)."""
     shape = tuple(int(s) for s in reversed([int(x) for x in t.shape]))
     if t.tensor_type == GGMLQuantizationType.F32:
         arr = np.asarray(t.data, dtype=np.float32)
-    elif t.tensor_type in (GGMLQuantizationType.F16, GGMLQuantizationType.Q8_0):
+    elif t.tensor_type in DEQUANTISED:
         arr = dequantize(np.asarray(t.data), t.tensor_type)
     else:
-        raise ModelError(f"{t.name}: type {t.tensor_type.name} is not F32, F16 or Q8_0")
+        names = ", ".join(q.name for q in (GGMLQuantizationType.F32, *DEQUANTISED))
+        raise ModelError(f"{t.name}: type {t.tensor_type.name} is not one of {names}")
     return np.asarray(arr, dtype=np.float64).reshape(shape)
