@@ -18,9 +18,8 @@ from bmoe_ci.fixtures.llama_cpp_table import missing_keys, tensor_problems
 from bmoe_ci.fixtures.model import metadata
 from bmoe_ci.fixtures.spec import FixtureSpec, default_specs_path
 
-DEFAULTS = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-q4k", "qwen3moe-nonorm",
-            "qwen3moe-tied"]
-VARIANTS = ["qwen3moe-sigmoid", "qwen3moe-softmax-sel"]
+DEFAULTS = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-nonorm", "qwen3moe-tied"]
+VARIANTS = ["qwen3moe-sigmoid", "qwen3moe-softmax-sel", "qwen3moe-q4k"]
 #: one fixture per further weight type (not default: the reference and kernel tests of each type)
 QUANT_VARIANTS = ["qwen3moe-q5k", "qwen3moe-q6k", "qwen3moe-q4_0", "qwen3moe-q5_0", "qwen3moe-bf16"]
 COMMITTED = ["trained", "trained-q8_0"]  # default fixtures that are committed files (test_trained_fixtures.py)
