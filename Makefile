@@ -14,8 +14,8 @@ lint: setup
 
 test: setup lint
 	$(MAKE) -s -C engine test
-	$(PYTHON) -m pytest tests
+	$(PYTHON) -m pytest tests --durations=30
 
 gates: setup
 	bmoe-ci farm up
-	$(PYTHON) -m pytest gates --bmoe-device all -n 4
+	$(PYTHON) -m pytest gates --bmoe-device all -n 5  # one worker per device of the local farm
