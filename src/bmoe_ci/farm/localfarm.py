@@ -105,7 +105,7 @@ ADB_SERVER_ADDRESS = "127.0.0.1"  # an adb server listens on localhost
 
 
 def layout() -> dict[str, object]:
-    """Names and arches of the four devices on this host, and the sshd instances to run."""
+    """Names and arches of the devices on this host, the sshd instances to run and the adb device."""
     arch = host_arch()
     emulate = arch != "aarch64"
     ssh_host = "ssh-x86" if arch == "x86_64" else f"ssh-{arch}"
