@@ -14,7 +14,7 @@ from pathlib import Path
 
 from adb_link import AdbLink, adb_link, needs_adb
 
-from gate_run import host_farm, run_gates
+from gate_run import host_farm, run_gates, without_xdev
 
 pytestmark = needs_adb
 
@@ -29,16 +29,6 @@ def _farm(tmp_path: Path, link: AdbLink, defaults: str = "") -> Path:
     farm.write_text(f"{base[0]}defaults:\n  retries: 0\n{defaults}devices:\n{base[1]}"
                     + link.device_yaml("phone", "x86_64", tmp_path / "phone-work"))
     return farm
-
-
-def _counts(run, name: str) -> dict:
-    """A device's counts without XDEV (derived across devices, over and above the planned tests)."""
-    dev = dict(run.summary["devices"][name])
-    x = dev["gate_counts"].get("XDEV", {})
-    dev["tests"] -= sum(x.values())
-    for key, outcome in (("passed", "pass"), ("failed", "fail"), ("errors", "error"), ("skipped", "skip")):
-        dev[key] -= x.get(outcome, 0)
-    return dev
 
 
 def _when_first_record(results: Path, act) -> threading.Thread:
@@ -74,7 +64,7 @@ def test_a_phone_dropping_off_adb_mid_run_gives_errors_and_the_other_passes(tmp_
         took = time.monotonic() - start
         watcher.join()
     assert done, "the adb device never finished a test"
-    host, dead = _counts(run, "host"), _counts(run, "phone")
+    host, dead = without_xdev(run.summary["devices"]["host"]), without_xdev(run.summary["devices"]["phone"])
     assert run.returncode == 1, run.output[-3000:]
     assert host["status"] == "pass" and host["passed"] == host["tests"] == DET_TESTS
     assert dead["failed"] == 0 and dead["passed"] >= 1 and dead["errors"] >= 1
@@ -104,7 +94,7 @@ def test_a_hung_phone_times_out_as_errors_and_the_other_passes(tmp_path: Path) -
                 os.kill(link.adbd.pid, signal.SIGCONT)
         took = time.monotonic() - start
     assert stopped, "the adb device never finished a test"
-    host, hung = _counts(run, "host"), _counts(run, "phone")
+    host, hung = without_xdev(run.summary["devices"]["host"]), without_xdev(run.summary["devices"]["phone"])
     assert run.returncode == 1, run.output[-3000:]
     assert host["status"] == "pass" and host["passed"] == host["tests"] == DET_TESTS
     assert hung["failed"] == 0 and hung["passed"] >= 1 and hung["errors"] >= 1
@@ -120,7 +110,7 @@ def test_pushes_corrupted_on_the_phone_are_repushed_or_an_infrastructure_error(t
     with adb_link(tmp_path / "once", "--corrupt-push", "1") as link:
         run = run_gates(tmp_path, farm=_farm(tmp_path, link), device="phone", modules=DET,
                         results=tmp_path / "r1")
-    phone = _counts(run, "phone")
+    phone = without_xdev(run.summary["devices"]["phone"])
     assert run.returncode == 0, run.output[-3000:]
     assert phone["status"] == "pass" and phone["passed"] == phone["tests"] == DET_TESTS
     assert len(phone["repushed"]) == 1 and "upload" in phone["repushed"][0]
@@ -130,7 +120,7 @@ def test_pushes_corrupted_on_the_phone_are_repushed_or_an_infrastructure_error(t
     fresh.mkdir()
     with adb_link(fresh / "link", *every) as link:
         run = run_gates(fresh, farm=_farm(fresh, link), device="phone", modules=DET, results=fresh / "r2")
-    phone = _counts(run, "phone")
+    phone = without_xdev(run.summary["devices"]["phone"])
     assert run.returncode == 1, run.output[-3000:]
     assert phone["passed"] == 0 and phone["failed"] == 0 and phone["errors"] == phone["tests"] > 0
     assert "hash mismatch again" in phone["infra_error"]

@@ -20,24 +20,13 @@ from pathlib import Path
 import junitparser
 
 from bmoe_ci.farm import localfarm
-from gate_run import REPO, host_farm, run_gates
+from gate_run import REPO, host_farm, run_gates, without_xdev
 
 # DET's tests per fixture: repeat, threads, batch, kernels (the SIMD path against scalar; these
 # machines' CPUs, and qemu's aarch64, have a SIMD path, so it passes rather than skips)
 DET_TESTS = 4
 
 DET = ("gates/test_determinism.py",)
-
-
-def _without_xdev(dev: dict) -> dict:
-    """A device's counts without XDEV: its verdicts are derived over the devices of the results (a skip
-    with one device), over and above the planned tests these scenarios count."""
-    x = dev["gate_counts"].get("XDEV", {})
-    out = dict(dev)
-    out["tests"] -= sum(x.values())
-    for key, outcome in (("passed", "pass"), ("failed", "fail"), ("errors", "error"), ("skipped", "skip")):
-        out[key] -= x.get(outcome, 0)
-    return out
 
 
 def _store(tmp_path: Path) -> Path:
@@ -62,10 +51,10 @@ def test_flipped_bytes_in_the_stored_engine_and_fixture_are_repushed_and_the_run
     start = time.monotonic()
     second = run_gates(tmp_path, farm=farm, modules=DET, results=tmp_path / "r2")
     took = time.monotonic() - start
-    host = _without_xdev(second.summary["devices"]["host"])
+    host = without_xdev(second.summary["devices"]["host"])
     assert second.returncode == 0, second.output[-3000:]
     assert host["status"] == "pass" and host["failed"] == 0 and host["errors"] == 0
-    assert host["tests"] == _without_xdev(first.summary["devices"]["host"])["tests"] > 0
+    assert host["tests"] == without_xdev(first.summary["devices"]["host"])["tests"] > 0
     assert len(host["repushed"]) == len(stored) and all("stored copy" in r for r in host["repushed"])
     assert host["verified_files"] == len(stored)
     assert host["pushed_bytes"] == sum(p.stat().st_size for p in stored)
@@ -87,7 +76,7 @@ def test_a_file_that_keeps_arriving_corrupted_is_an_infrastructure_error(tmp_pat
     liar.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     run = run_gates(tmp_path, modules=DET, env=env)
-    host = _without_xdev(run.summary["devices"]["host"])
+    host = without_xdev(run.summary["devices"]["host"])
     assert run.returncode == 1, run.output[-3000:]
     assert host["status"] != "pass" and host["passed"] == 0 and host["failed"] == 0
     assert "hash mismatch again" in host["infra_error"] and "expected" in host["infra_error"]
@@ -147,7 +136,7 @@ def test_a_stopped_engine_is_one_named_timeout_and_the_other_device_finishes(tmp
         done.set()
         stopper.join()
     took = time.monotonic() - start
-    host, other = _without_xdev(run.summary["devices"]["host"]), _without_xdev(run.summary["devices"]["host-b"])
+    host, other = without_xdev(run.summary["devices"]["host"]), without_xdev(run.summary["devices"]["host-b"])
     assert run.returncode == 1, run.output[-3000:]
     assert other["status"] == "pass" and other["tests"] == other["passed"] > 0
     # every test of `host` needs the one plan: one timeout, one engine stopped, no re-run, no verdict
@@ -289,7 +278,7 @@ def test_a_device_failing_its_health_check_is_quarantined_skipped_and_released(t
     assert time.monotonic() - start < 240
     assert second.returncode == 0, second.output[-2000:]
     assert list(second.summary["devices"]) == ["host"]
-    assert _without_xdev(second.summary["devices"]["host"])["status"] == "pass"
+    assert without_xdev(second.summary["devices"]["host"])["status"] == "pass"
     [note] = second.summary["notes"]
     assert note.startswith("broken skipped: quarantined until ")
     assert "failed its health check on 1 consecutive runs" in note and "cannot create work directory" in note
@@ -348,7 +337,7 @@ def test_a_device_whose_sshd_dies_mid_run_gives_errors_and_the_other_passes(tmp_
         took = time.monotonic() - start
         killer.join()
         assert killed, "the ssh device never finished a test"
-        host, dead = _without_xdev(run.summary["devices"]["host"]), _without_xdev(run.summary["devices"][ssh_name])
+        host, dead = without_xdev(run.summary["devices"]["host"]), without_xdev(run.summary["devices"][ssh_name])
         assert run.returncode == 1, run.output[-3000:]
         assert host["status"] == "pass" and host["passed"] == host["tests"] == DET_TESTS
         assert dead["failed"] == 0 and dead["passed"] >= 1 and dead["errors"] >= 1
@@ -394,7 +383,7 @@ def test_a_second_run_on_a_leased_device_is_busy_or_waits_for_it(tmp_path: Path)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(first.pid, signal.SIGKILL)
     # the busy run: every test an infrastructure error naming the holder, nothing pushed, no verdict
-    refused = _without_xdev(_summary(tmp_path / "r2")["devices"]["host"])
+    refused = without_xdev(_summary(tmp_path / "r2")["devices"]["host"])
     assert busy.returncode == 1, busy.stdout[-3000:]
     # the gate's tests and the device's own setup record: all errors
     assert refused["errors"] == refused["tests"] == DET_TESTS + 1 and refused["passed"] == refused["failed"] == 0
@@ -405,9 +394,9 @@ def test_a_second_run_on_a_leased_device_is_busy_or_waits_for_it(tmp_path: Path)
     assert re.search(rf"busy, held by {holder} since [\d-]+ [\d:]+ UTC; "
                      r"heartbeat \d+s ago, expires in \d+s \(ttl 180s\)", msg), msg
     # the first run and the waiting one both pass; the waiter ran after the first released the lease
-    assert first_rc == 0 and _without_xdev(_summary(tmp_path / "r1")["devices"]["host"])["passed"] == DET_TESTS
+    assert first_rc == 0 and without_xdev(_summary(tmp_path / "r1")["devices"]["host"])["passed"] == DET_TESTS
     assert waiter.returncode == 0, waited_out[-3000:]
-    assert _without_xdev(_summary(tmp_path / "r3")["devices"]["host"])["passed"] == DET_TESTS
+    assert without_xdev(_summary(tmp_path / "r3")["devices"]["host"])["passed"] == DET_TESTS
     assert "waiting up to" in waited_out and f"pid {first.pid}" in waited_out
     assert took < 120
     assert not lease.exists()  # what is left: no lease, no temporaries
@@ -421,7 +410,7 @@ def test_too_little_free_space_refuses_the_device_before_any_upload_and_the_othe
     start = time.monotonic()
     run = run_gates(tmp_path, farm=farm, device="all", modules=DET)
     took = time.monotonic() - start
-    full, other = _without_xdev(run.summary["devices"]["host"]), _without_xdev(run.summary["devices"]["host-b"])
+    full, other = without_xdev(run.summary["devices"]["host"]), without_xdev(run.summary["devices"]["host-b"])
     assert run.returncode == 1, run.output[-3000:]
     assert other["status"] == "pass" and other["passed"] == other["tests"] == DET_TESTS
     assert full["errors"] == full["tests"] and full["passed"] == full["failed"] == 0
@@ -478,7 +467,7 @@ def test_an_interrupted_push_leaves_nothing_served_and_the_next_run_passes(tmp_p
         with _cut_first_upload(store, sshd):
             cut = run_gates(tmp_path, farm=farm, device=ssh_name, modules=DET, results=tmp_path / "r1")
         cut_s = time.monotonic() - start
-        dev = _without_xdev(cut.summary["devices"][ssh_name])
+        dev = without_xdev(cut.summary["devices"][ssh_name])
         assert cut.returncode == 1, cut.output[-3000:]
         assert dev["errors"] == dev["tests"] and dev["passed"] == dev["failed"] == 0
         assert dev["gate_counts"]["DET"] == {"pass": 0, "fail": 0, "error": DET_TESTS, "skip": 0}
@@ -493,7 +482,7 @@ def test_an_interrupted_push_leaves_nothing_served_and_the_next_run_passes(tmp_p
 
         again = run_gates(tmp_path, farm=farm, device=ssh_name, modules=DET, results=tmp_path / "r2")
         took = time.monotonic() - start
-        dev = _without_xdev(again.summary["devices"][ssh_name])
+        dev = without_xdev(again.summary["devices"][ssh_name])
         assert again.returncode == 0, again.output[-3000:]
         assert dev["status"] == "pass" and dev["passed"] == dev["tests"] == DET_TESTS
         assert cut_s < 60 and took < 120
@@ -501,7 +490,7 @@ def test_an_interrupted_push_leaves_nothing_served_and_the_next_run_passes(tmp_p
         assert left and not [p for p in left if p.name.startswith(".tmp-")]
         assert all(hashlib.sha256(p.read_bytes()).hexdigest() == p.name for p in left)
         assert cut_sha in {p.name for p in left}  # the cut file, uploaded again and verified
-        assert _without_xdev(cut.summary["devices"][ssh_name])["retries"] == dev["retries"] == 0  # retries: 0
+        assert without_xdev(cut.summary["devices"][ssh_name])["retries"] == dev["retries"] == 0  # retries: 0
 
         # with a retry allowed, the same cut costs one retry and the run passes; the retry is recorded
         for p in left:
@@ -510,7 +499,7 @@ def test_an_interrupted_push_leaves_nothing_served_and_the_next_run_passes(tmp_p
         farm.write_text(farm.read_text().replace("  retries: 0\n", "  retries: 1\n"))
         with _cut_first_upload(store, sshd):
             retried = run_gates(tmp_path, farm=farm, device=ssh_name, modules=DET, results=tmp_path / "r3")
-        dev = _without_xdev(retried.summary["devices"][ssh_name])
+        dev = without_xdev(retried.summary["devices"][ssh_name])
         assert retried.returncode == 0, retried.output[-3000:]
         assert dev["status"] == "pass" and dev["passed"] == dev["tests"] == DET_TESTS and dev["retries"] == 1
         [note] = dev["retry_notes"]
