@@ -5,6 +5,7 @@
 #include <math.h> /* NAN only */
 #include <string.h>
 
+#include "gguf.h"
 #include "kernels_lanes.h"
 #include "tensor.h"
 
@@ -44,6 +45,83 @@ void bm_dot_f16_mt_scalar(const uint8_t *w, const float *x, size_t n, int nt, fl
 void bm_dot_q8_0_mt_scalar(const uint8_t *w, const int8_t *xq, const float *xd, size_t n, int nt, float *out) {
     for (int t = 0; t < nt; t++)
         out[t] = bm_dot_q8_0_scalar(w, xq + (size_t)t * n, xd + (size_t)t * (n / BMOE_Q8_0_BLOCK), n);
+}
+
+float bm_dot_q45_0_scalar(uint32_t type, const uint8_t *w, const int8_t *xq, const float *xd, size_t n) {
+    float acc[8] = {0};
+    bm_q45_0_blocks(acc, type, w, xq, xd, 0, n / BMOE_Q8_0_BLOCK);
+    return bm_sum8(acc);
+}
+
+void bm_dot_q45_0_mt_scalar(uint32_t type, const uint8_t *w, const int8_t *xq, const float *xd, size_t n, int nt,
+                            float *out) {
+    for (int t = 0; t < nt; t++)
+        out[t] = bm_dot_q45_0_scalar(type, w, xq + (size_t)t * n, xd + (size_t)t * (n / BMOE_Q8_0_BLOCK), n);
+}
+
+/* A Q4_K (qh NULL) or Q5_K super-block's exact sum is = sum_j sc_j * sum_i q_i x_i (kernels.h). Sub-block
+ * j's 32 levels are nibble j mod 2 of qs[32 (j / 2) + l], with bit j of qh[l] on top for Q5_K. */
+static int32_t k4_scaled_sum(const uint8_t *qs, const uint8_t *qh, const uint8_t sc[8], const int8_t *x) {
+    int32_t is = 0;
+    for (int j = 0; j < 8; j++) {
+        const uint8_t *q = qs + 32 * (j / 2);
+        const int shift = 4 * (j & 1);
+        int32_t s = 0;
+        for (int l = 0; l < 32; l++) {
+            int v = (q[l] >> shift) & 0xF;
+            if (qh) v |= ((qh[l] >> j) & 1) << 4;
+            s += v * (int32_t)x[32 * j + l];
+        }
+        is += (int32_t)sc[j] * s;
+    }
+    return is;
+}
+
+/* A Q6_K super-block's exact sum is = sum_j sc_j * sum_i (q_i - 32) x_i over its 16 sub-blocks of 16.
+ * In each half of 128, value 32k + l (k = 0..3, l < 32) has its low four bits in nibble k / 2 of
+ * ql[32 (k mod 2) + l] and its high two in qh[l] >> BM_Q6K_SHIFT(k); its scale is sc[2k + l / 16]. */
+static int32_t k6_scaled_sum(const uint8_t *blk, const int8_t *x) {
+    const int8_t *sc = (const int8_t *)(blk + 192);
+    int32_t is = 0;
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = blk + 64 * h, *qh = blk + 128 + 32 * h;
+        for (int k = 0; k < 4; k++) {
+            const uint8_t *lq = ql + 32 * (k & 1);
+            const int nib = 4 * (k >> 1), hs = BM_Q6K_SHIFT(k);
+            for (int g = 0; g < 2; g++) {
+                int32_t s = 0;
+                for (int l = 16 * g; l < 16 * g + 16; l++) {
+                    int q = ((lq[l] >> nib) & 0xF) | (((qh[l] >> hs) & 3) << 4);
+                    s += (q - 32) * (int32_t)x[128 * h + 32 * k + l];
+                }
+                is += (int32_t)sc[8 * h + 2 * k + g] * s;
+            }
+        }
+    }
+    return is;
+}
+
+float bm_dot_kq_scalar(uint32_t type, const uint8_t *w, const bm_q8k *x, size_t n) {
+    float acc[8] = {0};
+    for (size_t b = 0; b < n / BM_Q8K_BLOCK; b++) {
+        const bm_q8k *xb = x + b;
+        if (type == GGML_TYPE_Q6_K) {
+            const uint8_t *blk = w + b * BMOE_Q6_K_BYTES;
+            acc[b & 7] += bm_k6_value(k6_scaled_sum(blk, xb->q), blk, xb->d);
+        } else {
+            const int five = type == GGML_TYPE_Q5_K;
+            const uint8_t *blk = w + b * (five ? BMOE_Q5_K_BYTES : BMOE_Q4_K_BYTES);
+            uint8_t sc[8], m[8];
+            bm_scales_mins_k4(blk + 4, sc, m);
+            int32_t is = k4_scaled_sum(blk + (five ? 48 : 16), five ? blk + 16 : NULL, sc, xb->q);
+            acc[b & 7] += bm_k4_value(is, bm_k4_min_sum(m, xb->bsums), blk, xb->d);
+        }
+    }
+    return bm_sum8(acc);
+}
+
+void bm_dot_kq_mt_scalar(uint32_t type, const uint8_t *w, const bm_q8k *x, size_t n, int nt, float *out) {
+    for (int t = 0; t < nt; t++) out[t] = bm_dot_kq_scalar(type, w, x + (size_t)t * (n / BM_Q8K_BLOCK), n);
 }
 
 float bm_dot_dq_scalar(uint32_t type, const uint8_t *w, const float *x, size_t n) {
@@ -100,6 +178,55 @@ void bm_quantize_q8_0(const float *x, size_t n, int8_t *xq, float *xd) {
     }
 }
 
+/* Round half to even for |t| < 2^22: adding 1.5 * 2^23 leaves the integer in the low mantissa bits
+ * (the default rounding mode; no library call, so every libc gives the same). */
+static int round_even(float t) {
+    float v = t + 12582912.0f;
+    int32_t i;
+    memcpy(&i, &v, sizeof i);
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+void bm_quantize_q8_k(const float *x, size_t n, bm_q8k *y) {
+    for (size_t b = 0; b < n / BM_Q8K_BLOCK; b++, x += BM_Q8K_BLOCK) {
+        bm_q8k *o = y + b;
+        float amax = 0.0f, mx = 0.0f;
+        int bad = 0;
+        for (int i = 0; i < BM_Q8K_BLOCK; i++) {
+            float a = x[i] < 0.0f ? -x[i] : x[i];
+            if (!(a <= 3.40282347e+38f)) bad = 1; /* NaN or infinity */
+            else if (a > amax) { amax = a; mx = x[i]; }
+        }
+        memset(o->q, 0, sizeof o->q);
+        memset(o->bsums, 0, sizeof o->bsums);
+        if (bad) { o->d = (float)NAN; continue; }
+        if (amax == 0.0f) { o->d = 0.0f; continue; }
+        const float s = -127.0f / mx;
+        for (int i = 0; i < BM_Q8K_BLOCK; i++) {
+            int v = round_even(s * x[i]);
+            o->q[i] = (int8_t)(v > 127 ? 127 : v);
+        }
+        for (int j = 0; j < BM_Q8K_BLOCK / 16; j++) {
+            int sum = 0;
+            for (int i = 0; i < 16; i++) sum += o->q[16 * j + i];
+            o->bsums[j] = (int16_t)sum;
+        }
+        o->d = 1.0f / s;
+    }
+}
+
+bm_act_kind bm_act_of(uint32_t type) {
+    switch (type) {
+    case GGML_TYPE_Q8_0:
+    case GGML_TYPE_Q4_0:
+    case GGML_TYPE_Q5_0: return BM_ACT_Q8_0;
+    case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q5_K:
+    case GGML_TYPE_Q6_K: return BM_ACT_Q8_K;
+    default: return BM_ACT_F32;
+    }
+}
+
 static const char *const KPATH_NAMES[BM_KPATH_COUNT] = {"scalar", "avx2", "neon", "neon-dot"};
 
 const char *bm_kpath_name(bm_kpath p) { return (unsigned)p < BM_KPATH_COUNT ? KPATH_NAMES[p] : "?"; }
@@ -123,6 +250,10 @@ static int fill(bm_kpath p, bm_kernels *k) {
         k->dot_f32_mt = bm_dot_f32_mt_scalar;
         k->dot_f16_mt = bm_dot_f16_mt_scalar;
         k->dot_q8_0_mt = bm_dot_q8_0_mt_scalar;
+        k->dot_q45_0 = bm_dot_q45_0_scalar;
+        k->dot_q45_0_mt = bm_dot_q45_0_mt_scalar;
+        k->dot_kq = bm_dot_kq_scalar;
+        k->dot_kq_mt = bm_dot_kq_mt_scalar;
         k->dot_dq = bm_dot_dq_scalar;
         k->dot_dq_mt = bm_dot_dq_mt_scalar;
         k->silu_mul = bm_silu_mul_scalar;

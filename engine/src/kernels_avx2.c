@@ -209,109 +209,213 @@ AVX2_FN static void dot_q8_0_mt_avx2(const uint8_t *w, const int8_t *xq, const f
     }
 }
 
-/* ---- dequantised types (kernels.h): the weights become the floats bm_dequant_chunk gives (eight at a
- * time here, with the same IEEE operations per value: the integer levels convert exactly), then the
- * F32 dot product's lanes, adds and tree. */
+/* ---- Q4_0 / Q5_0 against Q8_0 blocks (kernels.h): the Q8_0 kernel with the weights' levels unpacked
+ * to signed bytes first. */
 
-/* Eight bytes as eight int32. */
-AVX2_FN static inline __m256i u8x8(const uint8_t *p) { return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)); }
-
-AVX2_FN static void dq_q4_K_avx2(const uint8_t *blk, float *y) {
-    const float d = bm_f16_to_f32(bm_rd16(blk)), dmin = bm_f16_to_f32(bm_rd16(blk + 2));
-    const __m256i m4 = _mm256_set1_epi32(0xF);
-    for (int j = 0; j < 4; j++) {
-        uint8_t sc, m;
-        bm_scale_min_k4(2 * j, blk + 4, &sc, &m);
-        const __m256 d1 = _mm256_set1_ps(d * (float)sc), m1 = _mm256_set1_ps(dmin * (float)m);
-        bm_scale_min_k4(2 * j + 1, blk + 4, &sc, &m);
-        const __m256 d2 = _mm256_set1_ps(d * (float)sc), m2 = _mm256_set1_ps(dmin * (float)m);
-        const uint8_t *q = blk + 16 + 32 * j;
-        for (int l = 0; l < 32; l += 8) {
-            __m256i v = u8x8(q + l);
-            __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(v, m4)), hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
-            _mm256_storeu_ps(y + 64 * j + l, _mm256_sub_ps(_mm256_mul_ps(d1, lo), m1));
-            _mm256_storeu_ps(y + 64 * j + 32 + l, _mm256_sub_ps(_mm256_mul_ps(d2, hi), m2));
-        }
-    }
+/* Block blk's 32 signed levels (bm_q45_0_levels) in one register: low nibbles are values 0-15, high
+ * nibbles 16-31; Q5_0's fifth bits come from qh, bit i for value i. */
+AVX2_FN static inline __m256i q45_0_levels(uint32_t type, const uint8_t *blk) {
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    const int five = type == GGML_TYPE_Q5_0;
+    __m128i t = _mm_loadu_si128((const __m128i *)(blk + (five ? 6 : 2)));
+    __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), m4);
+    if (!five) return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+    uint32_t qh = (uint32_t)blk[2] | ((uint32_t)blk[3] << 8) | ((uint32_t)blk[4] << 16) | ((uint32_t)blk[5] << 24);
+    /* byte i gets qh's byte i / 8, then its bit i mod 8 decides 0x10 or 0 */
+    __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh),
+                                        _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256i hb = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(0x10));
+    return _mm256_sub_epi8(_mm256_or_si256(v, hb), _mm256_set1_epi8(16));
 }
 
-AVX2_FN static void dq_q6_K_avx2(const uint8_t *blk, float *y) {
-    const uint8_t *ql = blk, *qh = blk + 128;
-    const int8_t *sc = (const int8_t *)(blk + 192);
-    const float d = bm_f16_to_f32(bm_rd16(blk + 208));
-    const __m256i m4 = _mm256_set1_epi32(0xF), m3 = _mm256_set1_epi32(3), k32 = _mm256_set1_epi32(32);
-#ifndef BMOE_FAULT_Q6_K_HIGH_SHIFT
-    const int s2 = 2, s3 = 4;
-#else
-    const int s2 = 4, s3 = 2; /* fault: as in tensor.c */
-#endif
-    for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8, y += 128) {
-        for (int l = 0; l < 32; l += 8) {
-            int is = l / 16;
-            __m256i a = u8x8(ql + l), b = u8x8(ql + l + 32), h = u8x8(qh + l);
-            __m256i q1 = _mm256_sub_epi32(_mm256_or_si256(_mm256_and_si256(a, m4), _mm256_slli_epi32(_mm256_and_si256(h, m3), 4)), k32);
-            __m256i q2 = _mm256_sub_epi32(_mm256_or_si256(_mm256_and_si256(b, m4),
-                                                          _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128(s2)), m3), 4)), k32);
-            __m256i q3 = _mm256_sub_epi32(_mm256_or_si256(_mm256_srli_epi32(a, 4),
-                                                          _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128(s3)), m3), 4)), k32);
-            __m256i q4 = _mm256_sub_epi32(_mm256_or_si256(_mm256_srli_epi32(b, 4), _mm256_slli_epi32(_mm256_srli_epi32(h, 6), 4)), k32);
-            _mm256_storeu_ps(y + l, _mm256_mul_ps(_mm256_set1_ps(d * (float)sc[is]), _mm256_cvtepi32_ps(q1)));
-            _mm256_storeu_ps(y + l + 32, _mm256_mul_ps(_mm256_set1_ps(d * (float)sc[is + 2]), _mm256_cvtepi32_ps(q2)));
-            _mm256_storeu_ps(y + l + 64, _mm256_mul_ps(_mm256_set1_ps(d * (float)sc[is + 4]), _mm256_cvtepi32_ps(q3)));
-            _mm256_storeu_ps(y + l + 96, _mm256_mul_ps(_mm256_set1_ps(d * (float)sc[is + 6]), _mm256_cvtepi32_ps(q4)));
-        }
-    }
+/* The eight f16 scales of blocks blk, blk + bb, ... as floats (exact). */
+AVX2_FN static inline __m256 scales8_stride(const uint8_t *blk, size_t bb) {
+    __m128i sc = _mm_set_epi16((short)bm_rd16(blk + 7 * bb), (short)bm_rd16(blk + 6 * bb), (short)bm_rd16(blk + 5 * bb),
+                               (short)bm_rd16(blk + 4 * bb), (short)bm_rd16(blk + 3 * bb), (short)bm_rd16(blk + 2 * bb),
+                               (short)bm_rd16(blk + bb), (short)bm_rd16(blk));
+    return _mm256_cvtph_ps(sc);
 }
 
-AVX2_FN static void dq_q5_K_avx2(const uint8_t *blk, float *y) {
-    const float d = bm_f16_to_f32(bm_rd16(blk)), dmin = bm_f16_to_f32(bm_rd16(blk + 2));
-    const __m256i m4 = _mm256_set1_epi32(0xF), one = _mm256_set1_epi32(1);
-    const uint8_t *qh = blk + 16;
-    for (int j = 0; j < 4; j++) {
-        uint8_t sc, m;
-        bm_scale_min_k4(2 * j, blk + 4, &sc, &m);
-        const __m256 d1 = _mm256_set1_ps(d * (float)sc), m1 = _mm256_set1_ps(dmin * (float)m);
-        bm_scale_min_k4(2 * j + 1, blk + 4, &sc, &m);
-        const __m256 d2 = _mm256_set1_ps(d * (float)sc), m2 = _mm256_set1_ps(dmin * (float)m);
-        const uint8_t *q = blk + 48 + 32 * j;
-        for (int l = 0; l < 32; l += 8) {
-            __m256i v = u8x8(q + l), h = u8x8(qh + l);
-            __m256i lo = _mm256_or_si256(_mm256_and_si256(v, m4),
-                                         _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128(2 * j)), one), 4));
-            __m256i hi = _mm256_or_si256(_mm256_srli_epi32(v, 4),
-                                         _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128(2 * j + 1)), one), 4));
-            _mm256_storeu_ps(y + 64 * j + l, _mm256_sub_ps(_mm256_mul_ps(d1, _mm256_cvtepi32_ps(lo)), m1));
-            _mm256_storeu_ps(y + 64 * j + 32 + l, _mm256_sub_ps(_mm256_mul_ps(d2, _mm256_cvtepi32_ps(hi)), m2));
-        }
-    }
-}
-
-/* Q4_0 / Q5_0 blocks b0 .. b0 + nb - 1: (float)(q - 8) * d, (float)(q - 16) * d, as tensor.c. */
-AVX2_FN static void dq_q4_5_0_avx2(int five, const uint8_t *w, size_t b0, size_t nb, float *y) {
-    const __m256i m4 = _mm256_set1_epi32(0xF), one = _mm256_set1_epi32(1);
-    const __m256i off = _mm256_set1_epi32(five ? 16 : 8), j8 = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const size_t bb = five ? BMOE_Q5_0_BYTES : BMOE_Q4_0_BYTES;
-    for (size_t b = 0; b < nb; b++, y += 32) {
-        const uint8_t *blk = w + (b0 + b) * bb, *qs = blk + (five ? 6 : 2);
-        const __m256 d = _mm256_set1_ps(bm_f16_to_f32(bm_rd16(blk)));
-        __m256i qh = _mm256_setzero_si256();
-        if (five)
-            qh = _mm256_set1_epi32((int)((uint32_t)blk[2] | ((uint32_t)blk[3] << 8) | ((uint32_t)blk[4] << 16) |
-                                         ((uint32_t)blk[5] << 24)));
-        for (int g = 0; g < 2; g++) { /* values 8g .. 8g+7 (low nibbles) and 16+8g .. (high) */
-            __m256i v = u8x8(qs + 8 * g);
-            __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_srli_epi32(v, 4);
-            if (five) {
-                __m256i jl = _mm256_add_epi32(j8, _mm256_set1_epi32(8 * g));
-                lo = _mm256_or_si256(lo, _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(qh, jl), one), 4));
-                __m256i jh = _mm256_add_epi32(jl, _mm256_set1_epi32(16));
-                hi = _mm256_or_si256(hi, _mm256_slli_epi32(_mm256_and_si256(_mm256_srlv_epi32(qh, jh), one), 4));
+AVX2_MT_FN void q45_0_mt(uint32_t type, const uint8_t *w, const int8_t *xq, const float *xd, size_t n, const int NT,
+                         float *out) {
+    const size_t nb = n / BMOE_Q8_0_BLOCK, bb = bm_q45_0_bytes(type);
+    size_t b = 0;
+    __m256 acc[BM_MT_MAX];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (; b + 8 <= nb; b += 8) {
+        const uint8_t *blk = w + b * bb;
+        bm_prefetch_ahead(blk, 8 * bb);
+        __m256i h[2][BM_MT_MAX]; /* blocks 0-3 and 4-7: lane k of s below = block k's exact sum */
+        for (int g = 0; g < 2; g++) {
+            __m256i wv[4], aw[4];
+            for (int k = 0; k < 4; k++) {
+                wv[k] = q45_0_levels(type, blk + (size_t)(4 * g + k) * bb);
+                aw[k] = _mm256_sign_epi8(wv[k], wv[k]);
             }
-            _mm256_storeu_ps(y + 8 * g, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(lo, off)), d));
-            _mm256_storeu_ps(y + 16 + 8 * g, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(hi, off)), d));
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                const int8_t *p = xq + (size_t)t * n + (b + 4 * (size_t)g) * BMOE_Q8_0_BLOCK;
+                __m256i v0 = block_dot_w(aw[0], wv[0], p), v1 = block_dot_w(aw[1], wv[1], p + BMOE_Q8_0_BLOCK);
+                __m256i v2 = block_dot_w(aw[2], wv[2], p + 2 * BMOE_Q8_0_BLOCK);
+                __m256i v3 = block_dot_w(aw[3], wv[3], p + 3 * BMOE_Q8_0_BLOCK);
+                h[g][t] = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+            }
+        }
+        __m256 dw = scales8_stride(blk, bb);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(h[0][t], h[1][t], 0x20),
+                                         _mm256_permute2x128_si256(h[0][t], h[1][t], 0x31));
+            __m256 dd = _mm256_mul_ps(dw, _mm256_loadu_ps(xd + (size_t)t * nb + b));
+            acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(_mm256_cvtepi32_ps(s), dd));
         }
     }
+    for (int t = 0; t < NT; t++) {
+        float l[8];
+        _mm256_storeu_ps(l, acc[t]);
+        bm_q45_0_blocks(l, type, w, xq + (size_t)t * n, xd + (size_t)t * nb, b, nb);
+        out[t] = bm_simd_sum8(l);
+    }
 }
+
+AVX2_FN static float dot_q45_0_avx2(uint32_t type, const uint8_t *w, const int8_t *xq, const float *xd, size_t n) {
+    float o;
+    q45_0_mt(type, w, xq, xd, n, 1, &o);
+    return o;
+}
+
+AVX2_FN static void dot_q45_0_mt_avx2(uint32_t type, const uint8_t *w, const int8_t *xq, const float *xd, size_t n,
+                                      int nt, float *out) {
+    switch (nt) {
+    case 4: q45_0_mt(type, w, xq, xd, n, 4, out); break;
+    case 3: q45_0_mt(type, w, xq, xd, n, 3, out); break;
+    case 2: q45_0_mt(type, w, xq, xd, n, 2, out); break;
+    default: q45_0_mt(type, w, xq, xd, n, 1, out);
+    }
+}
+
+/* ---- K-quants against Q8_K super-blocks (kernels.h): the exact integer sums with maddubs (unsigned
+ * levels times signed activations, pairs within int16) and madd (times the sub-block's scale, into
+ * int32); the float steps are the shared bm_k4_value / bm_k6_value. A super-block's weights are
+ * unpacked once for all NT tokens. */
+
+AVX2_FN static inline int32_t hsum_i32(__m256i v) { /* exact, any order */
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Bit `bit` of every byte of v, moved to bit 4 (Q5_K's fifth bit). 16-bit shifts keep each byte's
+ * own bits here because the mask takes one bit per byte. */
+AVX2_FN static inline __m256i bit_to_16(__m256i v, int bit) {
+    __m256i b = _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(bit)), _mm256_set1_epi8(1));
+    return _mm256_slli_epi16(b, 4);
+}
+
+AVX2_MT_FN void k4_mt(const uint8_t *w, const int five, const bm_q8k *x, size_t n, const int NT, float *out) {
+    const size_t nb = n / BM_Q8K_BLOCK, bb = five ? BMOE_Q5_K_BYTES : BMOE_Q4_K_BYTES;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    float l[BM_MT_MAX][8] = {{0}};
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *blk = w + b * bb, *qs = blk + (five ? 48 : 16);
+        bm_prefetch_ahead(blk, bb);
+        uint8_t sc[8], m[8];
+        bm_scales_mins_k4(blk + 4, sc, m);
+        __m256i acc[BM_MT_MAX];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_si256();
+        const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
+        for (int jj = 0; jj < 4; jj++) { /* sub-blocks 2jj (low nibbles) and 2jj + 1 (high) */
+            __m256i q4 = _mm256_loadu_si256((const __m256i *)(qs + 32 * jj));
+            __m256i lo = _mm256_and_si256(q4, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+            if (five) {
+                lo = _mm256_or_si256(lo, bit_to_16(qh, 2 * jj));
+                hi = _mm256_or_si256(hi, bit_to_16(qh, 2 * jj + 1));
+            }
+            const __m256i s1 = _mm256_set1_epi16((short)sc[2 * jj]), s2 = _mm256_set1_epi16((short)sc[2 * jj + 1]);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                const int8_t *xq = x[(size_t)t * nb + b].q + 64 * jj;
+                __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xq)), s1);
+                __m256i p2 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 32))), s2);
+                acc[t] = _mm256_add_epi32(acc[t], _mm256_add_epi32(p1, p2));
+            }
+        }
+        for (int t = 0; t < NT; t++) {
+            const bm_q8k *xb = x + (size_t)t * nb + b;
+            l[t][b & 7] += bm_k4_value(hsum_i32(acc[t]), bm_k4_min_sum(m, xb->bsums), blk, xb->d);
+        }
+    }
+    for (int t = 0; t < NT; t++) out[t] = bm_simd_sum8(l[t]);
+}
+
+AVX2_MT_FN void k6_mt(const uint8_t *w, const bm_q8k *x, size_t n, const int NT, float *out) {
+    const size_t nb = n / BM_Q8K_BLOCK;
+    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+    float l[BM_MT_MAX][8] = {{0}};
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *blk = w + b * BMOE_Q6_K_BYTES;
+        const int8_t *sc = (const int8_t *)(blk + 192);
+        bm_prefetch_ahead(blk, BMOE_Q6_K_BYTES);
+        __m256i acc[BM_MT_MAX];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) { /* 128 values each */
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h));
+            const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(blk + 64 * h));
+            const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32));
+            for (int k = 0; k < 4; k++) { /* values 32k .. 32k + 31: sub-blocks 2k and 2k + 1 */
+                __m256i lq = (k & 1) ? ql1 : ql0;
+                __m256i lo = (k >> 1) ? _mm256_and_si256(_mm256_srli_epi16(lq, 4), m4) : _mm256_and_si256(lq, m4);
+                __m256i hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(BM_Q6K_SHIFT(k))), m3);
+                __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hb, 4)); /* 0..63 */
+                __m256i scv = _mm256_setr_m128i(_mm_set1_epi16(sc[8 * h + 2 * k]), _mm_set1_epi16(sc[8 * h + 2 * k + 1]));
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) {
+                    __m256i xv = _mm256_loadu_si256((const __m256i *)(x[(size_t)t * nb + b].q + 128 * h + 32 * k));
+                    /* pairs of (q - 32) x: |.| <= 2 * 32 * 127, in int16 */
+                    __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, xv), _mm256_maddubs_epi16(k32, xv));
+                    acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(p, scv));
+                }
+            }
+        }
+        for (int t = 0; t < NT; t++) {
+            const bm_q8k *xb = x + (size_t)t * nb + b;
+            l[t][b & 7] += bm_k6_value(hsum_i32(acc[t]), blk, xb->d);
+        }
+    }
+    for (int t = 0; t < NT; t++) out[t] = bm_simd_sum8(l[t]);
+}
+
+AVX2_MT_FN void kq_mt(uint32_t type, const uint8_t *w, const bm_q8k *x, size_t n, const int NT, float *out) {
+    switch (type) {
+    case GGML_TYPE_Q4_K: k4_mt(w, 0, x, n, NT, out); break;
+    case GGML_TYPE_Q5_K: k4_mt(w, 1, x, n, NT, out); break;
+    default: k6_mt(w, x, n, NT, out);
+    }
+}
+
+AVX2_FN static float dot_kq_avx2(uint32_t type, const uint8_t *w, const bm_q8k *x, size_t n) {
+    float o;
+    kq_mt(type, w, x, n, 1, &o);
+    return o;
+}
+
+AVX2_FN static void dot_kq_mt_avx2(uint32_t type, const uint8_t *w, const bm_q8k *x, size_t n, int nt, float *out) {
+    switch (nt) {
+    case 4: kq_mt(type, w, x, n, 4, out); break;
+    case 3: kq_mt(type, w, x, n, 3, out); break;
+    case 2: kq_mt(type, w, x, n, 2, out); break;
+    default: kq_mt(type, w, x, n, 1, out);
+    }
+}
+
+/* ---- dequantised types (kernels.h; the matmuls use it for BF16): the weights become the floats
+ * bm_dequant_chunk gives (eight at a time for BF16, exactly), then the F32 dot product's lanes, adds
+ * and tree. */
 
 AVX2_FN static void dq_bf16_avx2(const uint8_t *w, size_t i0, size_t cnt, float *y) {
     size_t i = 0;
@@ -324,11 +428,6 @@ AVX2_FN static void dq_bf16_avx2(const uint8_t *w, size_t i0, size_t cnt, float 
 
 AVX2_FN static inline void dq_chunk_avx2(uint32_t type, const uint8_t *w, size_t i0, size_t cnt, float *y) {
     switch (type) {
-    case GGML_TYPE_Q4_K: dq_q4_K_avx2(w + i0 / BMOE_QK_K * BMOE_Q4_K_BYTES, y); break;
-    case GGML_TYPE_Q5_K: dq_q5_K_avx2(w + i0 / BMOE_QK_K * BMOE_Q5_K_BYTES, y); break;
-    case GGML_TYPE_Q6_K: dq_q6_K_avx2(w + i0 / BMOE_QK_K * BMOE_Q6_K_BYTES, y); break;
-    case GGML_TYPE_Q4_0: dq_q4_5_0_avx2(0, w, i0 / 32, cnt / 32, y); break;
-    case GGML_TYPE_Q5_0: dq_q4_5_0_avx2(1, w, i0 / 32, cnt / 32, y); break;
     case GGML_TYPE_BF16: dq_bf16_avx2(w, i0, cnt, y); break;
     default: bm_dequant_chunk(type, w, i0, cnt, y);
     }
@@ -443,6 +542,10 @@ int bm_kernels_avx2(bm_kernels *k) {
     k->dot_f32_mt = dot_f32_mt_avx2;
     k->dot_f16_mt = dot_f16_mt_avx2;
     k->dot_q8_0_mt = dot_q8_0_mt_avx2;
+    k->dot_q45_0 = dot_q45_0_avx2;
+    k->dot_q45_0_mt = dot_q45_0_mt_avx2;
+    k->dot_kq = dot_kq_avx2;
+    k->dot_kq_mt = dot_kq_mt_avx2;
     k->dot_dq = dot_dq_avx2;
     k->dot_dq_mt = dot_dq_mt_avx2;
     k->silu_mul = bm_vsilu_mul;

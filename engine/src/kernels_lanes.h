@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gguf.h"
 #include "tensor.h"
 
 /* The fixed tree every path ends with (kernels.h). */
@@ -70,6 +71,65 @@ static inline void bm_q8_0_blocks(float l[8], const uint8_t *w, const int8_t *xq
 #endif
         l[b & 7] += (float)s * (dw * xd[b]);
     }
+}
+
+/* ---- Q4_0 / Q5_0 against Q8_0 activation blocks (kernels.h) ---- */
+
+static inline size_t bm_q45_0_bytes(uint32_t type) {
+    return type == GGML_TYPE_Q4_0 ? BMOE_Q4_0_BYTES : BMOE_Q5_0_BYTES;
+}
+
+/* Block blk's weights as 32 signed levels: Q4_0 nibble - 8, Q5_0 (nibble | fifth bit << 4) - 16; value
+ * j < 16 is the low nibble of byte j, value j + 16 its high nibble (tensor.h). */
+static inline void bm_q45_0_levels(uint32_t type, const uint8_t *blk, int8_t v[32]) {
+    if (type == GGML_TYPE_Q4_0) {
+        for (int j = 0; j < 16; j++) {
+            v[j] = (int8_t)((blk[2 + j] & 0xF) - 8);
+            v[j + 16] = (int8_t)((blk[2 + j] >> 4) - 8);
+        }
+    } else {
+        uint32_t qh = (uint32_t)blk[2] | ((uint32_t)blk[3] << 8) | ((uint32_t)blk[4] << 16) | ((uint32_t)blk[5] << 24);
+        for (int j = 0; j < 16; j++) {
+            v[j] = (int8_t)(((blk[6 + j] & 0xF) | (((qh >> j) & 1) << 4)) - 16);
+            v[j + 16] = (int8_t)(((blk[6 + j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16);
+        }
+    }
+}
+
+/* Q4_0 / Q5_0 blocks b .. nb-1 one at a time onto the lanes, as bm_q8_0_blocks: the scalar path's row
+ * and the SIMD paths' last nb mod 8 blocks. */
+static inline void bm_q45_0_blocks(float l[8], uint32_t type, const uint8_t *w, const int8_t *xq, const float *xd,
+                                   size_t b, size_t nb) {
+    const size_t bb = bm_q45_0_bytes(type);
+    for (; b < nb; b++) {
+        const uint8_t *blk = w + b * bb;
+        const int8_t *p = xq + b * BMOE_Q8_0_BLOCK;
+        int8_t v[32];
+        bm_q45_0_levels(type, blk, v);
+        int32_t s = 0;
+        for (int i = 0; i < 32; i++) s += (int32_t)v[i] * (int32_t)p[i];
+        l[b & 7] += (float)s * (bm_f16_to_f32(bm_rd16(blk)) * xd[b]);
+    }
+}
+
+/* ---- K-quants against Q8_K super-blocks (kernels.h): the float steps every path shares ---- */
+
+/* Q4_K / Q5_K: sum_j m_j * (the activation's sum over sub-block j of 32). */
+static inline int32_t bm_k4_min_sum(const uint8_t m[8], const int16_t bsums[16]) {
+    int32_t s = 0;
+    for (int j = 0; j < 8; j++) s += (int32_t)m[j] * ((int32_t)bsums[2 * j] + (int32_t)bsums[2 * j + 1]);
+    return s;
+}
+
+/* A Q4_K / Q5_K super-block's float contribution from its exact sums (kernels.h). */
+static inline float bm_k4_value(int32_t is, int32_t im, const uint8_t *blk, float dx) {
+    const float d = bm_f16_to_f32(bm_rd16(blk)), dmin = bm_f16_to_f32(bm_rd16(blk + 2));
+    return (float)is * (d * dx) - (float)im * (dmin * dx);
+}
+
+/* A Q6_K super-block's float contribution from its exact sum. */
+static inline float bm_k6_value(int32_t is, const uint8_t *blk, float dx) {
+    return (float)is * (bm_f16_to_f32(bm_rd16(blk + 208)) * dx);
 }
 
 #endif

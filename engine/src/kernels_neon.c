@@ -303,128 +303,265 @@ DOT_FN static void dot_q8_0_mt_neon_dot(const uint8_t *w, const int8_t *xq, cons
     }
 }
 
-/* ---- dequantised types (kernels.h): the weights become the floats bm_dequant_chunk gives (four or
- * eight at a time here, with the same IEEE operations per value: the integer levels convert exactly),
- * then the F32 dot product's lanes, adds and tree. */
+/* ---- Q4_0 / Q5_0 against Q8_0 blocks (kernels.h): the Q8_0 kernels with the weights' levels
+ * unpacked to signed bytes first. */
 
-/* Eight bytes as two int32x4 (values 0..255). */
-static inline void u8x8(const uint8_t *p, int32x4_t *a, int32x4_t *b) {
-    uint16x8_t h = vmovl_u8(vld1_u8(p));
-    *a = vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(h)));
-    *b = vreinterpretq_s32_u32(vmovl_u16(vget_high_u16(h)));
+/* Block blk's 32 signed levels (bm_q45_0_levels): v0 values 0-15 (low nibbles), v1 16-31 (high). */
+static inline void q45_0_levels(uint32_t type, const uint8_t *blk, int8x16_t *v0, int8x16_t *v1) {
+    const int five = type == GGML_TYPE_Q5_0;
+    const uint8x16_t t = vld1q_u8(blk + (five ? 6 : 2));
+    uint8x16_t lo = vandq_u8(t, vdupq_n_u8(0xF)), hi = vshrq_n_u8(t, 4);
+    if (five) { /* value i's fifth bit is bit i of qh: byte i / 8 of it, tested against 1 << (i mod 8) */
+        static const uint8_t IDX0[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+        static const uint8_t IDX1[16] = {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+        static const uint8_t BIT[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+        const uint32_t qh = (uint32_t)blk[2] | ((uint32_t)blk[3] << 8) | ((uint32_t)blk[4] << 16) |
+                            ((uint32_t)blk[5] << 24);
+        const uint8x16_t q4 = vreinterpretq_u8_u32(vdupq_n_u32(qh)); /* bytes 0-3: qh, little-endian */
+        const uint8x16_t k16 = vdupq_n_u8(0x10), bit = vld1q_u8(BIT);
+        lo = vorrq_u8(lo, vandq_u8(vtstq_u8(vqtbl1q_u8(q4, vld1q_u8(IDX0)), bit), k16));
+        hi = vorrq_u8(hi, vandq_u8(vtstq_u8(vqtbl1q_u8(q4, vld1q_u8(IDX1)), bit), k16));
+    }
+    const int8x16_t off = vdupq_n_s8(five ? 16 : 8);
+    *v0 = vsubq_s8(vreinterpretq_s8_u8(lo), off);
+    *v1 = vsubq_s8(vreinterpretq_s8_u8(hi), off);
 }
 
-static void dq_q4_K_neon(const uint8_t *blk, float *y) {
-    const float d = bm_f16_to_f32(bm_rd16(blk)), dmin = bm_f16_to_f32(bm_rd16(blk + 2));
-    const int32x4_t m4 = vdupq_n_s32(0xF);
-    for (int j = 0; j < 4; j++) {
-        uint8_t sc, m;
-        bm_scale_min_k4(2 * j, blk + 4, &sc, &m);
-        const float32x4_t d1 = vdupq_n_f32(d * (float)sc), m1 = vdupq_n_f32(dmin * (float)m);
-        bm_scale_min_k4(2 * j + 1, blk + 4, &sc, &m);
-        const float32x4_t d2 = vdupq_n_f32(d * (float)sc), m2 = vdupq_n_f32(dmin * (float)m);
-        const uint8_t *q = blk + 16 + 32 * j;
-        for (int l = 0; l < 32; l += 8) {
-            int32x4_t v[2];
-            u8x8(q + l, &v[0], &v[1]);
-            for (int h = 0; h < 2; h++) {
-                float32x4_t lo = vcvtq_f32_s32(vandq_s32(v[h], m4)), hi = vcvtq_f32_s32(vshrq_n_s32(v[h], 4));
-                vst1q_f32(y + 64 * j + l + 4 * h, vsubq_f32(vmulq_f32(d1, lo), m1));
-                vst1q_f32(y + 64 * j + 32 + l + 4 * h, vsubq_f32(vmulq_f32(d2, hi), m2));
-            }
-        }
+/* The eight f16 scales of blocks blk, blk + bb, ... as floats (exact), in two registers. */
+static inline void scales8_stride(const uint8_t *blk, size_t bb, float32x4_t *d0, float32x4_t *d1) {
+    uint16_t sc[8];
+    for (int k = 0; k < 8; k++) sc[k] = bm_rd16(blk + (size_t)k * bb);
+    uint16x8_t h = vld1q_u16(sc);
+    *d0 = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h)));
+    *d1 = vcvt_f32_f16(vreinterpret_f16_u16(vget_high_u16(h)));
+}
+
+#define Q45_0_MT_BODY(PART)                                                                                        \
+    const size_t nb = n / BMOE_Q8_0_BLOCK, bb = bm_q45_0_bytes(type);                                              \
+    size_t b = 0;                                                                                                  \
+    float32x4_t a0[BM_MT_MAX], a1[BM_MT_MAX];                                                                      \
+    _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a0[t] = a1[t] = vdupq_n_f32(0.0f);                        \
+    for (; b + 8 <= nb; b += 8) {                                                                                  \
+        const uint8_t *blk = w + b * bb;                                                                           \
+        bm_prefetch_ahead(blk, 8 * bb);                                                                            \
+        int32x4_t s[2][BM_MT_MAX];                                                                                 \
+        for (int g = 0; g < 2; g++) {                                                                              \
+            int8x16_t wl[4], wh[4];                                                                                \
+            for (int k = 0; k < 4; k++) q45_0_levels(type, blk + (size_t)(4 * g + k) * bb, &wl[k], &wh[k]);       \
+            _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                                 \
+                const int8_t *p = xq + (size_t)t * n + (b + 4 * (size_t)g) * BMOE_Q8_0_BLOCK;                      \
+                s[g][t] = sums4(PART(wl[0], wh[0], p), PART(wl[1], wh[1], p + 32), PART(wl[2], wh[2], p + 64),     \
+                                PART(wl[3], wh[3], p + 96));                                                       \
+            }                                                                                                      \
+        }                                                                                                          \
+        float32x4_t dw0, dw1;                                                                                      \
+        scales8_stride(blk, bb, &dw0, &dw1);                                                                       \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                                       \
+            acc8(&a0[t], &a1[t], s[0][t], s[1][t], dw0, dw1, xd + (size_t)t * nb + b);                             \
+    }                                                                                                              \
+    for (int t = 0; t < NT; t++) {                                                                                 \
+        float l[8];                                                                                                \
+        vst1q_f32(l, a0[t]);                                                                                       \
+        vst1q_f32(l + 4, a1[t]);                                                                                   \
+        bm_q45_0_blocks(l, type, w, xq + (size_t)t * n, xd + (size_t)t * nb, b, nb);                               \
+        out[t] = bm_simd_sum8(l);                                                                                  \
+    }
+
+MT_FN void q45_0_mt_mull(uint32_t type, const uint8_t *w, const int8_t *xq, const float *xd, size_t n, const int NT,
+                         float *out) {
+    Q45_0_MT_BODY(part_mull)
+}
+
+DOT_FN MT_FN void q45_0_mt_sdot(uint32_t type, const uint8_t *w, const int8_t *xq, const float *xd, size_t n,
+                                const int NT, float *out) {
+    Q45_0_MT_BODY(part_sdot)
+}
+
+static float dot_q45_0_neon(uint32_t type, const uint8_t *w, const int8_t *xq, const float *xd, size_t n) {
+    float o;
+    q45_0_mt_mull(type, w, xq, xd, n, 1, &o);
+    return o;
+}
+
+DOT_FN static float dot_q45_0_neon_dot(uint32_t type, const uint8_t *w, const int8_t *xq, const float *xd, size_t n) {
+    float o;
+    q45_0_mt_sdot(type, w, xq, xd, n, 1, &o);
+    return o;
+}
+
+static void dot_q45_0_mt_neon(uint32_t type, const uint8_t *w, const int8_t *xq, const float *xd, size_t n, int nt,
+                              float *out) {
+    switch (nt) {
+    case 4: q45_0_mt_mull(type, w, xq, xd, n, 4, out); break;
+    case 3: q45_0_mt_mull(type, w, xq, xd, n, 3, out); break;
+    case 2: q45_0_mt_mull(type, w, xq, xd, n, 2, out); break;
+    default: q45_0_mt_mull(type, w, xq, xd, n, 1, out);
     }
 }
 
-static void dq_q6_K_neon(const uint8_t *blk, float *y) {
-    const uint8_t *ql = blk, *qh = blk + 128;
-    const int8_t *sc = (const int8_t *)(blk + 192);
-    const float d = bm_f16_to_f32(bm_rd16(blk + 208));
-    const int32x4_t m4 = vdupq_n_s32(0xF), m3 = vdupq_n_s32(3), k32 = vdupq_n_s32(32);
-#ifndef BMOE_FAULT_Q6_K_HIGH_SHIFT
-    const int32x4_t s2 = vdupq_n_s32(-2), s3 = vdupq_n_s32(-4);
-#else
-    const int32x4_t s2 = vdupq_n_s32(-4), s3 = vdupq_n_s32(-2); /* fault: as in tensor.c */
-#endif
-    for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8, y += 128) {
-        for (int l = 0; l < 32; l += 8) {
-            int is = l / 16;
-            const float32x4_t f1 = vdupq_n_f32(d * (float)sc[is]), f2 = vdupq_n_f32(d * (float)sc[is + 2]);
-            const float32x4_t f3 = vdupq_n_f32(d * (float)sc[is + 4]), f4 = vdupq_n_f32(d * (float)sc[is + 6]);
-            int32x4_t a[2], b[2], h[2];
-            u8x8(ql + l, &a[0], &a[1]);
-            u8x8(ql + l + 32, &b[0], &b[1]);
-            u8x8(qh + l, &h[0], &h[1]);
-            for (int u = 0; u < 2; u++) {
-                int32x4_t q1 = vsubq_s32(vorrq_s32(vandq_s32(a[u], m4), vshlq_n_s32(vandq_s32(h[u], m3), 4)), k32);
-                int32x4_t q2 = vsubq_s32(vorrq_s32(vandq_s32(b[u], m4), vshlq_n_s32(vandq_s32(vshlq_s32(h[u], s2), m3), 4)), k32);
-                int32x4_t q3 = vsubq_s32(vorrq_s32(vshrq_n_s32(a[u], 4), vshlq_n_s32(vandq_s32(vshlq_s32(h[u], s3), m3), 4)), k32);
-                int32x4_t q4 = vsubq_s32(vorrq_s32(vshrq_n_s32(b[u], 4), vshlq_n_s32(vshrq_n_s32(h[u], 6), 4)), k32);
-                vst1q_f32(y + l + 4 * u, vmulq_f32(f1, vcvtq_f32_s32(q1)));
-                vst1q_f32(y + l + 32 + 4 * u, vmulq_f32(f2, vcvtq_f32_s32(q2)));
-                vst1q_f32(y + l + 64 + 4 * u, vmulq_f32(f3, vcvtq_f32_s32(q3)));
-                vst1q_f32(y + l + 96 + 4 * u, vmulq_f32(f4, vcvtq_f32_s32(q4)));
-            }
-        }
+DOT_FN static void dot_q45_0_mt_neon_dot(uint32_t type, const uint8_t *w, const int8_t *xq, const float *xd, size_t n,
+                                         int nt, float *out) {
+    switch (nt) {
+    case 4: q45_0_mt_sdot(type, w, xq, xd, n, 4, out); break;
+    case 3: q45_0_mt_sdot(type, w, xq, xd, n, 3, out); break;
+    case 2: q45_0_mt_sdot(type, w, xq, xd, n, 2, out); break;
+    default: q45_0_mt_sdot(type, w, xq, xd, n, 1, out);
     }
 }
 
-static void dq_q5_K_neon(const uint8_t *blk, float *y) {
-    const float d = bm_f16_to_f32(bm_rd16(blk)), dmin = bm_f16_to_f32(bm_rd16(blk + 2));
-    const int32x4_t m4 = vdupq_n_s32(0xF), one = vdupq_n_s32(1);
-    const uint8_t *qh = blk + 16;
-    for (int j = 0; j < 4; j++) {
-        uint8_t sc, m;
-        bm_scale_min_k4(2 * j, blk + 4, &sc, &m);
-        const float32x4_t d1 = vdupq_n_f32(d * (float)sc), m1 = vdupq_n_f32(dmin * (float)m);
-        bm_scale_min_k4(2 * j + 1, blk + 4, &sc, &m);
-        const float32x4_t d2 = vdupq_n_f32(d * (float)sc), m2 = vdupq_n_f32(dmin * (float)m);
-        const int32x4_t s1 = vdupq_n_s32(-2 * j), s2 = vdupq_n_s32(-2 * j - 1);
-        const uint8_t *q = blk + 48 + 32 * j;
-        for (int l = 0; l < 32; l += 8) {
-            int32x4_t v[2], h[2];
-            u8x8(q + l, &v[0], &v[1]);
-            u8x8(qh + l, &h[0], &h[1]);
-            for (int u = 0; u < 2; u++) {
-                int32x4_t lo = vorrq_s32(vandq_s32(v[u], m4), vshlq_n_s32(vandq_s32(vshlq_s32(h[u], s1), one), 4));
-                int32x4_t hi = vorrq_s32(vshrq_n_s32(v[u], 4), vshlq_n_s32(vandq_s32(vshlq_s32(h[u], s2), one), 4));
-                vst1q_f32(y + 64 * j + l + 4 * u, vsubq_f32(vmulq_f32(d1, vcvtq_f32_s32(lo)), m1));
-                vst1q_f32(y + 64 * j + 32 + l + 4 * u, vsubq_f32(vmulq_f32(d2, vcvtq_f32_s32(hi)), m2));
-            }
-        }
+/* ---- K-quants against Q8_K super-blocks (kernels.h): exact int32 sums per sub-block (widening
+ * multiplies, or sdot), times the sub-block's scale with an integer multiply-accumulate; the float
+ * steps are the shared bm_k4_value / bm_k6_value. A super-block's weights are unpacked once for all
+ * NT tokens. */
+
+/* The sum of 16 products w[i] x[i] as four int32 partials (|w x| pairs fit int16: |w| <= 63). */
+static inline int32x4_t part16_mull(int8x16_t w, const int8_t *p) {
+    int8x16_t x = vld1q_s8(p);
+    return vpaddlq_s16(vmlal_s8(vmull_s8(vget_low_s8(w), vget_low_s8(x)), vget_high_s8(w), vget_high_s8(x)));
+}
+
+DOT_FN static inline int32x4_t part16_sdot(int8x16_t w, const int8_t *p) {
+    return vdotq_s32(vdupq_n_s32(0), w, vld1q_s8(p));
+}
+
+#define K4_MT_BODY(PART)                                                                                           \
+    const size_t nb = n / BM_Q8K_BLOCK, bb = five ? BMOE_Q5_K_BYTES : BMOE_Q4_K_BYTES;                            \
+    const uint8x16_t m4 = vdupq_n_u8(0xF), k16 = vdupq_n_u8(0x10);                                                 \
+    float l[BM_MT_MAX][8] = {{0}};                                                                                 \
+    for (size_t b = 0; b < nb; b++) {                                                                              \
+        const uint8_t *blk = w + b * bb, *qs = blk + (five ? 48 : 16);                                             \
+        bm_prefetch_ahead(blk, bb);                                                                                \
+        uint8_t sc[8], m[8];                                                                                       \
+        bm_scales_mins_k4(blk + 4, sc, m);                                                                         \
+        int32x4_t acc[BM_MT_MAX];                                                                                  \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) acc[t] = vdupq_n_s32(0);                              \
+        const uint8x16_t qh0 = five ? vld1q_u8(blk + 16) : vdupq_n_u8(0);                                          \
+        const uint8x16_t qh1 = five ? vld1q_u8(blk + 32) : vdupq_n_u8(0);                                          \
+        for (int jj = 0; jj < 4; jj++) { /* sub-blocks 2jj (low nibbles) and 2jj + 1 (high) */                    \
+            const uint8x16_t q0 = vld1q_u8(qs + 32 * jj), q1 = vld1q_u8(qs + 32 * jj + 16);                        \
+            uint8x16_t lo0 = vandq_u8(q0, m4), lo1 = vandq_u8(q1, m4);                                             \
+            uint8x16_t hi0 = vshrq_n_u8(q0, 4), hi1 = vshrq_n_u8(q1, 4);                                           \
+            if (five) { /* bit 2jj / 2jj + 1 of qh[l] becomes bit 4 */                                             \
+                const uint8x16_t bl = vdupq_n_u8((uint8_t)(1u << (2 * jj)));                                       \
+                const uint8x16_t bh = vdupq_n_u8((uint8_t)(1u << (2 * jj + 1)));                                   \
+                lo0 = vorrq_u8(lo0, vandq_u8(vtstq_u8(qh0, bl), k16));                                             \
+                lo1 = vorrq_u8(lo1, vandq_u8(vtstq_u8(qh1, bl), k16));                                             \
+                hi0 = vorrq_u8(hi0, vandq_u8(vtstq_u8(qh0, bh), k16));                                             \
+                hi1 = vorrq_u8(hi1, vandq_u8(vtstq_u8(qh1, bh), k16));                                             \
+            }                                                                                                      \
+            const int8x16_t l0 = vreinterpretq_s8_u8(lo0), l1 = vreinterpretq_s8_u8(lo1);                          \
+            const int8x16_t h0 = vreinterpretq_s8_u8(hi0), h1 = vreinterpretq_s8_u8(hi1);                          \
+            _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                                 \
+                const int8_t *xq = x[(size_t)t * nb + b].q + 64 * jj;                                              \
+                acc[t] = vmlaq_n_s32(acc[t], PART(l0, l1, xq), (int32_t)sc[2 * jj]);                               \
+                acc[t] = vmlaq_n_s32(acc[t], PART(h0, h1, xq + 32), (int32_t)sc[2 * jj + 1]);                      \
+            }                                                                                                      \
+        }                                                                                                          \
+        for (int t = 0; t < NT; t++) {                                                                             \
+            const bm_q8k *xb = x + (size_t)t * nb + b;                                                             \
+            l[t][b & 7] += bm_k4_value(vaddvq_s32(acc[t]), bm_k4_min_sum(m, xb->bsums), blk, xb->d);               \
+        }                                                                                                          \
+    }                                                                                                              \
+    for (int t = 0; t < NT; t++) out[t] = bm_simd_sum8(l[t]);
+
+#define K6_MT_BODY(PART16)                                                                                         \
+    const size_t nb = n / BM_Q8K_BLOCK;                                                                            \
+    const uint8x16_t m4 = vdupq_n_u8(0xF), m3 = vdupq_n_u8(3);                                                     \
+    const int8x16_t k32 = vdupq_n_s8(32);                                                                          \
+    float l[BM_MT_MAX][8] = {{0}};                                                                                 \
+    for (size_t b = 0; b < nb; b++) {                                                                              \
+        const uint8_t *blk = w + b * BMOE_Q6_K_BYTES;                                                              \
+        const int8_t *sc = (const int8_t *)(blk + 192);                                                            \
+        bm_prefetch_ahead(blk, BMOE_Q6_K_BYTES);                                                                   \
+        int32x4_t acc[BM_MT_MAX];                                                                                  \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) acc[t] = vdupq_n_s32(0);                              \
+        for (int h = 0; h < 2; h++) { /* 128 values each */                                                        \
+            const uint8_t *ql = blk + 64 * h, *qhp = blk + 128 + 32 * h;                                           \
+            const uint8x16_t qh0 = vld1q_u8(qhp), qh1 = vld1q_u8(qhp + 16);                                        \
+            for (int k = 0; k < 4; k++) { /* values 32k .. 32k + 31: sub-blocks 2k and 2k + 1 */                   \
+                const uint8x16_t a0 = vld1q_u8(ql + 32 * (k & 1)), a1 = vld1q_u8(ql + 32 * (k & 1) + 16);          \
+                const uint8x16_t n0 = (k >> 1) ? vshrq_n_u8(a0, 4) : vandq_u8(a0, m4);                             \
+                const uint8x16_t n1 = (k >> 1) ? vshrq_n_u8(a1, 4) : vandq_u8(a1, m4);                             \
+                const int8x16_t sh = vdupq_n_s8((int8_t)-BM_Q6K_SHIFT(k));                                         \
+                const uint8x16_t b0 = vshlq_n_u8(vandq_u8(vshlq_u8(qh0, sh), m3), 4);                              \
+                const uint8x16_t b1 = vshlq_n_u8(vandq_u8(vshlq_u8(qh1, sh), m3), 4);                              \
+                const int8x16_t w0 = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(n0, b0)), k32); /* -32..31 */           \
+                const int8x16_t w1 = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(n1, b1)), k32);                         \
+                const int32_t s0 = sc[8 * h + 2 * k], s1 = sc[8 * h + 2 * k + 1];                                  \
+                _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                             \
+                    const int8_t *xq = x[(size_t)t * nb + b].q + 128 * h + 32 * k;                                 \
+                    acc[t] = vmlaq_n_s32(acc[t], PART16(w0, xq), s0);                                              \
+                    acc[t] = vmlaq_n_s32(acc[t], PART16(w1, xq + 16), s1);                                         \
+                }                                                                                                  \
+            }                                                                                                      \
+        }                                                                                                          \
+        for (int t = 0; t < NT; t++) {                                                                             \
+            const bm_q8k *xb = x + (size_t)t * nb + b;                                                             \
+            l[t][b & 7] += bm_k6_value(vaddvq_s32(acc[t]), blk, xb->d);                                            \
+        }                                                                                                          \
+    }                                                                                                              \
+    for (int t = 0; t < NT; t++) out[t] = bm_simd_sum8(l[t]);
+
+MT_FN void k4_mt_mull(const uint8_t *w, const int five, const bm_q8k *x, size_t n, const int NT, float *out) {
+    K4_MT_BODY(part_mull)
+}
+DOT_FN MT_FN void k4_mt_sdot(const uint8_t *w, const int five, const bm_q8k *x, size_t n, const int NT, float *out) {
+    K4_MT_BODY(part_sdot)
+}
+MT_FN void k6_mt_mull(const uint8_t *w, const bm_q8k *x, size_t n, const int NT, float *out) { K6_MT_BODY(part16_mull) }
+DOT_FN MT_FN void k6_mt_sdot(const uint8_t *w, const bm_q8k *x, size_t n, const int NT, float *out) {
+    K6_MT_BODY(part16_sdot)
+}
+
+MT_FN void kq_mt_mull(uint32_t type, const uint8_t *w, const bm_q8k *x, size_t n, const int NT, float *out) {
+    switch (type) {
+    case GGML_TYPE_Q4_K: k4_mt_mull(w, 0, x, n, NT, out); break;
+    case GGML_TYPE_Q5_K: k4_mt_mull(w, 1, x, n, NT, out); break;
+    default: k6_mt_mull(w, x, n, NT, out);
     }
 }
 
-/* Q4_0 / Q5_0 blocks b0 .. b0 + nb - 1: (float)(q - 8) * d, (float)(q - 16) * d, as tensor.c. */
-static void dq_q4_5_0_neon(int five, const uint8_t *w, size_t b0, size_t nb, float *y) {
-    static const int32_t jv[4] = {0, 1, 2, 3};
-    const int32x4_t m4 = vdupq_n_s32(0xF), one = vdupq_n_s32(1), off = vdupq_n_s32(five ? 16 : 8);
-    const int32x4_t j4 = vld1q_s32(jv);
-    const size_t bb = five ? BMOE_Q5_0_BYTES : BMOE_Q4_0_BYTES;
-    for (size_t b = 0; b < nb; b++, y += 32) {
-        const uint8_t *blk = w + (b0 + b) * bb, *qs = blk + (five ? 6 : 2);
-        const float32x4_t d = vdupq_n_f32(bm_f16_to_f32(bm_rd16(blk)));
-        uint32_t qh32 = five ? ((uint32_t)blk[2] | ((uint32_t)blk[3] << 8) | ((uint32_t)blk[4] << 16) |
-                                ((uint32_t)blk[5] << 24))
-                             : 0u;
-        const uint32x4_t qh = vdupq_n_u32(qh32);
-        for (int g = 0; g < 4; g++) { /* values 4g .. 4g+3 (low nibbles) and 16+4g .. (high) */
-            int32x4_t v[2];
-            u8x8(qs + 8 * (g / 2), &v[0], &v[1]);
-            int32x4_t x = v[g & 1];
-            int32x4_t lo = vandq_s32(x, m4), hi = vshrq_n_s32(x, 4);
-            if (five) {
-                int32x4_t jl = vaddq_s32(j4, vdupq_n_s32(4 * g));
-                int32x4_t bl = vreinterpretq_s32_u32(vshlq_u32(qh, vnegq_s32(jl)));
-                int32x4_t bh = vreinterpretq_s32_u32(vshlq_u32(qh, vnegq_s32(vaddq_s32(jl, vdupq_n_s32(16)))));
-                lo = vorrq_s32(lo, vshlq_n_s32(vandq_s32(bl, one), 4));
-                hi = vorrq_s32(hi, vshlq_n_s32(vandq_s32(bh, one), 4));
-            }
-            vst1q_f32(y + 4 * g, vmulq_f32(vcvtq_f32_s32(vsubq_s32(lo, off)), d));
-            vst1q_f32(y + 16 + 4 * g, vmulq_f32(vcvtq_f32_s32(vsubq_s32(hi, off)), d));
-        }
+DOT_FN MT_FN void kq_mt_sdot(uint32_t type, const uint8_t *w, const bm_q8k *x, size_t n, const int NT, float *out) {
+    switch (type) {
+    case GGML_TYPE_Q4_K: k4_mt_sdot(w, 0, x, n, NT, out); break;
+    case GGML_TYPE_Q5_K: k4_mt_sdot(w, 1, x, n, NT, out); break;
+    default: k6_mt_sdot(w, x, n, NT, out);
     }
 }
+
+static float dot_kq_neon(uint32_t type, const uint8_t *w, const bm_q8k *x, size_t n) {
+    float o;
+    kq_mt_mull(type, w, x, n, 1, &o);
+    return o;
+}
+
+DOT_FN static float dot_kq_neon_dot(uint32_t type, const uint8_t *w, const bm_q8k *x, size_t n) {
+    float o;
+    kq_mt_sdot(type, w, x, n, 1, &o);
+    return o;
+}
+
+static void dot_kq_mt_neon(uint32_t type, const uint8_t *w, const bm_q8k *x, size_t n, int nt, float *out) {
+    switch (nt) {
+    case 4: kq_mt_mull(type, w, x, n, 4, out); break;
+    case 3: kq_mt_mull(type, w, x, n, 3, out); break;
+    case 2: kq_mt_mull(type, w, x, n, 2, out); break;
+    default: kq_mt_mull(type, w, x, n, 1, out);
+    }
+}
+
+DOT_FN static void dot_kq_mt_neon_dot(uint32_t type, const uint8_t *w, const bm_q8k *x, size_t n, int nt, float *out) {
+    switch (nt) {
+    case 4: kq_mt_sdot(type, w, x, n, 4, out); break;
+    case 3: kq_mt_sdot(type, w, x, n, 3, out); break;
+    case 2: kq_mt_sdot(type, w, x, n, 2, out); break;
+    default: kq_mt_sdot(type, w, x, n, 1, out);
+    }
+}
+
+/* ---- dequantised types (kernels.h; the matmuls use it for BF16): the weights become the floats
+ * bm_dequant_chunk gives (four at a time for BF16, exactly), then the F32 dot product's lanes, adds
+ * and tree. */
 
 static void dq_bf16_neon(const uint8_t *w, size_t i0, size_t cnt, float *y) {
     size_t i = 0;
@@ -437,11 +574,6 @@ static void dq_bf16_neon(const uint8_t *w, size_t i0, size_t cnt, float *y) {
 
 static inline void dq_chunk_neon(uint32_t type, const uint8_t *w, size_t i0, size_t cnt, float *y) {
     switch (type) {
-    case GGML_TYPE_Q4_K: dq_q4_K_neon(w + i0 / BMOE_QK_K * BMOE_Q4_K_BYTES, y); break;
-    case GGML_TYPE_Q5_K: dq_q5_K_neon(w + i0 / BMOE_QK_K * BMOE_Q5_K_BYTES, y); break;
-    case GGML_TYPE_Q6_K: dq_q6_K_neon(w + i0 / BMOE_QK_K * BMOE_Q6_K_BYTES, y); break;
-    case GGML_TYPE_Q4_0: dq_q4_5_0_neon(0, w, i0 / 32, cnt / 32, y); break;
-    case GGML_TYPE_Q5_0: dq_q4_5_0_neon(1, w, i0 / 32, cnt / 32, y); break;
     case GGML_TYPE_BF16: dq_bf16_neon(w, i0, cnt, y); break;
     default: bm_dequant_chunk(type, w, i0, cnt, y);
     }
@@ -510,6 +642,10 @@ int bm_kernels_neon(bm_kernels *k, int dot) {
     k->dot_f32_mt = dot_f32_mt_neon;
     k->dot_f16_mt = dot_f16_mt_neon;
     k->dot_q8_0_mt = dot ? dot_q8_0_mt_neon_dot : dot_q8_0_mt_neon;
+    k->dot_q45_0 = dot ? dot_q45_0_neon_dot : dot_q45_0_neon;
+    k->dot_q45_0_mt = dot ? dot_q45_0_mt_neon_dot : dot_q45_0_mt_neon;
+    k->dot_kq = dot ? dot_kq_neon_dot : dot_kq_neon;
+    k->dot_kq_mt = dot ? dot_kq_mt_neon_dot : dot_kq_mt_neon;
     k->dot_dq = dot_dq_neon;
     k->dot_dq_mt = dot_dq_mt_neon;
     k->silu_mul = bm_vsilu_mul;

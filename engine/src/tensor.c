@@ -124,11 +124,7 @@ static void dq_q6_K(const uint8_t *blk, float *y) {
     for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8, y += 128) {
         for (int l = 0; l < 32; l++) {
             int is = l / 16;
-#ifndef BMOE_FAULT_Q6_K_HIGH_SHIFT
-            const int s2 = 2, s3 = 4, s4 = 6;
-#else
-            const int s2 = 4, s3 = 2, s4 = 6; /* fault: the high bits of the second and third quarters swapped */
-#endif
+            const int s2 = BM_Q6K_SHIFT(1), s3 = BM_Q6K_SHIFT(2), s4 = BM_Q6K_SHIFT(3);
             int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
             int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> s2) & 3) << 4)) - 32;
             int q3 = ((ql[l] >> 4) | (((qh[l] >> s3) & 3) << 4)) - 32;

@@ -38,8 +38,9 @@ uint16_t bm_f32_to_f16(float f);  /* round to nearest even; overflow to inf */
 /* Dequantises n elements of `row` into y. */
 void row_to_f32(uint32_t type, const void *row, float *y, size_t n);
 
-/* 1 for the types the matmuls dequantise to floats before the dot product (Q4_0, Q5_0, Q4_K, Q5_K,
- * Q6_K, BF16; kernels.h), 0 otherwise. */
+/* 1 for the block types bm_dequant_chunk turns into floats (Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, BF16): the
+ * types a model may hold besides F32, F16 and Q8_0. Only BF16 is still dequantised by the matmuls; the
+ * others have integer kernels against a quantised activation (kernels.h). */
 int bm_type_dequantised(uint32_t type);
 
 /* Values i0 .. i0+cnt-1 of a row of a dequantised type into y (i0 a multiple of BMOE_DQ_CHUNK, cnt at
@@ -60,6 +61,20 @@ static inline void bm_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t
         *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
     }
 }
+
+/* All eight scales and mins of a Q4_K / Q5_K super-block (every kernel path unpacks them here). */
+static inline void bm_scales_mins_k4(const uint8_t *q, uint8_t sc[8], uint8_t m[8]) {
+    for (int j = 0; j < 8; j++) bm_scale_min_k4(j, q, &sc[j], &m[j]);
+}
+
+/* Q6_K: value l + 32k (k = 0..3) of each 128 takes its high two bits from qh[l] >> BM_Q6K_SHIFT(k).
+ * One definition for the dequantiser and every kernel path. */
+#ifndef BMOE_FAULT_Q6_K_HIGH_SHIFT
+#define BM_Q6K_SHIFT(k) (2 * (k))
+#else
+/* fault: the high bits of the second and third quarters are taken from each other's bit pair */
+#define BM_Q6K_SHIFT(k) ((k) == 1 ? 4 : (k) == 2 ? 2 : 2 * (k))
+#endif
 
 /* Portable math in double precision (error well below float rounding). */
 double bm_exp(double x);

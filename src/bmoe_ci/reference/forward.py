@@ -2,9 +2,10 @@
 
 It reads a GGUF model (a single file or the first shard of a llama.cpp split model) with gguf's
 GGUFReader, dequantizes F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K and Q6_K with gguf.quants, and computes
-in float64, except that the input of every matmul with Q8_0 weights is first quantised to Q8_0 blocks
-exactly as the engine does it (docs/model-math.md, "Activation quantisation": that step is part of the
-model the engine computes). It gives the logits of every position of a token sequence and greedy
+in float64, except that the input of every matmul with quantised weights is first quantised exactly as
+the engine does it (docs/model-math.md, "Activation quantisation": that step is part of the model the
+engine computes): to Q8_0 blocks for Q8_0, Q4_0 and Q5_0 weights, to Q8_K super-blocks for Q4_K, Q5_K
+and Q6_K weights. It gives the logits of every position of a token sequence and greedy
 generations, and records the routing it took (for checks that fixtures route every expert, and to tell
 a real mismatch from a near-tie).
 
@@ -164,6 +165,29 @@ def quantize_q8_0(x: np.ndarray) -> np.ndarray:
         return (q.astype(np.float64) * scale).reshape(shape)
 
 
+def quantize_q8_k(x: np.ndarray) -> np.ndarray:
+    """x [..., n], n a multiple of 256 -> the values the engine multiplies K-quant weights with (float64).
+
+    Per super-block of 256, in float32 (docs/model-math.md): m = the first value of largest magnitude;
+    a zero block stays zero; else s = -127 / m, q = min(127, round-half-to-even(s * x)) and the scale is
+    d = 1 / s, kept as a float32. The result is q * d, exact in float64. A block with a NaN or an
+    infinity becomes NaN."""
+    x32 = np.asarray(x, dtype=np.float32)
+    shape = x32.shape
+    if shape[-1] % 256:
+        raise ValueError(f"quantize_q8_k: {shape[-1]} values are not whole super-blocks of 256")
+    b = x32.reshape(-1, 256)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        m = b[np.arange(len(b)), np.argmax(np.abs(b), axis=1)]  # argmax: the first of equal magnitudes
+        s = (np.float32(-127) / m).astype(np.float32)
+        q = np.minimum(np.rint(b * s[:, None]), np.float32(127))  # rint: ties to even
+        d = (np.float32(1) / s).astype(np.float32)
+        out = q.astype(np.float64) * d.astype(np.float64)[:, None]
+    out[m == 0] = 0.0
+    out[~np.all(np.isfinite(b), axis=1)] = np.nan
+    return out.reshape(shape)
+
+
 def _rmsnorm(x: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
 
@@ -209,9 +233,11 @@ class Model:
         add_bos: bool,
         bos: int | None,
         q8_0: frozenset[str] = frozenset(),
+        q8_k: frozenset[str] = frozenset(),
     ) -> None:
         self.hp = hp
-        self.q8_0 = q8_0  # names of the Q8_0 tensors: their matmuls quantise the input
+        self.q8_0 = q8_0  # tensors whose matmuls quantise their input to Q8_0 (Q8_0, Q4_0, Q5_0 weights)
+        self.q8_k = q8_k  # ... to Q8_K (Q4_K, Q5_K, Q6_K weights)
         self.recipe = RECIPES[hp.arch]
         self.t = tensors
         self.vocab = vocab
@@ -327,13 +353,16 @@ class Model:
             raise ModelError(f"{arch}.attention.head_count_kv: {hp.n_head_kv} does not divide {hp.n_head}")
         tensors: dict[str, np.ndarray] = {}
         q8_0: set[str] = set()
+        q8_k: set[str] = set()
         for p, r in zip(paths, readers, strict=True):
             for t in r.tensors:
                 if t.name in tensors:
                     raise ModelError(f"{p.name}: duplicate tensor {t.name}")
                 tensors[t.name] = _to_f64(t)
-                if t.tensor_type == GGMLQuantizationType.Q8_0:
+                if t.tensor_type in Q8_0_INPUT:
                     q8_0.add(t.name)
+                elif t.tensor_type in Q8_K_INPUT:
+                    q8_k.add(t.name)
         if len(paths) > 1 and int(get("split.tensors.count")) != len(tensors):
             raise ModelError(f"split.tensors.count {get('split.tensors.count')} != {len(tensors)} tensors")
         vocab = list(get("tokenizer.ggml.tokens"))
@@ -350,6 +379,7 @@ class Model:
             add_bos,
             None if bos is None else int(bos),
             frozenset(q8_0),
+            frozenset(q8_k),
         )
         model._check_shapes()
         return model
@@ -463,8 +493,10 @@ class Model:
         return logits
 
     def _q(self, x: np.ndarray, name: str) -> np.ndarray:
-        """The input of a matmul with tensor `name`: quantised when the weights are Q8_0."""
-        return quantize_q8_0(x) if name in self.q8_0 else x
+        """The input of a matmul with tensor `name`, quantised as its weight type asks."""
+        if name in self.q8_0:
+            return quantize_q8_0(x)
+        return quantize_q8_k(x) if name in self.q8_k else x
 
     def _mm(self, x: np.ndarray, name: str) -> np.ndarray:
         return self._q(x, name) @ self.t[name].T
@@ -646,8 +678,10 @@ class Model:
 
 
 # The weight types read through gguf.quants' dequantizers (float32 values, as ggml's dequantize_row_*
-# computes them). Only Q8_0 weights also quantise the matmul's input (docs/model-math.md); the others
-# multiply the float input as is.
+# computes them). The block types also quantise the matmul's input (docs/model-math.md): Q8_0_INPUT to
+# Q8_0 blocks, Q8_K_INPUT to Q8_K super-blocks; F16 and BF16 multiply the float input as is.
+Q8_0_INPUT = (GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q5_0)
+Q8_K_INPUT = (GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q5_K, GGMLQuantizationType.Q6_K)
 DEQUANTISED = (
     GGMLQuantizationType.F16,
     GGMLQuantizationType.BF16,
