@@ -11,6 +11,11 @@ computed on the controller for the plan's prompt and length (cached beside the f
            GELU architecture, gemma4) of the reference's
            (max over those rows of max_j |engine - ref| / max_j |ref|)
 
+On a model whose matmul inputs are rounded to 8-bit blocks (Q8_0, Q4_0, Q5_0, K-quants) the comparison
+stops at an activation rounding that f32 and float64 may legitimately put on different sides of a
+boundary (bmoe_ci.reference.agree: never at the first position, and only where the reference saw such
+a near-tie); everything before it is held to the same tolerance.
+
 The logits file is written on the device and pulled back once per fixture: the one round trip REF
 adds to the plan's single batch.
 """
@@ -26,7 +31,7 @@ from bmoe_ci.farm import InfraError
 from bmoe_ci.plugin import GateState
 from bmoe_ci.plugin.context import DeviceContext
 from bmoe_ci.plugin.runner import DeviceRunner, EngineResult
-from bmoe_ci.reference import ReferenceOutput, relative_error
+from bmoe_ci.reference import ReferenceOutput, agreement
 from gates.compare import require_ok, save
 
 # The engine computes in f32 with fixed reduction orders, the reference in float64: measured at most
@@ -76,15 +81,6 @@ def test_resident_run_matches_reference(runs: dict[str, EngineResult], runner: D
         save(artifacts, ref=r)
         raise AssertionError(f"the engine tokenized the prompt as {r.data['prompt_tokens']}, the reference as "
                              f"{ref.prompt_tokens} (artifacts in {artifacts})")
-    tokens = r.data["tokens"]
-    if tokens != ref.tokens:
-        save(artifacts, ref=r)
-        first = next((i for i, (a, b) in enumerate(zip(tokens, ref.tokens, strict=False)) if a != b),
-                     min(len(tokens), len(ref.tokens)))
-        raise AssertionError(
-            f"generated tokens differ from the reference at step {first} of {len(ref.tokens)}: engine "
-            f"{tokens[first:first + 4]}, reference {ref.tokens[first:first + 4]} (reference margins: logit "
-            f"{ref.min_logit_margin:.3g}, routing {ref.min_route_margin:.3g}; artifacts in {artifacts})")
     argv = list(r.argv)
     if "--logits-out" not in argv:
         raise AssertionError("the plan's `ref` entry has no --logits-out: REF cannot check the logits")
@@ -97,10 +93,10 @@ def test_resident_run_matches_reference(runs: dict[str, EngineResult], runner: D
         raise AssertionError(f"the logits file has {len(raw)} bytes: not at least {n_rows} rows of {n_vocab} f32 "
                              f"(artifacts in {artifacts})")
     rows = np.frombuffer(raw, dtype="<f4").reshape(-1, n_vocab)[:n_rows]
-    rel, worst = relative_error(rows, ref.logits)
     tol = logits_tol(fixture)
-    if not rel <= tol:  # NaN fails too
+    a = agreement(len(ref.prompt_tokens), ref.tokens, ref.logits, ref.quant_margins, r.data["tokens"], rows, tol)
+    if not a.ok:
         save(artifacts, ref=r)
-        raise AssertionError(f"logits of position {worst} differ from the reference by {rel:.3g} (relative), above "
-                             f"{tol:g} (artifacts in {artifacts})")
+        raise AssertionError(f"{a.message} (reference margins: logit {ref.min_logit_margin:.3g}, routing "
+                             f"{ref.min_route_margin:.3g}; artifacts in {artifacts})")
     _discard(local)

@@ -20,9 +20,9 @@ from bmoe_ci.builder import build
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_FIXTURES = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-q4k", "qwen3moe-nonorm"]
-#: each further weight type's fixture (their kernels: dequantise, then the F32 lanes). Q5_K and Q6_K are
-#: left to qwen3moe-q4k (its output is Q6_K) and to the aarch64 kernel unit test below, which holds every
-#: type's NEON paths to scalar bit for bit: their 256-wide fixtures cost a minute more under qemu.
+#: each further weight type's fixture (Q4_0 / Q5_0: integer sums against Q8_0 blocks; BF16: converted,
+#: then the F32 lanes). Q5_K and Q6_K are left to qwen3moe-q4k (its output is Q6_K) and to the aarch64
+#: kernel unit tests below, which hold every type's NEON paths to scalar bit for bit.
 TYPE_FIXTURES = ["qwen3moe-q4_0", "qwen3moe-q5_0", "qwen3moe-bf16"]
 ARM_PATHS = ["neon", "neon-dot"]
 PROMPT = "Kernels, any path."
@@ -105,12 +105,11 @@ def test_unavailable_or_unknown_path_is_one_clear_error(engine_bin: Path, fixtur
         assert message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
 
 
-def test_kernel_unit_test_on_aarch64(arm_cmd: list[str], tmp_path: Path) -> None:
-    """engine/tests/test_kernels.c built for aarch64 with the builder's compiler: NEON and sdot against
-    the scalar path, bit for bit, on random data, zeros, subnormals and -128 weights."""
+def test_kernel_unit_tests_on_aarch64(arm_cmd: list[str], tmp_path: Path) -> None:
+    """engine/tests/test_kernels.c and test_kquants.c built for aarch64 with the builder's compiler: NEON
+    and sdot against the scalar path, bit for bit, on random data, zeros, subnormals, -128 weights and
+    every block type's extremes. The engine sources are compiled once and linked into both."""
     src = REPO / "engine" / "src"
-    sources = [str(p) for p in sorted(src.glob("*.c")) if p.name != "main.c"]
-    out = tmp_path / "test_kernels"
     cc = [
         sys.executable,
         "-m",
@@ -127,12 +126,20 @@ def test_kernel_unit_test_on_aarch64(arm_cmd: list[str], tmp_path: Path) -> None
         f"-I{src}",
         f"-I{REPO / 'engine' / 'tests'}",
     ]
-    subprocess.run(
-        [*cc, *sources, str(REPO / "engine" / "tests" / "test_kernels.c"), "-o", str(out), "-lm"],
-        check=True,
-        capture_output=True,
-        timeout=900,
-    )
-    proc = subprocess.run([*arm_cmd[:-1], str(out)], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "path neon-dot" in proc.stdout and "path neon\n" in proc.stdout, proc.stdout
+    objs = tmp_path / "obj"
+    objs.mkdir()
+    sources = [str(p) for p in sorted(src.glob("*.c")) if p.name != "main.c"]
+    subprocess.run([*cc, "-c", *sources], check=True, capture_output=True, timeout=900, cwd=objs)
+    for name in ("test_kernels", "test_kquants"):
+        out = tmp_path / name
+        test = REPO / "engine" / "tests" / f"{name}.c"
+        subprocess.run(
+            [*cc, *sorted(str(o) for o in objs.glob("*.o")), str(test), "-o", str(out), "-lm"],
+            check=True,
+            capture_output=True,
+            timeout=900,
+        )
+        proc = subprocess.run([*arm_cmd[:-1], str(out)], capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "path neon-dot" in proc.stdout and "path neon\n" in proc.stdout, proc.stdout
+        assert f"{name}: " in proc.stdout and " 0 failed" in proc.stdout, proc.stdout

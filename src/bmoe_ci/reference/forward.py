@@ -113,6 +113,24 @@ class HParams:
 
 
 @dataclass(frozen=True)
+class _Quant:
+    """The positions of the rows a forward step quantises, and where their margins go (optional)."""
+
+    pos: np.ndarray
+    margins: dict[int, float] | None
+
+    def note(self, margin: np.ndarray) -> None:
+        """margin: one per row (a 0-d array for a single row)."""
+        if self.margins is None:
+            return
+        for p, m in zip(self.pos.reshape(-1), np.atleast_1d(margin).reshape(-1), strict=True):
+            self.margins[int(p)] = min(self.margins.get(int(p), 0.5), float(m))
+
+    def row(self, i: int) -> _Quant:
+        return _Quant(self.pos[i : i + 1], self.margins)
+
+
+@dataclass(frozen=True)
 class Route:
     pos: int
     layer: int
@@ -128,6 +146,16 @@ class Generation:
     logits: np.ndarray  # [len(prompt) + len(tokens) - 1, V]: every position that was run
     routes: list[Route] = field(default_factory=list)
     stopped_at_eos: bool = False
+    #: per position run: the smallest distance (in quantisation steps) of any of its matmul inputs'
+    #: scaled values to a rounding boundary; 0.5 where nothing was quantised (see min_quant_margin)
+    quant_margins: list[float] = field(default_factory=list)
+
+    @property
+    def min_quant_margin(self) -> float:
+        """Smallest distance (in quantisation steps) of a scaled matmul input to a rounding boundary, over
+        every position run: below ~1e-4 the engine's f32 activations may round to the other side than
+        these float64 ones, and every later position may then differ by a whole step's effect."""
+        return min(self.quant_margins, default=0.5)
 
     @property
     def min_logit_margin(self) -> float:
@@ -147,6 +175,29 @@ def quantize_q8_0(x: np.ndarray) -> np.ndarray:
     Per block of 32, in float32 as the engine (docs/model-math.md): amax = max |x|, d = amax / 127,
     id = 1/d (0 when d is 0), q = round-half-away-from-zero(clamp(x * id, -127, 127)); the scale kept
     is d rounded to f16. The result is q * f16(d), exact in float64. A NaN block stays NaN."""
+    return _q8_0(x)[0]
+
+
+def quantize_q8_k(x: np.ndarray) -> np.ndarray:
+    """x [..., n], n a multiple of 256 -> the values the engine multiplies K-quant weights with (float64).
+
+    Per super-block of 256, in float32 (docs/model-math.md): m = the first value of largest magnitude;
+    a zero block stays zero; else s = -127 / m, q = min(127, round-half-to-even(s * x)) and the scale is
+    d = 1 / s, kept as a float32. The result is q * d, exact in float64. A block with a NaN or an
+    infinity becomes NaN."""
+    return _q8_k(x)[0]
+
+
+def _margin(t: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Per row of `shape` (the input's leading axes): the smallest distance of a scaled value t to a
+    rounding boundary (an odd multiple of 1/2), in quantisation steps; 0.5 is the most there is."""
+    t64 = t.astype(np.float64)
+    dist = np.abs(np.abs(t64 - np.floor(t64)) - 0.5)
+    dist = np.where(np.isfinite(dist), dist, 0.5)
+    return dist.reshape(*shape[:-1], -1).min(axis=-1)
+
+
+def _q8_0(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     x32 = np.asarray(x, dtype=np.float32)
     shape = x32.shape
     if shape[-1] % 32:
@@ -162,16 +213,10 @@ def quantize_q8_0(x: np.ndarray) -> np.ndarray:
         frac = t - tr  # exact
         q = tr + (frac >= 0.5) - (frac <= -0.5)
         scale = d.astype(np.float16).astype(np.float64)
-        return (q.astype(np.float64) * scale).reshape(shape)
+        return (q.astype(np.float64) * scale).reshape(shape), _margin(t, shape)
 
 
-def quantize_q8_k(x: np.ndarray) -> np.ndarray:
-    """x [..., n], n a multiple of 256 -> the values the engine multiplies K-quant weights with (float64).
-
-    Per super-block of 256, in float32 (docs/model-math.md): m = the first value of largest magnitude;
-    a zero block stays zero; else s = -127 / m, q = min(127, round-half-to-even(s * x)) and the scale is
-    d = 1 / s, kept as a float32. The result is q * d, exact in float64. A block with a NaN or an
-    infinity becomes NaN."""
+def _q8_k(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     x32 = np.asarray(x, dtype=np.float32)
     shape = x32.shape
     if shape[-1] % 256:
@@ -180,12 +225,13 @@ def quantize_q8_k(x: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         m = b[np.arange(len(b)), np.argmax(np.abs(b), axis=1)]  # argmax: the first of equal magnitudes
         s = (np.float32(-127) / m).astype(np.float32)
-        q = np.minimum(np.rint(b * s[:, None]), np.float32(127))  # rint: ties to even
+        t = b * s[:, None]
+        q = np.minimum(np.rint(t), np.float32(127))  # rint: ties to even
         d = (np.float32(1) / s).astype(np.float32)
         out = q.astype(np.float64) * d.astype(np.float64)[:, None]
     out[m == 0] = 0.0
     out[~np.all(np.isfinite(b), axis=1)] = np.nan
-    return out.reshape(shape)
+    return out.reshape(shape), _margin(t, shape)
 
 
 def _rmsnorm(x: np.ndarray, eps: float) -> np.ndarray:
@@ -462,9 +508,14 @@ class Model:
         return {"pos": 0, "k": [None] * self.hp.n_layer, "v": [None] * self.hp.n_layer}
 
     def forward(
-        self, tokens: Sequence[int], cache: dict[str, Any] | None = None, routes: list[Route] | None = None
+        self,
+        tokens: Sequence[int],
+        cache: dict[str, Any] | None = None,
+        routes: list[Route] | None = None,
+        qmargins: dict[int, float] | None = None,
     ) -> np.ndarray:
-        """Runs the positions cache.pos .. cache.pos+len(tokens)-1; returns their logits [n, V]."""
+        """Runs the positions cache.pos .. cache.pos+len(tokens)-1; returns their logits [n, V].
+        qmargins, when given, gets each position's quantisation margin (Generation.quant_margins)."""
         hp, r, t = self.hp, self.recipe, self.t
         cache = cache if cache is not None else self.new_cache()
         toks = np.asarray(tokens, dtype=np.int64)
@@ -474,32 +525,38 @@ class Model:
             raise ValueError(f"tokens: ids must be in [0, {self.n_vocab})")
         p0, n = cache["pos"], len(toks)
         pos = np.arange(p0, p0 + n)
+        qz = _Quant(pos, qmargins)
         x = t["token_embd.weight"][toks].copy()
         if r.embd_scale:
             x *= math.sqrt(hp.d)
         for il in range(hp.n_layer):
             b = f"blk.{il}."
             h = _rmsnorm(x, hp.eps) * t[b + "attn_norm.weight"]
-            o = self._attention(il, h, pos, cache)
+            o = self._attention(il, h, qz, cache)
             if b + "post_attention_norm.weight" in t:
                 o = _rmsnorm(o, hp.eps) * t[b + "post_attention_norm.weight"]
             x = x + o
-            x = x + self._ffn(il, x, pos, routes)
+            x = x + self._ffn(il, x, qz, routes)
         cache["pos"] = p0 + n
         y = _rmsnorm(x, hp.eps) * t["output_norm.weight"]
-        logits = self._q(y, self._out_name) @ self._out.T
+        logits = self._q(y, self._out_name, qz) @ self._out.T
         if hp.softcap:
             logits = hp.softcap * np.tanh(logits / hp.softcap)
         return logits
 
-    def _q(self, x: np.ndarray, name: str) -> np.ndarray:
-        """The input of a matmul with tensor `name`, quantised as its weight type asks."""
+    def _q(self, x: np.ndarray, name: str, qz: _Quant) -> np.ndarray:
+        """The input of a matmul with tensor `name` (rows at qz.pos), quantised as its weight type asks."""
         if name in self.q8_0:
-            return quantize_q8_0(x)
-        return quantize_q8_k(x) if name in self.q8_k else x
+            y, margin = _q8_0(x)
+        elif name in self.q8_k:
+            y, margin = _q8_k(x)
+        else:
+            return x
+        qz.note(margin)
+        return y
 
-    def _mm(self, x: np.ndarray, name: str) -> np.ndarray:
-        return self._q(x, name) @ self.t[name].T
+    def _mm(self, x: np.ndarray, name: str, qz: _Quant) -> np.ndarray:
+        return self._q(x, name, qz) @ self.t[name].T
 
     def _rope(self, v: np.ndarray, pos: np.ndarray, swa: bool = False) -> np.ndarray:
         """NeoX pairing on the first n_rot dims of the last axis; v is [n, heads, hd]. A sliding-window
@@ -518,12 +575,12 @@ class Model:
         out[..., half:nrot] = a * sin + b_ * cos
         return out
 
-    def _attention(self, il: int, h: np.ndarray, pos: np.ndarray, cache: dict[str, Any]) -> np.ndarray:
-        hp, t, b = self.hp, self.t, f"blk.{il}."
+    def _attention(self, il: int, h: np.ndarray, qz: _Quant, cache: dict[str, Any]) -> np.ndarray:
+        hp, t, b, pos = self.hp, self.t, f"blk.{il}.", qz.pos
         n = h.shape[0]
-        q = self._mm(h, b + "attn_q.weight").reshape(n, hp.n_head, hp.hd)
-        k = self._mm(h, b + "attn_k.weight").reshape(n, hp.n_head_kv, hp.hd)
-        v = self._mm(h, b + "attn_v.weight").reshape(n, hp.n_head_kv, hp.hdv)
+        q = self._mm(h, b + "attn_q.weight", qz).reshape(n, hp.n_head, hp.hd)
+        k = self._mm(h, b + "attn_k.weight", qz).reshape(n, hp.n_head_kv, hp.hd)
+        v = self._mm(h, b + "attn_v.weight", qz).reshape(n, hp.n_head_kv, hp.hdv)
         if self.recipe.qk_norm:
             q = _rmsnorm(q, hp.eps) * t[b + "attn_q_norm.weight"]
             k = _rmsnorm(k, hp.eps) * t[b + "attn_k_norm.weight"]
@@ -549,19 +606,25 @@ class Model:
                 mask |= pos[:, None] - np.arange(K.shape[0])[None, :] >= hp.n_swa
             s = np.where(mask, -np.inf, s)
             out[:, hh, :] = _softmax(s) @ Vv[:, g, :]
-        return self._mm(out.reshape(n, hp.n_head * hp.hdv), b + "attn_output.weight")
+        return self._mm(out.reshape(n, hp.n_head * hp.hdv), b + "attn_output.weight", qz)
 
     def _act(self, z: np.ndarray) -> np.ndarray:
         return _silu(z) if self.recipe.act == "silu" else _gelu(z)
 
     def _mlp(
-        self, h: np.ndarray, gate: np.ndarray, up: np.ndarray, down: np.ndarray, names: tuple[str, str]
+        self,
+        h: np.ndarray,
+        gate: np.ndarray,
+        up: np.ndarray,
+        down: np.ndarray,
+        names: tuple[str, str],
+        qz: _Quant,
     ) -> np.ndarray:
         """names: the tensors gate/up and down come from (they decide the input quantisation)."""
-        h = self._q(h, names[0])
-        return self._q(self._act(h @ gate.T) * (h @ up.T), names[1]) @ down.T
+        h = self._q(h, names[0], qz)
+        return self._q(self._act(h @ gate.T) * (h @ up.T), names[1], qz) @ down.T
 
-    def _ffn(self, il: int, x: np.ndarray, pos: np.ndarray, routes: list[Route] | None) -> np.ndarray:
+    def _ffn(self, il: int, x: np.ndarray, qz: _Quant, routes: list[Route] | None) -> np.ndarray:
         hp, r, t, b = self.hp, self.recipe, self.t, f"blk.{il}."
         h = _rmsnorm(x, hp.eps) * t[b + "ffn_norm.weight"]
         if self._is_dense(il):
@@ -571,6 +634,7 @@ class Model:
                 t[b + "ffn_up.weight"],
                 t[b + "ffn_down.weight"],
                 (b + "ffn_gate.weight", b + "ffn_down.weight"),
+                qz,
             )
             if b + "post_ffw_norm.weight" in t:
                 y = _rmsnorm(y, hp.eps) * t[b + "post_ffw_norm.weight"]
@@ -579,7 +643,7 @@ class Model:
         router_in = h
         if r.router_prescale:
             router_in = _rmsnorm(x, hp.eps) / math.sqrt(hp.d) * t[b + "ffn_gate_inp.scale"]
-        moe = self._moe(il, router_in, h_moe, pos, routes)
+        moe = self._moe(il, router_in, h_moe, qz, routes)
         if r.shared == "shexp":
             return moe + self._mlp(
                 h,
@@ -587,6 +651,7 @@ class Model:
                 t[b + "ffn_up_shexp.weight"],
                 t[b + "ffn_down_shexp.weight"],
                 (b + "ffn_gate_shexp.weight", b + "ffn_down_shexp.weight"),
+                qz,
             )
         if not r.shared_expert:
             return moe
@@ -596,6 +661,7 @@ class Model:
             t[b + "ffn_up.weight"],
             t[b + "ffn_down.weight"],
             (b + "ffn_gate.weight", b + "ffn_down.weight"),
+            qz,
         )
         z = (
             _rmsnorm(sh, hp.eps) * t[b + "post_ffw_norm_1.weight"]
@@ -624,12 +690,10 @@ class Model:
             w = w * hp.w_scale
         return ids, w, margin
 
-    def _moe(
-        self, il: int, h: np.ndarray, h_moe: np.ndarray, pos: np.ndarray, routes: list[Route] | None
-    ) -> np.ndarray:
-        hp, r, t, b = self.hp, self.recipe, self.t, f"blk.{il}."
+    def _moe(self, il: int, h: np.ndarray, h_moe: np.ndarray, qz: _Quant, routes: list[Route] | None) -> np.ndarray:
+        hp, r, t, b, pos = self.hp, self.recipe, self.t, f"blk.{il}.", qz.pos
         f = hp.n_ff_exp
-        logits = self._mm(h, b + "ffn_gate_inp.weight")  # [n, E]
+        logits = self._mm(h, b + "ffn_gate_inp.weight", qz)  # [n, E]
         out = np.zeros_like(h_moe)
         down = t[b + "ffn_down_exps.weight"]
         for row in range(h.shape[0]):
@@ -645,7 +709,8 @@ class Model:
                 else:
                     gname = b + "ffn_gate_exps.weight"
                     gate, up = t[gname][e], t[b + "ffn_up_exps.weight"][e]
-                acc += we * self._mlp(h_moe[row], gate, up, down[e], (gname, b + "ffn_down_exps.weight"))
+                names = (gname, b + "ffn_down_exps.weight")
+                acc += we * self._mlp(h_moe[row], gate, up, down[e], names, qz.row(row))
             out[row] = acc
         return out
 
@@ -659,7 +724,8 @@ class Model:
         (stopping before an EOS token, which is not part of the output)."""
         cache = self.new_cache()
         routes: list[Route] = []
-        rows = [self.forward(prompt, cache, routes)]
+        qm: dict[int, float] = {}
+        rows = [self.forward(prompt, cache, routes, qm)]
         cur = rows[0][-1]
         out: list[int] = []
         stopped = False
@@ -671,10 +737,12 @@ class Model:
             out.append(tok)
             if len(out) == n:
                 break
-            step = self.forward([tok], cache, routes)
+            step = self.forward([tok], cache, routes, qm)
             rows.append(step)
             cur = step[-1]
-        return Generation(list(prompt), out, np.vstack(rows), routes, stopped)
+        logits = np.vstack(rows)
+        margins = [qm.get(p, 0.5) for p in range(len(logits))]
+        return Generation(list(prompt), out, logits, routes, stopped, margins)
 
 
 # The weight types read through gguf.quants' dequantizers (float32 values, as ggml's dequantize_row_*

@@ -22,7 +22,7 @@ import numpy as np
 
 from .forward import Model
 
-FORMAT = "bmoe-ci.reference/1"
+FORMAT = "bmoe-ci.reference/2"
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,8 @@ class ReferenceOutput:
     logits: np.ndarray  # [min(logit_rows, positions run), V] float64
     min_logit_margin: float  # smallest best-vs-second logit gap where a token was chosen
     min_route_margin: float  # smallest router gap at the top-k boundary
+    #: per position run, its activation rounding's smallest distance to a boundary (agree.py uses it)
+    quant_margins: list[float]
 
     def to_json(self) -> str:
         return json.dumps({
@@ -59,6 +61,7 @@ class ReferenceOutput:
             "logits": self.logits.tolist(),
             "min_logit_margin": self.min_logit_margin,
             "min_route_margin": self.min_route_margin,
+            "quant_margins": self.quant_margins,
         })
 
     @classmethod
@@ -73,6 +76,7 @@ class ReferenceOutput:
             logits=np.asarray(raw["logits"], dtype=np.float64),
             min_logit_margin=float(raw["min_logit_margin"]),
             min_route_margin=float(raw["min_route_margin"]),
+            quant_margins=[float(m) for m in raw["quant_margins"]],
         )
 
 
@@ -105,4 +109,5 @@ def compute(model_path: Path | str, request: ReferenceRequest) -> ReferenceOutpu
         logits=gen.logits[: request.logit_rows].copy(),
         min_logit_margin=gen.min_logit_margin,
         min_route_margin=gen.min_route_margin,
+        quant_margins=list(gen.quant_margins),
     )
