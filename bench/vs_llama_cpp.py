@@ -2,11 +2,14 @@
 
     pip install -e '.[bench]'        # llama-cpp-python (pinned); never installed by CI
     python bench/vs_llama_cpp.py [--rounds 5] [--tokens 32] [--threads 1,2] [--baseline OLD_BMOE]
+                                 [--models bench-large,bench-large-q4k]
 
-The model is the generated `bench-large` fixture (qwen3moe, Q8_0, d 1024, 8 layers, 32 experts,
-top-4, ~431 MiB). The engine runs resident (`--mmap`), its host build from the builder (runtime kernel
-dispatch); llama.cpp runs in this process through llama-cpp-python (mmap, greedy decode from the
-engine's prompt tokens, each thread count its own context, built once). Both decode the same number
+The models are generated fixtures, by default `bench-large` (qwen3moe, Q8_0, d 1024, 8 layers, 32
+experts, top-4, ~431 MiB) and `bench-large-q4k` (the same shapes as Q4_K, output Q6_K: llama.cpp's
+Q4_K_M mix, ~230 MiB), each timed on its own and summed up at the end. The engine runs resident
+(`--mmap`), its host build from the builder (runtime kernel dispatch); llama.cpp runs in this process
+through llama-cpp-python (mmap, greedy decode from the engine's prompt tokens, each thread count its
+own context, built once). Both decode the same number
 of tokens. Rounds are interleaved (every (program, threads) pair once per round, rotating the order)
 so drift on a shared machine hits all of them alike; medians are the figures to read.
 
@@ -16,7 +19,8 @@ when it is not.
 
 --baseline OLD_BMOE times a second engine binary (say a copy of main's host build, kept before a
 change) in the same interleaved rounds, so a before/after ratio comes from one run; its tokens and text
-must equal the engine's (exit status 1 when not).
+must equal the engine's (exit status 1 when not), unless --baseline-may-differ says the two compute
+differently on purpose (a new kernel scheme: then only the speed is compared).
 
 On a CPU with AMX, pip's native build of llama.cpp 0.3.36 can die of SIGSEGV in its AMX kernels at
 the first matmul; the script then stops with a fatal-error traceback right after the identity check.
@@ -106,23 +110,44 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--baseline", help="another engine binary timed in the same rounds (before/after)")
+    parser.add_argument(
+        "--baseline-may-differ",
+        action="store_true",
+        help="the baseline computes differently on purpose (say, before a kernel scheme change): report, do not fail",
+    )
+    parser.add_argument("--models", default="bench-large,bench-large-q4k", help="fixture names, comma-separated")
     args = parser.parse_args()
     faulthandler.enable()  # llama.cpp runs in this process: a crash in it should say where
     threads = [int(t) for t in args.threads.split(",") if t]
     try:
-        import llama_cpp
+        import llama_cpp  # noqa: F401  (only whether it is there)
     except ImportError:
         print("llama-cpp-python is not installed: pip install -e '.[bench]'", file=sys.stderr)
         return 2
 
     engine = str(build("host").path)
-    (model,) = generate(None, names=["bench-large"])
+    ok, summary = True, []
+    for name in [m for m in args.models.split(",") if m]:
+        good, lines = bench(name, engine, threads, args)
+        ok &= good
+        summary += lines
+    print("\nsummary (decode tok/s medians; ratio = engine / llama.cpp):")
+    for line in summary:
+        print("  " + line)
+    return 0 if ok else 1
+
+
+def bench(name: str, engine: str, threads: list[int], args: argparse.Namespace) -> tuple[bool, list[str]]:
+    """One model: the identity check, then the interleaved rounds; (identical, summary lines)."""
+    import llama_cpp
+
+    (model,) = generate(None, names=[name])
     path = str(model.path)
     info = json.loads(subprocess.run([engine, "info", "-m", path], capture_output=True, text=True, check=True).stdout)
     paths = info["kernels_available"]
     size_mib = sum(f.stat().st_size for f in model.files) / 2**20
     print(
-        f"model {model.name}: {size_mib:.0f} MiB; engine {engine} (kernels {info['kernels']}, available "
+        f"\nmodel {model.name}: {size_mib:.0f} MiB; engine {engine} (kernels {info['kernels']}, available "
         f"{', '.join(paths)}); llama-cpp-python {llama_cpp.__version__}; {args.tokens} tokens, "
         f"{args.rounds} rounds, threads {threads}; cpu count {os.cpu_count()}"
     )
@@ -135,11 +160,13 @@ def main() -> int:
             _, r = run_engine(engine, path, t, args.tokens, k)
             outputs[f"-t {t} {k}"] = r["text_hex"] + json.dumps(r["tokens"])
             prompt = list(r["prompt_tokens"])
-    if args.baseline:
-        _, r = run_engine(args.baseline, path, threads[0], args.tokens)
-        outputs["baseline"] = r["text_hex"] + json.dumps(r["tokens"])
     identical = len(set(outputs.values())) == 1
     print(f"engine output identical at every thread count and kernel path ({', '.join(outputs)}): {identical}")
+    if args.baseline:
+        _, r = run_engine(args.baseline, path, threads[0], args.tokens)
+        same = r["text_hex"] + json.dumps(r["tokens"]) == next(iter(outputs.values()))
+        print(f"baseline output identical to the engine's: {same}")
+        identical &= same or args.baseline_may_differ
 
     runners = {t: LlamaRunner(path, t, len(prompt) + args.tokens + 8) for t in threads}
     progs = ("engine", "baseline", "llama.cpp") if args.baseline else ("engine", "llama.cpp")
@@ -186,7 +213,15 @@ def main() -> int:
         print(f"  scaling -t {t0} -> -t {t1} (decode): engine {es:.2f}x, llama.cpp {ls:.2f}x")
     same_tokens = all(x.tokens == results[("engine", threads[0])][0].tokens for x in results[("llama.cpp", threads[0])])
     print(f"llama.cpp greedy tokens equal the engine's: {same_tokens}")
-    return 0 if identical else 1
+    lines = []
+    for t in threads:
+        ed, ld = med("engine", t, "decode_tok_s"), med("llama.cpp", t, "decode_tok_s")
+        line = f"{name:<16} -t {t}: engine {ed:7.2f}  llama.cpp {ld:7.2f}  ratio {ed / ld:.2f}"
+        if args.baseline:
+            bd = med("baseline", t, "decode_tok_s")
+            line += f"  (baseline {bd:.2f}: engine / baseline {ed / bd:.2f})"
+        lines.append(line)
+    return identical, lines
 
 
 if __name__ == "__main__":
