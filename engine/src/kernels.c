@@ -107,14 +107,15 @@ float bm_dot_kq_scalar(uint32_t type, const uint8_t *w, const bm_q8k *x, size_t 
         const bm_q8k *xb = x + b;
         if (type == GGML_TYPE_Q6_K) {
             const uint8_t *blk = w + b * BMOE_Q6_K_BYTES;
-            acc[b & 7] += bm_k6_value(k6_scaled_sum(blk, xb->q), blk, xb->d);
+            acc[b & 7] += bm_k6_value(k6_scaled_sum(blk, xb->q), bm_f16_to_f32(bm_rd16(blk + 208)), xb->d);
         } else {
             const int five = type == GGML_TYPE_Q5_K;
             const uint8_t *blk = w + b * (five ? BMOE_Q5_K_BYTES : BMOE_Q4_K_BYTES);
             uint8_t sc[8], m[8];
             bm_scales_mins_k4(blk + 4, sc, m);
             int32_t is = k4_scaled_sum(blk + (five ? 48 : 16), five ? blk + 16 : NULL, sc, xb->q);
-            acc[b & 7] += bm_k4_value(is, bm_k4_min_sum(m, xb->bsums), blk, xb->d);
+            acc[b & 7] += bm_k4_value(is, bm_k4_min_sum(m, xb->bsums), bm_f16_to_f32(bm_rd16(blk)),
+                                      bm_f16_to_f32(bm_rd16(blk + 2)), xb->d);
         }
     }
     return bm_sum8(acc);

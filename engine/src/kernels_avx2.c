@@ -301,11 +301,19 @@ AVX2_FN static void dot_q45_0_mt_avx2(uint32_t type, const uint8_t *w, const int
  * int32); the float steps are the shared bm_k4_value / bm_k6_value. A super-block's weights are
  * unpacked once for all NT tokens. */
 
-AVX2_FN static inline int32_t hsum_i32(__m256i v) { /* exact, any order */
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-    return _mm_cvtsi128_si32(s);
+/* The sums of a's and of b's eight int32 lanes (exact, any order): is and im at once. */
+AVX2_FN static inline void hsum2_i32(__m256i a, __m256i b, int32_t *sa, int32_t *sb) {
+    __m256i h = _mm256_hadd_epi32(a, b); /* per half: a01 a23 b01 b23 */
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    s = _mm_hadd_epi32(s, s); /* a, b, a, b */
+    *sa = _mm_cvtsi128_si32(s);
+    *sb = _mm_extract_epi32(s, 1);
+}
+
+/* The f16 scales at p, p + 2 as floats (exact; F16C). */
+AVX2_FN static inline __m128 f16x2(const uint8_t *p) {
+    return _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                                                (uint32_t)p[3] << 24)));
 }
 
 /* Bit `bit` of every byte of v, moved to bit 4 (Q5_K's fifth bit). 16-bit shifts keep each byte's
@@ -322,12 +330,16 @@ AVX2_MT_FN void k4_mt(const uint8_t *w, const int five, const bm_q8k *x, size_t 
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *blk = w + b * bb, *qs = blk + (five ? 48 : 16);
         bm_prefetch_ahead(blk, bb);
-        uint8_t sc[8], m[8];
-        bm_scales_mins_k4(blk + 4, sc, m);
+        uint32_t sc[2], mn[2];
+        bm_scales_mins_k4_words(blk + 4, sc, mn);
+        /* the mins, each twice (sub-block j covers bsums 2j and 2j + 1), as 16 int16 */
+        __m128i m8 = _mm_set_epi32(0, 0, (int)mn[1], (int)mn[0]);
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
         __m256i acc[BM_MT_MAX];
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_si256();
         const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
+#pragma GCC unroll 4
         for (int jj = 0; jj < 4; jj++) { /* sub-blocks 2jj (low nibbles) and 2jj + 1 (high) */
             __m256i q4 = _mm256_loadu_si256((const __m256i *)(qs + 32 * jj));
             __m256i lo = _mm256_and_si256(q4, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
@@ -335,7 +347,8 @@ AVX2_MT_FN void k4_mt(const uint8_t *w, const int five, const bm_q8k *x, size_t 
                 lo = _mm256_or_si256(lo, bit_to_16(qh, 2 * jj));
                 hi = _mm256_or_si256(hi, bit_to_16(qh, 2 * jj + 1));
             }
-            const __m256i s1 = _mm256_set1_epi16((short)sc[2 * jj]), s2 = _mm256_set1_epi16((short)sc[2 * jj + 1]);
+            const uint32_t sw = sc[jj / 2] >> (16 * (jj % 2));
+            const __m256i s1 = _mm256_set1_epi16((short)(sw & 0xFF)), s2 = _mm256_set1_epi16((short)((sw >> 8) & 0xFF));
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) {
                 const int8_t *xq = x[(size_t)t * nb + b].q + 64 * jj;
@@ -344,9 +357,14 @@ AVX2_MT_FN void k4_mt(const uint8_t *w, const int five, const bm_q8k *x, size_t 
                 acc[t] = _mm256_add_epi32(acc[t], _mm256_add_epi32(p1, p2));
             }
         }
+        const __m128 dd = f16x2(blk); /* d, dmin */
+        const float d = _mm_cvtss_f32(dd), dmin = _mm_cvtss_f32(_mm_shuffle_ps(dd, dd, 1));
         for (int t = 0; t < NT; t++) {
             const bm_q8k *xb = x + (size_t)t * nb + b;
-            l[t][b & 7] += bm_k4_value(hsum_i32(acc[t]), bm_k4_min_sum(m, xb->bsums), blk, xb->d);
+            __m256i mp = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), mins);
+            int32_t is, im;
+            hsum2_i32(acc[t], mp, &is, &im);
+            l[t][b & 7] += bm_k4_value(is, im, d, dmin, xb->d);
         }
     }
     for (int t = 0; t < NT; t++) out[t] = bm_simd_sum8(l[t]);
@@ -354,37 +372,50 @@ AVX2_MT_FN void k4_mt(const uint8_t *w, const int five, const bm_q8k *x, size_t 
 
 AVX2_MT_FN void k6_mt(const uint8_t *w, const bm_q8k *x, size_t n, const int NT, float *out) {
     const size_t nb = n / BM_Q8K_BLOCK;
-    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
     float l[BM_MT_MAX][8] = {{0}};
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *blk = w + b * BMOE_Q6_K_BYTES;
-        const int8_t *sc = (const int8_t *)(blk + 192);
         bm_prefetch_ahead(blk, BMOE_Q6_K_BYTES);
+        const int8_t *sc = (const int8_t *)(blk + 192);
+        /* the 16 scales as int16; half h's eight in both 128-bit lanes of sch[h] */
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)sc));
+        const __m256i sch[2] = {_mm256_permute2x128_si256(sc16, sc16, 0x00), _mm256_permute2x128_si256(sc16, sc16, 0x11)};
         __m256i acc[BM_MT_MAX];
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_si256();
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++) { /* 128 values each */
             const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h));
             const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(blk + 64 * h));
             const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32));
+#pragma GCC unroll 4
             for (int k = 0; k < 4; k++) { /* values 32k .. 32k + 31: sub-blocks 2k and 2k + 1 */
                 __m256i lq = (k & 1) ? ql1 : ql0;
                 __m256i lo = (k >> 1) ? _mm256_and_si256(_mm256_srli_epi16(lq, 4), m4) : _mm256_and_si256(lq, m4);
                 __m256i hb = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(BM_Q6K_SHIFT(k))), m3);
                 __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hb, 4)); /* 0..63 */
-                __m256i scv = _mm256_setr_m128i(_mm_set1_epi16(sc[8 * h + 2 * k]), _mm_set1_epi16(sc[8 * h + 2 * k + 1]));
+                /* scale 8h + 2k in the low lane (values 0-15), 8h + 2k + 1 in the high lane: words 2k, 2k + 1 */
+                const char c0 = (char)(4 * k), c1 = (char)(4 * k + 1), c2 = (char)(4 * k + 2), c3 = (char)(4 * k + 3);
+                const __m256i pick = _mm256_setr_epi8(c0, c1, c0, c1, c0, c1, c0, c1, c0, c1, c0, c1, c0, c1, c0, c1, c2,
+                                                      c3, c2, c3, c2, c3, c2, c3, c2, c3, c2, c3, c2, c3, c2, c3);
+                __m256i scv = _mm256_shuffle_epi8(sch[h], pick);
 #pragma GCC unroll 4
                 for (int t = 0; t < NT; t++) {
                     __m256i xv = _mm256_loadu_si256((const __m256i *)(x[(size_t)t * nb + b].q + 128 * h + 32 * k));
-                    /* pairs of (q - 32) x: |.| <= 2 * 32 * 127, in int16 */
-                    __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, xv), _mm256_maddubs_epi16(k32, xv));
-                    acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(p, scv));
+                    /* pairs of q x (q unsigned): |.| <= 2 * 63 * 127, in int16; the - 32 comes below */
+                    acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), scv));
                 }
             }
         }
+        const float d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bm_rd16(blk + 208))));
         for (int t = 0; t < NT; t++) {
             const bm_q8k *xb = x + (size_t)t * nb + b;
-            l[t][b & 7] += bm_k6_value(hsum_i32(acc[t]), blk, xb->d);
+            /* sum_j sc_j sum_i (q_i - 32) x_i = sum_j sc_j sum_i q_i x_i - 32 sum_j sc_j bsum_j, exactly */
+            __m256i sb = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), sc16);
+            int32_t qx, bs;
+            hsum2_i32(acc[t], sb, &qx, &bs);
+            l[t][b & 7] += bm_k6_value(qx - 32 * bs, d, xb->d);
         }
     }
     for (int t = 0; t < NT; t++) out[t] = bm_simd_sum8(l[t]);

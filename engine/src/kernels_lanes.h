@@ -121,15 +121,13 @@ static inline int32_t bm_k4_min_sum(const uint8_t m[8], const int16_t bsums[16])
     return s;
 }
 
-/* A Q4_K / Q5_K super-block's float contribution from its exact sums (kernels.h). */
-static inline float bm_k4_value(int32_t is, int32_t im, const uint8_t *blk, float dx) {
-    const float d = bm_f16_to_f32(bm_rd16(blk)), dmin = bm_f16_to_f32(bm_rd16(blk + 2));
+/* A Q4_K / Q5_K super-block's float contribution from its exact sums (kernels.h); d and dmin are the
+ * block's f16 scales as floats (exact: every path converts them its own way, to the same value). */
+static inline float bm_k4_value(int32_t is, int32_t im, float d, float dmin, float dx) {
     return (float)is * (d * dx) - (float)im * (dmin * dx);
 }
 
-/* A Q6_K super-block's float contribution from its exact sum. */
-static inline float bm_k6_value(int32_t is, const uint8_t *blk, float dx) {
-    return (float)is * (bm_f16_to_f32(bm_rd16(blk + 208)) * dx);
-}
+/* A Q6_K super-block's float contribution from its exact sum (d: the block's f16 scale as a float). */
+static inline float bm_k6_value(int32_t is, float d, float dx) { return (float)is * (d * dx); }
 
 #endif

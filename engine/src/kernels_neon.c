@@ -414,6 +414,11 @@ DOT_FN static void dot_q45_0_mt_neon_dot(uint32_t type, const uint8_t *w, const 
  * steps are the shared bm_k4_value / bm_k6_value. A super-block's weights are unpacked once for all
  * NT tokens. */
 
+/* The f16 at p as a float (exact, as bm_f16_to_f32 but one instruction). */
+static inline float f16_at(const uint8_t *p) {
+    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(bm_rd16(p)))), 0);
+}
+
 /* The sum of 16 products w[i] x[i] as four int32 partials (|w x| pairs fit int16: |w| <= 63). */
 static inline int32x4_t part16_mull(int8x16_t w, const int8_t *p) {
     int8x16_t x = vld1q_s8(p);
@@ -433,6 +438,7 @@ DOT_FN static inline int32x4_t part16_sdot(int8x16_t w, const int8_t *p) {
         bm_prefetch_ahead(blk, bb);                                                                                \
         uint8_t sc[8], m[8];                                                                                       \
         bm_scales_mins_k4(blk + 4, sc, m);                                                                         \
+        const float d = f16_at(blk), dmin = f16_at(blk + 2);                                                       \
         int32x4_t acc[BM_MT_MAX];                                                                                  \
         _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) acc[t] = vdupq_n_s32(0);                              \
         const uint8x16_t qh0 = five ? vld1q_u8(blk + 16) : vdupq_n_u8(0);                                          \
@@ -459,7 +465,7 @@ DOT_FN static inline int32x4_t part16_sdot(int8x16_t w, const int8_t *p) {
         }                                                                                                          \
         for (int t = 0; t < NT; t++) {                                                                             \
             const bm_q8k *xb = x + (size_t)t * nb + b;                                                             \
-            l[t][b & 7] += bm_k4_value(vaddvq_s32(acc[t]), bm_k4_min_sum(m, xb->bsums), blk, xb->d);               \
+            l[t][b & 7] += bm_k4_value(vaddvq_s32(acc[t]), bm_k4_min_sum(m, xb->bsums), d, dmin, xb->d);           \
         }                                                                                                          \
     }                                                                                                              \
     for (int t = 0; t < NT; t++) out[t] = bm_simd_sum8(l[t]);
@@ -472,6 +478,7 @@ DOT_FN static inline int32x4_t part16_sdot(int8x16_t w, const int8_t *p) {
     for (size_t b = 0; b < nb; b++) {                                                                              \
         const uint8_t *blk = w + b * BMOE_Q6_K_BYTES;                                                              \
         const int8_t *sc = (const int8_t *)(blk + 192);                                                            \
+        const float d = f16_at(blk + 208);                                                                         \
         bm_prefetch_ahead(blk, BMOE_Q6_K_BYTES);                                                                   \
         int32x4_t acc[BM_MT_MAX];                                                                                  \
         _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) acc[t] = vdupq_n_s32(0);                              \
@@ -497,7 +504,7 @@ DOT_FN static inline int32x4_t part16_sdot(int8x16_t w, const int8_t *p) {
         }                                                                                                          \
         for (int t = 0; t < NT; t++) {                                                                             \
             const bm_q8k *xb = x + (size_t)t * nb + b;                                                             \
-            l[t][b & 7] += bm_k6_value(vaddvq_s32(acc[t]), blk, xb->d);                                            \
+            l[t][b & 7] += bm_k6_value(vaddvq_s32(acc[t]), d, xb->d);                                              \
         }                                                                                                          \
     }                                                                                                              \
     for (int t = 0; t < NT; t++) out[t] = bm_simd_sum8(l[t]);

@@ -62,9 +62,30 @@ static inline void bm_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t
     }
 }
 
-/* All eight scales and mins of a Q4_K / Q5_K super-block (every kernel path unpacks them here). */
+/* All eight 6-bit scales and mins of a Q4_K / Q5_K super-block at once, as bm_scale_min_k4 gives them
+ * one by one: byte j of the little-endian words sc[j / 4] and m[j / 4] is sub-block j's. Every kernel
+ * path unpacks them here (four lanes of bytes per operation). */
+static inline void bm_scales_mins_k4_words(const uint8_t *q, uint32_t sc[2], uint32_t m[2]) {
+    const uint32_t a = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24;
+    const uint32_t b = (uint32_t)q[4] | (uint32_t)q[5] << 8 | (uint32_t)q[6] << 16 | (uint32_t)q[7] << 24;
+    const uint32_t c = (uint32_t)q[8] | (uint32_t)q[9] << 8 | (uint32_t)q[10] << 16 | (uint32_t)q[11] << 24;
+    sc[0] = a & 0x3f3f3f3fu;
+    m[0] = b & 0x3f3f3f3fu;
+#ifndef BMOE_FAULT_Q4_K_SCALE_UNPACK
+    sc[1] = (c & 0x0f0f0f0fu) | ((a >> 2) & 0x30303030u); /* the two high bits: bits 6-7 of bytes 0-3 */
+#else
+    sc[1] = c & 0x0f0f0f0fu; /* fault: as in bm_scale_min_k4 */
+#endif
+    m[1] = ((c >> 4) & 0x0f0f0f0fu) | ((b >> 2) & 0x30303030u);
+}
+
 static inline void bm_scales_mins_k4(const uint8_t *q, uint8_t sc[8], uint8_t m[8]) {
-    for (int j = 0; j < 8; j++) bm_scale_min_k4(j, q, &sc[j], &m[j]);
+    uint32_t s[2], n[2];
+    bm_scales_mins_k4_words(q, s, n);
+    for (int j = 0; j < 8; j++) {
+        sc[j] = (uint8_t)(s[j / 4] >> (8 * (j % 4)));
+        m[j] = (uint8_t)(n[j / 4] >> (8 * (j % 4)));
+    }
 }
 
 /* Q6_K: value l + 32k (k = 0..3) of each 128 takes its high two bits from qh[l] >> BM_Q6K_SHIFT(k).
