@@ -102,16 +102,24 @@ static int build_prompt(bmoe_engine *e, bmoe_error *err) {
         return 0;
     }
     const char *p = c->prompt ? c->prompt : "";
-    size_t len = strlen(p);
-    if (len > BMOE_MAX_PROMPT_TOKENS) /* one token per byte */
-        return err_set(err, 2, "config", "-p: %zu bytes, at most %d prompt tokens are accepted", len, BMOE_MAX_PROMPT_TOKENS);
-    int cap = (int)len + 1;
-    e->prompt = malloc((size_t)cap * sizeof *e->prompt);
-    if (!e->prompt) return err_set(err, 1, NULL, "out of memory");
+    char *wrapped = NULL;
     char msg[256] = "";
-    int n = tok_encode(&e->tok, (const uint8_t *)p, len, e->prompt, cap, msg, sizeof msg);
-    if (n < 0) return err_set(err, 2, "config", "%s", n == -1 ? msg : "-p: prompt too long");
+    if (c->chat) { /* docs/engine-flags.md, --chat */
+        int rc = tok_chat_wrap(&e->tok, p, &wrapped, msg, sizeof msg);
+        if (rc == -3) return err_set(err, 1, NULL, "out of memory");
+        if (rc) return err_set(err, 2, "config", "%s", msg);
+        p = wrapped;
+    }
+    /* specials in the text are parsed (llama.cpp's parse_special), BOS/EOS as the model asks */
+    int n = 0;
+    int rc = tok_encode(&e->tok, (const uint8_t *)p, strlen(p), TOK_ADD_SPECIAL | TOK_PARSE_SPECIAL, &e->prompt, &n, msg,
+                        sizeof msg);
+    free(wrapped);
+    if (rc == -3) return err_set(err, 1, NULL, "out of memory");
+    if (rc) return err_set(err, 2, "config", "-p: %s", msg);
     if (n == 0) return err_set(err, 2, "config", "-p: the prompt is empty");
+    if (n > BMOE_MAX_PROMPT_TOKENS)
+        return err_set(err, 2, "config", "-p: %d tokens, at most %d prompt tokens are accepted", n, BMOE_MAX_PROMPT_TOKENS);
     e->n_prompt = n;
     return 0;
 }
