@@ -679,7 +679,7 @@ static void test_to_json(void) {
         "\"ctx\":0,\"n_expert_used\":0,\"mmap\":false,\"cache_mb\":2,\"force_cache\":true,\"io_threads\":1,"
         "\"no_odirect\":false,\"prefetch\":0,\"prefetch_sync\":false,\"drop_cold_experts\":0.10000000000000001,"
         "\"drop_in_prefill\":false,\"drop_no_renorm\":false,\"expert_substitute\":null,\"route_trace\":null,"
-        "\"json\":false,\"logits_out\":null,\"ppl\":null,\"ppl_step\":null,\"ppl_ref\":null,\"ppl_choices\":null,"
+        "\"json\":false,\"chat\":false,\"logits_out\":null,\"ppl\":null,\"ppl_step\":null,\"ppl_ref\":null,\"ppl_choices\":null,"
         "\"session\":null}\n";
     if (strcmp(buf, want) != 0) fprintf(stderr, "config_to_json:\n%s", buf);
     CHECK(strcmp(buf, want) == 0);
