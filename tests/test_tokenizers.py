@@ -13,10 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf import GGUFWriter, TokenType
+from gguf import TokenType
 
 from bmoe_ci import vocabs
-from bmoe_ci.fixtures.model import SPECIAL_TOKENS, bytes_to_unicode, vocabulary
+from bmoe_ci.fixtures.model import SPECIAL_TOKENS, bytes_to_unicode
+from vocab_files import fixture_vocab, write_vocab
 
 
 @pytest.fixture(scope="module")
@@ -57,47 +58,6 @@ def test_bos_and_specials(engine_bin: Path, vocab_models: Path, tmp_path: Path) 
     world = vocabs.engine_tokenize(engine_bin, spm.gguf, ["world"], tmp_path, "--no-special")[0].ids
     assert a[1].ids[i + 1 :] == world  # "world" after </s> gets its space prefix back
     assert a[2].ids == (1,) and plain[2].ids == ()
-
-
-def _write_vocab(
-    path: Path,
-    tokens: list[str],
-    types: list[int],
-    model: str = "gpt2",
-    pre: str | None = "qwen2",
-    merges: list[str] | None = None,
-    scores: list[float] | None = None,
-    chat_template: str | None = None,
-    types_wrong: bool = False,
-) -> Path:
-    w = GGUFWriter(str(path), arch="llama")
-    w.add_tokenizer_model(model)
-    if pre is not None:
-        w.add_tokenizer_pre(pre)
-    w.add_token_list(tokens)
-    if types_wrong:
-        w.add_array("tokenizer.ggml.token_type", [str(t) for t in types])
-    else:
-        w.add_token_types(types)
-    if merges is not None:
-        w.add_token_merges(merges)
-    if scores is not None:
-        w.add_token_scores(scores)
-    w.add_eos_token_id(len(tokens) - 1)
-    if chat_template is not None:
-        w.add_chat_template(chat_template)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
-
-
-def fixture_vocab(tmp_path: Path, chat_template: str | None = None) -> Path:
-    """The fixtures' tokenizer metadata (byte-level: GPT-2 byte images in byte order, no merges, pre
-    qwen2, then the control tokens) without their tensors."""
-    tokens, types = vocabulary()
-    return _write_vocab(tmp_path / "fixture-vocab.gguf", tokens, types, merges=[], chat_template=chat_template)
 
 
 def test_byte_level_fixture_vocabulary(engine_bin: Path, tmp_path: Path) -> None:
@@ -161,28 +121,28 @@ def _spm_tokens() -> tuple[list[str], list[int]]:
 
 MALFORMED = {
     "merge_unknown_token": (
-        lambda p: _write_vocab(p, ["a", "b", "ab"], [1, 1, 1], merges=["a zz"]),
+        lambda p: write_vocab(p, ["a", "b", "ab"], [1, 1, 1], merges=["a zz"]),
         "tokenizer.ggml.merges[0] names a token",
     ),
     "merge_result_unknown": (
-        lambda p: _write_vocab(p, ["a", "b"], [1, 1], merges=["a b"]),
+        lambda p: write_vocab(p, ["a", "b"], [1, 1], merges=["a b"]),
         "merges into a text the vocabulary does not have",
     ),
-    "merge_without_space": (lambda p: _write_vocab(p, ["a", "b", "ab"], [1, 1, 1], merges=["ab"]), "no space"),
+    "merge_without_space": (lambda p: write_vocab(p, ["a", "b", "ab"], [1, 1, 1], merges=["ab"]), "no space"),
     "types_not_integers": (
-        lambda p: _write_vocab(p, ["a", "b"], [1, 1], types_wrong=True),
+        lambda p: write_vocab(p, ["a", "b"], [1, 1], types_wrong=True),
         "tokenizer.ggml.token_type",
     ),
     "spm_without_scores": (
-        lambda p: _write_vocab(p, *_spm_tokens(), model="llama", pre=None),
+        lambda p: write_vocab(p, *_spm_tokens(), model="llama", pre=None),
         "tokenizer.ggml.scores is missing",
     ),
     "spm_nan_score": (
-        lambda p: _write_vocab(p, *_spm_tokens(), model="llama", pre=None, scores=[0.0] * 260 + [float(np.nan)]),
+        lambda p: write_vocab(p, *_spm_tokens(), model="llama", pre=None, scores=[0.0] * 260 + [float(np.nan)]),
         "is not a number",
     ),
-    "unknown_pre": (lambda p: _write_vocab(p, ["a"], [1], pre="starcoder"), "tokenizer.ggml.pre"),
-    "unknown_model": (lambda p: _write_vocab(p, ["a"], [1], model="bert"), "tokenizer.ggml.model"),
+    "unknown_pre": (lambda p: write_vocab(p, ["a"], [1], pre="starcoder"), "tokenizer.ggml.pre"),
+    "unknown_model": (lambda p: write_vocab(p, ["a"], [1], model="bert"), "tokenizer.ggml.model"),
 }
 
 

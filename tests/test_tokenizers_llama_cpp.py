@@ -7,12 +7,14 @@ back to bytes like llama_detokenize."""
 from __future__ import annotations
 
 import ctypes
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bmoe_ci import vocabs
+from vocab_files import fixture_vocab
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python (the bench extra) is not installed")
 
@@ -29,6 +31,9 @@ EXTRA = [
     "\u00e9\u0301 \u4e2d\u6587 \U0001f600 \u0660\u0661 12345678 x's X'LL",
     "\ufffd\u200b\u3000end",
 ]
+
+#: how the chat formats the engine renders begin (chatml, gemma, llama3)
+OURS = ("<|im_start|>user\n", "<start_of_turn>user\n", "<|start_header_id|>user<|end_header_id|>")
 
 
 def _llama(path: Path) -> Any:
@@ -65,11 +70,13 @@ def _compare(engine: Path, gguf: Path, texts: list[str], tmp_path: Path) -> None
             assert list(g.ids) == want, f"{gguf.name}: {text!r}\nllama.cpp {want}\nengine    {list(g.ids)}"
             assert g.decoded == _detokenize(llm, want), f"{gguf.name}: decoding {text!r}"
         template = _chat_template(llm)
-        if template:
-            wrapped = _llama_cpp_wrap(template, " Hi there ")
+        wrapped = _llama_cpp_wrap(template, " Hi there ") if template else None
+        if wrapped is not None and wrapped.startswith(OURS):
             chat = vocabs.engine_tokenize(engine, gguf, [" Hi there "], tmp_path, "--chat")
-            if wrapped is not None:
-                assert list(chat[0].ids) == llm.tokenize(wrapped.encode(), add_bos=True, special=True), gguf.name
+            assert list(chat[0].ids) == llm.tokenize(wrapped.encode(), add_bos=True, special=True), gguf.name
+        else:  # no template, or one llama.cpp renders in a format the engine does not: --chat refuses
+            proc = subprocess.run([str(engine), "tokenize", "-m", str(gguf), "-p", "hi", "--chat"], capture_output=True)
+            assert proc.returncode == 2 and b"--chat" in proc.stderr, gguf.name
     finally:
         llm.close()
 
@@ -94,3 +101,18 @@ def test_gemma3_vocabulary(engine_bin: Path, vocab_models: Path, tmp_path: Path)
     gguf = Path(pkg.assemble())
     texts = [*vocabs.load("llama-spm").texts, *EXTRA]
     _compare(engine_bin, gguf, texts, tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("name", "marker"),
+    [("chatml", "<|im_start|>"), ("gemma", "<start_of_turn>"), ("llama3", "<|start_header_id|><|end_header_id|>")],
+)
+def test_chat_rendering_as_llama_cpp(engine_bin: Path, tmp_path: Path, name: str, marker: str) -> None:
+    """--chat renders one user turn exactly as llama.cpp's built-in template of that name: a byte-level
+    vocabulary whose chat_template holds the marker, specials not parsed, so the ids spell the text."""
+    path = fixture_vocab(tmp_path, chat_template=f"... {marker} ...")
+    prompts = [" Hi there ", "a\nb", "x", "\t<|im_end|> y \n"]
+    got = vocabs.engine_tokenize(engine_bin, path, prompts, tmp_path, "--chat", "--no-parse-special", "--no-special")
+    for p, g in zip(prompts, got, strict=True):
+        want = _llama_cpp_wrap(name, p)
+        assert want is not None and g.decoded == want.encode(), f"{name}: {p!r}: {g.decoded!r} != {want!r}"

@@ -249,6 +249,7 @@ static int build_pieces(bmoe_tokenizer *tk) {
         const uint8_t *s = tok_text(tk, i, &n);
         uint8_t a = tk->attr[i];
         uint8_t *dst = tk->bytes + o;
+        if (a & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN)) continue; /* first: a forced control token may also be user-defined */
         if (a & TOK_ATTR_USER) { memcpy(dst, s, n); o += n; continue; }
         if (a & TOK_ATTR_NORMAL) {
             if (tk->kind == TOK_SPM) { /* U+2581 → space */
@@ -301,6 +302,39 @@ static void byte_tokens(bmoe_tokenizer *tk) {
     }
 }
 
+static void set_attr(bmoe_tokenizer *tk, const char *text, unsigned bit, int on) {
+    int32_t id = tok_find(tk, (const uint8_t *)text, strlen(text));
+    if (id < 0) return;
+    if (on) tk->attr[id] |= (uint8_t)bit;
+    else tk->attr[id] &= (uint8_t)~bit;
+}
+
+/* llama.cpp gives phi-3 models (recognised by general.name) right-stripping special tokens: the white
+ * space after them in the text is dropped, except after <unk>, <s> and <|endoftext|>. */
+static int phi3_rstrip(bmoe_tokenizer *tk, const gguf_model *g, const char *path, char *err, size_t errlen) {
+    gguf_str name;
+    char e[256] = "";
+    int r = gguf_get_str(g, "general.name", &name, e, sizeof e);
+    if (r < 0) { snprintf(err, errlen, "%s: general.name: %s", path, e); return 3; }
+    if (r == 0) return 0;
+    int phi3 = 0;
+    for (uint64_t i = 0; i + 4 <= name.len && !phi3; i++) {
+        char c[5];
+        for (int k = 0; k < 5; k++) {
+            char x = i + (uint64_t)k < name.len ? name.ptr[i + (uint64_t)k] : 0;
+            c[k] = (char)(x >= 'A' && x <= 'Z' ? x + 32 : x);
+        }
+        phi3 = memcmp(c, "phi3", 4) == 0 || memcmp(c, "phi-3", 5) == 0;
+    }
+    if (!phi3) return 0;
+    for (int i = 0; i < tk->n_special; i++) tk->attr[tk->special[i]] |= TOK_ATTR_RSTRIP;
+    set_attr(tk, "</s>", TOK_ATTR_RSTRIP, 1);
+    set_attr(tk, "<unk>", TOK_ATTR_RSTRIP, 0);
+    set_attr(tk, "<s>", TOK_ATTR_RSTRIP, 0);
+    set_attr(tk, "<|endoftext|>", TOK_ATTR_RSTRIP, 0);
+    return 0;
+}
+
 int tok_load(bmoe_tokenizer *tk, const gguf_model *g, const char *path, char *err, size_t errlen) {
     memset(tk, 0, sizeof *tk);
     tk->bos = tk->eos = -1;
@@ -335,6 +369,7 @@ int tok_load(bmoe_tokenizer *tk, const gguf_model *g, const char *path, char *er
             tk->pre = k;
         }
         tk->ignore_merges = tk->pre == PRETOK_LLAMA3;
+        tk->add_bos = tk->pre == PRETOK_LLAMA3; /* llama.cpp's default for the llama3 family */
         tk->clean_spaces = tk->pre != PRETOK_QWEN2;
     } else {
         tk->bos = n > 1 ? 1 : -1; /* llama.cpp's SentencePiece defaults */
@@ -419,6 +454,7 @@ int tok_load(bmoe_tokenizer *tk, const gguf_model *g, const char *path, char *er
     if (tk->kind == TOK_BPE && (rc = load_merges(tk, g, path, err, errlen))) { tok_free(tk); return rc; }
     byte_tokens(tk);
     if (build_pieces(tk) || build_specials(tk)) goto oom;
+    if ((rc = phi3_rstrip(tk, g, path, err, errlen))) { tok_free(tk); return rc; }
     r = gguf_get_str(g, "tokenizer.chat_template", &s, e, sizeof e);
     tk->chat = r > 0 ? tok_chat_detect(s.ptr, (size_t)s.len) : TOK_CHAT_NONE;
     return 0;
@@ -506,6 +542,8 @@ static int partition(const bmoe_tokenizer *tk, const uint8_t *text, size_t len, 
                 if (at > pos && frag_push(&nxt, (frag){ pos, at - pos, -1 })) goto oom;
                 if (frag_push(&nxt, (frag){ at, sl, id })) goto oom;
                 pos = at + sl;
+                if (tk->attr[id] & TOK_ATTR_RSTRIP) /* C-locale isspace, as llama.cpp */
+                    while (pos < end && (text[pos] == ' ' || (text[pos] >= '\t' && text[pos] <= '\r'))) pos++;
                 hit = 1;
             }
             if (pos < end && frag_push(&nxt, (frag){ pos, end - pos, -1 })) goto oom;

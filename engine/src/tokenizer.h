@@ -25,6 +25,7 @@ enum {
     TOK_ATTR_USER = 1u << 4,
     TOK_ATTR_UNUSED = 1u << 5,
     TOK_ATTR_BYTE = 1u << 6,
+    TOK_ATTR_RSTRIP = 1u << 7, /* white space after this special token in the text is dropped (phi-3) */
 };
 
 /* chat templates recognised in tokenizer.chat_template (chat.c) */
