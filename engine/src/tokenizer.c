@@ -138,7 +138,7 @@ static uint8_t attr_of_type(uint32_t t) {
  * and fill-in-the-middle markers it recognises by text). */
 static const char *const FORCED_CONTROL[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>",
-    "[EOT]", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", "<end_of_utterance>", "<|eom_id|>",
+    "[EOT]", "<\357\275\234end\342\226\201of\342\226\201sentence\357\275\234>" /* <｜end▁of▁sentence｜> */, "<end_of_utterance>", "<|eom_id|>",
     "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<PRE>", "\xe2\x96\x81<PRE>", "<|fim_suffix|>", "<fim-suffix>",
     "<fim_suffix>", "<SUF>", "\xe2\x96\x81<SUF>", "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<MID>",
     "\xe2\x96\x81<MID>", "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
