@@ -476,10 +476,8 @@ void tok_free(bmoe_tokenizer *tk) {
     free(tk->merge_rank);
     free(tk->merge_result);
     free(tk->special);
-    int32_t bos = tk->bos, eos = tk->eos;
     memset(tk, 0, sizeof *tk);
-    tk->bos = bos;
-    tk->eos = eos;
+    tk->bos = tk->eos = -1;
 }
 
 /* ---- encoding --------------------------------------------------------------------------------- */
