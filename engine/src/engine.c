@@ -131,7 +131,12 @@ static int build_seam(bmoe_engine *e, bmoe_error *err) {
     /* The lossy knobs (policies.c). validate() has refused them with --mmap or without a cache;
      * policies_create() refuses that again, so no path runs a knob that cannot consult the cache. */
     if (e->top_k > 0) {
-        int rc = policies_create(&e->policies, &e->cfg, e->top_k, e->model->hp.n_expert_used, e->model->hp.n_expert,
+        bmoe_policy_opts po = {
+            .drop_set = e->cfg.drop_set, .drop = e->cfg.drop, .drop_no_renorm = e->cfg.drop_no_renorm,
+            .drop_in_prefill = e->cfg.drop_in_prefill, .subst_set = e->cfg.subst_set, .subst = e->cfg.subst,
+            .mmap = e->cfg.mmap, .cache_mb = e->cfg.cache_mb,
+        };
+        int rc = policies_create(&e->policies, &po, e->top_k, e->model->hp.n_expert_used, e->model->hp.n_expert,
                                  e->max_batch, err);
         if (rc) return rc;
     }
@@ -141,7 +146,11 @@ static int build_seam(bmoe_engine *e, bmoe_error *err) {
     }
     /* Streaming: dense weights resident, experts read from the file into the expert memory of
      * docs/design.md, expert memory, behind the hook. Routing policies plug into the hook (stream_hook_set_policy). */
-    int rc = stream_hook_create(&e->stream, e->model, &e->cfg, e->top_k, e->max_batch, err);
+    bmoe_streaming_opts so = {
+        .cache_mb = e->cfg.cache_mb, .odirect = !e->cfg.no_odirect, .io_lanes = e->cfg.io_threads,
+        .prefetch = e->cfg.prefetch, .prefetch_sync = e->cfg.prefetch_sync, .route_trace = e->cfg.route_trace,
+    };
+    int rc = stream_hook_create(&e->stream, e->model, &so, e->top_k, e->max_batch, err);
     if (rc) return rc;
     if (e->policies) {
         bmoe_route_policy p = policies_route_policy(e->policies);
