@@ -1,10 +1,12 @@
 /* `bmoe tokenize -m MODEL (-p TEXT | --texts FILE) [--chat] [--no-special] [--no-parse-special]`
+ * `bmoe tokenize -m MODEL --eog`
  *
  * Reads only the model's metadata (a vocabulary-only GGUF works), encodes each text and prints
  *   {"ids": [...], "decoded_hex": "..."}
  * one line per text: the token ids, and the ids decoded back to bytes (tok_detokenize) as hex so that
  * any byte survives. --texts FILE holds several texts separated by NUL bytes: one process for a whole
- * test set. --no-special leaves out BOS/EOS, --no-parse-special reads control-token texts as text. */
+ * test set. --no-special leaves out BOS/EOS, --no-parse-special reads control-token texts as text.
+ * --eog prints {"eog": [...]} instead: the ids that end generation (tok_is_eog), ascending. */
 #include "tokenize_cmd.h"
 
 #include <errno.h>
@@ -58,7 +60,7 @@ static int encode_one(const bmoe_tokenizer *tk, const char *text, size_t len, un
 
 int tokenize_main(int argc, char **argv, bmoe_error *err) {
     const char *model = NULL, *prompt = NULL, *texts = NULL;
-    int chat = 0;
+    int chat = 0, eog = 0;
     unsigned flags = TOK_ADD_SPECIAL | TOK_PARSE_SPECIAL;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -70,17 +72,19 @@ int tokenize_main(int argc, char **argv, bmoe_error *err) {
             *dst = argv[++i];
         } else if (!strcmp(a, "--chat")) {
             chat = 1;
+        } else if (!strcmp(a, "--eog")) {
+            eog = 1;
         } else if (!strcmp(a, "--no-special")) {
             flags &= ~(unsigned)TOK_ADD_SPECIAL;
         } else if (!strcmp(a, "--no-parse-special")) {
             flags &= ~(unsigned)TOK_PARSE_SPECIAL;
         } else {
             return err_set(err, 2, "usage",
-                           "tokenize: unexpected argument '%.40s' (usage: bmoe tokenize -m MODEL -p TEXT | --texts FILE)", a);
+                           "tokenize: unexpected argument '%.40s' (usage: bmoe tokenize -m MODEL -p TEXT | --texts FILE | --eog)", a);
         }
     }
     if (!model || !model[0]) return err_set(err, 2, "usage", "tokenize: -m MODEL is required");
-    if (!!prompt == !!texts) return err_set(err, 2, "usage", "tokenize: give one of -p TEXT or --texts FILE");
+    if (!!prompt + !!texts + eog != 1) return err_set(err, 2, "usage", "tokenize: give one of -p TEXT, --texts FILE or --eog");
     uint8_t *buf = NULL;
     size_t len = 0;
     if (texts) {
@@ -95,7 +99,15 @@ int tokenize_main(int argc, char **argv, bmoe_error *err) {
     rc = tok_load(&tk, g, model, msg, sizeof msg);
     if (rc) { gguf_close(g); free(buf); return err_set(err, rc, NULL, "%s", msg); }
     json_writer w;
-    if (prompt) {
+    if (eog) {
+        json_init(&w, stdout);
+        json_begin_object(&w, NULL);
+        json_begin_array(&w, "eog");
+        for (int i = 0; i < tk.n_eog; i++) json_int(&w, NULL, tk.eog[i]);
+        json_end_array(&w);
+        json_end_object(&w);
+        json_end(&w);
+    } else if (prompt) {
         rc = encode_one(&tk, prompt, strlen(prompt), flags, chat, &w, err);
     } else {
         /* NUL-separated texts; a trailing NUL ends the last one instead of starting an empty one */

@@ -143,7 +143,7 @@ static const char *const FORCED_CONTROL[] = {
     "<fim_suffix>", "<SUF>", "\xe2\x96\x81<SUF>", "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<MID>",
     "\xe2\x96\x81<MID>", "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
     "<REPO>", "<reponame>", "<|file_sep|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "</s>", "[EOS]",
-    "<eos>",
+    "<eos>", /* the end-of-generation texts are made control by tok_build_eog as well */
 };
 
 typedef struct { int32_t id; size_t len; } special_ent;
@@ -451,6 +451,7 @@ int tok_load(bmoe_tokenizer *tk, const gguf_model *g, const char *path, char *er
         int32_t id = tok_find(tk, (const uint8_t *)FORCED_CONTROL[i], strlen(FORCED_CONTROL[i]));
         if (id >= 0) tk->attr[id] |= TOK_ATTR_CONTROL;
     }
+    if ((rc = tok_build_eog(tk, g, path, err, errlen))) { tok_free(tk); return rc; }
     if (tk->kind == TOK_BPE && (rc = load_merges(tk, g, path, err, errlen))) { tok_free(tk); return rc; }
     byte_tokens(tk);
     if (build_pieces(tk) || build_specials(tk)) goto oom;
@@ -476,6 +477,7 @@ void tok_free(bmoe_tokenizer *tk) {
     free(tk->merge_rank);
     free(tk->merge_result);
     free(tk->special);
+    free(tk->eog);
     memset(tk, 0, sizeof *tk);
     tk->bos = tk->eos = -1;
 }

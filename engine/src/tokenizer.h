@@ -43,6 +43,8 @@ typedef struct bmoe_tokenizer {
     uint64_t *off;           /* token i decodes to bytes[off[i] .. off[i+1]) (n_vocab + 1 entries) */
     int32_t byte_token[256]; /* the token of each byte (BPE: its byte image; SPM: <0xXX>), -1 when none */
     int32_t bos, eos;        /* -1 when absent */
+    int32_t *eog;            /* the end-of-generation ids, ascending (tok_eog.c) */
+    int n_eog;
     int add_bos, add_eos, add_space_prefix, ignore_merges, clean_spaces;
     int32_t *map;            /* text → id, open addressing over map_mask + 1 slots, -1 empty */
     uint32_t map_mask;
@@ -64,6 +66,10 @@ int tok_cp_to_byte(uint32_t cp);
  * err set to one line. `path` only names the file in messages. */
 int tok_load(bmoe_tokenizer *tk, const gguf_model *g, const char *path, char *err, size_t errlen);
 void tok_free(bmoe_tokenizer *tk);
+
+/* Whether generating id ends generation: llama.cpp's end-of-generation set (EOS, EOT, EOM and the
+ * tokens it recognises by text, such as <|im_end|>, <|eot_id|>, <end_of_turn>; tok_eog.c). */
+int tok_is_eog(const bmoe_tokenizer *tk, int32_t id);
 
 /* id of a token text, -1 when the vocabulary has none */
 int32_t tok_find(const bmoe_tokenizer *tk, const uint8_t *s, size_t len);
@@ -91,6 +97,9 @@ int tok_detokenize(const bmoe_tokenizer *tk, const int32_t *ids, int n, uint8_t 
 int tok_chat_wrap(const bmoe_tokenizer *tk, const char *prompt, char **out, char *err, size_t errlen);
 tok_chat tok_chat_detect(const char *tmpl, size_t len);
 const char *tok_chat_name(tok_chat c);
+
+/* internal (tok_load): builds tk->eog, making the tokens it finds by text control tokens. 0, 3 or 1. */
+int tok_build_eog(bmoe_tokenizer *tk, const gguf_model *g, const char *path, char *err, size_t errlen);
 
 /* internal: the encoders of one text fragment (tok_bpe.c, tok_spm.c), appending to a growing vector */
 typedef struct {

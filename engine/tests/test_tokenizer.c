@@ -7,52 +7,10 @@
 
 #include "check.h"
 #include "gguf.h"
+#include "mini_gguf.h"
 #include "pretok.h"
 #include "tokenizer.h"
 #include "unicode.h"
-
-/* ---- a minimal in-memory GGUF v3 writer (metadata only) ---- */
-typedef struct { uint8_t *b; size_t n, cap; } buf;
-static void put(buf *o, const void *p, size_t n) {
-    if (o->n + n > o->cap) { o->cap = (o->n + n) * 2 + 64; o->b = realloc(o->b, o->cap); }
-    memcpy(o->b + o->n, p, n);
-    o->n += n;
-}
-static void u32(buf *o, uint32_t v) { uint8_t b[4]; for (int i = 0; i < 4; i++) b[i] = (uint8_t)(v >> 8 * i); put(o, b, 4); }
-static void u64(buf *o, uint64_t v) { uint8_t b[8]; for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> 8 * i); put(o, b, 8); }
-static void str(buf *o, const char *s) { u64(o, strlen(s)); put(o, s, strlen(s)); }
-
-typedef struct { buf kv; uint64_t n_kv; } meta;
-static void kv_u32(meta *m, const char *k, uint32_t v) { str(&m->kv, k); u32(&m->kv, 4); u32(&m->kv, v); m->n_kv++; }
-static void kv_bool(meta *m, const char *k, int v) { uint8_t b = (uint8_t)v; str(&m->kv, k); u32(&m->kv, 7); put(&m->kv, &b, 1); m->n_kv++; }
-static void kv_str(meta *m, const char *k, const char *v) { str(&m->kv, k); u32(&m->kv, 8); str(&m->kv, v); m->n_kv++; }
-static void kv_strs(meta *m, const char *k, char **v, int n) {
-    str(&m->kv, k); u32(&m->kv, 9); u32(&m->kv, 8); u64(&m->kv, (uint64_t)n);
-    for (int i = 0; i < n; i++) str(&m->kv, v[i]);
-    m->n_kv++;
-}
-static void kv_f32s(meta *m, const char *k, const float *v, int n) {
-    str(&m->kv, k); u32(&m->kv, 9); u32(&m->kv, 6); u64(&m->kv, (uint64_t)n);
-    for (int i = 0; i < n; i++) { uint32_t b; memcpy(&b, &v[i], 4); u32(&m->kv, b); }
-    m->n_kv++;
-}
-static void kv_i32s(meta *m, const char *k, const int32_t *v, int n) {
-    str(&m->kv, k); u32(&m->kv, 9); u32(&m->kv, 5); u64(&m->kv, (uint64_t)n);
-    for (int i = 0; i < n; i++) u32(&m->kv, (uint32_t)v[i]);
-    m->n_kv++;
-}
-static gguf_model *finish(meta *m) {
-    buf o = {0};
-    put(&o, "GGUF", 4); u32(&o, 3); u64(&o, 0); u64(&o, m->n_kv);
-    put(&o, m->kv.b, m->kv.n);
-    gguf_model *g = NULL;
-    char err[256];
-    int rc = gguf_parse_buffer(o.b, o.n, &g, err, sizeof err);
-    if (rc) fprintf(stderr, "gguf_parse_buffer: %s\n", err);
-    free(o.b);
-    free(m->kv.b);
-    return g;
-}
 
 /* utf-8 of a code point */
 static int utf8(uint32_t cp, char *out) {
@@ -462,6 +420,111 @@ static void test_chat(void) {
     CHECK(tok_chat_wrap(&tk, "hi", &s, err, sizeof err) == 2 && s == NULL && strstr(err, "--chat"));
 }
 
+/* ---- end of generation (tok_eog.c) ---- */
+
+/* A vocabulary of `texts` (NULL-terminated; "" entries become "tN"), type normal, plus u32 keys. */
+static gguf_model *eog_model(const char *model, const char *const *texts, const char *const *keys, const uint32_t *vals) {
+    meta m = {0};
+    char *toks[64];
+    float scores[64];
+    int n = 0;
+    for (; texts[n]; n++) {
+        toks[n] = malloc(16 + strlen(texts[n]));
+        if (texts[n][0]) strcpy(toks[n], texts[n]);
+        else snprintf(toks[n], 16, "t%d", n);
+        scores[n] = 0.0f;
+    }
+    kv_str(&m, "tokenizer.ggml.model", model);
+    kv_strs(&m, "tokenizer.ggml.tokens", toks, n);
+    if (!strcmp(model, "llama")) kv_f32s(&m, "tokenizer.ggml.scores", scores, n);
+    else kv_strs(&m, "tokenizer.ggml.merges", toks, 0);
+    for (int i = 0; keys && keys[i]; i++) kv_u32(&m, keys[i], vals[i]);
+    for (int i = 0; i < n; i++) free(toks[i]);
+    return finish(&m);
+}
+
+/* loads the vocabulary and checks its EOG set is exactly want[0..nw) (ascending); returns tok_load's code */
+static int eog_is(const char *model, const char *const *texts, const char *const *keys, const uint32_t *vals,
+                  const int32_t *want, int nw, bmoe_tokenizer *keep) {
+    gguf_model *g = eog_model(model, texts, keys, vals);
+    bmoe_tokenizer tk;
+    char err[256] = "";
+    CHECK(g != NULL);
+    if (!g) return -1;
+    int rc = tok_load(&tk, g, "eog.gguf", err, sizeof err);
+    if (rc == 0) {
+        int ok = tk.n_eog == nw;
+        for (int i = 0; ok && i < nw; i++) ok = tk.eog[i] == want[i];
+        int members = 0;
+        for (int32_t id = -1; id <= tk.n_vocab; id++) members += tok_is_eog(&tk, id);
+        if (!ok || members != nw) {
+            fprintf(stderr, "eog set:");
+            for (int i = 0; i < tk.n_eog; i++) fprintf(stderr, " %d", tk.eog[i]);
+            fprintf(stderr, "\n");
+        }
+        CHECK(ok && members == nw);
+        if (keep) *keep = tk;
+        else tok_free(&tk);
+    }
+    gguf_close(g);
+    return rc;
+}
+
+static void test_eog(void) {
+    /* the texts, EOS from its key; the texts found become control (they print nothing) */
+    const char *chat[] = { "", "<|im_end|>", "", "<|endoftext|>", "", "<|im_start|>", "<end_of_turn>", NULL };
+    const char *eos_key[] = { "tokenizer.ggml.eos_token_id", NULL };
+    uint32_t eos4[] = { 4 };
+    bmoe_tokenizer tk;
+    CHECK(eog_is("gpt2", chat, eos_key, eos4, (const int32_t[]){ 1, 3, 4, 6 }, 4, &tk) == 0);
+    size_t l = 9;
+    tok_piece(&tk, 1, &l);
+    CHECK(l == 0 && (tk.attr[6] & TOK_ATTR_CONTROL) && !tok_is_eog(&tk, 5) && !tok_is_eog(&tk, -1));
+    tok_free(&tk);
+
+    /* gpt2 without an EOS key: llama.cpp's default EOS 11 when the vocabulary has it */
+    const char *twelve[] = { "", "", "", "", "", "", "", "", "", "", "", "", NULL };
+    CHECK(eog_is("gpt2", twelve, NULL, NULL, (const int32_t[]){ 11 }, 1, NULL) == 0);
+    CHECK(eog_is("gpt2", twelve + 1, NULL, NULL, NULL, 0, NULL) == 0);
+    /* SentencePiece: EOS 2 by default */
+    CHECK(eog_is("llama", twelve, NULL, NULL, (const int32_t[]){ 2 }, 1, NULL) == 0);
+
+    /* EOT and EOM keys join; an id beyond the vocabulary is refused */
+    const char *keys3[] = { "tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id", NULL };
+    CHECK(eog_is("gpt2", twelve, keys3, (const uint32_t[]){ 0, 7, 9 }, (const int32_t[]){ 0, 7, 9 }, 3, NULL) == 0);
+    const char *eot_key[] = { "tokenizer.ggml.eot_token_id", NULL };
+    CHECK(eog_is("gpt2", twelve, eot_key, (const uint32_t[]){ 12 }, NULL, 0, NULL) == 3);
+
+    /* FIM pad/repo/file-separator: by key, else by text (the lowest id when a kind has two) */
+    const char *fim[] = { "", "<|fim_pad|>", "<|repo_name|>", "", "<|file_sep|>", "[PAD]", "<PAD>", NULL };
+    CHECK(eog_is("gpt2", fim, eos_key, (const uint32_t[]){ 0 }, (const int32_t[]){ 0, 1, 2, 4 }, 4, NULL) == 0);
+    const char *pad_key[] = { "tokenizer.ggml.eos_token_id", "tokenizer.ggml.fim_pad_token_id", NULL };
+    CHECK(eog_is("gpt2", fim, pad_key, (const uint32_t[]){ 0, 3 }, (const int32_t[]){ 0, 2, 3, 4 }, 4, NULL) == 0);
+    const char *pads[] = { "", "", "<PAD>", "[PAD]", NULL };
+    CHECK(eog_is("gpt2", pads, eos_key, (const uint32_t[]){ 0 }, (const int32_t[]){ 0, 2 }, 2, &tk) == 0);
+    CHECK((tk.attr[2] & TOK_ATTR_CONTROL) && !(tk.attr[3] & TOK_ATTR_CONTROL));
+    tok_free(&tk);
+
+    /* harmony: with <|return|> and <|call|> (or <|calls|> and <|flush|>) <|end|> ends a message, not the
+     * generation: out of the set, user-defined (it prints its text) */
+    const char *harmony[] = { "", "<|return|>", "<|call|>", "<|end|>", NULL };
+    CHECK(eog_is("gpt2", harmony, eos_key, (const uint32_t[]){ 0 }, (const int32_t[]){ 0, 1, 2 }, 3, &tk) == 0);
+    const uint8_t *p = tok_piece(&tk, 3, &l);
+    CHECK(l == 7 && memcmp(p, "<|end|>", 7) == 0);
+    tok_free(&tk);
+    const char *solar[] = { "", "<|flush|>", "<|calls|>", "<|end|>", NULL };
+    CHECK(eog_is("gpt2", solar, eos_key, (const uint32_t[]){ 0 }, (const int32_t[]){ 0, 1, 2 }, 3, NULL) == 0);
+    const char *call_only[] = { "", "<|call|>", "<|end|>", NULL };
+    CHECK(eog_is("gpt2", call_only, eos_key, (const uint32_t[]){ 0 }, (const int32_t[]){ 0, 1, 2 }, 3, NULL) == 0);
+    /* </s> is a normal token next to <|tool_response>: out of the set */
+    const char *s_marker[] = { "", "</s>", "<|tool_response>", NULL };
+    CHECK(eog_is("gpt2", s_marker, eos_key, (const uint32_t[]){ 0 }, (const int32_t[]){ 0, 2 }, 2, &tk) == 0);
+    CHECK(tk.attr[1] == TOK_ATTR_NORMAL);
+    tok_free(&tk);
+    const char *s_alone[] = { "", "</s>", NULL };
+    CHECK(eog_is("gpt2", s_alone, eos_key, (const uint32_t[]){ 0 }, (const int32_t[]){ 0, 1 }, 2, NULL) == 0);
+}
+
 int main(void) {
     test_mapping();
     test_roundtrip(1);
@@ -473,5 +536,6 @@ int main(void) {
     test_bpe();
     test_spm();
     test_chat();
+    test_eog();
     return check_report("test_tokenizer");
 }
