@@ -345,6 +345,8 @@ def test_metadata_missing_or_wrong(engine_asan_bin: Path, fixtures: dict[str, Pa
 @pytest.mark.parametrize(("key", "vtype", "value"), [
     ("tokenizer.ggml.eos_token_id", gc.U32, 100000),
     ("tokenizer.ggml.bos_token_id", gc.I32, -7),
+    ("tokenizer.ggml.eot_token_id", gc.U32, 259),
+    ("tokenizer.ggml.fim_pad_token_id", gc.U32, 1 << 31),
 ])
 def test_token_ids_beyond_the_vocabulary(engine_asan_bin: Path, fixtures: dict[str, Path], tmp_path: Path,
                                          key: str, vtype: int, value: int) -> None:

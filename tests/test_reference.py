@@ -76,7 +76,7 @@ def load(path: Path) -> Model:
 def test_reference_generation_varies_and_routes_every_expert(models: dict, name: str):
     m = load(models[name])
     gen = m.generate(m.tokenize(TEXT_PROMPT), 32)
-    assert len(gen.tokens) == 32 and not gen.stopped_at_eos
+    assert len(gen.tokens) == 32 and not gen.stopped_at_eog
     assert all(t < 256 for t in gen.tokens), "a special token was generated"
     assert len(set(gen.tokens[:N_TEXT])) >= 8, f"greedy output barely varies: {gen.tokens}"
     moe_layers = sorted({r.layer for r in gen.routes})

