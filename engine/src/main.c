@@ -25,7 +25,7 @@ static const char USAGE[] =
     "       bmoe check [options]      validate the options only, no model: prints ok or error: ...\n"
     "       bmoe info -m MODEL        model facts as JSON\n"
     "       bmoe batch PLAN.jsonl     one {\"id\": ..., \"argv\": [\"run\"|\"check\", ...]} per line, a JSON result each\n"
-    "       bmoe tokenize -m MODEL -p TEXT | --texts FILE [--chat] [--no-special] [--no-parse-special]\n"
+    "       bmoe tokenize -m MODEL -p TEXT | --texts FILE | --eog [--chat] [--no-special] [--no-parse-special]\n"
     "                                 token ids (and the ids decoded) as JSON, one line per text\n"
     "run options: -m/--model FILE, -p/--prompt TEXT | --prompt-tokens 1,2,3, -n N, -t N, -c N,\n"
     "  --n-expert-used K, --mmap, --cache-mb M, --force-cache, --io-threads N, --no-odirect,\n"
