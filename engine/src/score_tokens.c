@@ -92,6 +92,10 @@ int choice_tokens_build(const bmoe_tokenizer *tk, const choice_question *q, cons
     t->n_prefix = base;
     for (int k = 0; k < q->n_options; k++) {
         int m = t->n_opt[k] - base;
+        if (m < 1) { /* only tokens that spell nothing could do this; an option must be scored on something */
+            rc = err_set(err, 2, "config", "%s: %s: line %d: option %d adds no token to the context", flag, path, q->line, k);
+            goto done;
+        }
         t->opt[k] = malloc(((size_t)m + 1) * sizeof **t->opt);
         if (!t->opt[k]) { rc = err_set(err, 1, NULL, "out of memory"); goto done; }
         memcpy(t->opt[k], full[k] + base, (size_t)m * sizeof **t->opt);
