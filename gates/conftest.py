@@ -8,9 +8,10 @@ import json
 
 import pytest
 
-from bmoe_ci.plugin.context import DeviceContext
+from bmoe_ci.gaterun.context import DeviceContext
+from bmoe_ci.gaterun.engine import EngineResult
+from bmoe_ci.gaterun.runner import DeviceRunner
 from bmoe_ci.plugin.options import add_short_aliases
-from bmoe_ci.plugin.runner import DeviceRunner, EngineResult
 from bmoe_ci.replay import Trace, TraceError, parse_trace
 from bmoe_ci.reports.xdev import fingerprint
 from gates.plan import TracePath, fixture_plan

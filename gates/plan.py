@@ -47,7 +47,7 @@ SMALL_CACHE = ("--cache-mb", "1", "--force-cache")
 PREFETCH2 = ("--prefetch", "2", "--prefetch-sync")
 
 # The quality instruments (gate SCORE, gates/test_scoring.py): the text pushed beside the fixtures
-# (gates/data/score.txt, see bmoe_ci.plugin.prepare), scored wide and step-wise.
+# (gates/data/score.txt, see bmoe_ci.gaterun.prepare), scored wide and step-wise.
 SCORE_TEXT = "score.txt"
 SCORING_DIR = "scoring"  # the text's directory, beside the device's fixtures
 

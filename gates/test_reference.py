@@ -23,9 +23,10 @@ import numpy as np
 import pytest
 
 from bmoe_ci.farm import InfraError
-from bmoe_ci.plugin import GateState
-from bmoe_ci.plugin.context import DeviceContext
-from bmoe_ci.plugin.runner import DeviceRunner, EngineResult
+from bmoe_ci.gaterun.context import DeviceContext
+from bmoe_ci.gaterun.engine import EngineResult
+from bmoe_ci.gaterun.runner import DeviceRunner
+from bmoe_ci.gaterun.state import GateState
 from bmoe_ci.reference import ReferenceOutput, relative_error
 from gates.compare import require_ok, save
 

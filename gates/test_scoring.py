@@ -23,10 +23,10 @@ import numpy as np
 import pytest
 
 from bmoe_ci.farm import InfraError
+from bmoe_ci.gaterun.context import DeviceContext
+from bmoe_ci.gaterun.engine import EngineResult
+from bmoe_ci.gaterun.state import GateState
 from bmoe_ci.paths import source_tree
-from bmoe_ci.plugin import GateState
-from bmoe_ci.plugin.context import DeviceContext
-from bmoe_ci.plugin.runner import EngineResult
 from bmoe_ci.reference.forward import Model
 from gates.compare import check, counters, require_ok
 from gates.plan import SCORE_TEXT

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from bmoe_ci.builder import BuildError
-from bmoe_ci.mutants import Fault, load_catalogue
+from bmoe_ci.faults import Fault, load_catalogue
 from bmoe_ci.mutants.run import build_all
 from gate_run import REPO, run_gates
 

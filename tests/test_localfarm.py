@@ -17,10 +17,10 @@ from bmoe_ci.cli_farm import add_farm_commands
 from bmoe_ci.farm import (
     DeviceBusy,
     DeviceLock,
+    Ending,
     InfraError,
     LockOwner,
     MissingTool,
-    Outcome,
     PushItem,
     load_farm,
     load_farm_file,
@@ -308,7 +308,7 @@ def test_session_pushes_preflights_and_runs(device, tmp_path: Path) -> None:
         r = s.run_engine(["run", "-m", s.file("fx/tiny.gguf")], 10)
         assert r.ok and r.stdout.decode().strip() == f"ran: run -m {s.file('fx/tiny.gguf')}"
         crash = s.run_engine(["crash"], 10)
-        assert crash.outcome is Outcome.SIGNALED and crash.signal == 11
+        assert crash.outcome is Ending.SIGNALED and crash.signal == 11
         assert s.pull(s.file("fx/tiny.gguf"), "artifacts/tiny.gguf").read_bytes() == model.read_bytes()
         assert read_lock(s.transport).run_id == "r1"
     with open_transport(device) as t:
@@ -349,7 +349,7 @@ def test_timeout_scale_applies_to_engine_runs(farm, tmp_path: Path) -> None:
     dev = farm.devices["host"].model_copy(update={"timeout_scale": 0.5})
     with open_session(dev, engine=stand_in(tmp_path), build_id="abc") as s:
         r = s.run_engine(["sleep", "5"], 2)
-    assert r.outcome is Outcome.INFRA and r.infra.kind == "timeout" and r.timeout == 1.0 and r.duration < 3
+    assert r.outcome is Ending.INFRA and r.infra.kind == "timeout" and r.timeout == 1.0 and r.duration < 3
 
 
 def test_preflight_failures_are_infrastructure(farm, tmp_path: Path) -> None:

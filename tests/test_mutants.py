@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bmoe_ci.mutants import CatalogueError, fault_sites, load_catalogue
+from bmoe_ci.faults import CatalogueError, fault_sites, load_catalogue
 from bmoe_ci.mutants.report import DOC_BEGIN, DOC_END, DOC_HEADER, doc_section, write_doc
 from bmoe_ci.mutants.run import GateRunOutcome, NoVerdict, check_clean, classify
 from gate_run import REPO, host_farm, run_gates

@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from bmoe_ci.paths import cache_dir, source_tree
 
@@ -58,10 +59,38 @@ class Build:
     defines: tuple[str, ...] = field(default=())
 
 
+#: Spellings of the same architecture; the farm and the targets always use the ``uname -m`` spelling.
+ARCH_ALIASES = {"arm64": "aarch64", "armv8": "aarch64", "amd64": "x86_64", "x64": "x86_64", "x86-64": "x86_64"}
+
+#: The architectures the engine has a target for (a farm device may have no other).
+KNOWN_ARCHES: tuple[str, ...] = tuple(sorted({t.split("-", 1)[0] for t in TARGETS}))
+
+
+def normalize_arch(arch: str) -> str:
+    """``arm64`` -> ``aarch64``, ``amd64`` -> ``x86_64``; anything else lower-cased as is."""
+    a = arch.strip().lower()
+    return ARCH_ALIASES.get(a, a)
+
+
+class Platform(Protocol):
+    """What decides a device's target: a farm device, or a gate run's device context."""
+
+    @property
+    def arch(self) -> str: ...
+
+    @property
+    def os(self) -> str: ...
+
+
+def target_for(device: Platform) -> str:
+    """The target that runs on ``device``: ``<arch>-macos`` for a Mac, else ``<arch>-linux-musl``."""
+    if device.os.lower() in ("macos", "darwin", "osx"):
+        return f"{device.arch}-macos"
+    return f"{device.arch}-linux-musl"
+
+
 def host_target() -> str:
-    machine = platform.machine().lower()
-    arch = {"arm64": "aarch64", "amd64": "x86_64"}.get(machine, machine)
-    return f"{arch}-linux-musl"
+    return f"{normalize_arch(platform.machine())}-linux-musl"
 
 
 def resolve_target(name: str) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from bmoe_ci.plugin.context import GateRun
+from bmoe_ci.gaterun.context import GateRun
 from bmoe_ci.reports import DeviceRun, RunMeta, TestRecord, console_matrix, exit_code, finalize, write_device_junit
 from bmoe_ci.reports.plan import read_plan, reconcile, write_pending_plan
 from bmoe_ci.reports.records import RUN_JSON

@@ -202,8 +202,7 @@ class DeviceInstruments:
         self._builds: dict[str, Any] = {}
 
     def _build(self, device: Any) -> Any:
-        from bmoe_ci.builder import build
-        from bmoe_ci.plugin.prepare import target_for
+        from bmoe_ci.builder import build, target_for
 
         target = target_for(device)
         if target not in self._builds:
@@ -211,7 +210,7 @@ class DeviceInstruments:
         return self._builds[target]
 
     def build_id(self, device: str) -> tuple[str, str]:
-        from bmoe_ci.plugin.prepare import target_for
+        from bmoe_ci.builder import target_for
 
         d = self.devices[device]
         return target_for(d), self._build(d).build_id
@@ -230,9 +229,9 @@ class DeviceInstruments:
         )
 
     def gate_run(self, devices: Sequence[str]) -> tuple[dict[str, GateRecord], str | None]:
-        from bmoe_ci.release.measure import run_gate_suite
+        from bmoe_ci.release.measure import run_gates
 
-        return run_gate_suite(
+        return run_gates(
             self.repo,
             self.farm_path,
             devices,

@@ -1,5 +1,5 @@
-"""The controller's session setup: build each needed target once, generate fixtures once, then
-connect, lock, push and preflight every selected device (in parallel). Runs where xdist's
+"""The controller's session setup: build each needed target once, generate fixtures once, then connect,
+lock, push and preflight every selected device (in parallel). The plugin calls it where xdist's
 controller runs, never on a worker, so devices are leased and pushed exactly once per session.
 
 :func:`plan_only` is the same selection without any of that, for `pytest --collect-only` and the
@@ -7,12 +7,13 @@ other modes that look at the tests without running them."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bmoe_ci.builder import Build, build
+from bmoe_ci.builder import Build, build, target_for
 from bmoe_ci.farm import (
     Device,
     DeviceSession,
@@ -25,16 +26,10 @@ from bmoe_ci.farm import (
 from bmoe_ci.farm.health import DeviceHealth, HealthBook
 from bmoe_ci.farm.store import PushReport
 from bmoe_ci.fixtures import FixtureFile, generate, load_specs
+from bmoe_ci.gaterun.context import DeviceContext, GateRun
+from bmoe_ci.gaterun.progress import Progress
 from bmoe_ci.paths import source_tree
-from bmoe_ci.plugin.context import DeviceContext, GateRun
-from bmoe_ci.plugin.progress import Progress
 from bmoe_ci.reference import GATE_REQUEST
-
-
-def target_for(device: Device) -> str:
-    if device.os.lower() in ("macos", "darwin", "osx"):
-        return f"{device.arch}-macos"
-    return f"{device.arch}-linux-musl"
 
 
 def mib(n: int) -> str:
@@ -253,6 +248,24 @@ def prepare(
     return Prepared(run, {ctx.name: s for ctx, s in opened if s is not None})
 
 
+def results_dir_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be the results directory (it is created later, after the devices are
+    ready), or None."""
+    if path.exists():
+        if not path.is_dir():
+            return "exists and is not a directory"
+        probe = path
+    else:
+        probe = path.parent
+        while not probe.exists():
+            probe = probe.parent
+        if not probe.is_dir():
+            return f"{probe} is not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable"
+    return None
+
+
 # The inputs of the quality instruments' gate (SCORE): committed texts, pushed beside the fixtures.
 SCORING_INPUTS = ("score.txt", "choices.jsonl", "session.txt")
 
@@ -265,4 +278,4 @@ def _fixture_items(fixtures: Sequence[FixtureFile]) -> list[PushItem]:
     return [PushItem(p, name=f"fixtures/{p.name}") for f in fixtures for p in f.files] + scoring
 
 
-__all__ = ["FarmError", "Prepared", "plan_only", "prepare", "target_for"]
+__all__ = ["FarmError", "Prepared", "plan_only", "prepare", "results_dir_problem"]
