@@ -32,6 +32,7 @@ from bmoe_ci.farm import (
 )
 from bmoe_ci.farm.lock import LOCK_DIR
 from bmoe_ci.farm.pids import pid_running
+from bmoe_ci.paths import Places
 
 SSH = str(localfarm.layout()["SSH_HOST_NAME"])
 ARCH = localfarm.host_arch()
@@ -96,8 +97,9 @@ def test_up_is_idempotent_and_the_farm_is_complete(state: Path, farm) -> None:
 
 
 def test_status_and_check_commands(state: Path, farm, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    monkeypatch.setenv("BMOE_CI_STATE", str(state))
-    assert load_farm().names == farm.names  # the default farm is the local farm's state file
+    monkeypatch.setenv("BMOE_CI_STATE", str(state))  # read by the command line (run_cli) below
+    # the default farm is the local farm's state file
+    assert load_farm(places=Places.from_environ(os.environ)).names == farm.names
     assert run_cli("farm", "check") == 0
     out = capsys.readouterr().out
     assert out.count(" ok ") == 5, out

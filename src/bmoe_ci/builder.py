@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from bmoe_ci.paths import cache_dir, source_tree
+from bmoe_ci.paths import Places
 
 # Targets the builder knows. Linux targets are static musl binaries that run on the farm; the macOS
 # ones are compile-and-link checks for desktops (they cannot run here).
@@ -141,19 +141,21 @@ def build(
     progress: Callable[[str], None] | None = None,
     engine_dir: Path | None = None,
     cache: Path | None = None,
+    places: Places | None = None,
 ) -> Build:
     """Builds (or takes from the cache) the engine for `target`.
 
     `defines` are extra preprocessor definitions (`BMOE_FAULT_...=1`) for fault-injected builds;
     they are part of the build id, so a faulty binary can never be mistaken for the real one.
-    `engine_dir` and `cache` default to the source tree's engine/ and the bmoe-ci cache.
+    `engine_dir` and `cache` default to the source tree's engine/ and the bmoe-ci cache of `places`.
     """
+    places = places or Places()
     say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
     triple = resolve_target(target)
-    engine_dir = engine_dir or source_tree() / "engine"
+    engine_dir = engine_dir or places.source_tree() / "engine"
     zig = zig_version()
     build_id = compute_build_id(triple, defines, engine_dir, zig)
-    out_dir = (cache or cache_dir()) / "engine" / triple / build_id
+    out_dir = (cache or places.cache_dir()) / "engine" / triple / build_id
     binary = out_dir / "bmoe"
     runnable = TARGETS[triple]
     if binary.is_file() and not rebuild:

@@ -15,6 +15,7 @@ from bmoe_ci.ab.devstate import DeviceState, DriftBounds, drift, read_state
 from bmoe_ci.ab.stats import DEFAULT_SEED, RatioCI, ratio_ci, tok_s
 from bmoe_ci.farm import Device, InfraError, PushItem, default_run_id, open_session
 from bmoe_ci.gaterun.engine import run_engine
+from bmoe_ci.paths import Places
 
 AB_SCHEMA = "bmoe-ci.ab/1"
 DEFAULT_PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time"
@@ -64,13 +65,15 @@ def run_ab(
     results_dir: Path | None = None,
     build: Callable[[Device], Any] | None = None,
     say: Callable[[str], None] = _say,
+    places: Places | None = None,
 ) -> dict[str, Any]:
-    """Measure; return the ab.json content. Raises :class:`AbError` when nothing can be measured."""
+    """Measure; return the ab.json content. Raises :class:`AbError` when nothing can be measured.
+    ``build`` (default: the builder, with ``places``) gives the engine for the device."""
     from bmoe_ci.builder import build as build_target
     from bmoe_ci.builder import target_for
 
     run_id = run_id or default_run_id()
-    b = build(spec.device) if build else build_target(target_for(spec.device))
+    b = build(spec.device) if build else build_target(target_for(spec.device), places=places)
     configs = configurations(spec)
     order = cell_order([n for n, _ in configs], spec.rounds)
     flags = dict(configs)

@@ -44,6 +44,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from bmoe_ci.paths import Places
+
 from .errors import (
     ConfigIssue,
     DeviceBusy,
@@ -63,12 +65,13 @@ from .store import GcReport, Mismatch, PushItem, PushReport, gc, push, sha256_fi
 from .transports import Ending, RunResult, Transport, open_transport, registry
 
 
-def load_farm(path: str | os.PathLike[str] | None = None) -> Farm:
-    """Load a farm file; ``None`` means the embedded local farm (:class:`FarmNotUp` if not started)."""
+def load_farm(path: str | os.PathLike[str] | None = None, places: Places | None = None) -> Farm:
+    """Load a farm file; ``None`` means the embedded local farm of ``places`` (:class:`FarmNotUp` if not
+    started)."""
     if path is None:
         from .localfarm import farm_file
 
-        path = farm_file()
+        path = farm_file(places=places)
     return load_farm_file(Path(path))
 
 

@@ -81,12 +81,14 @@ def from_run(argv: Sequence[str], r: RunResult) -> EngineResult:
         infra = r.infra or InfraError(r.device, "disconnect", r.describe())
         return EngineResult(tuple(argv), {}, None, None, r.stderr.decode(errors="replace"), infra, r.duration)
     data = parse_result(r.stdout.decode(errors="replace").strip() or "{}")
-    return EngineResult(tuple(argv), data, crash_of(r), r.exit_code, r.stderr.decode(errors="replace"),
-                        None, r.duration)
+    return EngineResult(
+        tuple(argv), data, crash_of(r), r.exit_code, r.stderr.decode(errors="replace"), None, r.duration
+    )
 
 
-def run_engine(session: DeviceSession, argv: Sequence[str], timeout: float,
-               env: Mapping[str, str] | None = None) -> EngineResult:
+def run_engine(
+    session: DeviceSession, argv: Sequence[str], timeout: float, env: Mapping[str, str] | None = None
+) -> EngineResult:
     """Run the session's pushed engine once with ``argv`` (under the device's exec prefix; ``timeout`` is
     scaled by its ``timeout_scale``) and read its JSON result. Never raises for an infrastructure
     problem: :attr:`EngineResult.infra` says it."""

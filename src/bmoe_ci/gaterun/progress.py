@@ -37,8 +37,9 @@ class Progress:
     Devices are prepared from threads and the lease heartbeat runs in the background: writes are
     serialised so that lines never interleave."""
 
-    def __init__(self, reporter: Callable[[], _Reporter | None] | None = None, verbosity: int = 0,
-                 stream: TextIO | None = None):
+    def __init__(
+        self, reporter: Callable[[], _Reporter | None] | None = None, verbosity: int = 0, stream: TextIO | None = None
+    ):
         self._reporter = reporter or (lambda: None)
         self.verbosity = verbosity
         self._stream = stream

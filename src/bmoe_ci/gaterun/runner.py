@@ -41,8 +41,13 @@ class PlanDone:
     crashed: int = 0  # entries the engine died on (verdicts, not infrastructure)
 
     def to_json(self) -> dict[str, Any]:
-        return {"key": self.key, "entries": self.entries, "seconds": round(self.seconds, 3),
-                "outcome": self.outcome, "crashed": self.crashed}
+        return {
+            "key": self.key,
+            "entries": self.entries,
+            "seconds": round(self.seconds, 3),
+            "outcome": self.outcome,
+            "crashed": self.crashed,
+        }
 
 
 @dataclass
@@ -100,13 +105,16 @@ class DeviceRunner:
             return {}
         # each file is announced by a line "\x1e<path>" (present) or "\x1f<path>" (missing); a newline
         # after each file keeps the next marker at the start of a line, whatever the file ends with
-        script = ('for f; do if [ -r "$f" ]; then printf "\\036%s\\n" "$f"; cat "$f"; printf "\\n"; '
-                  'else printf "\\037%s\\n" "$f"; fi; done')
+        script = (
+            'for f; do if [ -r "$f" ]; then printf "\\036%s\\n" "$f"; cat "$f"; printf "\\n"; '
+            'else printf "\\037%s\\n" "$f"; fi; done'
+        )
         timeout = self.session.entry_deadline
         r = self.session.run(["sh", "-c", script, "bmoe-ci", *paths], timeout)
         if r.outcome is Ending.INFRA or r.exit_code != 0:
-            raise r.infra or InfraError(self.session.device.name, "transfer",
-                                        f"reading {len(paths)} files: {r.describe()}")
+            raise r.infra or InfraError(
+                self.session.device.name, "transfer", f"reading {len(paths)} files: {r.describe()}"
+            )
         out: dict[str, str | None] = {}
         current: str | None = None
         chunks: list[str] = []

@@ -13,13 +13,17 @@ from typing import Any
 from bmoe_ci.farm import DeviceSession, InfraError, load_farm
 from bmoe_ci.gaterun.context import DeviceContext, GateRun
 from bmoe_ci.gaterun.runner import DeviceRunner
+from bmoe_ci.paths import Places
 
 
 class GateState:
     """The run context and one runner per device, for the tests of one process."""
 
-    def __init__(self, run: GateRun, sessions: dict[str, DeviceSession] | None = None):
+    def __init__(
+        self, run: GateRun, sessions: dict[str, DeviceSession] | None = None, places: Places | None = None
+    ):
         self.run = run
+        self.places = places or Places()  # where the gate tests find the source tree and the caches
         self._sessions = sessions or {}
         self._runners: dict[str, DeviceRunner] = {}
 
@@ -30,8 +34,9 @@ class GateState:
             session = self._sessions.get(device.name)
             if session is None:  # an xdist worker: its own connection, the controller holds the lock
                 spec = load_farm(self.run.farm_file).device(device.name)
-                session = DeviceSession(spec, run_id=self.run.run_id,
-                                        results_dir=Path(self.run.results_dir) / device.name)
+                session = DeviceSession(
+                    spec, run_id=self.run.run_id, results_dir=Path(self.run.results_dir) / device.name
+                )
                 session.connect()
                 session.engine = device.engine
                 session.build_id = device.build_id

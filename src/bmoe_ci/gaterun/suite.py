@@ -85,8 +85,12 @@ class SuiteResult:
     def devices(self) -> dict[str, DeviceVerdict]:
         out = {}
         for name, d in ((self.summary or {}).get("devices") or {}).items():
-            out[name] = DeviceVerdict(device=name, gates=dict(d.get("gates") or {}),
-                                      build_id=d.get("engine_build_id") or "", infra_error=d.get("infra_error"))
+            out[name] = DeviceVerdict(
+                device=name,
+                gates=dict(d.get("gates") or {}),
+                build_id=d.get("engine_build_id") or "",
+                infra_error=d.get("infra_error"),
+            )
         return out
 
     def verdicts(self, device: str) -> tuple[dict[str, Outcome], str | None]:

@@ -38,7 +38,6 @@ from bmoe_ci.mutants.run import (
     classify,
     gate_run,
 )
-from bmoe_ci.paths import source_tree
 
 
 def _say(msg: str) -> None:
@@ -97,7 +96,7 @@ def _results_dir(raw: str | None) -> Path:
 
 def cmd_mutants(args: argparse.Namespace) -> int:
     try:
-        catalogue = load_catalogue()
+        catalogue = load_catalogue(places=args.places)
         if args.list:
             for f in catalogue.faults:
                 print(f"{f.name}\t{f.area}\t{f.file}\t{','.join(f.expected)}\t{f.breaks}")
@@ -139,7 +138,7 @@ def _run(args: argparse.Namespace, catalogue: Catalogue) -> dict | None:
     faults: list[Fault] = catalogue.resolve(args.fault) if args.fault else list(catalogue.faults)
     if args.jobs < 1:
         raise ValueError(f"--jobs {args.jobs}: must be at least 1")
-    farm = load_farm(args.farm)
+    farm = load_farm(args.farm, args.places)
     devices = select_devices(farm, [args.device])
     if len(devices) != 1:
         raise ValueError(f"--device {args.device}: selects {len(devices)} devices; mutants runs on exactly one")
@@ -148,20 +147,20 @@ def _run(args: argparse.Namespace, catalogue: Catalogue) -> dict | None:
         raise ValueError("--own-fixture and --fixture: choose one (--own-fixture takes each fault's own)")
     # with --own-fixture, the clean run covers every fixture a fault will run on, in catalogue order
     fixtures = tuple(dict.fromkeys(f.fixture for f in faults)) if args.own_fixture else tuple(args.fixture or ())
-    specs = load_specs()
+    specs = load_specs(places=args.places)
     for name in fixtures:
         if name not in specs.specs:
             where = f"the catalogue's fixture {name}" if args.own_fixture else f"--fixture {name}"
             raise ValueError(f"{where}: no such fixture (known: {', '.join(specs.specs)})")
     results = _results_dir(args.results)
     spec = GateRunSpec(device=device.name, target=target_for(device), farm=farm.path, fixtures=fixtures,
-                       results=results, repo=source_tree())
+                       results=results, repo=args.places.source_tree())
     started_wall = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     started = time.monotonic()
 
     _say(f"{len(faults)} fault(s) on {device.name} ({device.arch}); results in {results}")
     try:
-        clean_build, builds = build_all(spec.target, faults, args.jobs, args.rebuild, _say)
+        clean_build, builds = build_all(spec.target, faults, args.jobs, args.rebuild, _say, args.places)
     except BuildError as exc:
         _say(f"no verdict: the clean engine does not build: {exc}")
         return None

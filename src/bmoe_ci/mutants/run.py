@@ -21,6 +21,7 @@ from typing import Literal
 from bmoe_ci.builder import Build, BuildError, build
 from bmoe_ci.faults import Fault
 from bmoe_ci.gaterun.suite import LOG_NAME, SuiteCall, SuiteResult, run_gate_suite
+from bmoe_ci.paths import Places
 
 #: What a fault's gate run says of it (the gates' own outcomes are :data:`bmoe_ci.reports.Outcome`).
 FaultVerdict = Literal["caught", "survived", "error"]
@@ -93,16 +94,16 @@ def check_clean(run: SuiteResult, device: str) -> dict[str, str]:
     return gates
 
 
-def build_all(target: str, faults: Sequence[Fault], jobs: int, rebuild: bool,
-              say: Callable[[str], None]) -> tuple[Build, dict[str, Build | BuildError]]:
+def build_all(target: str, faults: Sequence[Fault], jobs: int, rebuild: bool, say: Callable[[str], None],
+              places: Places | None = None) -> tuple[Build, dict[str, Build | BuildError]]:
     """The clean engine and every fault's, `jobs` compilers at a time (each build is cached by its
     content hash, so an unchanged tree compiles nothing)."""
     quiet: Callable[[str], None] = lambda _msg: None  # noqa: E731 - one progress line per build instead
-    clean = build(target, rebuild=rebuild, progress=say)
+    clean = build(target, rebuild=rebuild, progress=say, places=places)
 
     def one(fault: Fault) -> tuple[str, Build | BuildError]:
         try:
-            b = build(target, defines=[fault.define], rebuild=rebuild, progress=quiet)
+            b = build(target, defines=[fault.define], rebuild=rebuild, progress=quiet, places=places)
         except BuildError as exc:
             return fault.name, exc
         say(f"built {fault.name}: {b.build_id} ({'compiled' if b.compiled else 'cached'})")

@@ -40,7 +40,7 @@ from bmoe_ci.nightly.report import (
     write_index,
     write_report,
 )
-from bmoe_ci.paths import checkout, source_tree
+from bmoe_ci.paths import Places
 from bmoe_ci.reports import ReportError, load_results
 from bmoe_ci.reports.junit import JUNIT_XML
 from bmoe_ci.reports.records import RUN_JSON, DeviceRun, RunMeta, read_json
@@ -67,6 +67,7 @@ class NightlyOptions:
     keep: int | None = None
     workers: int | None = None
     flaky: FlakyPolicy = field(default_factory=FlakyPolicy)
+    places: Places = field(default_factory=Places)  # as the command line read them from the environment
 
 
 @dataclass(frozen=True)
@@ -91,12 +92,12 @@ def _git_state(repo: Path) -> tuple[str, bool]:
     return commit, dirty
 
 
-def _farm_path(farm: Path | None) -> Path:
-    if farm is not None:
-        return farm
+def _farm_path(opts: NightlyOptions) -> Path:
+    if opts.farm is not None:
+        return opts.farm
     from bmoe_ci.farm.localfarm import farm_file
 
-    return farm_file()
+    return farm_file(places=opts.places)
 
 
 def read_mutants(path: Path) -> MutationScore:
@@ -140,7 +141,7 @@ def _run_mutants(opts: NightlyOptions, run_dir: Path, devices: dict[str, str]) -
 def gate_call(opts: NightlyOptions, run_dir: Path, n_devices: int) -> SuiteCall:
     """The plain gate run the nightly drives, on the farm this nightly loaded and hashed."""
     workers = opts.workers if opts.workers is not None else min(n_devices, 4)
-    return SuiteCall(tree=source_tree(), farm=_farm_path(opts.farm), devices=(f"pool:{opts.pool}",),
+    return SuiteCall(tree=opts.places.source_tree(), farm=_farm_path(opts), devices=(f"pool:{opts.pool}",),
                      results=run_dir, fixtures=opts.fixtures, faults=opts.faults, workers=workers)
 
 
@@ -194,12 +195,12 @@ def run_nightly(opts: NightlyOptions) -> NightlyResult:
         if not opts.mutants:
             raise NightlyUsageError("--mutants-fault needs --mutants")
         try:
-            load_catalogue().resolve(opts.mutant_faults)
+            load_catalogue(places=opts.places).resolve(opts.mutant_faults)
         except CatalogueError as exc:
             raise NightlyUsageError(f"--mutants-fault: {exc}") from None
     try:
-        farm = load_farm(opts.farm)
-        farm_path = _farm_path(opts.farm)
+        farm = load_farm(opts.farm, opts.places)
+        farm_path = _farm_path(opts)
     except FarmError as exc:
         raise NightlyUsageError(str(exc)) from None
     if opts.pool not in farm.pools:
@@ -212,7 +213,7 @@ def run_nightly(opts: NightlyOptions) -> NightlyResult:
     with History(opts.history) as hist:  # opened first: an unusable history stops us before the gates run
         n = _empty_nightly(run_id, opts)
         # a wheel has no git state (and git would answer for whatever repository encloses site-packages)
-        tree = checkout()
+        tree = opts.places.checkout()
         n["git_commit"], n["git_dirty"] = _git_state(tree) if tree is not None else ("", False)
         n["farm_sha256"] = hashlib.sha256(farm_path.read_bytes()).hexdigest()
         gate_started = time.monotonic()
@@ -238,7 +239,7 @@ def run_nightly(opts: NightlyOptions) -> NightlyResult:
             # the gate suite records the faults it built in (summary.json): never lose one from the report
             n["faults"] = sorted(set(n["faults"]) | set(summary.get("faults") or []))
         _compare_with_history(n, hist, opts, summary)
-        n["commit_range"] = commit_range(hist, opts.pool, run_id, n["git_commit"], checkout())
+        n["commit_range"] = commit_range(hist, opts.pool, run_id, n["git_commit"], opts.places.checkout())
         if scores:
             n["mutation_score"] = {"caught": sum(s.caught for s in scores), "total": sum(s.total for s in scores),
                                    "devices": [vars(s) for s in scores]}

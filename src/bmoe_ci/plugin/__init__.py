@@ -41,7 +41,7 @@ from bmoe_ci.gaterun.context import DeviceContext, GateRun
 from bmoe_ci.gaterun.progress import Progress
 from bmoe_ci.gaterun.runner import DeviceRunner
 from bmoe_ci.gaterun.state import GateState, plan_line
-from bmoe_ci.paths import source_tree
+from bmoe_ci.paths import Places
 from bmoe_ci.plugin import options
 from bmoe_ci.plugin.collect import RecordCollector, begin_run
 from bmoe_ci.plugin.marks import mark_gate_item, register_catalogue
@@ -60,11 +60,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     options.add_options(parser)
 
 
-def _gate_suite_requested(config: pytest.Config) -> bool:
+def _gate_suite_requested(config: pytest.Config, places: Places) -> bool:
     if options.given_on_command_line(config):
         return True
     try:
-        gates = (source_tree() / "gates").resolve()
+        gates = (places.source_tree() / "gates").resolve()
     except RuntimeError:
         return False
     for arg in config.args:
@@ -77,7 +77,9 @@ def _gate_suite_requested(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gate(id): the gate catalogue id this test checks (docs/gates.md)")
     register_catalogue(config)
-    if not _gate_suite_requested(config):
+    # the environment is read here, in the plugin's hook, and only passed down from here on
+    places = Places.from_environ(os.environ)
+    if not _gate_suite_requested(config, places):
         return
     if getattr(config.option, "numprocesses", None):
         config.option.dist = "loadgroup"  # one device's tests on one worker, in order
@@ -86,7 +88,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # xdist decided the worker's `loadgroup` flag from the command line before any plugin ran;
         # the controller schedules by group (set above), so the worker must tag node ids by group too.
         config.option.loadgroup = True
-        config.stash[STATE_KEY] = GateState(GateRun.from_json(workerinput["bmoe_gate_run"]))
+        config.stash[STATE_KEY] = GateState(GateRun.from_json(workerinput["bmoe_gate_run"]), places=places)
     else:
         foreign = options.foreign_short_options(config)
         if foreign:
@@ -96,7 +98,6 @@ def pytest_configure(config: pytest.Config) -> None:
                 f" here, so the gate suite does not get it; use "
                 + ", ".join(options.option(n.lstrip("-")) for n in foreign)
             )
-        # the environment is read here, in the plugin's hook, and only passed down from here on
         gate_options = options.from_config(config, os.environ)
         config.pluginmanager.register(Controller(config, gate_options, reporter_progress(config)),
                                       "bmoe-controller")
@@ -138,7 +139,8 @@ class Controller:
             raise pytest.UsageError(f"{options.option('lock-wait')} {opts.lock_wait:g}: must be 0 or more seconds")
         try:
             # an unknown fault would build a normal engine and report it green: refuse it first
-            faults = [f.name for f in load_catalogue().resolve(list(opts.faults))] if opts.faults else []
+            faults = ([f.name for f in load_catalogue(places=opts.places).resolve(list(opts.faults))]
+                      if opts.faults else [])
         except CatalogueError as exc:
             # the catalogue names the option as `bmoe-ci mutants` spells it
             msg = str(exc)
@@ -157,7 +159,7 @@ class Controller:
                 # only looking at the tests: parametrise them over the selection, touch nothing
                 config.stash[RUN_KEY] = plan_only(
                     selectors=opts.selectors, farm_file=opts.farm, results_dir=results, run_id=run_id,
-                    fixture_names=opts.fixtures, faults=faults, progress=self.progress,
+                    fixture_names=opts.fixtures, faults=faults, progress=self.progress, places=opts.places,
                 )
                 return
             self.prepared = prepare(
@@ -170,6 +172,7 @@ class Controller:
                 faults=faults,
                 lock_wait=opts.lock_wait,
                 progress=self.progress,
+                places=opts.places,
             )
         except FarmError as exc:
             raise pytest.UsageError(str(exc)) from exc
@@ -180,8 +183,8 @@ class Controller:
         run = self.prepared.run
         config.stash[RUN_KEY] = run
         if not hasattr(config, "workerinput"):
-            config.stash[STATE_KEY] = GateState(run, self.prepared.sessions)
-        self.collector = RecordCollector(run)
+            config.stash[STATE_KEY] = GateState(run, self.prepared.sessions, opts.places)
+        self.collector = RecordCollector(run, opts.absolute_attachments)
 
     def pytest_configure_node(self, node) -> None:
         node.workerinput["bmoe_gate_run"] = self.config.stash[RUN_KEY].to_json()
