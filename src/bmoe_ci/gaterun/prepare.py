@@ -153,7 +153,8 @@ def prepare(
     progress: Progress | None = None,
     places: Places | None = None,
 ) -> Prepared:
-    """`faults` are catalogue names (the caller has checked them against engine/faults.toml).
+    """`faults` are catalogue names (the caller has checked them against engine/faults.toml); `places`
+    (default: no override) is where the source tree, the caches and the local farm are.
     Raises FarmError (bad farm file, unknown device) — a usage problem that stops the session.
     A device that cannot be reached or fails preflight does NOT raise: it gets an infra_error."""
     progress = progress or Progress()
