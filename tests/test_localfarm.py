@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bmoe_ci.cli import environment_defaults
 from bmoe_ci.cli_farm import add_farm_commands
 from bmoe_ci.farm import (
     DeviceBusy,
@@ -65,6 +66,7 @@ def stand_in(tmp_path: Path, target: str = f"{ARCH}-linux-musl", build: str = "a
 def run_cli(*argv: str) -> int:
     parser = argparse.ArgumentParser(prog="bmoe-ci")
     add_farm_commands(parser.add_subparsers(dest="command"))
+    parser.set_defaults(**environment_defaults(os.environ))  # as bmoe_ci.cli.main does
     args = parser.parse_args(list(argv))
     return args.func(args)
 

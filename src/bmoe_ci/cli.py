@@ -114,13 +114,18 @@ def warn_if_foreign_checkout() -> None:
         print(message, file=sys.stderr, flush=True)
 
 
+def environment_defaults(environ: Mapping[str, str]) -> dict[str, object]:
+    """What the environment says, as the argument values every command reads (``args.places``,
+    ``args.absolute_attachments``): ``parser.set_defaults(**environment_defaults(os.environ))``."""
+    return {"places": Places.from_environ(environ), "absolute_attachments": absolute_attachments(environ)}
+
+
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
-    """`bmoe-ci ARGV`. The environment (default ``os.environ``) is read here, once: every command gets
-    what it says as values on its arguments (``args.places``, ``args.absolute_attachments``)."""
-    environ = os.environ if environ is None else environ
+    """`bmoe-ci ARGV`. The environment (default ``os.environ``) is read here, once, and handed to every
+    command as values on its arguments."""
     warn_if_foreign_checkout()
     parser = make_parser()
-    parser.set_defaults(places=Places.from_environ(environ), absolute_attachments=absolute_attachments(environ))
+    parser.set_defaults(**environment_defaults(os.environ if environ is None else environ))
     args = parser.parse_args(argv)
     try:
         status = int(args.func(args))
