@@ -26,7 +26,7 @@ SRC = REPO / "src" / "bmoe_ci"
 #: Low -> high. Each unit imports only units of lower layers.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("bmoe_ci", "paths"),  # the package root (its version) and where things live
-    ("origin", "builder", "faults", "reference", "replay", "check_table"),
+    ("origin", "builder", "faults", "reference", "replay", "check_table", "vocabs"),
     ("enginecheck", "fixtures", "farm"),
     ("reports",),
     ("gaterun",),  # the gate run library: prepare, run the engine, run the suite
