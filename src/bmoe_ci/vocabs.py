@@ -17,7 +17,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from bmoe_ci.paths import cache_dir
+from bmoe_ci.paths import Places
 
 #: the source distribution whose vendored llama.cpp holds the test sets
 PACKAGE = "llama-cpp-python"
@@ -45,7 +45,9 @@ class VocabCase:
 
 
 def vocab_dir(cache: Path | None = None) -> Path:
-    return (cache or cache_dir()) / "vocabs" / VERSION
+    """Under ``cache`` (default: the bmoe-ci cache with no override: a caller that has read
+    ``$BMOE_CI_CACHE`` passes ``Places.cache_dir()``)."""
+    return (cache or Places().cache_dir()) / "vocabs" / VERSION
 
 
 def _download(dest: Path) -> Path:
