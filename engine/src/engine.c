@@ -74,6 +74,14 @@ struct bmoe_engine {
     bmoe_counters *prompt_counters;      /* per prompt: what it added */
 };
 
+/* tokenizer.ggml.model is absent or "gpt2" (what tok_load reads). */
+static int tok_is_byte_level(const gguf_model *g) {
+    gguf_str model;
+    char e[64] = "";
+    int r = gguf_get_str(g, "tokenizer.ggml.model", &model, e, sizeof e);
+    return r == 0 || (r > 0 && gguf_str_eq(model, "gpt2"));
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -175,8 +183,31 @@ int engine_open(const bmoe_config *cfg, bmoe_engine **out, bmoe_error *err) {
     if (rc) { err_set(err, rc, NULL, "%s", msg); goto fail; }
     const bmoe_hparams *hp = &e->model->hp;
     rc = tok_load(&e->tok, e->model->g, e->model->path, msg, sizeof msg);
-    if (rc) { err_set(err, rc, NULL, "%s", msg); goto fail; }
-    e->tok_loaded = 1;
+    if (rc && rc != 1 && cfg->prompt_tokens && config_mode(cfg) == BMOE_MODE_RUN && !tok_is_byte_level(e->model->g)) {
+        /* A vocabulary the tokenizer does not read (not byte-level): a prompt given as token ids still
+         * runs; the result carries the generated ids and no text, and generation still stops at EOS. */
+        uint64_t eos = 0;
+        char e2[64] = "";
+        memset(&e->tok, 0, sizeof e->tok);
+        e->tok.eos = gguf_get_u64(e->model->g, "tokenizer.ggml.eos_token_id", &eos, e2, sizeof e2) > 0 &&
+                             eos < (uint64_t)hp->n_vocab ? (int32_t)eos : -1;
+        rc = 0;
+    } else if (rc) {
+        err_set(err, rc, NULL, "%s", msg);
+        goto fail;
+    } else {
+        e->tok_loaded = 1;
+    }
+
+    /* A model without MoE layers has no routing for a knob to change: asking for one is an error, not a
+     * silent no-op. The streaming flags stay valid (there is nothing to stream: every expert counter
+     * reports 0). */
+    if (e->model->n_moe_layers == 0 && (cfg->drop_set || cfg->subst_set || cfg->n_expert_used > 0)) {
+        rc = err_set(err, 2, "config", "%s: the model (%s) has no MoE layers",
+                     cfg->drop_set ? "--drop-cold-experts" : cfg->subst_set ? "--expert-substitute" : "--n-expert-used",
+                     e->model->arch);
+        goto fail;
+    }
 
     /* the effective top-k and context */
     if (e->model->n_moe_layers > 0) {
@@ -227,6 +258,7 @@ fail:
 }
 
 static int append_text(bmoe_engine *e, int32_t tok) {
+    if (!e->tok_loaded) return 0; /* no vocabulary read (--prompt-tokens on a vocabulary not byte-level) */
     size_t n;
     const uint8_t *piece = tok_piece(&e->tok, tok, &n);
     if (n == 0) return 0;
