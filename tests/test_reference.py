@@ -299,6 +299,71 @@ def test_engine_refuses_routing_knobs_on_a_dense_model(engine: Path, models: dic
     assert len(result["tokens"]) == 4
 
 
+#: gemma3's keys as llama.cpp reads them, each a rewrite of the gemma3 fixture (docs/model-math.md): the
+#: pattern as a per-layer array, as a period, absent window (every layer global), soft-capping given
+GEMMA3_VARIANTS = {
+    "pattern-array": [("set", "gemma3.attention.sliding_window_pattern", "bools", [True, False] * 3)],
+    "pattern-period-3": [("set", "gemma3.attention.sliding_window_pattern", "u32", 3)],
+    "no-window": [("unset", "gemma3.attention.sliding_window", "", None)],
+    "softcap-3": [("set", "gemma3.final_logit_softcapping", "f32", 3.0)],
+    "base-swa-500": [("set", "gemma3.rope.freq_base_swa", "f32", 500.0)],
+}
+
+
+def _rewrite(src: Path, dst: Path, edits: list[tuple[str, str, str, object]]) -> Path:
+    import gguf_corpus as gc
+
+    img = gc.parse(src.read_bytes())
+    for op, key, kind, value in edits:
+        if op == "unset":
+            img = img.without(key)
+        elif kind == "bools":
+            img = img.with_kv(gc.kv_arr(key, gc.BOOL, list(value)))  # type: ignore[arg-type]
+        else:
+            img = img.with_kv(gc.KV(key, {"u32": gc.U32, "f32": gc.F32, "str": gc.STRING}[kind], value))
+    return img.write(dst)
+
+
+@pytest.mark.parametrize("variant", sorted(GEMMA3_VARIANTS))
+def test_engine_matches_reference_on_gemma3_key_variants(engine: Path, models: dict, variant: str, tmp_path: Path):
+    path = _rewrite(models["gemma3"], tmp_path / f"gemma3-{variant}.gguf", GEMMA3_VARIANTS[variant])
+    m = Model.load(path)
+    expected_swa = {
+        "pattern-array": (True, False) * 3,
+        "pattern-period-3": (True, True, False) * 2,
+        "no-window": (),
+    }.get(variant, (True,) * 5 + (False,))
+    assert m.hp.swa == expected_swa
+    assert m.hp.softcap == (3.0 if variant == "softcap-3" else 0.0)
+    prompt = m.tokenize(CMP_PROMPT)
+    gen = m.generate(prompt, N_CMP)
+    result, rows, _ = run_engine(engine, path, tmp_path, N_CMP, prompt_tokens=prompt, n_vocab=m.n_vocab)
+    assert result["tokens"] == gen.tokens, _explain(gen, result["tokens"])
+    assert rows is not None
+    rel, worst = relative_error(rows, m.logits(prompt + gen.tokens)[: len(rows)])
+    assert rel <= TOL_GELU, f"max relative error {rel:.3g} at row {worst} exceeds {TOL_GELU:g}"
+    # each rewrite changes what the model computes (else it would test nothing)
+    assert relative_error(rows, load(models["gemma3"]).logits(prompt + gen.tokens)[: len(rows)])[0] > 1e-3
+
+
+@pytest.mark.parametrize(
+    ("edits", "message"),
+    [
+        ([("set", "gemma3.rope.scaling.type", "str", "yarn")], "only linear RoPE scaling is implemented"),
+        (
+            [("set", "gemma3.attention.sliding_window_pattern", "bools", [True] * 5)],
+            "sliding_window_pattern has 5 entries but block_count is 6",
+        ),
+    ],
+)
+def test_engine_refuses_gemma3_keys_it_does_not_implement(
+    engine: Path, models: dict, edits: list, message: str, tmp_path: Path
+):
+    path = _rewrite(models["gemma3"], tmp_path / "bad.gguf", edits)
+    proc = subprocess.run([str(engine), "run", "-m", str(path), "-p", "x", "-n", "1"], capture_output=True, timeout=60)
+    assert proc.returncode == 3 and message in proc.stderr.decode(), proc.stderr
+
+
 def test_engine_split_output_identical_to_whole(engine: Path, models: dict, tmp_path: Path):
     m = load(models["qwen3moe"])
     prompt = m.tokenize(CMP_PROMPT)
