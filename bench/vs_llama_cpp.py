@@ -89,17 +89,23 @@ class LlamaRunner:
         import numpy as np
 
         llm = self.llm
+        n_vocab = llm.n_vocab()
+
+        def last() -> int:
+            # without logits_all, llama-cpp-python 0.3.36 leaves `scores` empty: read the context's last row
+            return int(np.argmax(np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(n_vocab,))))
+
         llm.reset()
         t0 = time.perf_counter()
         llm.eval(prompt)
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        tok = last()
         t1 = time.perf_counter()
         out = [tok]
         steps = 0
         while len(out) < n:  # like the engine: the last sampled token is not evaluated
             llm.eval([tok])
             steps += 1
-            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            tok = last()
             out.append(tok)
         t2 = time.perf_counter()
         return Timing(len(prompt) / (t1 - t0), steps / (t2 - t1) if steps else 0.0, tuple(out))
