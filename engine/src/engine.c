@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "expert_checked.h"
 #include "expert_resident.h"
 #include "json.h"
 #include "forward.h"
@@ -40,6 +41,7 @@ struct bmoe_engine {
     int tok_loaded;
     bmoe_pool *pool;
     bmoe_resident resident;
+    bmoe_checked checked;        /* checks each expert's weights in front of the real source */
     bmoe_stream_hook *stream;    /* the streaming source + hook; NULL in --mmap mode */
     bmoe_policies *policies;     /* the lossy knobs behind the hook; NULL when none is armed */
     char warning[512];           /* the narrow-routing warning ("" when not due) */
@@ -74,14 +76,6 @@ struct bmoe_engine {
     bmoe_counters *prompt_counters;      /* per prompt: what it added */
 };
 
-/* tokenizer.ggml.model is absent or "gpt2" (what tok_load reads). */
-static int tok_is_byte_level(const gguf_model *g) {
-    gguf_str model;
-    char e[64] = "";
-    int r = gguf_get_str(g, "tokenizer.ggml.model", &model, e, sizeof e);
-    return r == 0 || (r > 0 && gguf_str_eq(model, "gpt2"));
-}
-
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -110,17 +104,32 @@ static int build_prompt(bmoe_engine *e, bmoe_error *err) {
         return 0;
     }
     const char *p = c->prompt ? c->prompt : "";
-    size_t len = strlen(p);
-    if (len > BMOE_MAX_PROMPT_TOKENS) /* one token per byte */
-        return err_set(err, 2, "config", "-p: %zu bytes, at most %d prompt tokens are accepted", len, BMOE_MAX_PROMPT_TOKENS);
-    int cap = (int)len + 1;
-    e->prompt = malloc((size_t)cap * sizeof *e->prompt);
-    if (!e->prompt) return err_set(err, 1, NULL, "out of memory");
+    char *wrapped = NULL;
     char msg[256] = "";
-    int n = tok_encode(&e->tok, (const uint8_t *)p, len, e->prompt, cap, msg, sizeof msg);
-    if (n < 0) return err_set(err, 2, "config", "%s", n == -1 ? msg : "-p: prompt too long");
+    if (c->chat) { /* docs/engine-flags.md, --chat */
+        int rc = tok_chat_wrap(&e->tok, p, &wrapped, msg, sizeof msg);
+        if (rc == -3) return err_set(err, 1, NULL, "out of memory");
+        if (rc) return err_set(err, 2, "config", "%s", msg);
+        p = wrapped;
+    }
+    /* specials in the text are parsed (llama.cpp's parse_special), BOS/EOS as the model asks */
+    int n = 0;
+    int rc = tok_encode(&e->tok, (const uint8_t *)p, strlen(p), TOK_ADD_SPECIAL | TOK_PARSE_SPECIAL, &e->prompt, &n, msg,
+                        sizeof msg);
+    free(wrapped);
+    if (rc == -3) return err_set(err, 1, NULL, "out of memory");
+    if (rc) return err_set(err, 2, "config", "-p: %s", msg);
     if (n == 0) return err_set(err, 2, "config", "-p: the prompt is empty");
+    if (n > BMOE_MAX_PROMPT_TOKENS)
+        return err_set(err, 2, "config", "-p: %d tokens, at most %d prompt tokens are accepted", n, BMOE_MAX_PROMPT_TOKENS);
     e->n_prompt = n;
+    return 0;
+}
+
+/* Every expert source is seen through the checker (expert_checked.h). */
+static int checked_wrap(bmoe_engine *e, bmoe_expert_source inner, bmoe_error *err) {
+    if (checked_init(&e->checked, inner, e->model)) return err_set(err, 1, NULL, "out of memory");
+    e->seam.experts = checked_source(&e->checked);
     return 0;
 }
 
@@ -130,32 +139,40 @@ static int build_seam(bmoe_engine *e, bmoe_error *err) {
     /* The lossy knobs (policies.c). validate() has refused them with --mmap or without a cache;
      * policies_create() refuses that again, so no path runs a knob that cannot consult the cache. */
     if (e->top_k > 0) {
-        int rc = policies_create(&e->policies, &e->cfg, e->top_k, e->model->hp.n_expert_used, e->model->hp.n_expert,
+        bmoe_policy_opts po = {
+            .drop_set = e->cfg.drop_set, .drop = e->cfg.drop, .drop_no_renorm = e->cfg.drop_no_renorm,
+            .drop_in_prefill = e->cfg.drop_in_prefill, .subst_set = e->cfg.subst_set, .subst = e->cfg.subst,
+            .mmap = e->cfg.mmap, .cache_mb = e->cfg.cache_mb,
+        };
+        int rc = policies_create(&e->policies, &po, e->top_k, e->model->hp.n_expert_used, e->model->hp.n_expert,
                                  e->max_batch, err);
         if (rc) return rc;
     }
     if (e->cfg.mmap) {
-        e->seam.experts = resident_source(&e->resident, e->model);
         e->seam.hook = NULL; /* no policies in the resident reference */
-        return 0;
+        return checked_wrap(e, resident_source(&e->resident, e->model), err);
     }
     /* Streaming: dense weights resident, experts read from the file into the expert memory of
      * docs/design.md, expert memory, behind the hook. Routing policies plug into the hook (stream_hook_set_policy). */
-    int rc = stream_hook_create(&e->stream, e->model, &e->cfg, e->top_k, e->max_batch, err);
+    bmoe_streaming_opts so = {
+        .cache_mb = e->cfg.cache_mb, .odirect = !e->cfg.no_odirect, .io_lanes = e->cfg.io_threads,
+        .prefetch = e->cfg.prefetch, .prefetch_sync = e->cfg.prefetch_sync, .route_trace = e->cfg.route_trace,
+    };
+    int rc = stream_hook_create(&e->stream, e->model, &so, e->top_k, e->max_batch, err);
     if (rc) return rc;
     if (e->policies) {
         bmoe_route_policy p = policies_route_policy(e->policies);
         stream_hook_set_policy(e->stream, &p);
     }
-    e->seam.experts = stream_hook_source(e->stream);
     e->seam.hook = stream_hook_fn;
     e->seam.hook_user = e->stream;
-    return 0;
+    return checked_wrap(e, stream_hook_source(e->stream), err);
 }
 
 /* A forward pass stopped: the hook's own message when it was the hook that stopped it. */
 static int forward_failed(bmoe_engine *e, bmoe_error *err, int rc, const char *msg) {
     const char *hm = e->stream ? stream_hook_error(e->stream) : "";
+    if (!hm[0]) hm = checked_error(&e->checked);
     return err_set(err, rc, NULL, "%s", hm[0] ? hm : msg);
 }
 
@@ -181,23 +198,12 @@ int engine_open(const bmoe_config *cfg, bmoe_engine **out, bmoe_error *err) {
 
     rc = model_open(cfg->model, 1, &e->model, msg, sizeof msg);
     if (rc) { err_set(err, rc, NULL, "%s", msg); goto fail; }
+    rc = check_dense_tensors(e->model, msg, sizeof msg);
+    if (rc) { err_set(err, rc, NULL, "%s", msg); goto fail; }
     const bmoe_hparams *hp = &e->model->hp;
     rc = tok_load(&e->tok, e->model->g, e->model->path, msg, sizeof msg);
-    if (rc && rc != 1 && cfg->prompt_tokens && config_mode(cfg) == BMOE_MODE_RUN && !tok_is_byte_level(e->model->g)) {
-        /* A vocabulary the tokenizer does not read (not byte-level): a prompt given as token ids still
-         * runs; the result carries the generated ids and no text, and generation still stops at EOS. */
-        uint64_t eos = 0;
-        char e2[64] = "";
-        memset(&e->tok, 0, sizeof e->tok);
-        e->tok.eos = gguf_get_u64(e->model->g, "tokenizer.ggml.eos_token_id", &eos, e2, sizeof e2) > 0 &&
-                             eos < (uint64_t)hp->n_vocab ? (int32_t)eos : -1;
-        rc = 0;
-    } else if (rc) {
-        err_set(err, rc, NULL, "%s", msg);
-        goto fail;
-    } else {
-        e->tok_loaded = 1;
-    }
+    if (rc) { err_set(err, rc, NULL, "%s", msg); goto fail; }
+    e->tok_loaded = 1;
 
     /* A model without MoE layers has no routing for a knob to change: asking for one is an error, not a
      * silent no-op. The streaming flags stay valid (there is nothing to stream: every expert counter
@@ -258,7 +264,6 @@ fail:
 }
 
 static int append_text(bmoe_engine *e, int32_t tok) {
-    if (!e->tok_loaded) return 0; /* no vocabulary read (--prompt-tokens on a vocabulary not byte-level) */
     size_t n;
     const uint8_t *piece = tok_piece(&e->tok, tok, &n);
     if (n == 0) return 0;
@@ -384,6 +389,7 @@ void engine_close(bmoe_engine *e) {
     policies_destroy(e->policies);
     pool_destroy(e->pool);
     if (e->tok_loaded) tok_free(&e->tok);
+    checked_free(&e->checked);
     model_close(e->model);
     free(e->prompt);
     free(e->out);
