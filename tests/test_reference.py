@@ -104,7 +104,7 @@ def test_reference_generation_varies_and_routes_every_expert(models: dict, name:
 def test_reference_dense_generation_varies(models: dict, name: str):
     m = load(models[name])
     gen = m.generate(m.tokenize(TEXT_PROMPT), 32)
-    assert len(gen.tokens) == 32 and not gen.stopped_at_eos
+    assert len(gen.tokens) == 32 and not gen.stopped_at_eog
     assert all(t < 256 for t in gen.tokens), "a special token was generated"
     assert len(set(gen.tokens[:N_TEXT])) >= 8, f"greedy output barely varies: {gen.tokens}"
     assert gen.routes == [] and m.hp.n_expert == 0
