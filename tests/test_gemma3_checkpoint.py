@@ -75,9 +75,9 @@ def prompt_tokens(checkpoint: Path) -> list[list[int]]:
 #: third instead of every sixth 2.7-7.5x)
 SPREAD_FACTOR = 1.5
 
-#: llama.cpp's side, run in a child process: on a CPU with AMX, pip's native build of llama.cpp 0.3.36
-#: dies of SIGSEGV in its AMX kernels (docs/benchmarks.md gives the CMAKE_ARGS that avoid them), and
-#: that must not take pytest down with it. Reads {"path", "engine", "prompts", "n", "tmp"} on stdin;
+#: llama.cpp's side, run in a child process without weight repacking (tests/llama_plain.py: its AMX and
+#: repacked kernels die of SIGSEGV here), so that a crash of llama.cpp cannot take pytest down with it.
+#: Reads {"path", "engine", "prompts", "n", "tmp", "tests"} on stdin;
 #: per prompt: llama.cpp's greedy tokens (prompt batch, then one token per step, as it generates), and
 #: per step row: its top-2 margin, its spread (max |logit| difference between that run and the same
 #: tokens evaluated one at a time), the engine's distance to it and the engine's argmax, the engine
@@ -87,11 +87,14 @@ import json, subprocess, sys
 import numpy as np
 import llama_cpp
 req = json.load(sys.stdin)
+sys.path.insert(0, req["tests"])
+from llama_plain import without_weight_repacking
 n = req["n"]
 # logits_all: llama-cpp-python 0.3.36 fills `scores` only then
-llm = llama_cpp.Llama(model_path=req["path"], n_ctx=max(map(len, req["prompts"])) + n + 8, n_batch=512,
-                      n_threads=1, n_threads_batch=1, flash_attn=False, type_k=llama_cpp.GGML_TYPE_F32,
-                      type_v=llama_cpp.GGML_TYPE_F32, logits_all=True, verbose=False)
+with without_weight_repacking():
+    llm = llama_cpp.Llama(model_path=req["path"], n_ctx=max(map(len, req["prompts"])) + n + 8, n_batch=512,
+                          n_threads=1, n_threads_batch=1, flash_attn=False, type_k=llama_cpp.GGML_TYPE_F32,
+                          type_v=llama_cpp.GGML_TYPE_F32, logits_all=True, verbose=False)
 out = []
 for i, prompt in enumerate(req["prompts"]):
     llm.reset()
@@ -129,12 +132,13 @@ json.dump(out, sys.stdout)
 
 
 def llama_side(path: Path, engine: Path, prompts: list[list[int]], n: int, tmp: Path) -> list[dict]:
-    req = json.dumps({"path": str(path), "engine": str(engine), "prompts": prompts, "n": n, "tmp": str(tmp)})
+    req = json.dumps({"path": str(path), "engine": str(engine), "prompts": prompts, "n": n, "tmp": str(tmp),
+                      "tests": str(Path(__file__).parent)})
     proc = subprocess.run([sys.executable, "-c", LLAMA_SCRIPT], input=req, capture_output=True, text=True, timeout=1800)
     if proc.returncode < 0:
         pytest.skip(
-            f"llama.cpp died of signal {-proc.returncode} (on a CPU with AMX, pip's native build of llama.cpp "
-            "0.3.36 does: rebuild it without AMX, docs/benchmarks.md)"
+            f"llama.cpp died of signal {-proc.returncode} (its CPU backend, not the engine: "
+            f"{proc.stderr.strip()[-300:]})"
         )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout)

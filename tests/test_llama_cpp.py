@@ -23,12 +23,9 @@ identical: the fixtures keep clear of near-ties.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -36,6 +33,7 @@ import pytest
 from bmoe_ci.fixtures import generate, load_specs
 from bmoe_ci.reference import Model, relative_error
 from bmoe_ci.reference.outputs import GATE_REQUEST
+from llama_plain import without_weight_repacking
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install '.[bench]')")
 
@@ -61,28 +59,6 @@ PROMPTS = [GATE_REQUEST.prompt, "Hello, world! "]
 @pytest.fixture(scope="module")
 def models(fixture_dir: Path) -> dict[str, Path]:
     return {f.name: f.path for f in generate(fixture_dir, names=FIXTURES + sorted(TIED))}
-
-
-@contextlib.contextmanager
-def without_weight_repacking() -> Iterator[None]:
-    """llama.cpp's CPU backend repacks Q4_0/Q8_0 weights into interleaved layouts by default ("extra buffer
-    types"). In 0.3.36 that path segfaults in decode on these MoE fixtures (qwen3moe-q8_0, x86_64 AVX2, seen
-    2026-12-02), so llama.cpp is asked for its plain layout: the same block products, in its regular
-    kernels. llama-cpp-python has no argument for it; its constructor reads the default parameters from
-    this module attribute, swapped for the duration of one construction."""
-    low = llama_cpp.llama_cpp
-    original = low.llama_model_default_params
-
-    def plain() -> Any:
-        params = original()
-        params.use_extra_bufts = False
-        return params
-
-    low.llama_model_default_params = plain
-    try:
-        yield
-    finally:
-        low.llama_model_default_params = original
 
 
 def llama_greedy(path: Path, prompt: list[int], n: int) -> tuple[list[int], np.ndarray]:
