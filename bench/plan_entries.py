@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from bmoe_ci.builder import build
-from bmoe_ci.fixtures import generate
+from bmoe_ci.models import generate
 from bmoe_ci.paths import Places
 
 sys.path.insert(0, str(Places.from_environ(os.environ).source_tree()))  # a script reads its environment

@@ -37,7 +37,7 @@ import tempfile
 from pathlib import Path
 
 from bmoe_ci.builder import build
-from bmoe_ci.fixtures import generate
+from bmoe_ci.models import generate
 from bmoe_ci.paths import Places
 
 PROMPT = "The quick brown fox jumps over the lazy dog"

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bmoe_ci.builder import build
-from bmoe_ci.fixtures import generate
+from bmoe_ci.models import generate
 
 PROMPT = "The quick brown fox jumps over the lazy dog. Determinism is the foundation; speed is the product."
 

@@ -68,7 +68,7 @@ TracePath = Callable[[str], str]
 @cache
 def _spec_dims(fixture: str, places: Places | None) -> tuple[int, int] | None:
     """(top-k, expert count) of a fixture from fixtures.yaml; None when it is not there."""
-    from bmoe_ci.fixtures.spec import load_specs
+    from bmoe_ci.models.spec import load_specs
 
     spec = load_specs(places=places).specs.get(fixture)
     return (spec.dims.top_k, spec.dims.experts) if spec is not None else None

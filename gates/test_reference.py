@@ -47,7 +47,7 @@ GELU_ARCHS = frozenset({"gemma4"})
 
 
 def logits_tol(fixture: str, places: Places) -> float:
-    from bmoe_ci.fixtures.spec import load_specs
+    from bmoe_ci.models.spec import load_specs
 
     spec = load_specs(places=places).specs.get(fixture)
     return LOGITS_TOL_GELU if spec is not None and spec.arch in GELU_ARCHS else LOGITS_TOL

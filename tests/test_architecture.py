@@ -27,7 +27,7 @@ SRC = REPO / "src" / "bmoe_ci"
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("bmoe_ci", "paths"),  # the package root (its version) and where things live
     ("origin", "builder", "faults", "reference", "replay", "check_table", "vocabs"),
-    ("enginecheck", "fixtures", "farm"),
+    ("enginecheck", "models", "farm"),
     ("reports",),
     ("gaterun",),  # the gate run library: prepare, run the engine, run the suite
     ("ab", "mutants", "nightly"),

@@ -17,7 +17,7 @@ from pathlib import Path
 from gguf import GGUFReader
 
 import gguf_corpus as gc
-from bmoe_ci.fixtures.model import SPECIAL_TOKENS
+from bmoe_ci.models.model import SPECIAL_TOKENS
 from bmoe_ci.reference.eog import eog_ids
 from bmoe_ci.reference.forward import Model
 from vocab_files import fixture_vocab

@@ -13,10 +13,10 @@ import yaml
 from gguf import MODEL_ARCH_NAMES, MODEL_TENSORS, TENSOR_NAMES, GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
-from bmoe_ci.fixtures import SpecError, generate, load_specs, parse_specs, read_manifest, sha256_files
-from bmoe_ci.fixtures.llama_cpp_table import missing_keys, tensor_problems
-from bmoe_ci.fixtures.model import metadata
-from bmoe_ci.fixtures.spec import FixtureSpec, default_specs_path
+from bmoe_ci.models import SpecError, generate, load_specs, parse_specs, read_manifest, sha256_files
+from bmoe_ci.models.llama_cpp_table import missing_keys, tensor_problems
+from bmoe_ci.models.model import metadata
+from bmoe_ci.models.spec import FixtureSpec, default_specs_path
 
 DEFAULTS = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-nonorm", "qwen3moe-tied"]
 VARIANTS = ["qwen3moe-sigmoid", "qwen3moe-softmax-sel", "qwen3moe-q4k"]
@@ -416,7 +416,7 @@ def test_gating_and_structure_keys(generated: dict):
 @pytest.mark.parametrize("name", list(load_specs().specs))
 def test_every_fixture_has_the_keys_llama_cpp_requires(name: str):
     """Every specified fixture (bench ones too: metadata only, nothing is generated) carries the keys
-    llama.cpp's loader requires for its architecture (the table in bmoe_ci.fixtures.llama_cpp_table)."""
+    llama.cpp's loader requires for its architecture (the table in bmoe_ci.models.llama_cpp_table)."""
     specs = load_specs()
     spec = specs.specs[name]
     if isinstance(spec, FixtureSpec):
@@ -502,7 +502,7 @@ def test_q8_0_types_and_values(generated: dict):
     )
 
 
-#: qwen3moe-q4k's bytes (its manifest sha256), recorded: the K-quant quantizer (bmoe_ci.fixtures.kquant)
+#: qwen3moe-q4k's bytes (its manifest sha256), recorded: the K-quant quantizer (bmoe_ci.models.kquant)
 #: is numpy float32 arithmetic in a fixed order, so a numpy or platform change that moved one rounding
 #: would change the fixture every gate result is keyed on; this says so here first.
 Q4K_SHA256 = "0cfcdc2a1422f9347f3f2f0a5d9b626b48c39cb4354e6942352c9d3e4af7a1fa"
@@ -536,7 +536,7 @@ def test_quantized_types_and_values(quant_generated: dict, name: str):
     """Every matrix in the fixture's type (output.weight in Q6_K for the Q4_K_M mix), norms and the
     router F32, and every matrix the spec's float weights up to the type's rounding (gguf.quants reads
     them back: the quantizer and the reader share no code)."""
-    from bmoe_ci.fixtures.model import tensors as float_tensors
+    from bmoe_ci.models.model import tensors as float_tensors
 
     ftype, mat, out = QUANT_TYPES[name]
     path = quant_generated[name].path
@@ -558,7 +558,7 @@ def test_quantized_types_and_values(quant_generated: dict, name: str):
 def test_kquant_quantizer_edge_cases():
     """Zero blocks, a block of one sign, large and small values: the K-quant quantizers give blocks that
     dequantise (gguf.quants) close to the input, zero to zero, and the same bytes every time."""
-    from bmoe_ci.fixtures import kquant
+    from bmoe_ci.models import kquant
 
     rng = np.random.default_rng(7)
     x = rng.standard_normal((6, 512)).astype(np.float32)
@@ -621,7 +621,7 @@ def test_concurrent_generators_share_one_directory(tmp_path: Path):
     cmd = [
         sys.executable,
         "-m",
-        "bmoe_ci.fixtures",
+        "bmoe_ci.models",
         "--out",
         str(tmp_path),
         "--name",

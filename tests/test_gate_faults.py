@@ -163,7 +163,7 @@ def test_a_device_with_another_engine_fails_xdev(tmp_path: Path) -> None:
 def test_ref_fails_on_logits_beyond_the_tolerance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A wrong expectation: the cached reference's position 5 moved by 1e-4 relative (ten times REF's
     tolerance) with its tokens untouched. REF must fail on the logits alone, naming the position."""
-    from bmoe_ci.fixtures import generate
+    from bmoe_ci.models import generate
     from bmoe_ci.paths import Places
     from bmoe_ci.reference import GATE_REQUEST
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bmoe_ci.fixtures import generate, load_specs
+from bmoe_ci.models import generate, load_specs
 from bmoe_ci.reference import Model, relative_error
 from bmoe_ci.reference.outputs import GATE_REQUEST
 from llama_plain import without_weight_repacking

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bmoe_ci.fixtures import generate
-from bmoe_ci.fixtures.spec import load_specs
+from bmoe_ci.models import generate
+from bmoe_ci.models.spec import load_specs
 from bmoe_ci.reference import Generation, Model, relative_error
 
 REPO = Path(__file__).resolve().parents[1]
@@ -395,7 +395,7 @@ def test_reference_outputs_are_cached_with_the_fixtures(fixture_dir: Path, model
     """generate(reference=...) writes each fixture's reference output once, keyed by the fixture and the
     reference's code; it equals a fresh computation, and a changed key recomputes it."""
     import bmoe_ci.reference
-    from bmoe_ci.fixtures import cache
+    from bmoe_ci.models import cache
     from bmoe_ci.reference import ReferenceOutput, ReferenceRequest
 
     request = ReferenceRequest(prompt=CMP_PROMPT, n_predict=6, logit_rows=3)

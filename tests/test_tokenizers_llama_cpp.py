@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from bmoe_ci import vocabs
-from bmoe_ci.fixtures.model import vocabulary
+from bmoe_ci.models.model import vocabulary
 from vocab_files import fixture_vocab, write_vocab
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python (the bench extra) is not installed")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from gguf import GGUFWriter
 
-from bmoe_ci.fixtures.model import vocabulary
+from bmoe_ci.models.model import vocabulary
 
 
 def write_vocab(

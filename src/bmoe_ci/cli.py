@@ -51,7 +51,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_fixtures(args: argparse.Namespace) -> int:
-    from bmoe_ci.fixtures import SpecError, generate, load_specs
+    from bmoe_ci.models import SpecError, generate, load_specs
 
     try:
         specs = load_specs(args.specs, args.places)

@@ -29,7 +29,7 @@ def resolve_model(fixture: str | None, model: str | None, places: Places | None 
         if not p.is_file():
             raise ValueError(f"--model: {model}: no such file")
         return p
-    from bmoe_ci.fixtures import SpecError, generate
+    from bmoe_ci.models import SpecError, generate
 
     try:
         files = generate(None, names=[fixture or "qwen3moe"], places=places)

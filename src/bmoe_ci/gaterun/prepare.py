@@ -25,9 +25,9 @@ from bmoe_ci.farm import (
 )
 from bmoe_ci.farm.health import DeviceHealth, HealthBook
 from bmoe_ci.farm.store import PushReport
-from bmoe_ci.fixtures import FixtureFile, generate, load_specs
 from bmoe_ci.gaterun.context import DeviceContext, GateRun
 from bmoe_ci.gaterun.progress import Progress
+from bmoe_ci.models import FixtureFile, generate, load_specs
 from bmoe_ci.paths import Places
 from bmoe_ci.reference import GATE_REQUEST
 

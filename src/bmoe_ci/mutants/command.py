@@ -16,7 +16,7 @@ from pathlib import Path
 from bmoe_ci.builder import BuildError, target_for
 from bmoe_ci.farm import FarmError, load_farm, select_devices
 from bmoe_ci.faults import Catalogue, CatalogueError, Fault, load_catalogue
-from bmoe_ci.fixtures import SpecError, load_specs
+from bmoe_ci.models import SpecError, load_specs
 from bmoe_ci.mutants.report import (
     MUTANTS_JSON,
     MUTANTS_SVG,

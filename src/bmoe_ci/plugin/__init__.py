@@ -36,11 +36,11 @@ import pytest
 from bmoe_ci.builder import BuildError
 from bmoe_ci.farm import FarmError, InfraError, default_run_id
 from bmoe_ci.faults import CatalogueError, load_catalogue
-from bmoe_ci.fixtures import SpecError
 from bmoe_ci.gaterun.context import DeviceContext, GateRun
 from bmoe_ci.gaterun.progress import Progress
 from bmoe_ci.gaterun.runner import DeviceRunner
 from bmoe_ci.gaterun.state import GateState, plan_line
+from bmoe_ci.models import SpecError
 from bmoe_ci.paths import Places
 from bmoe_ci.plugin import options
 from bmoe_ci.plugin.collect import RecordCollector, begin_run

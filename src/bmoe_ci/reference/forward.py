@@ -12,7 +12,7 @@ a real mismatch from a near-tie).
     logits = model.logits(tokens)                 # [len(tokens), V]
     gen = model.generate(prompt_tokens, n=24)     # gen.tokens, gen.logits, gen.routes, margins
 
-Nothing here imports the generator (bmoe_ci.fixtures): the two share only the GGUF format.
+Nothing here imports the generator (bmoe_ci.models): the two share only the GGUF format.
 """
 
 from __future__ import annotations

@@ -342,7 +342,7 @@ class DeviceInstruments:
 
 
 def fixture_path(name: str, places: Places | None = None) -> Path:
-    from bmoe_ci.fixtures import SpecError, generate
+    from bmoe_ci.models import SpecError, generate
 
     try:
         return generate(None, names=[name], places=places)[0].path
