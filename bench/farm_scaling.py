@@ -12,30 +12,27 @@ so the figures are the gates themselves. Read the ratios; absolute seconds vary 
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from bmoe_ci.farm import load_farm
+from bmoe_ci.gaterun.suite import LOG_NAME, SuiteCall, run_gate_suite
+from bmoe_ci.paths import Places
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def gate_run(devices: str, workers: int, results: Path) -> tuple[float, dict]:
-    cmd = [sys.executable, "-m", "pytest", "gates", "-q", "-p", "no:cacheprovider", "--bmoe-device", devices,
-           "--bmoe-results", str(results)]
-    if workers:
-        cmd += ["-n", str(workers)]
-    start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False)
-    wall = time.monotonic() - start
-    if proc.returncode != 0:
-        sys.exit(f"gate run failed ({' '.join(cmd)}):\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}")
-    return wall, json.loads((results / "summary.json").read_text())
+def gate_run(farm: Path, devices: str, workers: int, results: Path) -> tuple[float, dict]:
+    call = SuiteCall(tree=REPO, farm=farm, devices=(devices,), results=results, workers=workers,
+                     log=results / LOG_NAME)
+    run = run_gate_suite(call)
+    if run.returncode != 0 or run.summary is None:
+        log = run.log.read_text(errors="replace") if run.log and run.log.is_file() else ""
+        sys.exit(f"gate run failed ({' '.join(run.command)}):\n{log[-5000:]}")
+    return run.seconds, run.summary
 
 
 def main() -> int:
@@ -43,9 +40,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--workers", type=int, default=4)
     args = parser.parse_args()
-    names = list(load_farm().devices)
+    farm = load_farm(None, Places.from_environ(os.environ))  # a script: it reads its environment itself
+    names = list(farm.devices)
     out = Path(tempfile.mkdtemp(prefix="bmoe-bench-"))
-    gate_run("all", 0, out / "warm-up")  # build, generate, push: not part of the figures
+    gate_run(farm.path, "all", 0, out / "warm-up")  # build, generate, push: not part of the figures
 
     alone: dict[str, list[float]] = {n: [] for n in names}
     parallel: list[float] = []
@@ -53,10 +51,10 @@ def main() -> int:
     overheads: list[float] = []
     for r in range(args.rounds):
         for name in names:
-            wall, summary = gate_run(name, 0, out / f"{r}-{name}")
+            wall, summary = gate_run(farm.path, name, 0, out / f"{r}-{name}")
             alone[name].append(wall)
             overheads.append(wall - summary["devices"][name]["engine_s"])
-        wall, summary = gate_run("all", args.workers, out / f"{r}-all")
+        wall, summary = gate_run(farm.path, "all", args.workers, out / f"{r}-all")
         parallel.append(wall)
         engine_parallel.append(max(d["engine_s"] for d in summary["devices"].values()))
 

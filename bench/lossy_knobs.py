@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bmoe_ci.builder import build
-from bmoe_ci.fixtures import generate
+from bmoe_ci.models import generate
 
 PROMPTS = [
     "Once upon a time in a land far away",

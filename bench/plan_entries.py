@@ -11,6 +11,7 @@ Rounds are interleaved; each entry's median is printed with its share of the pla
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
@@ -20,10 +21,10 @@ import time
 from pathlib import Path
 
 from bmoe_ci.builder import build
-from bmoe_ci.fixtures import generate
-from bmoe_ci.paths import source_tree
+from bmoe_ci.models import generate
+from bmoe_ci.paths import Places
 
-sys.path.insert(0, str(source_tree()))
+sys.path.insert(0, str(Places.from_environ(os.environ).source_tree()))  # a script reads its environment
 from gates.plan import SCORE_TEXT, SCORING_DIR, fixture_plan
 
 
@@ -43,7 +44,8 @@ def main() -> int:
         for part in Path(fx.path).parent.glob(f"{stem}*.gguf"):  # every shard of a split fixture
             (work / part.name).symlink_to(part.resolve())
         (work / SCORING_DIR).mkdir()
-        shutil.copy(source_tree() / "gates" / "data" / SCORE_TEXT, work / SCORING_DIR / SCORE_TEXT)
+        data = Places.from_environ(os.environ).source_tree() / "gates" / "data"
+        shutil.copy(data / SCORE_TEXT, work / SCORING_DIR / SCORE_TEXT)
         plan = fixture_plan(str(model), args.fixture, trace=lambda e: str(work / f"{e}.trace"),
                             logits=str(work / "logits.bin"))
         times: dict[str, list[float]] = {i: [] for i, _ in plan}

@@ -98,7 +98,7 @@ def row(d: dict) -> Row:
 def resolve_model(args: argparse.Namespace) -> str:
     if args.model:
         return args.model
-    from bmoe_ci.fixtures import generate
+    from bmoe_ci.models import generate
 
     (fx,) = generate(None, names=[args.fixture])
     return str(fx.path)

@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 from bmoe_ci.builder import build
-from bmoe_ci.fixtures import generate
+from bmoe_ci.models import generate
 
 
 def run(engine: str, model: str, threads: int, tokens: int) -> dict:

@@ -28,6 +28,7 @@ import argparse
 import csv
 import io
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -36,8 +37,8 @@ import tempfile
 from pathlib import Path
 
 from bmoe_ci.builder import build
-from bmoe_ci.fixtures import generate
-from bmoe_ci.paths import source_tree
+from bmoe_ci.models import generate
+from bmoe_ci.paths import Places
 
 PROMPT = "The quick brown fox jumps over the lazy dog"
 MIB = 2**20
@@ -69,7 +70,9 @@ def run(engine: str, model: str, args: list[str], tokens: int, threads: int, tra
 def baseline_engine(ref: str, into: Path) -> str:
     """Builds the engine as it is at git revision `ref` (its engine/ directory) and returns its path."""
     archive = subprocess.run(
-        ["git", "-C", str(source_tree()), "archive", ref, "engine"], capture_output=True, check=False
+        ["git", "-C", str(Places.from_environ(os.environ).source_tree()), "archive", ref, "engine"],
+        capture_output=True,
+        check=False,
     )
     if archive.returncode != 0:
         sys.exit(f"--baseline {ref}: git archive failed: {archive.stderr.decode(errors='replace').strip()}")

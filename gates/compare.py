@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bmoe_ci.plugin.runner import EngineResult
+from bmoe_ci.gaterun.engine import EngineResult
 from bmoe_ci.replay import Trace, TraceRow
 
 

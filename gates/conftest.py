@@ -8,9 +8,11 @@ import json
 
 import pytest
 
-from bmoe_ci.plugin.context import DeviceContext
+from bmoe_ci.gaterun.context import DeviceContext
+from bmoe_ci.gaterun.engine import EngineResult
+from bmoe_ci.gaterun.runner import DeviceRunner
+from bmoe_ci.gaterun.state import GateState
 from bmoe_ci.plugin.options import add_short_aliases
-from bmoe_ci.plugin.runner import DeviceRunner, EngineResult
 from bmoe_ci.replay import Trace, TraceError, parse_trace
 from bmoe_ci.reports.xdev import fingerprint
 from gates.plan import TracePath, fixture_plan
@@ -38,13 +40,13 @@ def logits_path(runner: DeviceRunner, fixture: str) -> str:
 
 
 @pytest.fixture
-def runs(runner: DeviceRunner, device: DeviceContext, fixture: str,
+def runs(runner: DeviceRunner, device: DeviceContext, fixture: str, gate_state: GateState,
          request: pytest.FixtureRequest) -> dict[str, EngineResult]:
     """Every engine run of the fixture's plan on this device (run once, then cached). What each run
     produced is recorded for the device (its fingerprint: bytes, tokens, counters), for XDEV."""
     model = device.models[fixture]
     results = runner.plan(f"fixture:{fixture}", fixture_plan(model, fixture, trace_paths(runner, fixture),
-                                                                  logits_path(runner, fixture)))
+                                                                  logits_path(runner, fixture), gate_state.places))
     recorded = request.config.stash.setdefault(_DIGESTS_SENT, set())
     if (device.name, fixture) not in recorded:  # once per plan: the first test that reads it carries it
         recorded.add((device.name, fixture))

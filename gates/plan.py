@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import cache
 
+from bmoe_ci.paths import Places
 from bmoe_ci.reference import GATE_REQUEST
 
 # The reference outputs REF compares against are computed for this prompt and length.
@@ -47,7 +48,7 @@ SMALL_CACHE = ("--cache-mb", "1", "--force-cache")
 PREFETCH2 = ("--prefetch", "2", "--prefetch-sync")
 
 # The quality instruments (gate SCORE, gates/test_scoring.py): the text pushed beside the fixtures
-# (gates/data/score.txt, see bmoe_ci.plugin.prepare), scored wide and step-wise.
+# (gates/data/score.txt, see bmoe_ci.gaterun.prepare), scored wide and step-wise.
 SCORE_TEXT = "score.txt"
 SCORING_DIR = "scoring"  # the text's directory, beside the device's fixtures
 
@@ -65,16 +66,16 @@ TracePath = Callable[[str], str]
 
 
 @cache
-def _spec_dims(fixture: str) -> tuple[int, int] | None:
+def _spec_dims(fixture: str, places: Places | None) -> tuple[int, int] | None:
     """(top-k, expert count) of a fixture from fixtures.yaml; None when it is not there."""
-    from bmoe_ci.fixtures.spec import load_specs
+    from bmoe_ci.models.spec import load_specs
 
-    spec = load_specs().specs.get(fixture)
+    spec = load_specs(places=places).specs.get(fixture)
     return (spec.dims.top_k, spec.dims.experts) if spec is not None else None
 
 
 def fixture_plan(model: str, fixture: str | None = None, trace: TracePath | None = None,
-                 logits: str | None = None) -> list[tuple[str, list[str]]]:
+                 logits: str | None = None, places: Places | None = None) -> list[tuple[str, list[str]]]:
     """(id, argv) entries for one fixture on one device. `trace(entry id)`: the device path the entry's
     route trace is written to (no traces without it). `logits`: the device path the resident reference
     run writes its logits to (for REF). Entries that need the fixture's top-k and expert count are left
@@ -113,7 +114,7 @@ def fixture_plan(model: str, fixture: str | None = None, trace: TracePath | None
         ("score-step-subst", model_args(model, "--ppl-step", text, *EVICTING, SUBST, "1.0", "--json", "-t", "1")),
         ("score-wide-subst", model_args(model, "--ppl", text, *EVICTING, SUBST, "1.0", "--json", "-t", "1")),
     ]
-    dims = _spec_dims(fixture) if fixture else None
+    dims = _spec_dims(fixture, places) if fixture else None
     if dims is not None:
         k, n_expert = dims
         # the threshold at a width above the model's: F/(k+1), not F/k (REPLAY predicts each drop)

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from bmoe_ci.check_table import CASES, Case
-from bmoe_ci.plugin.runner import DeviceRunner, EngineResult
+from bmoe_ci.gaterun.engine import EngineResult
+from bmoe_ci.gaterun.runner import DeviceRunner
 
 PLAN = [(case.name, ["check", *case.argv]) for case in CASES]
 

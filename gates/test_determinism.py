@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bmoe_ci.plugin.runner import DeviceRunner, EngineResult
+from bmoe_ci.gaterun.engine import EngineResult
+from bmoe_ci.gaterun.runner import DeviceRunner
 from gates.compare import assert_identical, check, output_digest
 from gates.plan import REFERENCE, model_args, score_wide_argv
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bmoe_ci.plugin.runner import EngineResult
+from bmoe_ci.gaterun.engine import EngineResult
 from bmoe_ci.replay import Trace
 from gates.compare import counter_invariants, save
 

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from bmoe_ci.plugin.runner import DeviceRunner, EngineResult
+from bmoe_ci.gaterun.engine import EngineResult
+from bmoe_ci.gaterun.runner import DeviceRunner
 from bmoe_ci.replay import Trace
 from gates.compare import (
     assert_identical,

@@ -28,9 +28,11 @@ import numpy as np
 import pytest
 
 from bmoe_ci.farm import InfraError
-from bmoe_ci.plugin import GateState
-from bmoe_ci.plugin.context import DeviceContext
-from bmoe_ci.plugin.runner import DeviceRunner, EngineResult
+from bmoe_ci.gaterun.context import DeviceContext
+from bmoe_ci.gaterun.engine import EngineResult
+from bmoe_ci.gaterun.runner import DeviceRunner
+from bmoe_ci.gaterun.state import GateState
+from bmoe_ci.paths import Places
 from bmoe_ci.reference import ReferenceOutput, agreement
 from gates.compare import require_ok, save
 
@@ -49,10 +51,10 @@ LOGITS_TOL_GELU = 1e-3
 GELU_ARCHS = frozenset({"gemma4"})
 
 
-def logits_tol(fixture: str) -> float:
-    from bmoe_ci.fixtures.spec import load_specs
+def logits_tol(fixture: str, places: Places) -> float:
+    from bmoe_ci.models.spec import load_specs
 
-    spec = load_specs().specs.get(fixture)
+    spec = load_specs(places=places).specs.get(fixture)
     return LOGITS_TOL_GELU if spec is not None and spec.arch in GELU_ARCHS else LOGITS_TOL
 
 
@@ -93,7 +95,7 @@ def test_resident_run_matches_reference(runs: dict[str, EngineResult], runner: D
         raise AssertionError(f"the logits file has {len(raw)} bytes: not at least {n_rows} rows of {n_vocab} f32 "
                              f"(artifacts in {artifacts})")
     rows = np.frombuffer(raw, dtype="<f4").reshape(-1, n_vocab)[:n_rows]
-    tol = logits_tol(fixture)
+    tol = logits_tol(fixture, gate_state.places)
     a = agreement(len(ref.prompt_tokens), ref.tokens, ref.logits, ref.quant_margins, r.data["tokens"], rows, tol)
     if not a.ok:
         save(artifacts, ref=r)

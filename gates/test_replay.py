@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bmoe_ci.plugin.runner import EngineResult
+from bmoe_ci.gaterun.engine import EngineResult
 from bmoe_ci.replay import RunConfig, Trace, mismatches, replay
 from gates.compare import save
 

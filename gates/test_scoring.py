@@ -23,10 +23,9 @@ import numpy as np
 import pytest
 
 from bmoe_ci.farm import InfraError
-from bmoe_ci.paths import source_tree
-from bmoe_ci.plugin import GateState
-from bmoe_ci.plugin.context import DeviceContext
-from bmoe_ci.plugin.runner import EngineResult
+from bmoe_ci.gaterun.context import DeviceContext
+from bmoe_ci.gaterun.engine import EngineResult
+from bmoe_ci.gaterun.state import GateState
 from bmoe_ci.reference.forward import Model
 from gates.compare import check, counters, require_ok
 from gates.plan import SCORE_TEXT
@@ -100,7 +99,8 @@ def test_scoring_instruments(
 
     # the numpy reference
     tokens, nll, top1, q8_0, gelu = reference_scores(
-        str(local_model(gate_state, device, fixture)), str(source_tree() / "gates" / "data" / SCORE_TEXT)
+        str(local_model(gate_state, device, fixture)),
+        str(gate_state.places.source_tree() / "gates" / "data" / SCORE_TEXT),
     )
     check(
         wide.data["prompt_tokens"] == tokens,

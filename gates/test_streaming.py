@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bmoe_ci.plugin.runner import EngineResult
+from bmoe_ci.gaterun.engine import EngineResult
 from gates.compare import assert_identical, check, counters
 
 

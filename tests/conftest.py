@@ -32,7 +32,7 @@ def engine_asan_bin() -> Path:
 @pytest.fixture(scope="session")
 def fixture_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Every fixture model, generated once per test session (the generator caches by spec)."""
-    from bmoe_ci.fixtures import generate
+    from bmoe_ci.models import generate
 
     out = Path(os.environ.get("BMOE_TEST_FIXTURES", tmp_path_factory.mktemp("fixtures")))
     generate(out)
@@ -48,7 +48,7 @@ EXTRA_FIXTURES = ["qwen3moe-q4k"]
 def fixtures(fixture_dir: Path) -> dict[str, Path]:
     """name -> path of the model file to pass to -m (the first shard for split models): every default
     fixture, and EXTRA_FIXTURES."""
-    from bmoe_ci.fixtures import generate
+    from bmoe_ci.models import generate
 
     made = {f.name: f.path for f in generate(fixture_dir)}
     made.update({f.name: f.path for f in generate(fixture_dir, names=EXTRA_FIXTURES)})

@@ -32,8 +32,10 @@ _SCALAR_FMT = {U8: "<B", I8: "<b", U16: "<H", I16: "<h", U32: "<I", I32: "<i", F
 
 # ggml tensor types: id -> (block elements, block bytes)
 GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_Q4_K = 0, 1, 2, 8, 12
-GGML_Q4_1, GGML_Q2_K = 3, 10
-GGML_BLOCKS = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 8: (32, 34), 10: (256, 84), 12: (256, 144)}
+GGML_Q4_1, GGML_Q2_K, GGML_Q5_0, GGML_Q5_K, GGML_Q6_K, GGML_BF16 = 3, 10, 6, 13, 14, 30
+# ggml type -> (values per block, bytes per block)
+GGML_BLOCKS = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 8: (32, 34), 10: (256, 84),
+               12: (256, 144), 13: (256, 176), 14: (256, 210), 30: (1, 2)}
 
 DEFAULT_ALIGNMENT = 32
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -9,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from bmoe_ci.builder import BuildError, build, compute_build_id, host_target, resolve_target, zig_version
-from bmoe_ci.paths import source_tree
+from bmoe_ci.paths import Places
 
 
 @pytest.fixture
 def engine_copy(tmp_path: Path) -> Path:
     dst = tmp_path / "engine"
-    shutil.copytree(source_tree() / "engine" / "src", dst / "src")
+    shutil.copytree(Places.from_environ(os.environ).source_tree() / "engine" / "src", dst / "src")
     return dst
 
 

@@ -17,7 +17,7 @@ import pytest
 from adb_link import AdbLink, adb_link, free_port, needs_adb
 
 from bmoe_ci.ab.devstate import read_state
-from bmoe_ci.farm import InfraError, Outcome, PushItem, load_farm_file, preflight, push, sha256_file
+from bmoe_ci.farm import Ending, InfraError, PushItem, load_farm_file, preflight, push, sha256_file
 from bmoe_ci.farm.transports import open_transport
 
 pytestmark = needs_adb
@@ -52,7 +52,7 @@ def test_unknown_serial_is_one_line_naming_what_the_server_has(tmp_path: Path, l
     assert str(ei.value) == (f"p8: unreachable: unknown serial R58M00NOTHERE: the adb server at {link.server} "
                              f"lists {link.serial}")
     r = open_transport(dev).run(["true"], 10)  # run() reports instead of raising
-    assert r.outcome is Outcome.INFRA and "unknown serial" in str(r.infra)
+    assert r.outcome is Ending.INFRA and "unknown serial" in str(r.infra)
 
 
 def test_an_adb_server_that_is_not_running_is_never_started_for_you(tmp_path: Path, link: AdbLink) -> None:
@@ -103,7 +103,7 @@ def test_adb_disconnect_under_a_command_is_a_disconnect_and_a_tcp_serial_comes_b
     threading.Timer(1.0, lambda: link.adb("disconnect", link.serial)).start()
     start = time.monotonic()
     r = t.run(["sh", "-c", f"echo $$ > {pidfile}; exec sleep 60"], 4)
-    assert r.outcome is Outcome.INFRA and r.infra is not None and r.infra.kind == "disconnect", r.describe()
+    assert r.outcome is Ending.INFRA and r.infra is not None and r.infra.kind == "disconnect", r.describe()
     assert time.monotonic() - start < 4
     # with the link gone, the device-side deadline (timeout -s KILL 4) still ends the command there
     pid = int(pidfile.read_text())
@@ -126,11 +126,11 @@ def test_a_dead_device_is_unreachable_and_a_hung_one_times_out(tmp_path: Path, l
         took = time.monotonic() - start
     finally:
         os.kill(link.adbd.pid, signal.SIGCONT)
-    assert r.outcome is Outcome.INFRA and r.infra is not None and r.infra.kind == "timeout", r.describe()
+    assert r.outcome is Ending.INFRA and r.infra is not None and r.infra.kind == "timeout", r.describe()
     assert took < 8
     link.stop_adbd()
     r = t.run(["echo", "hi"], 5)
-    assert r.outcome is Outcome.INFRA and r.infra is not None and r.infra.kind in ("disconnect", "unreachable")
+    assert r.outcome is Ending.INFRA and r.infra is not None and r.infra.kind in ("disconnect", "unreachable")
 
 
 def test_a_push_corrupted_on_the_device_is_caught_and_repushed(tmp_path: Path) -> None:

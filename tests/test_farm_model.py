@@ -227,10 +227,12 @@ def test_unreadable_farm_file(tmp_path: Path) -> None:
         load_farm_file(tmp_path / "absent.yaml")
 
 
-def test_local_farm_not_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("BMOE_CI_STATE", str(tmp_path / "state"))
+def test_local_farm_not_up(tmp_path: Path) -> None:
+    from bmoe_ci.paths import Places
+
+    places = Places.from_environ({"BMOE_CI_STATE": str(tmp_path / "state")})
     with pytest.raises(FarmNotUp, match=r"run `bmoe-ci farm up`"):
-        load_farm()
+        load_farm(places=places)
 
 
 # ---------------------------------------------------------------------------------------------- selection

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from bmoe_ci.farm import (
+    Ending,
     InfraError,
-    Outcome,
     PushItem,
     load_farm_file,
     localfarm,
@@ -93,25 +93,25 @@ def test_every_argument_arrives_verbatim(t) -> None:
 
 def test_exit_code_and_byte_streams(t) -> None:
     r = t.run(["sh", "-c", "printf 'out\\000bin\\377'; printf 'err, no newline' >&2; exit 7"], 10)
-    assert (r.outcome, r.exit_code, r.signal) == (Outcome.EXITED, 7, None)
+    assert (r.outcome, r.exit_code, r.signal) == (Ending.EXITED, 7, None)
     assert r.stdout == b"out\x00bin\xff" and r.stderr == b"err, no newline"
     assert not r.ok and r.duration > 0
     assert t.run(["cat"], 10, stdin=b"in\x00put").stdout == b"in\x00put"
     missing = t.run(["no-such-command-bmoe"], 10)
-    assert (missing.outcome, missing.exit_code) == (Outcome.EXITED, 127)
+    assert (missing.outcome, missing.exit_code) == (Ending.EXITED, 127)
 
 
 @pytest.mark.parametrize(("sig", "name"), [(11, "SIGSEGV"), (6, "SIGABRT")])
 def test_signal_death_is_not_an_exit(t, sig: int, name: str) -> None:
     r = t.run(["sh", "-c", f"kill -{sig} $$"], 10)
-    assert (r.outcome, r.signal, r.signal_name, r.exit_code) == (Outcome.SIGNALED, sig, name, None)
+    assert (r.outcome, r.signal, r.signal_name, r.exit_code) == (Ending.SIGNALED, sig, name, None)
     assert r.infra is None and r.describe().startswith(f"killed by {name}")
 
 
 def test_timeout_kills_the_process_group(t) -> None:
     start = time.monotonic()
     r = t.run(["sh", "-c", "echo $$; sleep 60 & echo $!; wait"], 1)
-    assert r.outcome is Outcome.INFRA and r.infra is not None and r.infra.kind == "timeout", r.describe()
+    assert r.outcome is Ending.INFRA and r.infra is not None and r.infra.kind == "timeout", r.describe()
     assert time.monotonic() - start < 6
     pids = [int(p) for p in r.stdout.split()]
     assert len(pids) == 2
@@ -303,7 +303,7 @@ def test_changed_host_key_is_refused(ssh_dev, tmp_path: Path) -> None:
     assert ei.value.kind == "hostkey" and "HOST KEY CHANGED" in ei.value.reason
     assert kh.read_bytes() == before  # nothing was added or replaced
     r = SshTransport(dev).run(["true"], 10)  # run() reports instead of raising
-    assert r.outcome is Outcome.INFRA and r.infra.kind == "hostkey"
+    assert r.outcome is Ending.INFRA and r.infra.kind == "hostkey"
 
 
 def test_unknown_host_key_is_refused(ssh_dev, tmp_path: Path) -> None:
@@ -331,14 +331,14 @@ def test_unreachable_device(ssh_dev) -> None:
     dev = ssh_dev.model_copy(update={"port": port, "retries": 0})  # nothing listens there any more
     start = time.monotonic()
     r = SshTransport(dev).run(["true"], 10)
-    assert r.outcome is Outcome.INFRA and r.infra.kind == "unreachable", r.describe()
+    assert r.outcome is Ending.INFRA and r.infra.kind == "unreachable", r.describe()
     assert time.monotonic() - start < 5
     # refused is transient: retried with backoff (1 s, 2 s), each retry noted, the error says how many
     t = SshTransport(dev.model_copy(update={"retries": 2}))
     start = time.monotonic()
     r = t.run(["true"], 10)
     took = time.monotonic() - start
-    assert r.outcome is Outcome.INFRA and r.infra.kind == "unreachable" and "(3 attempts)" in r.infra.reason
+    assert r.outcome is Ending.INFRA and r.infra.kind == "unreachable" and "(3 attempts)" in r.infra.reason
     assert 3 <= took < 8 and len(t.retries) == 2 and "retry 2 of 2 in 2s" in t.retries[1]
 
 
@@ -360,7 +360,7 @@ def test_dropped_connection_is_infrastructure_and_recovers(ssh_dev) -> None:
         # the wrapper's parent is the sshd session process serving us: kill it mid-command
         kill_session = "w=$(cut -d' ' -f4 /proc/$PPID/stat); s=$(cut -d' ' -f4 /proc/$w/stat); kill -9 $s; sleep 5"
         r = tr.run(["sh", "-c", kill_session], 20)
-        assert r.outcome is Outcome.INFRA and r.infra.kind == "disconnect", r.describe()
+        assert r.outcome is Ending.INFRA and r.infra.kind == "disconnect", r.describe()
         assert r.signal is None and r.exit_code is None
         again = tr.run(["echo", "back"], 10)  # the next command reconnects
         assert again.ok and again.stdout == b"back\n"

@@ -13,10 +13,10 @@ import yaml
 from gguf import MODEL_ARCH_NAMES, MODEL_TENSORS, TENSOR_NAMES, GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
-from bmoe_ci.fixtures import SpecError, generate, load_specs, parse_specs, read_manifest, sha256_files
-from bmoe_ci.fixtures.llama_cpp_table import missing_keys, tensor_problems
-from bmoe_ci.fixtures.model import metadata
-from bmoe_ci.fixtures.spec import FixtureSpec, default_specs_path
+from bmoe_ci.models import SpecError, generate, load_specs, parse_specs, read_manifest, sha256_files
+from bmoe_ci.models.llama_cpp_table import missing_keys, tensor_problems
+from bmoe_ci.models.model import metadata
+from bmoe_ci.models.spec import FixtureSpec, default_specs_path
 
 DEFAULTS = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-nonorm", "qwen3moe-tied"]
 VARIANTS = ["qwen3moe-sigmoid", "qwen3moe-softmax-sel", "qwen3moe-q4k"]
@@ -86,7 +86,8 @@ def _first(doc: dict) -> dict:
     [
         (lambda d: _first(d)["dims"].update(top_k=9), r"'qwen3moe': dims\.top_k: .*<= experts"),
         (lambda d: _first(d)["dims"].update(kv_heads=3), r"'qwen3moe': dims\.kv_heads: "),
-        (lambda d: _first(d)["dims"].pop("experts"), r"'qwen3moe': dims\.experts: required key missing"),
+        (lambda d: _first(d)["dims"].pop("experts"), r"'qwen3moe': dims: qwen3moe is a MoE architecture: give experts"),
+        (lambda d: d["fixtures"][2]["dims"].update(experts=0, top_k=0), r"'gemma4': dims: gemma4 is a MoE arch"),
         (lambda d: _first(d)["dims"].update(expertz=3), r"'qwen3moe': dims\.expertz: unknown key"),
         (lambda d: _first(d).update(dtype="Q2_K"), r"'qwen3moe': dtype: "),
         (lambda d: _first(d).update(dtype="Q4_K_M"), r"'qwen3moe': dims\.d: 64 is not a multiple of 256, the Q4_K_M"),
@@ -415,7 +416,7 @@ def test_gating_and_structure_keys(generated: dict):
 @pytest.mark.parametrize("name", list(load_specs().specs))
 def test_every_fixture_has_the_keys_llama_cpp_requires(name: str):
     """Every specified fixture (bench ones too: metadata only, nothing is generated) carries the keys
-    llama.cpp's loader requires for its architecture (the table in bmoe_ci.fixtures.llama_cpp_table)."""
+    llama.cpp's loader requires for its architecture (the table in bmoe_ci.models.llama_cpp_table)."""
     specs = load_specs()
     spec = specs.specs[name]
     if isinstance(spec, FixtureSpec):
@@ -501,7 +502,7 @@ def test_q8_0_types_and_values(generated: dict):
     )
 
 
-#: qwen3moe-q4k's bytes (its manifest sha256), recorded: the K-quant quantizer (bmoe_ci.fixtures.kquant)
+#: qwen3moe-q4k's bytes (its manifest sha256), recorded: the K-quant quantizer (bmoe_ci.models.kquant)
 #: is numpy float32 arithmetic in a fixed order, so a numpy or platform change that moved one rounding
 #: would change the fixture every gate result is keyed on; this says so here first.
 Q4K_SHA256 = "0cfcdc2a1422f9347f3f2f0a5d9b626b48c39cb4354e6942352c9d3e4af7a1fa"
@@ -535,7 +536,7 @@ def test_quantized_types_and_values(quant_generated: dict, name: str):
     """Every matrix in the fixture's type (output.weight in Q6_K for the Q4_K_M mix), norms and the
     router F32, and every matrix the spec's float weights up to the type's rounding (gguf.quants reads
     them back: the quantizer and the reader share no code)."""
-    from bmoe_ci.fixtures.model import tensors as float_tensors
+    from bmoe_ci.models.model import tensors as float_tensors
 
     ftype, mat, out = QUANT_TYPES[name]
     path = quant_generated[name].path
@@ -557,7 +558,7 @@ def test_quantized_types_and_values(quant_generated: dict, name: str):
 def test_kquant_quantizer_edge_cases():
     """Zero blocks, a block of one sign, large and small values: the K-quant quantizers give blocks that
     dequantise (gguf.quants) close to the input, zero to zero, and the same bytes every time."""
-    from bmoe_ci.fixtures import kquant
+    from bmoe_ci.models import kquant
 
     rng = np.random.default_rng(7)
     x = rng.standard_normal((6, 512)).astype(np.float32)
@@ -620,7 +621,7 @@ def test_concurrent_generators_share_one_directory(tmp_path: Path):
     cmd = [
         sys.executable,
         "-m",
-        "bmoe_ci.fixtures",
+        "bmoe_ci.models",
         "--out",
         str(tmp_path),
         "--name",
@@ -636,3 +637,25 @@ def test_concurrent_generators_share_one_directory(tmp_path: Path):
     assert outs[0][0] == outs[1][0] and outs[0][0].count("\n") == 2
     assert sum(err.count(": generating") for _, err in outs) == 2
     assert not list(tmp_path.glob(".tmp-*"))
+
+
+def test_gemma3_is_dense_with_llama_cpps_keys_and_tensors(fixture_dir: Path):
+    """The dense fixture: no expert key or tensor, every block's norms, the window without a pattern key
+    (llama.cpp's period applies), linear RoPE scaling, tied output; refused with experts."""
+    (fx,) = generate(fixture_dir, names=["gemma3"])
+    meta, names = _meta(fx.path), set(_tensors(fx.path))
+    assert missing_keys(meta) == [] and tensor_problems(meta, names) == []
+    assert not any("expert" in k for k in meta)
+    assert not any("exps" in n or "ffn_gate_inp" in n for n in names)
+    assert meta["gemma3.attention.sliding_window"] == 8 and "gemma3.attention.sliding_window_pattern" not in meta
+    assert meta["gemma3.rope.scaling.type"] == "linear" and meta["gemma3.rope.scaling.factor"] == 4.0
+    assert "output.weight" not in names
+    assert {f"blk.5.{n}.weight" for n in ("post_attention_norm", "post_ffw_norm", "ffn_gate")} <= names
+    assert tensor_problems(meta, names | {"blk.0.ffn_gate_inp.weight"}) == [
+        "not created by llama.cpp: blk.0.ffn_gate_inp.weight"
+    ]
+    doc = copy.deepcopy(_spec_doc())
+    spec = next(f for f in doc["fixtures"] if f["name"] == "gemma3")
+    spec["dims"].update(experts=4, top_k=2, expert_ffn=32)
+    with pytest.raises(SpecError, match=r"'gemma3': dims: llama.cpp's gemma3 is dense"):
+        parse_specs(doc)

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from bmoe_ci.builder import BuildError
-from bmoe_ci.mutants import Fault, load_catalogue
+from bmoe_ci.faults import Fault, load_catalogue
 from bmoe_ci.mutants.run import build_all
 from gate_run import REPO, run_gates
 
@@ -163,15 +163,16 @@ def test_a_device_with_another_engine_fails_xdev(tmp_path: Path) -> None:
 def test_ref_fails_on_logits_beyond_the_tolerance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A wrong expectation: the cached reference's position 5 moved by 1e-4 relative (ten times REF's
     tolerance) with its tokens untouched. REF must fail on the logits alone, naming the position."""
-    from bmoe_ci.fixtures import generate
-    from bmoe_ci.paths import cache_dir
+    from bmoe_ci.models import generate
+    from bmoe_ci.paths import Places
     from bmoe_ci.reference import GATE_REQUEST
 
     cache = tmp_path / "cache"
     cache.mkdir()
-    (cache / "engine").symlink_to(cache_dir() / "engine")  # share the engine builds; the fixtures are private
-    monkeypatch.setenv("BMOE_CI_CACHE", str(cache))  # for generate() here and the gate run it starts
-    (fixture,) = generate(names=["qwen3moe"], reference=GATE_REQUEST)
+    # share the engine builds; the fixtures are private
+    (cache / "engine").symlink_to(Places.from_environ(os.environ).cache_dir() / "engine")
+    monkeypatch.setenv("BMOE_CI_CACHE", str(cache))  # for the gate run it starts
+    (fixture,) = generate(names=["qwen3moe"], reference=GATE_REQUEST, places=Places(cache=cache))
     assert fixture.reference is not None
     doc = json.loads(fixture.reference.read_text())
     row = doc["logits"][5]

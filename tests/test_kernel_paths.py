@@ -66,7 +66,7 @@ def arm_cmd() -> list[str]:
 @pytest.fixture(scope="module")
 def models(fixture_dir: Path) -> dict[str, Path]:
     """The default fixtures and the further types' ones."""
-    from bmoe_ci.fixtures import generate
+    from bmoe_ci.models import generate
 
     return {f.name: f.path for f in generate(fixture_dir, names=DEFAULT_FIXTURES + TYPE_FIXTURES)}
 

@@ -30,9 +30,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bmoe_ci.fixtures import generate, load_specs
+from bmoe_ci.models import generate, load_specs
 from bmoe_ci.reference import Model, relative_error
 from bmoe_ci.reference.outputs import GATE_REQUEST
+from llama_plain import without_weight_repacking
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install '.[bench]')")
 
@@ -49,7 +50,8 @@ TOL_F32 = 1e-5
 TOL_GEMMA4 = 2e-3
 GEMMA4_MEDIAN = 2e-4
 TOL_Q8_0 = 1e-3
-GEMMA4 = {n for n, s in load_specs().specs.items() if s.arch == "gemma4"}
+#: the GELU recipes (ggml's f16 table): gemma4, and the dense gemma3
+GEMMA4 = {n for n, s in load_specs().specs.items() if s.arch in ("gemma4", "gemma3")}
 N_PREDICT = GATE_REQUEST.n_predict
 PROMPTS = [GATE_REQUEST.prompt, "Hello, world! "]
 
@@ -61,19 +63,20 @@ def models(fixture_dir: Path) -> dict[str, Path]:
 
 def llama_greedy(path: Path, prompt: list[int], n: int) -> tuple[list[int], np.ndarray]:
     """llama.cpp's greedy tokens from `prompt` and the logits of every position it ran."""
-    llm = llama_cpp.Llama(
-        model_path=str(path),
-        n_ctx=len(prompt) + n + 8,
-        n_batch=512,
-        n_ubatch=512,
-        n_threads=1,
-        n_threads_batch=1,
-        logits_all=True,
-        flash_attn=False,
-        type_k=llama_cpp.GGML_TYPE_F32,
-        type_v=llama_cpp.GGML_TYPE_F32,
-        verbose=False,
-    )
+    with without_weight_repacking():
+        llm = llama_cpp.Llama(
+            model_path=str(path),
+            n_ctx=len(prompt) + n + 8,
+            n_batch=512,
+            n_ubatch=512,
+            n_threads=1,
+            n_threads_batch=1,
+            logits_all=True,
+            flash_attn=False,
+            type_k=llama_cpp.GGML_TYPE_F32,
+            type_v=llama_cpp.GGML_TYPE_F32,
+            verbose=False,
+        )
     try:
         llm.eval(prompt)
         rows = [np.array(llm.scores[: llm.n_tokens], dtype=np.float64)]

@@ -13,14 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from bmoe_ci.cli import environment_defaults
 from bmoe_ci.cli_farm import add_farm_commands
 from bmoe_ci.farm import (
     DeviceBusy,
     DeviceLock,
+    Ending,
     InfraError,
     LockOwner,
     MissingTool,
-    Outcome,
     PushItem,
     load_farm,
     load_farm_file,
@@ -32,6 +33,7 @@ from bmoe_ci.farm import (
 )
 from bmoe_ci.farm.lock import LOCK_DIR
 from bmoe_ci.farm.pids import pid_running
+from bmoe_ci.paths import Places
 
 SSH = str(localfarm.layout()["SSH_HOST_NAME"])
 ARCH = localfarm.host_arch()
@@ -64,6 +66,7 @@ def stand_in(tmp_path: Path, target: str = f"{ARCH}-linux-musl", build: str = "a
 def run_cli(*argv: str) -> int:
     parser = argparse.ArgumentParser(prog="bmoe-ci")
     add_farm_commands(parser.add_subparsers(dest="command"))
+    parser.set_defaults(**environment_defaults(os.environ))  # as bmoe_ci.cli.main does
     args = parser.parse_args(list(argv))
     return args.func(args)
 
@@ -96,8 +99,9 @@ def test_up_is_idempotent_and_the_farm_is_complete(state: Path, farm) -> None:
 
 
 def test_status_and_check_commands(state: Path, farm, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    monkeypatch.setenv("BMOE_CI_STATE", str(state))
-    assert load_farm().names == farm.names  # the default farm is the local farm's state file
+    monkeypatch.setenv("BMOE_CI_STATE", str(state))  # read by the command line (run_cli) below
+    # the default farm is the local farm's state file
+    assert load_farm(places=Places.from_environ(os.environ)).names == farm.names
     assert run_cli("farm", "check") == 0
     out = capsys.readouterr().out
     assert out.count(" ok ") == 5, out
@@ -308,7 +312,7 @@ def test_session_pushes_preflights_and_runs(device, tmp_path: Path) -> None:
         r = s.run_engine(["run", "-m", s.file("fx/tiny.gguf")], 10)
         assert r.ok and r.stdout.decode().strip() == f"ran: run -m {s.file('fx/tiny.gguf')}"
         crash = s.run_engine(["crash"], 10)
-        assert crash.outcome is Outcome.SIGNALED and crash.signal == 11
+        assert crash.outcome is Ending.SIGNALED and crash.signal == 11
         assert s.pull(s.file("fx/tiny.gguf"), "artifacts/tiny.gguf").read_bytes() == model.read_bytes()
         assert read_lock(s.transport).run_id == "r1"
     with open_transport(device) as t:
@@ -349,7 +353,7 @@ def test_timeout_scale_applies_to_engine_runs(farm, tmp_path: Path) -> None:
     dev = farm.devices["host"].model_copy(update={"timeout_scale": 0.5})
     with open_session(dev, engine=stand_in(tmp_path), build_id="abc") as s:
         r = s.run_engine(["sleep", "5"], 2)
-    assert r.outcome is Outcome.INFRA and r.infra.kind == "timeout" and r.timeout == 1.0 and r.duration < 3
+    assert r.outcome is Ending.INFRA and r.infra.kind == "timeout" and r.timeout == 1.0 and r.duration < 3
 
 
 def test_preflight_failures_are_infrastructure(farm, tmp_path: Path) -> None:

@@ -345,6 +345,8 @@ def test_metadata_missing_or_wrong(engine_asan_bin: Path, fixtures: dict[str, Pa
 @pytest.mark.parametrize(("key", "vtype", "value"), [
     ("tokenizer.ggml.eos_token_id", gc.U32, 100000),
     ("tokenizer.ggml.bos_token_id", gc.I32, -7),
+    ("tokenizer.ggml.eot_token_id", gc.U32, 259),
+    ("tokenizer.ggml.fim_pad_token_id", gc.U32, 1 << 31),
 ])
 def test_token_ids_beyond_the_vocabulary(engine_asan_bin: Path, fixtures: dict[str, Path], tmp_path: Path,
                                          key: str, vtype: int, value: int) -> None:
@@ -370,3 +372,84 @@ def test_fuzz_smoke(tmp_path: Path) -> None:
     assert "0 findings" in out.stdout, out.stdout
     m = re.search(r"(\d+) parsed, (\d+) rejected", out.stdout)
     assert m and int(m.group(1)) > 0 and int(m.group(2)) > 0, out.stdout
+
+
+# -- K-quant data: truncated super-blocks and non-finite scales -------------------------------------------
+# A K-quant block carries f16 scales; a NaN or infinite one does not crash anything, it silently turns the
+# logits into NaN. The engine refuses it (exit 3, one line naming tensor, expert and block): dense tensors
+# when the model opens, experts the first time each is used, in the resident and the streamed mode.
+
+F16_NAN, F16_INF = b"\x00\x7e", b"\x00\x7c"
+Q4K_BLOCK, Q6K_BLOCK = 144, 210
+
+
+def _q4k(fixtures: dict[str, Path]) -> gc.GGUFImage:
+    return gc.parse(Path(fixtures["qwen3moe-q4k"]).read_bytes())
+
+
+def _poke(img: gc.GGUFImage, name: str, block_bytes: int, offset: int, value: bytes,
+          every: int | None = None) -> gc.GGUFImage:
+    """Writes `value` at `offset` of block 1 of tensor `name` (of block 1 of each slice of `every` bytes)."""
+    tensors = []
+    for t in img.tensors:
+        if t.name == name:
+            assert t.data is not None
+            data = bytearray(t.data)
+            starts = range(0, len(data), every) if every else [0]
+            for s in starts:
+                at = s + block_bytes + offset
+                data[at:at + len(value)] = value
+            t = gc.Tensor(**{**t.__dict__, "data": bytes(data)})
+        tensors.append(t)
+    return gc.GGUFImage(kvs=img.kvs, tensors=tensors, alignment=img.alignment)
+
+
+def _tensor(img: gc.GGUFImage, name: str) -> gc.Tensor:
+    return next(t for t in img.tensors if t.name == name)
+
+
+def test_kquant_fixture_runs(engine_asan_bin: Path, fixtures: dict[str, Path], tmp_path: Path) -> None:
+    """The control: the Q4_K/Q6_K fixture re-emitted unchanged runs in both expert modes."""
+    path = _q4k(fixtures).write(tmp_path / "same.gguf")
+    for mode in (["--mmap"], ["--cache-mb", "0"]):
+        out = run_engine(engine_asan_bin, "run", *mode, "-m", path, "-p", "hello", "-n", "2")
+        assert out.code == 0, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize(("name", "block", "offset", "value", "field"), [
+    ("blk.0.attn_q.weight", Q4K_BLOCK, 0, F16_NAN, "non-finite d"),      # Q4_K d
+    ("blk.1.attn_k.weight", Q4K_BLOCK, 2, F16_INF, "non-finite dmin"),   # Q4_K dmin
+    ("output.weight", Q6K_BLOCK, 208, F16_NAN, "non-finite d"),          # Q6_K keeps d last
+])
+def test_kquant_dense_bad_scale(engine_asan_bin: Path, fixtures: dict[str, Path], tmp_path: Path, name: str,
+                                block: int, offset: int, value: bytes, field: str) -> None:
+    img = _q4k(fixtures)
+    path = _poke(img, name, block, offset, value).write(tmp_path / "bad.gguf")
+    for mode in (["--mmap"], ["--cache-mb", "0"]):
+        out = run_engine(engine_asan_bin, "run", *mode, "-m", path, "-p", "hello", "-n", "2", "--json")
+        assert_rejected(out, 3, path, name, "block 1", field)
+        assert '"kind":"model"' in out.stdout.replace(" ", ""), out.stdout
+
+
+@pytest.mark.parametrize("mode", [["--mmap"], ["--cache-mb", "0"], ["--cache-mb", "2", "--force-cache"]])
+def test_kquant_expert_bad_scale(engine_asan_bin: Path, fixtures: dict[str, Path], tmp_path: Path,
+                                 mode: list[str]) -> None:
+    """Every expert of layer 2's down projection has a NaN dmin in its block 1: whichever is routed
+    first stops the run, in the resident and the streamed modes."""
+    img = _q4k(fixtures)
+    name = "blk.2.ffn_down_exps.weight"
+    t = _tensor(img, name)
+    n_expert = t.dims[2]
+    assert t.data is not None and t.ggml_type == gc.GGML_Q4_K
+    path = _poke(img, name, Q4K_BLOCK, 2, F16_NAN, every=len(t.data) // n_expert).write(tmp_path / "bad.gguf")
+    out = run_engine(engine_asan_bin, "run", *mode, "-m", path, "-p", "hello", "-n", "2")
+    msg = assert_rejected(out, 3, path, name, "block 1", "non-finite dmin")
+    assert re.search(r": expert \d+: ", msg), msg
+
+
+def test_kquant_truncated_superblock(engine_asan_bin: Path, fixtures: dict[str, Path], tmp_path: Path) -> None:
+    """A file cut in the middle of its last super-block (tensor data past the end of the file)."""
+    data = _q4k(fixtures).bytes()
+    path = tmp_path / "cut.gguf"
+    path.write_bytes(data[: len(data) - Q4K_BLOCK // 2])
+    assert_rejected(info(engine_asan_bin, path), 3, path, "past end of file")

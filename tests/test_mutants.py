@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from bmoe_ci.mutants import CatalogueError, fault_sites, load_catalogue
+from bmoe_ci.faults import CatalogueError, fault_sites, load_catalogue
+from bmoe_ci.gaterun.suite import SuiteResult
 from bmoe_ci.mutants.report import DOC_BEGIN, DOC_END, DOC_HEADER, doc_section, write_doc
-from bmoe_ci.mutants.run import GateRunOutcome, NoVerdict, check_clean, classify
+from bmoe_ci.mutants.run import NoVerdict, check_clean, classify
 from gate_run import REPO, host_farm, run_gates
 
 STATE_AREAS = {"policies", "cache", "prefetch", "trace", "counters"}
@@ -106,12 +107,13 @@ def test_a_fault_build_is_recorded_and_never_plain_green(tmp_path: Path) -> None
 
 
 def _outcome(tmp_path: Path, gates: dict[str, str] | None, problems: list[dict] | None = None,
-             infra: str | None = None, rc: int = 1) -> GateRunOutcome:
+             infra: str | None = None, rc: int = 1) -> SuiteResult:
     log = tmp_path / "pytest.log"
     log.write_text("last words\n")
     summary = None if gates is None else {
         "devices": {"host": {"gates": gates, "infra_error": infra}}, "problems": problems or []}
-    return GateRunOutcome(rc, summary, log, 1.0)
+    problem = None if summary is not None else f"the gate run wrote no summary (exit {rc}): last words (log {log})"
+    return SuiteResult(("pytest",), rc, tmp_path, summary, 1.0, log, problem)
 
 
 def test_classify_a_failure_is_a_catch_an_error_never_is(tmp_path: Path) -> None:

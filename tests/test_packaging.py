@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bmoe_ci.builder import host_target
-from bmoe_ci.paths import user_cache_root
+from bmoe_ci.paths import Places
 from bmoe_ci.plugin.suite import _positional_indices, names_suite, rewrite_args
 
 REPO = Path(__file__).resolve().parents[1]
@@ -243,8 +243,7 @@ def test_the_value_of_an_option_is_not_taken_for_the_suite(tmp_path: Path) -> No
 
 
 def test_user_cache_root_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert user_cache_root() == tmp_path / "bmoe-ci"
-    monkeypatch.setenv("XDG_CACHE_HOME", "relative/dir")  # the XDG rule: ignored
+    assert Places.from_environ({"XDG_CACHE_HOME": str(tmp_path)}).user_cache_root() == tmp_path / "bmoe-ci"
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert user_cache_root() == tmp_path / "home" / ".cache" / "bmoe-ci"
+    relative = Places.from_environ({"XDG_CACHE_HOME": "relative/dir"})  # the XDG rule: ignored
+    assert relative.user_cache_root() == tmp_path / "home" / ".cache" / "bmoe-ci"

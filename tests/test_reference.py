@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bmoe_ci.fixtures import generate
-from bmoe_ci.fixtures.spec import load_specs
-from bmoe_ci.reference import QUANT_FLIP, Generation, Model, agreement
+from bmoe_ci.models import generate
+from bmoe_ci.models.spec import load_specs
+from bmoe_ci.reference import QUANT_FLIP, Generation, Model, agreement, relative_error
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULTS = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-q4k", "qwen3moe-nonorm",
@@ -33,6 +33,8 @@ DEFAULTS = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "q
 VARIANTS = ["qwen3moe-sigmoid", "qwen3moe-softmax-sel", "qwen3moe-q5k", "qwen3moe-q6k", "qwen3moe-q4_0",
             "qwen3moe-q5_0", "qwen3moe-bf16"]
 Q8 = {"qwen3moe-q8_0"}
+#: dense fixtures (no experts, outside the default gate set: the gates exercise expert streaming)
+DENSE = ["gemma3"]
 
 #: max over rows of max_j |engine - ref| / max_j |ref|  (row-wise infinity norms)
 TOL_F32 = 1e-4
@@ -48,7 +50,7 @@ TOL_Q8_0 = TOL_F32
 #: moves later logits by ~1e-5..1e-4 (measured: 4.8e-4 worst over 24 tokens, 4.6e-4 worst and 1e-4
 #: median over 1800 rows of text).
 TOL_GELU = 2e-3
-GELU = {n for n, s in load_specs().specs.items() if s.arch == "gemma4"}
+GELU = {n for n, s in load_specs().specs.items() if s.arch in ("gemma4", "gemma3")}
 
 TEXT_PROMPT = "Hello, world! "
 CMP_PROMPT = "The quick brown fox"
@@ -58,7 +60,7 @@ N_TEXT = 24
 
 @pytest.fixture(scope="module")
 def models(fixture_dir: Path) -> dict[str, Path]:
-    return {f.name: f.path for f in generate(fixture_dir, names=DEFAULTS + VARIANTS)}
+    return {f.name: f.path for f in generate(fixture_dir, names=DEFAULTS + VARIANTS + DENSE)}
 
 
 _cache: dict[Path, Model] = {}
@@ -77,7 +79,7 @@ def load(path: Path) -> Model:
 def test_reference_generation_varies_and_routes_every_expert(models: dict, name: str):
     m = load(models[name])
     gen = m.generate(m.tokenize(TEXT_PROMPT), 32)
-    assert len(gen.tokens) == 32 and not gen.stopped_at_eos
+    assert len(gen.tokens) == 32 and not gen.stopped_at_eog
     assert all(t < 256 for t in gen.tokens), "a special token was generated"
     assert len(set(gen.tokens[:N_TEXT])) >= 8, f"greedy output barely varies: {gen.tokens}"
     moe_layers = sorted({r.layer for r in gen.routes})
@@ -99,13 +101,42 @@ def test_reference_generation_varies_and_routes_every_expert(models: dict, name:
     assert min(margins) > 1e-6
 
 
+@pytest.mark.parametrize("name", DENSE)
+def test_reference_dense_generation_varies(models: dict, name: str):
+    m = load(models[name])
+    gen = m.generate(m.tokenize(TEXT_PROMPT), 32)
+    assert len(gen.tokens) == 32 and not gen.stopped_at_eog
+    assert all(t < 256 for t in gen.tokens), "a special token was generated"
+    assert len(set(gen.tokens[:N_TEXT])) >= 8, f"greedy output barely varies: {gen.tokens}"
+    assert gen.routes == [] and m.hp.n_expert == 0
+    assert gen.min_logit_margin > 1e-3
+
+
+def test_reference_gemma3_local_and_global_layers(models: dict):
+    """No sliding_window_pattern key: llama.cpp's period of 6 makes layers 0-4 local, 5 global. The window
+    (8) is shorter than CMP_PROMPT + N_CMP, so it changes the logits from position 8 on, and nothing
+    before: positions 0..7 see every earlier position either way."""
+    m = load(models["gemma3"])
+    assert m.hp.swa == (True, True, True, True, True, False) and m.hp.n_swa == 8
+    toks = m.tokenize(CMP_PROMPT)
+    toks = toks + m.generate(toks, N_CMP).tokens
+    windowed = m.logits(toks)
+    unbounded = Model(dataclasses.replace(m.hp, n_swa=10**9), m.t, m.vocab, m.token_types, m.eos, m.add_bos, m.bos)
+    wide = unbounded.logits(toks)
+    np.testing.assert_allclose(windowed[:8], wide[:8], rtol=0, atol=1e-12)
+    assert relative_error(windowed[8:], wide[8:])[0] > 1e-2
+    # the global layer's RoPE is scaled (rope_scaling 4): dropping the scale moves the logits
+    unscaled = Model(dataclasses.replace(m.hp, rope_scale=1.0), m.t, m.vocab, m.token_types, m.eos, m.add_bos, m.bos)
+    assert relative_error(unscaled.logits(toks), windowed)[0] > 1e-3
+
+
 def test_reference_split_equals_whole(models: dict):
     whole, split = load(models["qwen3moe"]), load(models["qwen3moe-split4"])
     toks = whole.tokenize(CMP_PROMPT)
     np.testing.assert_array_equal(whole.logits(toks), split.logits(toks))
 
 
-@pytest.mark.parametrize("name", ["qwen3moe", "gemma4", "wide"])
+@pytest.mark.parametrize("name", ["qwen3moe", "gemma4", "wide", "gemma3"])
 def test_reference_batch_equals_incremental(models: dict, name: str):
     m = load(models[name])
     gen = m.generate(m.tokenize(CMP_PROMPT), N_CMP)
@@ -234,7 +265,7 @@ def _explain(gen: Generation, tokens: list[int]) -> str:
     )
 
 
-@pytest.mark.parametrize("name", DEFAULTS + VARIANTS)
+@pytest.mark.parametrize("name", DEFAULTS + VARIANTS + DENSE)
 def test_engine_matches_reference(engine: Path, models: dict, name: str, tmp_path: Path):
     m = load(models[name])
     prompt = m.tokenize(CMP_PROMPT)
@@ -253,6 +284,87 @@ def test_engine_matches_reference(engine: Path, models: dict, name: str, tmp_pat
     assert a.ok, f"{a.message}\n{_explain(gen, result['tokens'])}"
 
 
+def test_engine_refuses_routing_knobs_on_a_dense_model(engine: Path, models: dict):
+    """gemma3 has no MoE layer: a knob that changes routing is an error naming it (exit 2), while the
+    streaming flags stay valid and every expert counter reads 0."""
+    base = [str(engine), "run", "-m", str(models["gemma3"]), "-p", CMP_PROMPT, "-n", "4", "--json"]
+    proc = subprocess.run([*base, "--n-expert-used", "1"], capture_output=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert json.loads(proc.stdout)["error"]["message"] == "--n-expert-used: the model (gemma3) has no MoE layers"
+    streamed = [*base, "--cache-mb", "1", "--force-cache", "--prefetch", "2"]
+    proc = subprocess.run(streamed, capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["model"]["n_expert"] == 0 and result["model"]["moe_layers"] == []
+    assert result["counters"]["experts_routed"] == 0 and result["counters"]["flash_bytes"] == 0
+    assert len(result["tokens"]) == 4
+
+
+#: gemma3's keys as llama.cpp reads them, each a rewrite of the gemma3 fixture (docs/model-math.md): the
+#: pattern as a per-layer array, as a period, absent window (every layer global), soft-capping given
+GEMMA3_VARIANTS = {
+    "pattern-array": [("set", "gemma3.attention.sliding_window_pattern", "bools", [True, False] * 3)],
+    "pattern-period-3": [("set", "gemma3.attention.sliding_window_pattern", "u32", 3)],
+    "no-window": [("unset", "gemma3.attention.sliding_window", "", None)],
+    "softcap-3": [("set", "gemma3.final_logit_softcapping", "f32", 3.0)],
+    "base-swa-500": [("set", "gemma3.rope.freq_base_swa", "f32", 500.0)],
+}
+
+
+def _rewrite(src: Path, dst: Path, edits: list[tuple[str, str, str, object]]) -> Path:
+    import gguf_corpus as gc
+
+    img = gc.parse(src.read_bytes())
+    for op, key, kind, value in edits:
+        if op == "unset":
+            img = img.without(key)
+        elif kind == "bools":
+            img = img.with_kv(gc.kv_arr(key, gc.BOOL, list(value)))  # type: ignore[arg-type]
+        else:
+            img = img.with_kv(gc.KV(key, {"u32": gc.U32, "f32": gc.F32, "str": gc.STRING}[kind], value))
+    return img.write(dst)
+
+
+@pytest.mark.parametrize("variant", sorted(GEMMA3_VARIANTS))
+def test_engine_matches_reference_on_gemma3_key_variants(engine: Path, models: dict, variant: str, tmp_path: Path):
+    path = _rewrite(models["gemma3"], tmp_path / f"gemma3-{variant}.gguf", GEMMA3_VARIANTS[variant])
+    m = Model.load(path)
+    expected_swa = {
+        "pattern-array": (True, False) * 3,
+        "pattern-period-3": (True, True, False) * 2,
+        "no-window": (),
+    }.get(variant, (True,) * 5 + (False,))
+    assert m.hp.swa == expected_swa
+    assert m.hp.softcap == (3.0 if variant == "softcap-3" else 0.0)
+    prompt = m.tokenize(CMP_PROMPT)
+    gen = m.generate(prompt, N_CMP)
+    result, rows, _ = run_engine(engine, path, tmp_path, N_CMP, prompt_tokens=prompt, n_vocab=m.n_vocab)
+    assert result["tokens"] == gen.tokens, _explain(gen, result["tokens"])
+    assert rows is not None
+    rel, worst = relative_error(rows, m.logits(prompt + gen.tokens)[: len(rows)])
+    assert rel <= TOL_GELU, f"max relative error {rel:.3g} at row {worst} exceeds {TOL_GELU:g}"
+    # each rewrite changes what the model computes (else it would test nothing)
+    assert relative_error(rows, load(models["gemma3"]).logits(prompt + gen.tokens)[: len(rows)])[0] > 1e-3
+
+
+@pytest.mark.parametrize(
+    ("edits", "message"),
+    [
+        ([("set", "gemma3.rope.scaling.type", "str", "yarn")], "only linear RoPE scaling is implemented"),
+        (
+            [("set", "gemma3.attention.sliding_window_pattern", "bools", [True] * 5)],
+            "sliding_window_pattern has 5 entries but block_count is 6",
+        ),
+    ],
+)
+def test_engine_refuses_gemma3_keys_it_does_not_implement(
+    engine: Path, models: dict, edits: list, message: str, tmp_path: Path
+):
+    path = _rewrite(models["gemma3"], tmp_path / "bad.gguf", edits)
+    proc = subprocess.run([str(engine), "run", "-m", str(path), "-p", "x", "-n", "1"], capture_output=True, timeout=60)
+    assert proc.returncode == 3 and message in proc.stderr.decode(), proc.stderr
+
+
 def test_engine_split_output_identical_to_whole(engine: Path, models: dict, tmp_path: Path):
     m = load(models["qwen3moe"])
     prompt = m.tokenize(CMP_PROMPT)
@@ -266,7 +378,7 @@ def test_engine_split_output_identical_to_whole(engine: Path, models: dict, tmp_
     assert raw1 == raw2, "split model's logits differ from the whole model's"
 
 
-@pytest.mark.parametrize("name", DEFAULTS)
+@pytest.mark.parametrize("name", DEFAULTS + DENSE)
 def test_engine_text_prompt_generates_24_tokens(engine: Path, models: dict, name: str, tmp_path: Path):
     m = load(models[name])
     result, rows, _ = run_engine(engine, models[name], tmp_path, N_TEXT, prompt=TEXT_PROMPT, n_vocab=m.n_vocab)
@@ -286,7 +398,7 @@ def test_reference_outputs_are_cached_with_the_fixtures(fixture_dir: Path, model
     """generate(reference=...) writes each fixture's reference output once, keyed by the fixture and the
     reference's code; it equals a fresh computation, and a changed key recomputes it."""
     import bmoe_ci.reference
-    from bmoe_ci.fixtures import cache
+    from bmoe_ci.models import cache
     from bmoe_ci.reference import ReferenceOutput, ReferenceRequest
 
     request = ReferenceRequest(prompt=CMP_PROMPT, n_predict=6, logit_rows=3)

@@ -42,7 +42,7 @@ QUESTIONS = [
 
 def quality_fixture() -> str:
     """The trained model when this tree specifies it (its scores mean something), else a random fixture."""
-    from bmoe_ci.fixtures import load_specs
+    from bmoe_ci.models import load_specs
 
     return "trained" if "trained" in load_specs(None).specs else "qwen3moe"
 

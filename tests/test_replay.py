@@ -235,15 +235,15 @@ class _Session:
         self.calls = 0
 
     def run(self, argv, timeout):
-        from bmoe_ci.farm import Outcome, RunResult
+        from bmoe_ci.farm import Ending, RunResult
 
         self.calls += 1
         p = subprocess.run(list(argv), capture_output=True, timeout=timeout, check=False)
-        return RunResult("fake", tuple(argv), Outcome.EXITED, p.returncode, stdout=p.stdout, stderr=p.stderr)
+        return RunResult("fake", tuple(argv), Ending.EXITED, p.returncode, stdout=p.stdout, stderr=p.stderr)
 
 
 def test_traces_come_back_in_one_round_trip(tmp_path: Path) -> None:
-    from bmoe_ci.plugin.runner import DeviceRunner
+    from bmoe_ci.gaterun.runner import DeviceRunner
 
     a, b, gone = tmp_path / "a.csv", tmp_path / "b.csv", tmp_path / "gone.csv"
     a.write_text("# route_trace v3\nx,y\n1,2\n")

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 from junitparser import Error, Failure, JUnitXml, Skipped
 
+from bmoe_ci.cli import environment_defaults
 from bmoe_ci.cli_report import add_report_command
 from bmoe_ci.reports import (
     DeviceRun,
@@ -139,6 +141,7 @@ def results(tmp_path: Path) -> Path:
 def report(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="bmoe-ci")
     add_report_command(parser.add_subparsers(dest="command", required=True))
+    parser.set_defaults(**environment_defaults(os.environ))  # as bmoe_ci.cli.main does
     args = parser.parse_args(argv)
     return args.func(args)
 

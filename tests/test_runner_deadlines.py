@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bmoe_ci.farm import InfraError, load_farm_file, open_session
-from bmoe_ci.plugin.runner import DeviceRunner
+from bmoe_ci.gaterun.runner import DeviceRunner
 from gate_run import host_farm
 
 ENGINE = """#!{python}

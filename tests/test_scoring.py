@@ -9,6 +9,8 @@ end to end on the engine (docs/engine-flags.md, scoring):
 * `--ppl-choices` picks the option the numpy reference scores highest, with the same log-probabilities;
 * `--session` gives each prompt what a fresh single run gives it (no knob), with per-prompt counters
   that add up;
+* the inputs are tokenized by the model's tokenizer (a vocabulary with a merge scores merged tokens,
+  an option that merges into its context is scored from the shared tokens);
 * bad input files: exit 2, one line, no crash (ASan + UBSan build).
 """
 
@@ -20,7 +22,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gguf import GGUFReader
 
+import gguf_corpus as gc
 from bmoe_ci.reference.forward import Model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -236,6 +240,60 @@ def test_session_prompts_match_single_runs(engine_bin: Path, fixtures: dict[str,
     first, third = data["prompts"][0]["counters"], data["prompts"][2]["counters"]
     assert third["cache_hits"] > first["cache_hits"]
     invariants(data, True)
+
+
+def _merging(model: Path, out: Path) -> Path:
+    """The model with token 258 (<|im_end|>, control) turned into the normal token "\u0120t" and the
+    merge "\u0120 t": a vocabulary where " t" is one token, on the same weights."""
+    img = gc.parse(model.read_bytes())
+    fields = GGUFReader(model).fields
+    vocab = list(fields["tokenizer.ggml.tokens"].contents())
+    types = list(fields["tokenizer.ggml.token_type"].contents())
+    vocab[258], types[258] = "\u0120t", 1
+    img = img.with_kv(gc.KV("tokenizer.ggml.tokens", gc.ARRAY, vocab, arr_type=gc.STRING))
+    img = img.with_kv(gc.KV("tokenizer.ggml.token_type", gc.ARRAY, types, arr_type=gc.I32))
+    return img.with_kv(gc.KV("tokenizer.ggml.merges", gc.ARRAY, ["\u0120 t"], arr_type=gc.STRING)).write(out)
+
+
+def test_scoring_inputs_go_through_the_tokenizer(engine_bin: Path, fixtures: dict[str, Path], tmp_path: Path) -> None:
+    """--ppl, --ppl-choices and --session tokenize as the model does (merges apply), not byte by byte."""
+    model = _merging(Path(fixtures["qwen3moe"]), tmp_path / "merging.gguf")
+    text = tmp_path / "t.txt"
+    text.write_bytes(b"to the top <|im_end|> at ten")
+    tok = engine(engine_bin, "tokenize", "-m", model, "--texts", text, "--no-parse-special")
+    want = json.loads(tok.stdout)["ids"]
+    assert want.count(258) == 3 and len(want) == len(text.read_bytes()) - 3
+    wide = score(engine_bin, model, "--ppl", "--mmap", text=text)
+    assert wide["prompt_tokens"] == want and wide["tokens_scored"] == len(want) - 1
+    # the numpy reference's nll over the same ids
+    nll, _ = reference_nll(Model.load(model), want)
+    assert abs(wide["nll_mean"] - nll) < NLL_TOL
+
+    # an option merging into the context's end: the context's last token is scored with every option
+    choices = tmp_path / "c.jsonl"
+    choices.write_text(json.dumps({"id": 1, "context": "at ", "options": ["ten", "one"], "answer": 0}) + "\n")
+    proc = engine(engine_bin, "run", "-m", model, "--mmap", "--ppl-choices", choices, "--json")
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    ref = Model.load(model)
+    a, t, space = ref.tokenize(b"a")[0], ref.tokenize(b"t")[0], ref.tokenize(b" ")[0]
+    want_lp = []
+    for opt in ([258, *ref.tokenize(b"en")], [space, *ref.tokenize(b"one")]):
+        toks = [a, t, *opt]
+        lp = np.asarray(ref.logits(toks), dtype=np.float64)
+        m = lp.max(axis=1, keepdims=True)
+        lp = lp - (m + np.log(np.exp(lp - m).sum(axis=1, keepdims=True)))
+        want_lp.append(sum(lp[i - 1, toks[i]] for i in range(2, len(toks))))
+    assert got["tokens_scored"] == 3 + 4
+    assert np.allclose(got["questions"][0]["logprobs"], want_lp, rtol=0, atol=1e-4)
+
+    # a session prompt is tokenized as -p: the same ids as a single run
+    session = tmp_path / "s.txt"
+    session.write_text("to the top\n")
+    s = json.loads(engine(engine_bin, "run", "-m", model, "--mmap", "--session", session, "-n", "3", "--json").stdout)
+    one = json.loads(engine(engine_bin, "run", "-m", model, "--mmap", "-p", "to the top", "-n", "3", "--json").stdout)
+    assert s["prompts"][0]["prompt_tokens"] == len(one["prompt_tokens"]) == 8
+    assert s["prompts"][0]["tokens"] == one["tokens"]
 
 
 BAD_CHOICES = '{"id": 1, "context": "a", "options": ["b", "c"], "answer": 0}\n{"id": 2, "context": "a"}\n'

@@ -306,7 +306,7 @@ fixtures:
 
 
 def test_cache_budget_below_one_expert(engine_asan_bin: Path, tmp_path: Path) -> None:
-    from bmoe_ci.fixtures import generate
+    from bmoe_ci.models import generate
 
     spec = tmp_path / "spec.yaml"
     spec.write_text(BIG_EXPERTS)

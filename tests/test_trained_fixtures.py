@@ -13,8 +13,8 @@ import pytest
 import yaml
 from gguf import GGUFReader
 
-from bmoe_ci.fixtures import CommittedSpec, SpecError, generate, load_specs, read_manifest
-from bmoe_ci.fixtures.spec import default_specs_path
+from bmoe_ci.models import CommittedSpec, SpecError, generate, load_specs, read_manifest
+from bmoe_ci.models.spec import default_specs_path
 
 REPO = Path(__file__).resolve().parents[1]
 TRAINED = REPO / "fixtures" / "trained"

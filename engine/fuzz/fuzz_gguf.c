@@ -10,8 +10,11 @@
  * Besides "no crash, no sanitizer report", the target checks what a successful parse promises (every
  * tensor aligned and inside the buffer, sizes consistent with the type, names and keys unique and found
  * by lookup) and what a failure promises (status 3 or 1, one non-empty line naming the input); a broken
- * promise aborts, which both drivers report as a finding. */
+ * promise aborts, which both drivers report as a finding. A parsed image with tokenizer metadata also goes
+ * through tok_load and, when that accepts it, encodes and decodes a fixed text: malformed tokenizer
+ * metadata must give status 3 (or 1) and one line, never a crash. */
 #include "gguf.h"
+#include "tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,6 +113,32 @@ static void check_model(const gguf_model *m, size_t size) {
     if (gguf_find_kv(m, "") || gguf_find_tensor(m, "")) finding("empty name found", NULL);
 }
 
+static void check_tokenizer(const gguf_model *m) {
+    if (!gguf_find_kv(m, "tokenizer.ggml.tokens")) return;
+    bmoe_tokenizer tk;
+    char err[512];
+    int rc = tok_load(&tk, m, "<buffer>", err, sizeof err);
+    if (rc) {
+        if (rc != 3 && rc != 1) finding("tok_load: unexpected status", err);
+        if (strchr(err, '\n')) finding("tok_load: message is not one line", err);
+        return;
+    }
+    static const char text[] = "Hello world's  12345 \xc3\xa9\xff <s></s><|endoftext|>\n\n x";
+    int32_t *ids = NULL;
+    int n = 0;
+    rc = tok_encode(&tk, (const uint8_t *)text, sizeof text - 1, TOK_ADD_SPECIAL | TOK_PARSE_SPECIAL, &ids, &n, err,
+                    sizeof err);
+    if (rc != 0 && rc != -1 && rc != -3) finding("tok_encode: unexpected status", NULL);
+    for (int i = 0; rc == 0 && i < n; i++)
+        if (ids[i] < 0 || ids[i] >= tk.n_vocab) finding("tok_encode: id outside the vocabulary", NULL);
+    uint8_t *dec = NULL;
+    size_t dl = 0;
+    if (rc == 0 && tok_detokenize(&tk, ids, n, &dec, &dl) == 0) touch(dec, dl);
+    free(dec);
+    free(ids);
+    tok_free(&tk);
+}
+
 static int last_rc;         /* for the smoke driver's statistics */
 static char last_err[512];
 
@@ -123,6 +152,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (rc == BMOE_GGUF_OK) {
         if (!m) finding("OK without a model", NULL);
         check_model(m, size);
+        check_tokenizer(m);
     } else {
         if (m) finding("model returned on failure", NULL);
         if (rc != BMOE_GGUF_EMALFORMED && rc != BMOE_GGUF_ENOMEM) finding("unexpected status", err);

@@ -6,16 +6,20 @@
 static const bmoe_recipe RECIPES[] = {
     /* arch        act                 qk emb gating               norm fused shared            post dense
      *             gating keys              full-rope output router-prescale v-norm scale-1 rope-freqs swa
-     *             softcap */
+     *             softcap (default) moe swa-period wide-scale rope-scaling */
     { "qwen3moe", BMOE_ACT_SILU,      1, 0, BMOE_GATING_SOFTMAX, 1,   0,    BMOE_SHEXP_NONE,  0,   0,
-                  BMOE_GATING_KEYS_FIXED,  1,        0,     0,              0,     0,      0,         0,
-                  0 },
+                  BMOE_GATING_KEYS_FIXED,  1,        0,     0,              0,     0,      0,         BMOE_SWA_NONE,
+                  0, 0.0,           1,  0,         0,         0 },
     { "gemma4",   BMOE_ACT_GELU_TANH, 1, 1, BMOE_GATING_SOFTMAX, 1,   1,    BMOE_SHEXP_FFN,   1,   0,
-                  BMOE_GATING_KEYS_FIXED,  0,        0,     1,              1,     1,      1,         1,
-                  1 },
+                  BMOE_GATING_KEYS_FIXED,  0,        0,     1,              1,     1,      1,         BMOE_SWA_REQUIRED,
+                  1, 30.0,          1,  0,         0,         0 },
     { "dots1",    BMOE_ACT_SILU,      1, 0, 0,                   0,   0,    BMOE_SHEXP_NAMED, 0,   0,
-                  BMOE_GATING_KEYS_READ,   1,        1,     0,              0,     0,      0,         0,
-                  0 },
+                  BMOE_GATING_KEYS_READ,   1,        1,     0,              0,     0,      0,         BMOE_SWA_NONE,
+                  0, 0.0,           1,  0,         0,         0 },
+    /* dense: GELU FFN in every layer, local layers with their own RoPE base between global ones */
+    { "gemma3",   BMOE_ACT_GELU_TANH, 1, 1, BMOE_GATING_SOFTMAX, 1,   0,    BMOE_SHEXP_NONE,  1,   0,
+                  BMOE_GATING_KEYS_FIXED,  0,        0,     0,              0,     0,      0,         BMOE_SWA_PERIODIC,
+                  1, 0.0,           0,  6,         62,        1 },
 };
 
 static const bmoe_gating GATINGS[] = {

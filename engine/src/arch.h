@@ -43,9 +43,26 @@ typedef struct bmoe_recipe {
     int v_norm;             /* v is RMS-normed per head, without a weight */
     int attn_scale_one;     /* attention scores are q.k (no 1/sqrt(head dim)) */
     int rope_freqs;         /* rope_freqs.weight [head dim / 2] divides the RoPE frequencies (required) */
-    int swa_keys;           /* sliding-window keys required; only an all-global pattern is implemented */
-    int final_softcap;      /* final_logit_softcapping is read, llama.cpp's default 30 when absent (0: none) */
+    int swa;                /* bmoe_swa: how the sliding-window (local) layers are told apart from global ones */
+    int final_softcap;      /* final_logit_softcapping is read (0: never soft-capped) ... */
+    double softcap_default; /* ... and its value when the key is absent (llama.cpp: gemma4 30, gemma3 0 = none) */
+    int moe;                /* llama.cpp's graph has routed experts; 0: every layer is dense, the expert keys
+                             * are not read and a router tensor is refused */
+    int swa_period;         /* BMOE_SWA_PERIODIC: every swa_period-th layer is global when the file gives
+                             * no pattern (llama.cpp's default for the architecture) */
+    int attn_scale_embd_at; /* at this block_count the scores are scaled by 1/sqrt(n_embd / n_head) instead
+                             * of 1/sqrt(head dim) (llama.cpp's gemma3 27B); 0: never */
+    int rope_scaling;       /* rope.scaling.type / .factor are read: linear scaling of the global layers */
 } bmoe_recipe;
+
+/* Sliding-window attention: a local layer's position p sees keys p - n_swa + 1 .. p. */
+typedef enum {
+    BMOE_SWA_NONE = 0,      /* every layer global; the keys are not read */
+    BMOE_SWA_REQUIRED = 1,  /* gemma4: sliding_window, a per-layer sliding_window_pattern and the _swa head
+                             * sizes are required */
+    BMOE_SWA_PERIODIC = 2,  /* gemma3: sliding_window optional (absent or 0: every layer global);
+                             * sliding_window_pattern is a per-layer array, a period, or absent (swa_period) */
+} bmoe_swa;
 
 /* Where the shared expert lives. */
 typedef enum {

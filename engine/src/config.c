@@ -213,7 +213,7 @@ enum opt_id {
     O_MODEL, O_PROMPT, O_PROMPT_TOKENS, O_N_PREDICT, O_THREADS, O_CTX, O_N_EXPERT_USED, O_MMAP,
     O_CACHE_MB, O_FORCE_CACHE, O_IO_THREADS, O_NO_ODIRECT, O_PREFETCH, O_PREFETCH_SYNC, O_DROP,
     O_DROP_IN_PREFILL, O_DROP_NO_RENORM, O_SUBST, O_ROUTE_TRACE, O_JSON, O_LOGITS_OUT, O_PPL, O_PPL_STEP,
-    O_PPL_REF, O_PPL_CHOICES, O_SESSION, O__COUNT
+    O_PPL_REF, O_PPL_CHOICES, O_SESSION, O_CHAT, O__COUNT
 };
 
 typedef struct opt {
@@ -251,6 +251,7 @@ static const opt OPTS[] = {
     {O_PPL_REF, NULL, "--ppl-ref", K_PATH, 0, 0},
     {O_PPL_CHOICES, NULL, "--ppl-choices", K_PATH, 0, 0},
     {O_SESSION, NULL, "--session", K_PATH, 0, 0},
+    {O_CHAT, NULL, "--chat", K_BOOL, 0, 0},
 };
 
 void config_defaults(bmoe_config *c) {
@@ -396,6 +397,7 @@ int config_parse(bmoe_config *c, int argc, char **argv, char *err, size_t errlen
             case O_DROP_IN_PREFILL: c->drop_in_prefill = 1; break;
             case O_DROP_NO_RENORM: c->drop_no_renorm = 1; break;
             case O_JSON: c->json = 1; break;
+            case O_CHAT: c->chat = 1; break;
             default: break;
             }
             break;
@@ -563,6 +565,9 @@ int config_validate(const bmoe_config *c, char *err, size_t errlen) {
     if (c->prompt && c->prompt_tokens)
         return fail(err, errlen, "-p: cannot be combined with --prompt-tokens (give one prompt)");
     if (c->prompt && !c->prompt[0]) return fail(err, errlen, "-p: the prompt is empty");
+    /* --chat wraps a text prompt; the model's template is checked at load (engine_open) */
+    if (c->chat && !c->prompt)
+        return fail(err, errlen, "--chat: needs a text prompt (-p); it cannot wrap --prompt-tokens or an input file");
     if (c->prompt_tokens || c->n_prompt_tokens) {
         if (c->n_prompt_tokens <= 0 || !c->prompt_tokens)
             return fail(err, errlen, "--prompt-tokens: the prompt is empty");
@@ -669,6 +674,7 @@ void config_to_json(const bmoe_config *c, json_writer *w, const char *key) {
     if (c->subst_set) json_num(w, "expert_substitute", c->subst); else json_null(w, "expert_substitute");
     if (c->route_trace) json_str(w, "route_trace", c->route_trace); else json_null(w, "route_trace");
     json_bool(w, "json", c->json);
+    json_bool(w, "chat", c->chat);
     if (c->logits_out) json_str(w, "logits_out", c->logits_out); else json_null(w, "logits_out");
     const char *files[5] = {c->ppl, c->ppl_step, c->ppl_ref, c->ppl_choices, c->session};
     const char *keys[5] = {"ppl", "ppl_step", "ppl_ref", "ppl_choices", "session"};

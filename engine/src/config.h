@@ -32,6 +32,7 @@ typedef struct bmoe_config {
     double subst;               /* L */
     const char *route_trace;    /* --route-trace FILE */
     int json;                   /* --json */
+    int chat;                   /* --chat: -p as one user turn in the model's chat template */
     const char *logits_out;     /* --logits-out FILE: raw f32 [positions, V], every evaluated position */
     const char *kernels;        /* kernel path (kernels.h): the BMOE_KERNELS environment variable, not a flag;
                                  * NULL = auto. Checked by engine_open (it depends on the CPU), not validate() */

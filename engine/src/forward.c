@@ -362,7 +362,7 @@ static void attn_heads(void *ctx, int i0, int i1, int tid) {
     bmoe_forward *f = J->f;
     const bmoe_hparams *hp = &f->m->hp;
     int H = hp->n_head, hd = hp->head_dim, hdv = hp->head_dim_v, group = hp->n_head / hp->n_head_kv;
-    float inv_sqrt_hd = f->m->recipe->attn_scale_one ? 1.0f : (float)(1.0 / sqrt((double)hd));
+    float inv_sqrt_hd = (float)hp->attn_scale; /* 1/sqrt(head dim), or the recipe's (model.c) */
     float *sc = f->scratch + (size_t)tid * f->n_ctx;
     const float *kc = f->k_cache + (size_t)J->il * f->n_ctx * f->kv_dim;
     const float *vc = f->v_cache + (size_t)J->il * f->n_ctx * f->v_dim;
@@ -819,6 +819,7 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
         for (int j = 0; j < hp->n_rot / 2; j++) {
             f->inv_freq[j] = bm_exp(-(2.0 * j / hp->n_rot) * lb);
             if (m->rope_freqs) f->inv_freq[j] /= (double)m->rope_freqs[j]; /* frequency divisors (rope_freqs) */
+            f->inv_freq[j] *= hp->rope_scale; /* linear RoPE scaling: (p * scale) * freq, 1 without */
         }
     }
     f->inv_freq_swa = calloc((size_t)(hp->n_rot_swa / 2 + 1), sizeof(double));

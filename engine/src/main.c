@@ -1,6 +1,6 @@
 /* bmoe: the command line (docs/design.md, engine: command line).
  *
- *   bmoe --version | run [options] | check [options] | info -m MODEL | batch PLAN.jsonl
+ *   bmoe --version | run [options] | check [options] | info -m MODEL | batch PLAN.jsonl | tokenize ...
  *
  * Exit codes: 0 ok, 2 invalid configuration or usage, 3 unreadable or malformed model, 4 I/O error,
  * 1 internal error. A failing command writes exactly one line `bmoe: error: <message>` to stderr.
@@ -17,6 +17,7 @@
 #include "plan.h"
 #include "policy_report.h"
 #include "result.h"
+#include "tokenize_cmd.h"
 
 static const char USAGE[] =
     "usage: bmoe --version\n"
@@ -24,10 +25,12 @@ static const char USAGE[] =
     "       bmoe check [options]      validate the options only, no model: prints ok or error: ...\n"
     "       bmoe info -m MODEL        model facts as JSON\n"
     "       bmoe batch PLAN.jsonl     one {\"id\": ..., \"argv\": [\"run\"|\"check\", ...]} per line, a JSON result each\n"
+    "       bmoe tokenize -m MODEL -p TEXT | --texts FILE | --eog [--chat] [--no-special] [--no-parse-special]\n"
+    "                                 token ids (and the ids decoded) as JSON, one line per text\n"
     "run options: -m/--model FILE, -p/--prompt TEXT | --prompt-tokens 1,2,3, -n N, -t N, -c N,\n"
     "  --n-expert-used K, --mmap, --cache-mb M, --force-cache, --io-threads N, --no-odirect,\n"
     "  --prefetch L, --prefetch-sync, --drop-cold-experts F, --drop-in-prefill, --drop-no-renorm,\n"
-    "  --expert-substitute L, --route-trace FILE, --logits-out FILE, --json,\n"
+    "  --expert-substitute L, --route-trace FILE, --logits-out FILE, --json, --chat,\n"
     "  --ppl FILE | --ppl-step FILE [--ppl-ref FILE] | --ppl-choices FILE | --session FILE  (docs/engine-flags.md)\n";
 
 static void say_error(const bmoe_error *e) { fprintf(stderr, "bmoe: error: %s\n", e->msg); }
@@ -225,5 +228,9 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "check") == 0) return do_check(argc - 2, argv + 2, 0, NULL);
     if (strcmp(cmd, "info") == 0) return do_info(argc - 2, argv + 2);
     if (strcmp(cmd, "batch") == 0) return do_batch(argc - 2, argv + 2);
-    return failed((err_set(&err, 2, "usage", "unknown command '%.40s' (run, check, info, batch, --version)", cmd), &err), 0);
+    if (strcmp(cmd, "tokenize") == 0) {
+        int rc = tokenize_main(argc - 2, argv + 2, &err);
+        return rc ? failed(&err, 0) : 0;
+    }
+    return failed((err_set(&err, 2, "usage", "unknown command '%.40s' (run, check, info, batch, tokenize, --version)", cmd), &err), 0);
 }

@@ -5,6 +5,7 @@
 #include "model.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -315,6 +316,72 @@ static int read_swa(loader *L) {
     return 0;
 }
 
+/* Sliding-window keys as llama.cpp's gemma3 reads them: attention.sliding_window absent or 0 means no
+ * local layer at all (every layer global, with rope.freq_base); otherwise sliding_window_pattern is a
+ * per-layer array (true = local), or a period n (layer il is local unless il % n == n - 1, and n = 0
+ * makes every layer local), or absent (the recipe's period). Local layers rotate every dim of a head
+ * with rope.freq_base_swa (default 10000) and no scaling; their head sizes are the global ones. */
+static int read_swa_periodic(loader *L) {
+    bmoe_model *m = L->m;
+    bmoe_hparams *hp = &m->hp;
+    int rc, period = m->recipe->swa_period;
+    char e[256] = "";
+    if ((rc = get_int(L, "attention.sliding_window", 0, 0, 0, MAX_CTX, &hp->n_swa))) return rc;
+    hp->n_rot_swa = hp->n_rot;
+    hp->rope_base_swa = 10000.0;
+    if (hp->n_swa == 0) return 0; /* no local layers: swa_pattern stays NULL */
+    m->swa_pattern = calloc((size_t)hp->n_layer, 1);
+    if (!m->swa_pattern) return fail(L, 1, "out of memory");
+    const char *key = akey(L, "attention.sliding_window_pattern");
+    const gguf_kv *kv = gguf_find_kv(m->g, key);
+    if (kv && kv->type == GGUF_TYPE_ARRAY) {
+        if (kv->n != (uint64_t)hp->n_layer)
+            return fail(L, 3, "%s: %s has %llu entries but block_count is %d", m->path, key,
+                        (unsigned long long)kv->n, hp->n_layer);
+        for (uint64_t i = 0; i < kv->n; i++) {
+            uint64_t u = 0;
+            int ok = kv->arr_type == GGUF_TYPE_BOOL ? (u = ((const uint8_t *)kv->data)[i], 1) : gguf_arr_u64(kv, i, &u);
+            if (!ok) return fail(L, 3, "%s: %s must be an array of booleans or integers", m->path, key);
+            m->swa_pattern[i] = u != 0;
+        }
+    } else {
+        uint64_t v = 0;
+        int r = gguf_get_u64(m->g, key, &v, e, sizeof e);
+        if (r < 0) return bad_type(L, key, e);
+        if (r > 0) {
+            if (v > MAX_LAYERS) return fail(L, 3, "%s: %s = %llu is out of range [0, %d]", m->path, key,
+                                            (unsigned long long)v, MAX_LAYERS);
+            period = (int)v;
+        }
+        for (int il = 0; il < hp->n_layer; il++) m->swa_pattern[il] = period == 0 || il % period < period - 1;
+    }
+    if ((rc = get_real(L, "rope.freq_base_swa", 0, 10000.0, 1e-6, 1e30, &hp->rope_base_swa))) return rc;
+    return 0;
+}
+
+/* rope.scaling.type (default linear) and rope.scaling.factor (0 or absent: 1), as llama.cpp reads them for
+ * every architecture; the global layers' positions are multiplied by 1 / factor. Only linear scaling is
+ * implemented: another type is refused, never ignored. */
+static int read_rope_scaling(loader *L) {
+    bmoe_model *m = L->m;
+    bmoe_hparams *hp = &m->hp;
+    gguf_str type;
+    char e[256] = "";
+    const char *key = akey(L, "rope.scaling.type");
+    int r = gguf_get_str(m->g, key, &type, e, sizeof e);
+    if (r < 0) return bad_type(L, key, e);
+    int linear = r == 0 || gguf_str_eq(type, "linear"), none = r > 0 && gguf_str_eq(type, "none");
+    if (!linear && !none)
+        return fail(L, 3, "%s: %s = '%.*s': only linear RoPE scaling is implemented", m->path, key,
+                    (int)(type.len > 20 ? 20 : type.len), type.ptr);
+    double factor = 0.0;
+    int rc = get_real(L, "rope.scaling.factor", 0, 0.0, 0.0, 1e30, &factor);
+    if (rc) return rc;
+    if (factor == 0.0 && (rc = get_real(L, "rope.scale_linear", 0, 0.0, 0.0, 1e30, &factor))) return rc;
+    hp->rope_scale = factor == 0.0 ? 1.0 : 1.0 / factor;
+    return 0;
+}
+
 static int read_hparams(loader *L) {
     bmoe_model *m = L->m;
     bmoe_hparams *hp = &m->hp;
@@ -341,23 +408,45 @@ static int read_hparams(loader *L) {
     if (hp->n_rot % 2 != 0)
         return fail(L, 3, "%s: %s.rope.dimension_count = %d is odd (it defaults to attention.key_length)", m->path,
                     m->arch, hp->n_rot);
-    if ((rc = get_int(L, "expert_count", 0, 0, 0, MAX_EXPERTS, &hp->n_expert))) return rc;
-    if ((rc = get_int(L, "expert_used_count", 0, 0, 0, MAX_EXPERTS, &hp->n_expert_used))) return rc;
-    if ((rc = get_int(L, "expert_feed_forward_length", 0, 0, 0, MAX_DIM, &hp->n_ff_exp))) return rc;
-    if ((rc = get_int(L, "leading_dense_block_count", 0, r->n_dense_lead, 0, hp->n_layer, &hp->n_dense_lead))) return rc;
+    if (r->moe) { /* a dense architecture's graph reads none of these: they stay 0 */
+        if ((rc = get_int(L, "expert_count", 0, 0, 0, MAX_EXPERTS, &hp->n_expert))) return rc;
+        if ((rc = get_int(L, "expert_used_count", 0, 0, 0, MAX_EXPERTS, &hp->n_expert_used))) return rc;
+        if ((rc = get_int(L, "expert_feed_forward_length", 0, 0, 0, MAX_DIM, &hp->n_ff_exp))) return rc;
+        if ((rc = get_int(L, "leading_dense_block_count", 0, r->n_dense_lead, 0, hp->n_layer, &hp->n_dense_lead)))
+            return rc;
+    } else {
+        hp->n_dense_lead = hp->n_layer;
+    }
     if (hp->head_dim_v != hp->head_dim)
         return fail(L, 3, "%s: %s.attention.value_length %d differs from key_length %d (llama.cpp's %s graph "
                     "requires them equal)", m->path, m->arch, hp->head_dim_v, hp->head_dim, m->arch);
     if (r->full_rope && hp->n_rot != hp->head_dim)
         return fail(L, 3, "%s: %s.rope.dimension_count %d differs from key_length %d (partial RoPE is not part of "
                     "llama.cpp's %s graph)", m->path, m->arch, hp->n_rot, hp->head_dim, m->arch);
-    if ((rc = read_gating(L))) return rc;
+    if (r->moe) {
+        if ((rc = read_gating(L))) return rc;
+    } else { /* no router: the recipe's fixed gating, only so that reports name one */
+        hp->gating = arch_gating(r->gating);
+        hp->norm_w = r->norm_w;
+        hp->w_scale = 1.0;
+    }
     if ((rc = read_shared_width(L))) return rc;
-    if (r->swa_keys && (rc = read_swa(L))) return rc;
-    /* llama.cpp (llama_hparams) soft-caps the final logits by 30 when the key is absent; 0 turns it off.
-     * Architectures whose graph has no soft-capping do not read the key. */
+    if (r->swa == BMOE_SWA_REQUIRED && (rc = read_swa(L))) return rc;
+    if (r->swa == BMOE_SWA_PERIODIC && (rc = read_swa_periodic(L))) return rc;
+    hp->rope_scale = 1.0;
+    if (r->rope_scaling && (rc = read_rope_scaling(L))) return rc;
+    /* the attention scale: 1 (recipe), or 1/sqrt(head dim), or at the recipe's block count (llama.cpp's
+     * gemma3 27B, whose query_pre_attn_scalar is n_embd / n_head) 1/sqrt(n_embd / n_head), the integer
+     * quotient as llama.cpp takes it */
+    if (r->attn_scale_one) hp->attn_scale = 1.0;
+    else if (r->attn_scale_embd_at > 0 && hp->n_layer == r->attn_scale_embd_at)
+        hp->attn_scale = 1.0 / sqrt((double)(hp->n_embd / hp->n_head));
+    else hp->attn_scale = 1.0 / sqrt((double)hp->head_dim);
+    /* Final logit soft-capping, where the graph has it: llama.cpp's default when the key is absent is the
+     * recipe's (gemma4 30, gemma3 none); 0 turns it off. */
     hp->softcap = 0.0;
-    if (r->final_softcap && (rc = get_real(L, "final_logit_softcapping", 0, 30.0, 0.0, 1e30, &hp->softcap)))
+    if (r->final_softcap &&
+        (rc = get_real(L, "final_logit_softcapping", 0, r->softcap_default, 0.0, 1e30, &hp->softcap)))
         return rc;
     return 0;
 }
@@ -450,6 +539,8 @@ static int bind_tensors(loader *L) {
                 return fail(L, 3, "%s: tensor %s is not implemented by the engine", m->path, name);
         }
         snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il);
+        if (!r->moe && gguf_find_tensor(m->g, name))
+            return fail(L, 3, "%s: tensor %s: llama.cpp's %s graph has no routed experts", m->path, name, m->arch);
         ly->is_moe = il >= hp->n_dense_lead && gguf_find_tensor(m->g, name) != NULL;
         if (!ly->is_moe) {
             if (hp->n_ff < 1)
@@ -458,7 +549,7 @@ static int bind_tensors(loader *L) {
             if ((rc = bind_layer(L, il, "ffn_gate", 1, 2, d, F, 1, &ly->ffn_gate))) return rc;
             if ((rc = bind_layer(L, il, "ffn_up", 1, 2, d, F, 1, &ly->ffn_up))) return rc;
             if ((rc = bind_layer(L, il, "ffn_down", 1, 2, F, d, 1, &ly->ffn_down))) return rc;
-            if ((rc = bind_layer_vec(L, il, "post_ffw_norm", 0, d, &ly->post_ffw_norm))) return rc;
+            if ((rc = bind_layer_vec(L, il, "post_ffw_norm", r->post_norms, d, &ly->post_ffw_norm))) return rc;
             continue;
         }
         /* a MoE layer */

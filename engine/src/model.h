@@ -58,10 +58,13 @@ typedef struct bmoe_hparams {
     double eps, rope_base;
     int n_expert, n_expert_used, n_ff_exp, n_ff_shexp, n_dense_lead;
     int n_expert_shared;                      /* BMOE_SHEXP_NAMED: the shared expert is this many experts wide */
-    int n_swa;                                /* sliding window (recipes with swa_keys): a position attends
-                                               * to the n_swa latest positions, itself included */
+    int n_swa;                                /* sliding window (recipes with swa): a position of a local
+                                               * layer attends to the n_swa latest positions, itself included */
     int n_rot_swa;                            /* rotated dims of a sliding-window layer */
     double rope_base_swa;                     /* RoPE base of a sliding-window layer (no rope_freqs there) */
+    double rope_scale;                        /* global layers: positions multiplied by this before RoPE
+                                               * (1 / rope.scaling.factor, linear scaling; 1 = none) */
+    double attn_scale;                        /* attention scores are q.k times this */
     double softcap;                           /* final logit soft-capping c (recipes with final_softcap):
                                                * logits = c tanh(logits / c); 0 = none */
     int n_vocab;
@@ -83,7 +86,7 @@ typedef struct bmoe_model {
     int output_tied;
     float *output_norm;
     float *rope_freqs;            /* [head_dim / 2] frequency divisors of the global layers, else NULL */
-    uint8_t *swa_pattern;         /* [n_layer]: 1 = sliding-window layer (recipes with swa_keys), else NULL */
+    uint8_t *swa_pattern;         /* [n_layer]: 1 = sliding-window layer (recipes with swa), else NULL */
     bmoe_layer *layers;
     int n_moe_layers;
     int *moe_layers;              /* indices of the MoE layers, ascending */

@@ -18,7 +18,7 @@ struct bmoe_policies {
     float *w0;          /* [k] the row's weights before the drop edits them */
 };
 
-int policies_create(bmoe_policies **out, const bmoe_config *cfg, int k_effective, int k_model, int n_expert,
+int policies_create(bmoe_policies **out, const bmoe_policy_opts *cfg, int k_effective, int k_model, int n_expert,
                     int max_batch, bmoe_error *err) {
     *out = NULL;
     int subst_on = cfg->subst_set, drop_on = cfg->drop_set;

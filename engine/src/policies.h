@@ -25,18 +25,28 @@
 #ifndef BMOE_POLICIES_H
 #define BMOE_POLICIES_H
 
-#include "config.h"
 #include "result.h"
 #include "stream_hook.h"
 
 typedef struct bmoe_policies bmoe_policies;
 
-/* From the effective config: k_effective is the routing width at run time (after --n-expert-used),
+/* From the lossy knobs' options (engine.c fills them from the command line): k_effective is the routing width at run time (after --n-expert-used),
  * k_model the model's own top-k, n_expert E, max_batch the widest batch the hook will see.
  * Refuses (exit 2, the validate() message) a knob without the expert cache or with --mmap, so no
  * caller that bypasses validate() can arm one where it cannot be cache-aware.
  * *out is NULL (and 0 returned) when neither knob is armed: nothing to plug in. */
-int policies_create(bmoe_policies **out, const bmoe_config *cfg, int k_effective, int k_model, int n_expert,
+typedef struct bmoe_policy_opts {
+    int drop_set;            /* --drop-cold-experts given */
+    double drop;             /* its F */
+    int drop_no_renorm;      /* --drop-no-renorm */
+    int drop_in_prefill;     /* --drop-in-prefill */
+    int subst_set;           /* --expert-substitute given */
+    double subst;            /* its L */
+    int mmap;                /* --mmap: nothing is streamed (refused with a knob) */
+    int cache_mb;            /* --cache-mb (a knob needs the cache) */
+} bmoe_policy_opts;
+
+int policies_create(bmoe_policies **out, const bmoe_policy_opts *cfg, int k_effective, int k_model, int n_expert,
                     int max_batch, bmoe_error *err);
 void policies_destroy(bmoe_policies *p); /* NULL is fine */
 

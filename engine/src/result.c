@@ -107,6 +107,7 @@ void result_write_run(FILE *out, int with_id, const char *id, const bmoe_result 
     json_begin_array(&w, "tokens");
     for (int i = 0; i < r->n_tokens; i++) json_int(&w, NULL, r->tokens[i]);
     json_end_array(&w);
+    json_str(&w, "stop", r->stop);
     json_strn(&w, "text", (const char *)r->text, r->text_len);
     json_hex(&w, "text_hex", r->text, r->text_len);
     if (r->write_extra) r->write_extra(&w, r->extra_user);

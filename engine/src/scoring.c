@@ -54,52 +54,6 @@ int score_read_file(const char *flag, const char *path, uint8_t **buf, size_t *l
     return 0;
 }
 
-int score_encode(const bmoe_tokenizer *tk, const uint8_t *b, size_t len, int bos, int32_t *out, size_t *bad_off) {
-    int n = 0;
-    if (bos && tk->add_bos) out[n++] = tk->bos;
-    for (size_t i = 0; i < len; i++) {
-        int32_t t = tk->byte_token[b[i]];
-        if (t < 0) { *bad_off = i; return -1; }
-        out[n++] = t;
-    }
-    return n;
-}
-
-int score_text_tokens(const char *flag, const char *path, const bmoe_tokenizer *tk, int32_t **out, int *n,
-                      bmoe_error *err) {
-    *out = NULL;
-    *n = 0;
-    uint8_t *buf;
-    size_t len;
-    int rc = score_read_file(flag, path, &buf, &len, err);
-    if (rc) return rc;
-    const uint8_t *nul = memchr(buf, 0, len);
-    if (nul) {
-        rc = err_set(err, 2, "usage", "%s: %s is not text (a NUL byte at offset %zu)", flag, path, (size_t)(nul - buf));
-        free(buf);
-        return rc;
-    }
-    int32_t *ids = malloc((len + 1) * sizeof *ids);
-    if (!ids) { free(buf); return err_set(err, 1, NULL, "out of memory"); }
-    size_t bad = 0;
-    int k = score_encode(tk, buf, len, 1, ids, &bad);
-    if (k < 0) {
-        rc = err_set(err, 2, "config", "%s: %s: byte 0x%02x at offset %zu has no token in this model's vocabulary", flag,
-                     path, buf[bad], bad);
-        free(buf);
-        free(ids);
-        return rc;
-    }
-    free(buf);
-    if (k < 2) {
-        free(ids);
-        return err_set(err, 2, "usage", "%s: %s gives %d token, at least 2 are needed to score one", flag, path, k);
-    }
-    *out = ids;
-    *n = k;
-    return 0;
-}
-
 int score_read_ref(const char *path, int V, int64_t n_scored, float **out, bmoe_error *err) {
     *out = NULL;
     uint8_t *buf;

@@ -24,13 +24,14 @@
  * opened or read, a directory, too large, empty). */
 int score_read_file(const char *flag, const char *path, uint8_t **buf, size_t *len, bmoe_error *err);
 
-/* Bytes → tokens, BOS first when `bos` and the model adds one; out holds len + 1. Returns the count,
- * or -1 with *bad_off the offset of a byte the vocabulary has no token for. */
-int score_encode(const bmoe_tokenizer *tk, const uint8_t *b, size_t len, int bos, int32_t *out, size_t *bad_off);
+/* How the scoring inputs become tokens (score_tokens.c): through the model's tokenizer (tok_encode),
+ * BOS/EOS as the model asks. Texts scored for likelihood (--ppl, --ppl-step, --ppl-choices) read
+ * special-token texts as plain text, as llama.cpp's perplexity tools do; --session prompts parse them,
+ * as -p does. */
 
-/* A text file as tokens: the bytes through the byte-level tokenizer, BOS first when the model adds
- * one. A NUL byte makes it binary and is refused (usage); a byte without a token is a config error.
- * At least two tokens (one prediction). Returns 0 (*out malloc'd) or 2/1 with err set. */
+/* A text file as tokens. A NUL byte makes it binary and is refused (usage); a byte without a token
+ * is a config error. At least two tokens (one prediction). Returns 0 (*out malloc'd) or 2/1 with err
+ * set. */
 int score_text_tokens(const char *flag, const char *path, const bmoe_tokenizer *tk, int32_t **out, int *n,
                       bmoe_error *err);
 
@@ -71,6 +72,24 @@ typedef struct choice_question {
 int choices_parse(const char *path, const uint8_t *buf, size_t len, choice_question **out, int *n, bmoe_error *err);
 void choices_free(choice_question *q, int n);
 
+/* One question as tokens. The context and each context + option text are tokenized whole; `prefix`
+ * is the longest run of leading tokens the context's tokens share with every one of them (all of the
+ * context's tokens unless an option merges into its end), evaluated once; each option's own tokens
+ * are what its text has after the prefix. */
+typedef struct choice_tokens {
+    int32_t *prefix;
+    int n_prefix;
+    int32_t **opt;            /* [n_options] */
+    int *n_opt;
+} choice_tokens;
+
+/* 0; 2 with err set naming flag, path and the question's line (a byte without a token, an empty
+ * context, no shared first token); 1 out of memory. *t is filled (free with choice_tokens_free) even
+ * on failure. */
+int choice_tokens_build(const bmoe_tokenizer *tk, const choice_question *q, const char *flag, const char *path,
+                        choice_tokens *t, bmoe_error *err);
+void choice_tokens_free(choice_tokens *t, int n_options);
+
 /* One prompt of --session. */
 typedef struct session_prompt {
     char *id;                  /* JSONL "id", or the line number as text */
@@ -84,5 +103,10 @@ typedef struct session_prompt {
  * prompt as raw bytes (a trailing '\r' removed). 0 or 2 with err set. */
 int session_parse(const char *path, const uint8_t *buf, size_t len, session_prompt **out, int *n, bmoe_error *err);
 void session_free(session_prompt *p, int n);
+
+/* A --session prompt as tokens, exactly as -p tokenizes the same text (specials parsed). 0 (*out
+ * malloc'd), 2 with err set (a byte without a token, an empty or too long prompt), 1 memory. */
+int session_tokens(const bmoe_tokenizer *tk, const session_prompt *p, const char *flag, const char *path,
+                   int32_t **out, int *n, bmoe_error *err);
 
 #endif

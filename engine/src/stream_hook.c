@@ -20,7 +20,6 @@
 
 struct bmoe_stream_hook {
     bmoe_model *m;
-    const bmoe_config *cfg;
     int n_layers;               /* streamed (MoE) layers */
     int *li_of;                 /* model layer -> streamed index, -1 for dense layers */
     int E, k, max_batch;
@@ -589,7 +588,7 @@ void stream_hook_frames(const bmoe_stream_hook *h, size_t *created, size_t *in_u
 
 /* ---- setup --------------------------------------------------------------------------------------- */
 
-int stream_hook_create(bmoe_stream_hook **out, bmoe_model *m, const bmoe_config *cfg, int top_k, int max_batch,
+int stream_hook_create(bmoe_stream_hook **out, bmoe_model *m, const bmoe_streaming_opts *cfg, int top_k, int max_batch,
                        bmoe_error *err) {
     *out = NULL;
     bmoe_stream_hook *h = calloc(1, sizeof *h);
@@ -599,7 +598,6 @@ int stream_hook_create(bmoe_stream_hook **out, bmoe_model *m, const bmoe_config 
     const char **paths = NULL;
     bmoe_stream_part *parts = NULL;
     h->m = m;
-    h->cfg = cfg;
     h->n_layers = m->n_moe_layers;
     h->E = m->hp.n_expert;
     h->k = top_k;
@@ -642,7 +640,7 @@ int stream_hook_create(bmoe_stream_hook **out, bmoe_model *m, const bmoe_config 
     }
     bmoe_stream_opts so = {
         .n_layers = h->n_layers, .n_expert = h->E, .parts = parts, .n_shards = m->g->n_shards,
-        .shard_paths = paths, .shared_slots = (int)shared, .odirect = !cfg->no_odirect, .io_lanes = cfg->io_threads,
+        .shard_paths = paths, .shared_slots = (int)shared, .odirect = cfg->odirect, .io_lanes = cfg->io_lanes,
         .frame_pool_bytes = cfg->cache_mb > 0 ? (uint64_t)cfg->cache_mb * MIB : 0,
     };
     rc = stream_open(&so, &h->st, msg, sizeof msg);

@@ -84,6 +84,9 @@ static const cli_case CLI[] = {
     {"repeat-tokens", 4, {"--prompt-tokens", "1,2", "--prompt-tokens", "1,3"}, "--prompt-tokens: given twice with different values"},
     {"model-empty", 2, {"-m", ""}, "-m: the model path is empty"},
     {"prompt-empty", 2, {"-p", ""}, "-p: the prompt is empty"},
+    {"chat", 3, {"-p", "hi", "--chat"}, NULL},
+    {"chat-alone", 1, {"--chat"}, "--chat: needs a text prompt (-p); it cannot wrap --prompt-tokens or an input file"},
+    {"chat-tokens", 3, {"--prompt-tokens", "1", "--chat"}, "--chat: needs a text prompt (-p); it cannot wrap --prompt-tokens or an input file"},
     {"prompt-tokens-empty", 2, {"--prompt-tokens", ""}, "--prompt-tokens: the prompt is empty"},
     {"prompt-tokens-empty-item", 2, {"--prompt-tokens", "1,,2"}, "--prompt-tokens: item 1 is empty"},
     {"prompt-tokens-trailing-comma", 2, {"--prompt-tokens", "1,2,"}, "--prompt-tokens: item 2 is empty"},
@@ -676,7 +679,7 @@ static void test_to_json(void) {
         "\"ctx\":0,\"n_expert_used\":0,\"mmap\":false,\"cache_mb\":2,\"force_cache\":true,\"io_threads\":1,"
         "\"no_odirect\":false,\"prefetch\":0,\"prefetch_sync\":false,\"drop_cold_experts\":0.10000000000000001,"
         "\"drop_in_prefill\":false,\"drop_no_renorm\":false,\"expert_substitute\":null,\"route_trace\":null,"
-        "\"json\":false,\"logits_out\":null,\"ppl\":null,\"ppl_step\":null,\"ppl_ref\":null,\"ppl_choices\":null,"
+        "\"json\":false,\"chat\":false,\"logits_out\":null,\"ppl\":null,\"ppl_step\":null,\"ppl_ref\":null,\"ppl_choices\":null,"
         "\"session\":null}\n";
     if (strcmp(buf, want) != 0) fprintf(stderr, "config_to_json:\n%s", buf);
     CHECK(strcmp(buf, want) == 0);

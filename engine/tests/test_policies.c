@@ -10,11 +10,9 @@
 #define E 8
 #define K 2
 
-static bmoe_config cfg_with(double drop, int drop_set, double subst, int subst_set) {
-    bmoe_config c;
-    config_defaults(&c);
+static bmoe_policy_opts cfg_with(double drop, int drop_set, double subst, int subst_set) {
+    bmoe_policy_opts c = {0};
     c.cache_mb = 2;
-    c.force_cache = 1;
     c.drop = drop;
     c.drop_set = drop_set;
     c.subst = subst;
@@ -25,7 +23,7 @@ static bmoe_config cfg_with(double drop, int drop_set, double subst, int subst_s
 static void test_create(void) {
     bmoe_policies *p = (bmoe_policies *)1;
     bmoe_error err = {0};
-    bmoe_config c = cfg_with(0, 0, 0, 0);
+    bmoe_policy_opts c = cfg_with(0, 0, 0, 0);
     CHECK(policies_create(&p, &c, K, K, E, 4, &err) == 0 && p == NULL); /* nothing armed */
 
     c = cfg_with(0.5, 1, 0, 0);
@@ -56,7 +54,7 @@ static void test_create(void) {
 
 static void test_subst(void) {
     bmoe_error err = {0};
-    bmoe_config c = cfg_with(0, 0, 1.0, 1);
+    bmoe_policy_opts c = cfg_with(0, 0, 1.0, 1);
     bmoe_policies *p = NULL;
     CHECK(policies_create(&p, &c, K, K, E, 2, &err) == 0 && p);
     if (!p) return;
@@ -81,7 +79,7 @@ static void test_subst(void) {
 
 static void test_drop(void) {
     bmoe_error err = {0};
-    bmoe_config c = cfg_with(1.0, 1, 0, 0);
+    bmoe_policy_opts c = cfg_with(1.0, 1, 0, 0);
     bmoe_policies *p = NULL;
     CHECK(policies_create(&p, &c, K, 4, E, 2, &err) == 0 && p); /* effective 2 of a top-4 model */
     if (!p) return;

@@ -9,16 +9,42 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "mini_gguf.h"
 #include "scoring.h"
 
-/* A byte-level tokenizer by hand: byte b is token b, BOS 256, no token for 0xff. */
-static void make_tok(bmoe_tokenizer *tk, int add_bos) {
-    memset(tk, 0, sizeof *tk);
-    tk->n_vocab = 257;
-    for (int b = 0; b < 256; b++) tk->byte_token[b] = b == 0xff ? -1 : b;
-    tk->bos = 256;
-    tk->eos = -1;
-    tk->add_bos = add_bos;
+/* A byte-level vocabulary (GPT-2 byte images in byte order, so byte b is token b; none for 'Z', whose
+ * slot holds "<pad>"), then "<s>" (256, control, BOS) and "ab" (257) with the merge "a b" when `merge`. */
+static void make_tok(bmoe_tokenizer *tk, int add_bos, int merge) {
+    meta m = {0};
+    char *toks[258];
+    int32_t types[258];
+    for (int b = 0; b < 256; b++) {
+        uint32_t cp = tok_byte_to_cp((uint8_t)b);
+        toks[b] = malloc(8);
+        if (b == 'Z') strcpy(toks[b], "<pad>");
+        else if (cp < 0x80) { toks[b][0] = (char)cp; toks[b][1] = 0; }
+        else { toks[b][0] = (char)(0xc0 | (cp >> 6)); toks[b][1] = (char)(0x80 | (cp & 0x3f)); toks[b][2] = 0; }
+        types[b] = 1;
+    }
+    toks[256] = strdup("<s>");
+    toks[257] = strdup("ab");
+    types[256] = 3;
+    types[257] = 1;
+    char *merges[1] = { "a b" };
+    kv_str(&m, "tokenizer.ggml.model", "gpt2");
+    kv_str(&m, "tokenizer.ggml.pre", "qwen2");
+    kv_strs(&m, "tokenizer.ggml.tokens", toks, 258);
+    kv_i32s(&m, "tokenizer.ggml.token_type", types, 258);
+    kv_strs(&m, "tokenizer.ggml.merges", merges, merge);
+    kv_u32(&m, "tokenizer.ggml.bos_token_id", 256);
+    kv_bool(&m, "tokenizer.ggml.add_bos_token", add_bos);
+    for (int i = 0; i < 258; i++) free(toks[i]);
+    gguf_model *g = finish(&m);
+    char err[256] = "";
+    int rc = g ? tok_load(tk, g, "vocab.gguf", err, sizeof err) : -1;
+    if (rc) fprintf(stderr, "make_tok: %s\n", err);
+    CHECK(rc == 0);
+    gguf_close(g); /* the tokenizer keeps copies of what it needs */
 }
 
 static void test_row(void) {
@@ -75,7 +101,7 @@ static void test_text_files(void) {
     bmoe_error err;
     int32_t *ids = NULL;
     int n = 0;
-    make_tok(&tk, 1);
+    make_tok(&tk, 1, 1);
     const char *p = write_tmp("a.txt", "hi", 2);
     CHECK(score_text_tokens("--ppl", p, &tk, &ids, &n, &err) == 0);
     CHECK(n == 3 && ids[0] == 256 && ids[1] == 'h' && ids[2] == 'i');
@@ -91,19 +117,29 @@ static void test_text_files(void) {
     CHECK(score_text_tokens("--ppl-step", p, &tk, &ids, &n, &err) == 2 && strstr(err.msg, "NUL byte at offset 2"));
     unlink(p);
 
-    p = write_tmp("ff.txt", "ab\xff", 3);
-    CHECK(score_text_tokens("--ppl", p, &tk, &ids, &n, &err) == 2 && strstr(err.msg, "byte 0xff at offset 2"));
+    p = write_tmp("z.txt", "abZ", 3);
+    CHECK(score_text_tokens("--ppl", p, &tk, &ids, &n, &err) == 2 && strstr(err.msg, "byte 0x5a has no token") &&
+          strstr(err.msg, "--ppl: /tmp/"));
     CHECK(strcmp(err.kind, "config") == 0);
     unlink(p);
 
+    /* the model's tokenizer: merges apply, special-token texts stay text */
+    p = write_tmp("m.txt", "xab<s>", 6);
+    CHECK(score_text_tokens("--ppl", p, &tk, &ids, &n, &err) == 0);
+    CHECK(n == 6 && ids[0] == 256 && ids[1] == 'x' && ids[2] == 257 && ids[3] == '<' && ids[5] == '>');
+    free(ids);
+    unlink(p);
+    tok_free(&tk);
+
     p = write_tmp("one.txt", "x", 1);
-    make_tok(&tk, 0);
+    make_tok(&tk, 0, 1);
     CHECK(score_text_tokens("--ppl", p, &tk, &ids, &n, &err) == 2 && strstr(err.msg, "at least 2"));
     unlink(p);
 
     CHECK(score_text_tokens("--ppl", "/nonexistent/t.txt", &tk, &ids, &n, &err) == 2 &&
           strstr(err.msg, "cannot open /nonexistent/t.txt") && strcmp(err.kind, "usage") == 0);
     CHECK(score_text_tokens("--ppl", "/tmp", &tk, &ids, &n, &err) == 2 && strstr(err.msg, "is a directory"));
+    tok_free(&tk);
 }
 
 static void test_ref(void) {
@@ -197,11 +233,73 @@ static void test_session(void) {
           strcmp(err.msg, "--session: s.jsonl: line 1: missing key \"prompt\"") == 0);
 }
 
+/* one question's tokens: the prefix every option shares, each option's own tokens */
+static int choice_is(const bmoe_tokenizer *tk, const char *line, const int32_t *prefix, int np, const int32_t *o0, int n0,
+                     const int32_t *o1, int n1, bmoe_error *err) {
+    choice_question *q = NULL;
+    int n = 0;
+    CHECK(choices_parse("mc.jsonl", (const uint8_t *)line, strlen(line), &q, &n, err) == 0 && n == 1);
+    if (n != 1) return -1;
+    choice_tokens t;
+    int rc = choice_tokens_build(tk, &q[0], "--ppl-choices", "mc.jsonl", &t, err);
+    if (rc == 0) {
+        CHECK(t.n_prefix == np && memcmp(t.prefix, prefix, (size_t)np * 4) == 0);
+        CHECK(t.n_opt[0] == n0 && memcmp(t.opt[0], o0, (size_t)n0 * 4) == 0);
+        CHECK(t.n_opt[1] == n1 && memcmp(t.opt[1], o1, (size_t)n1 * 4) == 0);
+    }
+    choice_tokens_free(&t, q[0].n_options);
+    choices_free(q, n);
+    return rc;
+}
+
+static void test_tokens(void) {
+    bmoe_tokenizer tk;
+    bmoe_error err;
+    /* byte-level: the context's bytes (BOS first), each option's bytes */
+    make_tok(&tk, 1, 0);
+    CHECK(choice_is(&tk, "{\"id\":1,\"context\":\"xa\",\"options\":[\"b\",\"cd\"],\"answer\":0}",
+                    (const int32_t[]){ 256, 'x', 'a' }, 3, (const int32_t[]){ 'b' }, 1, (const int32_t[]){ 'c', 'd' }, 2,
+                    &err) == 0);
+    tok_free(&tk);
+    /* "a" + "b" merge: the context's last token is scored with the options (tokenized as context + option) */
+    make_tok(&tk, 1, 1);
+    CHECK(choice_is(&tk, "{\"id\":1,\"context\":\"xa\",\"options\":[\"b\",\"cd\"],\"answer\":0}",
+                    (const int32_t[]){ 256, 'x' }, 2, (const int32_t[]){ 257 }, 1, (const int32_t[]){ 'a', 'c', 'd' }, 3,
+                    &err) == 0);
+    tok_free(&tk);
+    /* no BOS and the merge takes the context's only token: nothing predicts the option */
+    make_tok(&tk, 0, 1);
+    CHECK(choice_is(&tk, "{\"id\":1,\"context\":\"a\",\"options\":[\"b\",\"c\"],\"answer\":0}", NULL, 0, NULL, 0,
+                    NULL, 0, &err) == 2 &&
+          strstr(err.msg, "line 1: an option changes the context's first token"));
+    CHECK(choice_is(&tk, "{\"id\":1,\"context\":\"\",\"options\":[\"b\",\"c\"],\"answer\":0}", NULL, 0, NULL, 0,
+                    NULL, 0, &err) == 2 &&
+          strstr(err.msg, "the context is empty"));
+    CHECK(choice_is(&tk, "{\"id\":1,\"context\":\"a\",\"options\":[\"b\",\"Z\"],\"answer\":0}", NULL, 0,
+                    NULL, 0, NULL, 0, &err) == 2);
+    tok_free(&tk);
+
+    /* a session prompt is tokenized as -p: specials parsed, BOS as the model asks */
+    make_tok(&tk, 1, 1);
+    session_prompt sp = { .text = (uint8_t *)"<s>ab", .len = 5, .line = 4 };
+    int32_t *ids = NULL;
+    int n = 0;
+    CHECK(session_tokens(&tk, &sp, "--session", "s.txt", &ids, &n, &err) == 0);
+    CHECK(n == 3 && ids[0] == 256 && ids[1] == 256 && ids[2] == 257);
+    free(ids);
+    sp.text = (uint8_t *)"aZ";
+    sp.len = 2;
+    CHECK(session_tokens(&tk, &sp, "--session", "s.txt", &ids, &n, &err) == 2 && ids == NULL &&
+          strstr(err.msg, "--session: s.txt: line 4: byte 0x5a has no token"));
+    tok_free(&tk);
+}
+
 int main(void) {
     test_row();
     test_text_files();
     test_ref();
     test_choices();
     test_session();
+    test_tokens();
     return check_report("test_scoring");
 }

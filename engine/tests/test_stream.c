@@ -394,14 +394,9 @@ static void set_row(drive *d, int t, int a, int b) {
     d->w[t * 2 + 1] = 0.25f;
 }
 
-static bmoe_stream_hook *open_hook(fake *f, bmoe_config *c, int cache_mb, int prefetch, const char *trace) {
-    config_defaults(c);
-    c->cache_mb = cache_mb;
-    c->force_cache = 1;
-    c->prefetch = prefetch;
-    c->prefetch_sync = prefetch > 0;
-    c->route_trace = trace;
-    c->io_threads = 2;
+static bmoe_stream_hook *open_hook(fake *f, bmoe_streaming_opts *c, int cache_mb, int prefetch, const char *trace) {
+    *c = (bmoe_streaming_opts){ .cache_mb = cache_mb, .odirect = 1, .io_lanes = 2, .prefetch = prefetch,
+                                .prefetch_sync = prefetch > 0, .route_trace = trace };
     bmoe_stream_hook *h = NULL;
     bmoe_error err = {0};
     int rc = stream_hook_create(&h, &f->m, c, 2, 4, &err);
@@ -410,7 +405,7 @@ static bmoe_stream_hook *open_hook(fake *f, bmoe_config *c, int cache_mb, int pr
 }
 
 static void test_hook_cache_off(fake *f) {
-    bmoe_config c;
+    bmoe_streaming_opts c;
     bmoe_stream_hook *h = open_hook(f, &c, 0, 0, NULL);
     CHECK(h != NULL);
     if (!h) return;
@@ -443,7 +438,7 @@ static void test_hook_cache_off(fake *f) {
 }
 
 static void test_hook_cache(fake *f) {
-    bmoe_config c;
+    bmoe_streaming_opts c;
     /* 1 MiB holds three slots */
     bmoe_stream_hook *h = open_hook(f, &c, 1, 0, NULL);
     CHECK(h != NULL);
@@ -470,7 +465,7 @@ static void test_hook_cache(fake *f) {
  * them through the next pass's start, and the start of the pass after that gives back what the
  * budget does not hold. */
 static void test_hook_trim(fake *f) {
-    bmoe_config c;
+    bmoe_streaming_opts c;
     bmoe_stream_hook *h = open_hook(f, &c, 1, 0, NULL); /* 1 MiB: three slots */
     CHECK(h != NULL);
     if (!h) return;
@@ -508,10 +503,7 @@ static void test_hook_budget_refused(const char *f0, const char *f1) {
         f.ly[l].exp_part[BMOE_EXP_DOWN].bytes = 1u << 20; /* one expert > 1 MiB */
         f.ly[l].exp_part[BMOE_EXP_DOWN].stride = 1u << 20;
     }
-    bmoe_config c;
-    config_defaults(&c);
-    c.cache_mb = 1;
-    c.force_cache = 1;
+    bmoe_streaming_opts c = { .cache_mb = 1, .odirect = 1, .io_lanes = 1 };
     bmoe_stream_hook *h = NULL;
     bmoe_error err = {0};
     CHECK(stream_hook_create(&h, &f.m, &c, 2, 4, &err) == 2 && h == NULL);
@@ -562,7 +554,7 @@ static void test_hook_policy_and_trace(fake *f) {
     char trace[] = "/tmp/bmoe_trace_XXXXXX";
     int tfd = mkstemp(trace);
     close(tfd);
-    bmoe_config c;
+    bmoe_streaming_opts c;
     bmoe_stream_hook *h = open_hook(f, &c, 1, 0, trace);
     CHECK(h != NULL);
     if (!h) return;
@@ -649,7 +641,7 @@ static int pass_chain(bmoe_stream_hook *h, drive *d, int il, int phase, int step
 }
 
 static void test_hook_learned_terminal(fake *f) {
-    bmoe_config c;
+    bmoe_streaming_opts c;
     bmoe_stream_hook *h = open_hook(f, &c, 1, 0, NULL);
     CHECK(h != NULL);
     if (!h) return;
@@ -693,7 +685,7 @@ static void test_hook_prefetch(fake *f) {
     char trace[] = "/tmp/bmoe_trace_XXXXXX";
     int tfd = mkstemp(trace);
     close(tfd);
-    bmoe_config c;
+    bmoe_streaming_opts c;
     bmoe_stream_hook *h = open_hook(f, &c, 1, 1, trace);
     CHECK(h != NULL);
     if (!h) return;

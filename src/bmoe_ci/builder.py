@@ -17,8 +17,9 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
-from bmoe_ci.paths import cache_dir, source_tree
+from bmoe_ci.paths import Places
 
 # Targets the builder knows. Linux targets are static musl binaries that run on the farm; the macOS
 # ones are compile-and-link checks for desktops (they cannot run here).
@@ -58,10 +59,38 @@ class Build:
     defines: tuple[str, ...] = field(default=())
 
 
+#: Spellings of the same architecture; the farm and the targets always use the ``uname -m`` spelling.
+ARCH_ALIASES = {"arm64": "aarch64", "armv8": "aarch64", "amd64": "x86_64", "x64": "x86_64", "x86-64": "x86_64"}
+
+#: The architectures the engine has a target for (a farm device may have no other).
+KNOWN_ARCHES: tuple[str, ...] = tuple(sorted({t.split("-", 1)[0] for t in TARGETS}))
+
+
+def normalize_arch(arch: str) -> str:
+    """``arm64`` -> ``aarch64``, ``amd64`` -> ``x86_64``; anything else lower-cased as is."""
+    a = arch.strip().lower()
+    return ARCH_ALIASES.get(a, a)
+
+
+class Platform(Protocol):
+    """What decides a device's target: a farm device, or a gate run's device context."""
+
+    @property
+    def arch(self) -> str: ...
+
+    @property
+    def os(self) -> str: ...
+
+
+def target_for(device: Platform) -> str:
+    """The target that runs on ``device``: ``<arch>-macos`` for a Mac, else ``<arch>-linux-musl``."""
+    if device.os.lower() in ("macos", "darwin", "osx"):
+        return f"{device.arch}-macos"
+    return f"{device.arch}-linux-musl"
+
+
 def host_target() -> str:
-    machine = platform.machine().lower()
-    arch = {"arm64": "aarch64", "amd64": "x86_64"}.get(machine, machine)
-    return f"{arch}-linux-musl"
+    return f"{normalize_arch(platform.machine())}-linux-musl"
 
 
 def resolve_target(name: str) -> str:
@@ -112,19 +141,21 @@ def build(
     progress: Callable[[str], None] | None = None,
     engine_dir: Path | None = None,
     cache: Path | None = None,
+    places: Places | None = None,
 ) -> Build:
     """Builds (or takes from the cache) the engine for `target`.
 
     `defines` are extra preprocessor definitions (`BMOE_FAULT_...=1`) for fault-injected builds;
     they are part of the build id, so a faulty binary can never be mistaken for the real one.
-    `engine_dir` and `cache` default to the source tree's engine/ and the bmoe-ci cache.
+    `engine_dir` and `cache` default to the source tree's engine/ and the bmoe-ci cache of `places`.
     """
+    places = places or Places()
     say = progress or (lambda msg: print(msg, file=sys.stderr, flush=True))
     triple = resolve_target(target)
-    engine_dir = engine_dir or source_tree() / "engine"
+    engine_dir = engine_dir or places.source_tree() / "engine"
     zig = zig_version()
     build_id = compute_build_id(triple, defines, engine_dir, zig)
-    out_dir = (cache or cache_dir()) / "engine" / triple / build_id
+    out_dir = (cache or places.cache_dir()) / "engine" / triple / build_id
     binary = out_dir / "bmoe"
     runnable = TARGETS[triple]
     if binary.is_file() and not rebuild:

@@ -41,6 +41,7 @@ TINY = ("--cache-mb", "2", "--force-cache")
 BAND = "MiB is in the band 1..1499 MiB where a cache thrashes; pass --force-cache to use it anyway"
 DROP = "--drop-cold-experts"
 SUBST = "--expert-substitute"
+CHAT_NEEDS_P = "--chat: needs a text prompt (-p); it cannot wrap --prompt-tokens or an input file"
 
 
 def _ok(name: str, *argv: str) -> Case:
@@ -232,6 +233,9 @@ CASES: list[Case] = [
     # --- -m, the prompt -------------------------------------------------------------------
     _err("model-empty", "-m: the model path is empty", "-m", ""),
     _err("prompt-empty", "-p: the prompt is empty", "-p", ""),
+    _ok("chat", "-p", "hi", "--chat"),
+    _err("chat-alone", CHAT_NEEDS_P, "--chat"),
+    _err("chat-tokens", CHAT_NEEDS_P, "--prompt-tokens", "1", "--chat"),
     _err("prompt-tokens-empty", "--prompt-tokens: the prompt is empty", "--prompt-tokens", ""),
     _err("prompt-tokens-empty-item", "--prompt-tokens: item 1 is empty", "--prompt-tokens", "1,,2"),
     _err("prompt-tokens-trailing-comma", "--prompt-tokens: item 2 is empty", "--prompt-tokens", "1,2,"),

@@ -9,7 +9,7 @@ import argparse
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from bmoe_ci.ab.cli import add_ab_command
@@ -19,7 +19,9 @@ from bmoe_ci.cli_report import add_report_command
 from bmoe_ci.mutants.command import add_mutants_command
 from bmoe_ci.nightly.cli import add_nightly_commands
 from bmoe_ci.origin import foreign_checkout_warning, version_line
+from bmoe_ci.paths import Places
 from bmoe_ci.release.cli import add_release_command
+from bmoe_ci.reports.junit import absolute_attachments
 
 
 class UsageError(Exception):
@@ -35,31 +37,32 @@ class VersionAction(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
                  option_string: str | None = None) -> None:
-        print(version_line())
+        print(version_line(getattr(namespace, "places", Places())))
         parser.exit(0)
 
 
 def cmd_build(args: argparse.Namespace) -> int:
     targets = args.target or ["host"]
     for target in targets:
-        result = build(target, rebuild=args.rebuild)
+        result = build(target, rebuild=args.rebuild, places=args.places)
         state = "compiled" if result.compiled else "cached"
         print(f"{result.target}\t{result.build_id}\t{result.path}\t{state}")
     return 0
 
 
 def cmd_fixtures(args: argparse.Namespace) -> int:
-    from bmoe_ci.fixtures import SpecError, generate, load_specs
+    from bmoe_ci.models import SpecError, generate, load_specs
 
     try:
-        specs = load_specs(args.specs)
+        specs = load_specs(args.specs, args.places)
         if args.list:
             for spec in specs.specs.values():
                 flag = "default" if spec.default else "-"
                 print(f"{spec.name}\t{spec.arch}\t{spec.dtype}\t{flag}\t{spec.description}")
             return 0
         names = list(specs.specs) if args.all else args.name or None
-        for fixture in generate(Path(args.out) if args.out else None, names=names, specs_path=args.specs):
+        out = Path(args.out) if args.out else None
+        for fixture in generate(out, names=names, specs_path=args.specs, places=args.places):
             print(f"{fixture.name}\t{fixture.path}\t{fixture.sha256}")
     except SpecError as exc:
         raise UsageError(str(exc)) from exc
@@ -111,9 +114,18 @@ def warn_if_foreign_checkout() -> None:
         print(message, file=sys.stderr, flush=True)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def environment_defaults(environ: Mapping[str, str]) -> dict[str, object]:
+    """What the environment says, as the argument values every command reads (``args.places``,
+    ``args.absolute_attachments``): ``parser.set_defaults(**environment_defaults(os.environ))``."""
+    return {"places": Places.from_environ(environ), "absolute_attachments": absolute_attachments(environ)}
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """`bmoe-ci ARGV`. The environment (default ``os.environ``) is read here, once, and handed to every
+    command as values on its arguments."""
     warn_if_foreign_checkout()
     parser = make_parser()
+    parser.set_defaults(**environment_defaults(os.environ if environ is None else environ))
     args = parser.parse_args(argv)
     try:
         status = int(args.func(args))

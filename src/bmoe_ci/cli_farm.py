@@ -143,7 +143,7 @@ def _local_only(cmd: str, args: argparse.Namespace) -> int | None:
     if args.farm is None:
         return None
     try:
-        same = args.farm.resolve() == localfarm.farm_file().resolve()
+        same = args.farm.resolve() == localfarm.farm_file(places=args.places).resolve()
     except FarmError:
         same = False
     if same:
@@ -161,9 +161,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     if bad is not None:
         return bad
     try:
-        state = localfarm.state_dir()
+        state = localfarm.state_dir(args.places)
         _progress(f"local farm state: {state}")
-        path = localfarm.up(state, log=_progress)
+        path = localfarm.up(state, log=_progress, places=args.places)
         farm = load_farm(path)
     except FarmError as exc:
         return _err("up", exc)
@@ -178,7 +178,7 @@ def cmd_down(args: argparse.Namespace) -> int:
     if bad is not None:
         return bad
     try:
-        stopped = localfarm.down(log=_progress)
+        stopped = localfarm.down(log=_progress, places=args.places)
     except FarmError as exc:
         return _err("down", exc)
     print(f"stopped {len(stopped)} sshd instance(s)")
@@ -186,7 +186,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def _load(cmd: str, args: argparse.Namespace):
-    farm = load_farm(args.farm)
+    farm = load_farm(args.farm, args.places)
     devices = select_devices(farm, args.device) if args.device else list(farm.devices.values())
     return farm, devices
 
@@ -224,7 +224,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         return _err("status", exc)
     with ThreadPoolExecutor(max_workers=min(8, len(devices))) as pool:
         rows = list(pool.map(lambda d: _probe(d, True), devices))
-    health = HealthBook(farm.path)
+    health = HealthBook(farm.path, places=args.places)
     for r in rows:
         h = health.get(r["device"])
         r["quarantine"] = h.quarantine.describe() if h.quarantine else None
@@ -317,7 +317,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
 
 def cmd_unlock(args: argparse.Namespace) -> int:
     try:
-        farm = load_farm(args.farm)
+        farm = load_farm(args.farm, args.places)
         device = farm.device(args.device)
     except FarmError as exc:
         return _err("unlock", exc)
@@ -345,11 +345,11 @@ def cmd_unlock(args: argparse.Namespace) -> int:
 
 def cmd_release(args: argparse.Namespace) -> int:
     try:
-        farm = load_farm(args.farm)
+        farm = load_farm(args.farm, args.places)
         device = farm.device(args.device)
     except FarmError as exc:
         return _err("release", exc)
-    before = HealthBook(farm.path).release(device.name)
+    before = HealthBook(farm.path, places=args.places).release(device.name)
     if before.quarantine is not None:
         print(f"{device.name}: released (was {before.quarantine.describe()})")
     else:

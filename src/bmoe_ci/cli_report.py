@@ -24,7 +24,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
         print("bmoe-ci: error: --merge takes shard directories and --out DIR, no RESULTS_DIR", file=sys.stderr)
         return 2
     try:
-        code, report = merge_shards([Path(d) for d in args.merge], Path(args.out))
+        code, report = merge_shards([Path(d) for d in args.merge], Path(args.out), absolute=args.absolute_attachments)
     except ReportError as exc:
         print(f"bmoe-ci: error: {exc}", file=sys.stderr)
         return 2
@@ -40,7 +40,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 2
     results_dir = Path(args.results_dir)
     try:
-        data = rebuild(results_dir)
+        data = rebuild(results_dir, absolute=args.absolute_attachments)
     except ReportError as exc:
         print(f"bmoe-ci: error: {exc}", file=sys.stderr)
         return 2

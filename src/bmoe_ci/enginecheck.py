@@ -7,19 +7,21 @@ from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 
+from bmoe_ci.paths import Places
+
 
 @lru_cache(maxsize=1)
-def host_engine() -> Path:
+def host_engine(places: Places | None = None) -> Path:
     """The engine built for this machine (from the build cache when the tree is unchanged)."""
     from bmoe_ci.builder import build
 
-    return build("host").path
+    return build("host", places=places).path
 
 
-def check_flags(flags: Sequence[str], engine: Path | None = None) -> str | None:
+def check_flags(flags: Sequence[str], engine: Path | None = None, places: Places | None = None) -> str | None:
     """None when `bmoe check FLAGS` accepts them, else the engine's one-line message."""
     proc = subprocess.run(
-        [str(engine or host_engine()), "check", *flags], capture_output=True, text=True, timeout=60, check=False
+        [str(engine or host_engine(places)), "check", *flags], capture_output=True, text=True, timeout=60, check=False
     )
     if proc.returncode == 0:
         return None

@@ -7,12 +7,11 @@ silently does nothing. The console script and the pytest plugin say so on one st
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
 from bmoe_ci import __version__
-from bmoe_ci.paths import ENV_REPO, own_checkout, package_dir, packaged_tree
+from bmoe_ci.paths import ENV_REPO, Places, own_checkout, package_dir, packaged_tree
 
 
 def enclosing_checkout(start: Path) -> Path | None:
@@ -56,7 +55,7 @@ def git_commit(tree: Path) -> str:
     return f"git {head}{'+dirty' if dirty else ''}"
 
 
-def version_line() -> str:
+def version_line(places: Places) -> str:
     """`bmoe-ci --version`: the version and where the code runs from, on one line."""
     own = own_checkout()
     if own is not None:
@@ -65,6 +64,5 @@ def version_line() -> str:
         where = f"installed wheel, {package_dir()}"
     else:
         where = f"installed without its source tree, {package_dir()}"
-    env = os.environ.get(ENV_REPO)
-    extra = f"; source tree from {ENV_REPO}={env}" if env else ""
+    extra = f"; source tree from {ENV_REPO}={places.repo}" if places.repo is not None else ""
     return f"bmoe-ci {__version__} ({where}){extra}"

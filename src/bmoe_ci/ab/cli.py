@@ -12,6 +12,7 @@ from bmoe_ci.ab.devstate import DriftBounds
 from bmoe_ci.ab.report import verdict_line, write_ab
 from bmoe_ci.ab.run import DEFAULT_PROMPT, AbError, AbSpec, run_ab
 from bmoe_ci.ab.stats import DEFAULT_SEED
+from bmoe_ci.paths import Places
 
 EXIT_OK, EXIT_USAGE, EXIT_NO_VERDICT = 0, 2, 3
 
@@ -21,23 +22,23 @@ def _error(msg: str, code: int = EXIT_USAGE) -> int:
     return code
 
 
-def resolve_model(fixture: str | None, model: str | None) -> Path:
+def resolve_model(fixture: str | None, model: str | None, places: Places | None = None) -> Path:
     """--model FILE, or the named fixture generated into the cache (ValueError naming the problem)."""
     if model:
         p = Path(model)
         if not p.is_file():
             raise ValueError(f"--model: {model}: no such file")
         return p
-    from bmoe_ci.fixtures import SpecError, generate
+    from bmoe_ci.models import SpecError, generate
 
     try:
-        files = generate(None, names=[fixture or "qwen3moe"])
+        files = generate(None, names=[fixture or "qwen3moe"], places=places)
     except SpecError as exc:
         raise ValueError(f"--fixture: {exc}") from None
     return files[0].path
 
 
-def parse_flags(option: str, text: str) -> tuple[str, ...]:
+def parse_flags(option: str, text: str, places: Places | None = None) -> tuple[str, ...]:
     """Engine flags from a shell-quoted string, judged by the engine's validate() (`bmoe check`)."""
     from bmoe_ci.enginecheck import check_flags
 
@@ -45,7 +46,7 @@ def parse_flags(option: str, text: str) -> tuple[str, ...]:
         flags = tuple(shlex.split(text))
     except ValueError as exc:
         raise ValueError(f"{option}: {exc}") from None
-    why = check_flags(flags)
+    why = check_flags(flags, places=places)
     if why:
         raise ValueError(f"{option} {text!r}: the engine refuses it: {why}")
     return flags
@@ -59,17 +60,17 @@ def cmd_ab(args: argparse.Namespace) -> int:
             raise ValueError("--rounds must be at least 1 and -n at least 2 (one decode step needs two tokens)")
         if not 0 < args.confidence < 1:
             raise ValueError(f"--confidence must be between 0 and 1 (got {args.confidence})")
-        farm = load_farm(args.farm)
+        farm = load_farm(args.farm, args.places)
         devices = farm.select([args.device])
         if len(devices) != 1:
             raise ValueError(f"--device {args.device!r} selects {len(devices)} devices; an A/B runs on one")
-        a, b = parse_flags("--a", args.a), parse_flags("--b", args.b)
+        a, b = parse_flags("--a", args.a, args.places), parse_flags("--b", args.b, args.places)
         for k in args.sweep or ():
             if k < 1:
                 raise ValueError(f"--sweep: {k} is not a width (at least 1)")
         spec = AbSpec(
             device=devices[0],
-            model=resolve_model(args.fixture, args.model),
+            model=resolve_model(args.fixture, args.model, args.places),
             a=a,
             b=b,
             sweep=tuple(args.sweep or ()),
@@ -88,7 +89,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
     except (FarmError, ValueError) as exc:
         return _error(str(exc))
     try:
-        ab = run_ab(spec)
+        ab = run_ab(spec, places=args.places)
     except AbError as exc:
         return _error(f"no verdict: {exc}", EXIT_NO_VERDICT)
     out = Path(args.out) if args.out else Path("results") / f"ab-{ab['run']}"

@@ -4,7 +4,6 @@ the device state before and after each cell, and summarise."""
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -15,6 +14,8 @@ from typing import Any
 from bmoe_ci.ab.devstate import DeviceState, DriftBounds, drift, read_state
 from bmoe_ci.ab.stats import DEFAULT_SEED, RatioCI, ratio_ci, tok_s
 from bmoe_ci.farm import Device, InfraError, PushItem, default_run_id, open_session
+from bmoe_ci.gaterun.engine import run_engine
+from bmoe_ci.paths import Places
 
 AB_SCHEMA = "bmoe-ci.ab/1"
 DEFAULT_PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time"
@@ -64,13 +65,15 @@ def run_ab(
     results_dir: Path | None = None,
     build: Callable[[Device], Any] | None = None,
     say: Callable[[str], None] = _say,
+    places: Places | None = None,
 ) -> dict[str, Any]:
-    """Measure; return the ab.json content. Raises :class:`AbError` when nothing can be measured."""
+    """Measure; return the ab.json content. Raises :class:`AbError` when nothing can be measured.
+    ``build`` (default: the builder, with ``places``) gives the engine for the device."""
     from bmoe_ci.builder import build as build_target
-    from bmoe_ci.plugin.prepare import target_for
+    from bmoe_ci.builder import target_for
 
     run_id = run_id or default_run_id()
-    b = build(spec.device) if build else build_target(target_for(spec.device))
+    b = build(spec.device) if build else build_target(target_for(spec.device), places=places)
     configs = configurations(spec)
     order = cell_order([n for n, _ in configs], spec.rounds)
     flags = dict(configs)
@@ -104,21 +107,16 @@ def run_ab(
                 *flags[name],
             ]
             before = read_state(session.run)
-            r = session.run_engine(argv, spec.device.entry_timeout)
+            r = run_engine(session, argv, spec.device.entry_timeout)
             after = read_state(session.run)
             if r.infra is not None:
                 raise AbError(f"{spec.device.name}: cell {i} ({name}, round {rnd + 1}): {r.infra}")
-            try:
-                res = json.loads(r.stdout.decode("utf-8", "replace"))
-            except ValueError:
-                res = {}
-            if not r.ok or not res.get("ok"):
-                why = (res.get("error") or {}).get("message") or r.stderr.decode("utf-8", "replace").strip()
+            if not r.clean:
                 raise AbError(
                     f"{spec.device.name}: cell {i} ({name}, round {rnd + 1}): engine failed "
-                    f"(exit {r.exit_code}, signal {r.signal_name}): {why[-500:]}"
+                    f"(exit {r.exit_code}, signal {r.crashed}): {r.why(500)}"
                 )
-            cells.append(_cell(i, rnd, name, flags[name], res, before, after, spec.bounds))
+            cells.append(_cell(i, rnd, name, flags[name], r.data, before, after, spec.bounds))
             say(f"cell {i + 1}/{len(order)} {name}: {cells[-1]['tok_s']:.1f} tok/s")
         engine_build = session.engine_version.build if session.engine_version else b.build_id
     return summarise(spec, cells, run_id=run_id, build_id=engine_build, target=b.target)

@@ -14,8 +14,8 @@ API (what the pytest plugin and the commands use)::
         # connected, locked (DeviceBusy if held), pushed (s.pushed_bytes), preflighted (s.engine_version)
         r = s.run_engine(["run", "-m", s.file("fixtures/m.gguf"), "--json"], timeout=30)
         # timeout x device.timeout_scale, exec prefix applied; r.outcome: EXITED | SIGNALED | INFRA
-        if r.outcome is farm.Outcome.INFRA: ...            # JUnit error (r.infra: InfraError)
-        elif r.outcome is farm.Outcome.SIGNALED: ...       # engine crashed: gate failure
+        if r.outcome is farm.Ending.INFRA: ...            # JUnit error (r.infra: InfraError)
+        elif r.outcome is farm.Ending.SIGNALED: ...       # engine crashed: gate failure
         s.pull(s.file("trace.csv"), "artifacts/trace.csv")  # stays inside results_dir
     # lock released, transport closed
 
@@ -25,7 +25,7 @@ Names:
 * :func:`select_devices` (``NAME``, comma lists, ``pool:``, ``arch:``, ``label:``, ``kind:``, ``os:``, ``all``)
 * :func:`open_session`, :class:`DeviceSession` (connect / lock / push_engine / push_files / preflight /
   run_engine / run / pull / close)
-* :func:`open_transport`, :class:`Transport`, :class:`RunResult`, :class:`Outcome`, :func:`registry`
+* :func:`open_transport`, :class:`Transport`, :class:`RunResult`, :class:`Ending`, :func:`registry`
   (the transports, one module each in :mod:`bmoe_ci.farm.transports`: local, ssh, adb)
 * :func:`push`, :class:`PushItem`, :class:`PushReport` (content-addressed store)
 * :func:`preflight`, :func:`check_lite`, :class:`PreflightReport`, :class:`EngineVersion`, :func:`parse_version`
@@ -44,6 +44,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from bmoe_ci.paths import Places
+
 from .errors import (
     ConfigIssue,
     DeviceBusy,
@@ -60,15 +62,16 @@ from .preflight import EngineVersion, PreflightReport, check_lite, parse_version
 from .select import select_devices
 from .session import DeviceSession, default_run_id, open_session
 from .store import GcReport, Mismatch, PushItem, PushReport, gc, push, sha256_file
-from .transports import Outcome, RunResult, Transport, open_transport, registry
+from .transports import Ending, RunResult, Transport, open_transport, registry
 
 
-def load_farm(path: str | os.PathLike[str] | None = None) -> Farm:
-    """Load a farm file; ``None`` means the embedded local farm (:class:`FarmNotUp` if not started)."""
+def load_farm(path: str | os.PathLike[str] | None = None, places: Places | None = None) -> Farm:
+    """Load a farm file; ``None`` means the embedded local farm of ``places`` (:class:`FarmNotUp` if not
+    started)."""
     if path is None:
         from .localfarm import farm_file
 
-        path = farm_file()
+        path = farm_file(places=places)
     return load_farm_file(Path(path))
 
 
@@ -78,6 +81,7 @@ __all__ = [
     "DeviceBusy",
     "DeviceLock",
     "DeviceSession",
+    "Ending",
     "EngineVersion",
     "Farm",
     "FarmConfigError",
@@ -89,7 +93,6 @@ __all__ = [
     "LockOwner",
     "Mismatch",
     "MissingTool",
-    "Outcome",
     "PreflightReport",
     "PushItem",
     "PushReport",

@@ -24,6 +24,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from bmoe_ci.paths import Places
+
 from .model import Device
 
 HEALTH_FILE = "farm-health.json"
@@ -50,11 +52,10 @@ class DeviceHealth:
 class HealthBook:
     """The health state file of one farm (see the module docstring)."""
 
-    def __init__(self, farm_path: str | os.PathLike[str] | None, state_file: str | os.PathLike[str] | None = None):
+    def __init__(self, farm_path: str | os.PathLike[str] | None, state_file: str | os.PathLike[str] | None = None,
+                 places: Places | None = None):
         if state_file is None:
-            from bmoe_ci.paths import cache_dir
-
-            state_file = cache_dir() / HEALTH_FILE
+            state_file = (places or Places()).cache_dir() / HEALTH_FILE
         self.path = Path(state_file)
         self.farm = str(Path(farm_path).resolve()) if farm_path else "(no farm file)"
 

@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bmoe_ci.paths import local_root, source_tree
+from bmoe_ci.paths import Places
 
 from .errors import FarmError, FarmNotUp, MissingTool
 from .model import normalize_arch
@@ -61,27 +61,24 @@ FARM_FILE = "farm.yaml"
 RECORD = "farm.json"
 
 
-def state_dir() -> Path:
-    """``$BMOE_CI_STATE``, else ``farm/`` under :func:`bmoe_ci.paths.local_root` (``<checkout>/.cache/bmoe-ci``
-    in a checkout, the user's cache directory for a wheel install)."""
-    env = os.environ.get("BMOE_CI_STATE")
-    if env:
-        return Path(env).expanduser().resolve()
-    return local_root() / "farm"
+def state_dir(places: Places | None = None) -> Path:
+    """``$BMOE_CI_STATE`` as the entry point read it, else ``farm/`` under the local root
+    (``<checkout>/.cache/bmoe-ci`` in a checkout, the user's cache directory for a wheel install)."""
+    return (places or Places()).state_dir()
 
 
-def farm_file(state: Path | None = None) -> Path:
+def farm_file(state: Path | None = None, places: Places | None = None) -> Path:
     """The resolved farm file of the local farm; :class:`FarmNotUp` if ``up`` never ran."""
-    path = (state or state_dir()) / FARM_FILE
+    path = (state or state_dir(places)) / FARM_FILE
     if not path.is_file():
         raise FarmNotUp(f"the embedded local farm is not up ({path} missing): run `bmoe-ci farm up`")
     return path
 
 
-def template_path() -> Path:
+def template_path(places: Places | None = None) -> Path:
     """devices/local.yaml of the source tree (the checkout, or the wheel's packaged copy)."""
     try:
-        path = source_tree() / "devices" / "local.yaml"
+        path = (places or Places()).source_tree() / "devices" / "local.yaml"
     except RuntimeError as exc:
         raise FarmError(f"cannot find devices/local.yaml (the local farm template): {exc}") from None
     if not path.is_file():
@@ -260,10 +257,11 @@ def _start_sshd(sshd: str, state: Path, spec: SshdSpec, port: int, timeout: floa
     return int(pidfile.read_text().strip())
 
 
-def up(state: Path | None = None, *, log: Callable[[str], None] | None = None, timeout: float = 15.0) -> Path:
+def up(state: Path | None = None, *, log: Callable[[str], None] | None = None, timeout: float = 15.0,
+       places: Places | None = None) -> Path:
     """Start (or keep) the local farm; returns the resolved farm file. Idempotent."""
     say = log or (lambda _m: None)
-    state = (state or state_dir()).resolve()
+    state = (state or state_dir(places)).resolve()
     lay = layout()
     sshd = _need("sshd", "openssh-server", SSHD_CANDIDATES)
     keygen = _need("ssh-keygen", "openssh-client")
@@ -271,7 +269,7 @@ def up(state: Path | None = None, *, log: Callable[[str], None] | None = None, t
         _need(QEMU_AARCH64, "qemu-user-static")
     _need("timeout", "coreutils")
     adb = _need("adb", "adb")
-    template = template_path().read_text()
+    template = template_path(places).read_text()
 
     for sub in ("keys", "sshd", "devices"):
         (state / sub).mkdir(parents=True, exist_ok=True)
@@ -390,10 +388,11 @@ def _stop(pid: int, timeout: float = 5.0) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-def down(state: Path | None = None, *, log: Callable[[str], None] | None = None) -> list[str]:
+def down(state: Path | None = None, *, log: Callable[[str], None] | None = None,
+         places: Places | None = None) -> list[str]:
     """Stop the sshds that :func:`up` started (only those still verifiably ours). Returns their names."""
     say = log or (lambda _m: None)
-    state = (state or state_dir()).resolve()
+    state = (state or state_dir(places)).resolve()
     record = _record(state)
     stopped = []
     for name, info in record.get("sshd", {}).items():
@@ -418,9 +417,9 @@ def down(state: Path | None = None, *, log: Callable[[str], None] | None = None)
     return stopped
 
 
-def sshd_status(state: Path | None = None) -> dict[str, dict]:
+def sshd_status(state: Path | None = None, places: Places | None = None) -> dict[str, dict]:
     """Per sshd device: address, port, pid, running (verifiably ours) and answering."""
-    state = (state or state_dir()).resolve()
+    state = (state or state_dir(places)).resolve()
     out = {}
     for name, info in _record(state).get("sshd", {}).items():
         pid = info.get("pid")
@@ -523,10 +522,11 @@ def _adb_down(record: dict, say: Callable[[str], None]) -> list[str]:
 
 
 @contextlib.contextmanager
-def running(state: Path | None = None, *, log: Callable[[str], None] | None = None) -> Iterator[Path]:
+def running(state: Path | None = None, *, log: Callable[[str], None] | None = None,
+            places: Places | None = None) -> Iterator[Path]:
     """``up`` on entry, ``down`` on exit (for test sessions): yields the resolved farm file."""
-    path = up(state, log=log)
+    path = up(state, log=log, places=places)
     try:
         yield path
     finally:
-        down(state, log=log)
+        down(state, log=log, places=places)

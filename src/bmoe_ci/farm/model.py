@@ -26,31 +26,15 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints, ValidationError
 
+from bmoe_ci.builder import KNOWN_ARCHES, normalize_arch
+
 from .errors import ConfigIssue, FarmConfigError
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _NAME_RE = re.compile(NAME_PATTERN)
 
-#: Spellings of the same architecture; the farm always stores the ``uname -m`` spelling.
-ARCH_ALIASES = {"arm64": "aarch64", "armv8": "aarch64", "amd64": "x86_64", "x64": "x86_64", "x86-64": "x86_64"}
-
 #: Selector prefixes understood in pools and in ``--device`` (besides ``pool:`` and ``all``).
 SELECTOR_FIELDS = ("arch", "label", "kind", "os")
-
-
-def _known_arches() -> tuple[str, ...]:
-    from bmoe_ci.builder import TARGETS  # the engine's targets decide which arches a device may have
-
-    return tuple(sorted({t.split("-", 1)[0] for t in TARGETS}))
-
-
-def normalize_arch(arch: str) -> str:
-    """``arm64`` -> ``aarch64``, ``amd64`` -> ``x86_64``; anything else lower-cased as is."""
-    a = arch.strip().lower()
-    return ARCH_ALIASES.get(a, a)
-
-
-KNOWN_ARCHES: tuple[str, ...] = _known_arches()
 
 
 def triple_arch(triple: str) -> str:

@@ -16,7 +16,7 @@ from .lock import DeviceLock, Heartbeat
 from .model import Device
 from .preflight import EngineVersion, PreflightReport, check_engine, preflight
 from .store import RUNS, GcReport, Mismatch, PushItem, PushReport, gc, push
-from .transports import Outcome, RunResult, Transport, open_transport
+from .transports import Ending, RunResult, Transport, open_transport
 
 
 def default_run_id() -> str:
@@ -185,10 +185,10 @@ class DeviceSession:
             argv, deadline * max(1, entries) + 30.0, stdin=stdin, idle_timeout=deadline + IDLE_GRACE
         )
         self.engine_seconds += r.duration
-        if r.outcome is Outcome.EXITED and r.exit_code is not None and 128 < r.exit_code < 128 + 65:
+        if r.outcome is Ending.EXITED and r.exit_code is not None and 128 < r.exit_code < 128 + 65:
             # the watcher's shell reports an engine killed by signal N as status 128+N (the engine's
             # own exit codes are 0-4), as the ssh wrapper does for every command
-            r = dataclasses.replace(r, outcome=Outcome.SIGNALED, signal=r.exit_code - 128, exit_code=None)
+            r = dataclasses.replace(r, outcome=Ending.SIGNALED, signal=r.exit_code - 128, exit_code=None)
         return r
 
     def run(self, argv: Sequence[str], timeout: float, **kw) -> RunResult:

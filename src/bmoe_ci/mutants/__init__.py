@@ -1,5 +1,2 @@
-"""Mutation testing of the gate suite: the engine's fault catalogue and `bmoe-ci mutants`."""
-
-from bmoe_ci.mutants.catalogue import Catalogue, CatalogueError, Fault, fault_sites, load_catalogue
-
-__all__ = ["Catalogue", "CatalogueError", "Fault", "fault_sites", "load_catalogue"]
+"""Mutation testing of the gate suite: `bmoe-ci mutants` builds each fault of the engine's catalogue
+(:mod:`bmoe_ci.faults`) and runs the gate suite against it (:mod:`bmoe_ci.gaterun.suite`)."""

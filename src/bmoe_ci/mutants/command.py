@@ -13,10 +13,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from bmoe_ci.builder import BuildError
+from bmoe_ci.builder import BuildError, target_for
 from bmoe_ci.farm import FarmError, load_farm, select_devices
-from bmoe_ci.fixtures import SpecError, load_specs
-from bmoe_ci.mutants.catalogue import Catalogue, CatalogueError, Fault, load_catalogue
+from bmoe_ci.faults import Catalogue, CatalogueError, Fault, load_catalogue
+from bmoe_ci.models import SpecError, load_specs
 from bmoe_ci.mutants.report import (
     MUTANTS_JSON,
     MUTANTS_SVG,
@@ -36,10 +36,8 @@ from bmoe_ci.mutants.run import (
     build_all,
     check_clean,
     classify,
-    run_gate_suite,
+    gate_run,
 )
-from bmoe_ci.paths import source_tree
-from bmoe_ci.plugin.prepare import target_for
 
 
 def _say(msg: str) -> None:
@@ -98,7 +96,7 @@ def _results_dir(raw: str | None) -> Path:
 
 def cmd_mutants(args: argparse.Namespace) -> int:
     try:
-        catalogue = load_catalogue()
+        catalogue = load_catalogue(places=args.places)
         if args.list:
             for f in catalogue.faults:
                 print(f"{f.name}\t{f.area}\t{f.file}\t{','.join(f.expected)}\t{f.breaks}")
@@ -134,13 +132,13 @@ def _interrupted(_signum: int, _frame: object) -> None:
 
 def _run(args: argparse.Namespace, catalogue: Catalogue) -> dict | None:
     # SIGTERM (a scheduler, `kill`) stops a run as Ctrl-C does: the gate run in progress is ended
-    # cleanly (run._run_child), so its device lease is given back, not held until it expires
+    # cleanly (bmoe_ci.gaterun.suite), so its device lease is given back, not held until it expires
     signal.signal(signal.SIGTERM, _interrupted)
     # every input is checked before anything is built or any device is touched
     faults: list[Fault] = catalogue.resolve(args.fault) if args.fault else list(catalogue.faults)
     if args.jobs < 1:
         raise ValueError(f"--jobs {args.jobs}: must be at least 1")
-    farm = load_farm(args.farm)
+    farm = load_farm(args.farm, args.places)
     devices = select_devices(farm, [args.device])
     if len(devices) != 1:
         raise ValueError(f"--device {args.device}: selects {len(devices)} devices; mutants runs on exactly one")
@@ -149,25 +147,25 @@ def _run(args: argparse.Namespace, catalogue: Catalogue) -> dict | None:
         raise ValueError("--own-fixture and --fixture: choose one (--own-fixture takes each fault's own)")
     # with --own-fixture, the clean run covers every fixture a fault will run on, in catalogue order
     fixtures = tuple(dict.fromkeys(f.fixture for f in faults)) if args.own_fixture else tuple(args.fixture or ())
-    specs = load_specs()
+    specs = load_specs(places=args.places)
     for name in fixtures:
         if name not in specs.specs:
             where = f"the catalogue's fixture {name}" if args.own_fixture else f"--fixture {name}"
             raise ValueError(f"{where}: no such fixture (known: {', '.join(specs.specs)})")
     results = _results_dir(args.results)
-    spec = GateRunSpec(device=device.name, target=target_for(device), farm=args.farm, fixtures=fixtures,
-                       results=results, repo=source_tree())
+    spec = GateRunSpec(device=device.name, target=target_for(device), farm=farm.path, fixtures=fixtures,
+                       results=results, repo=args.places.source_tree())
     started_wall = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     started = time.monotonic()
 
     _say(f"{len(faults)} fault(s) on {device.name} ({device.arch}); results in {results}")
     try:
-        clean_build, builds = build_all(spec.target, faults, args.jobs, args.rebuild, _say)
+        clean_build, builds = build_all(spec.target, faults, args.jobs, args.rebuild, _say, args.places)
     except BuildError as exc:
         _say(f"no verdict: the clean engine does not build: {exc}")
         return None
     _say(f"building done in {time.monotonic() - started:.1f} s; gate run of the clean engine")
-    clean_run = run_gate_suite(spec, None, results / CLEAN)
+    clean_run = gate_run(spec, None, results / CLEAN)
     try:
         clean = check_clean(clean_run, device.name)
     except NoVerdict as exc:
@@ -182,7 +180,7 @@ def _run(args: argparse.Namespace, catalogue: Catalogue) -> dict | None:
             r = FaultResult(fault, "error", message=f"the fault does not build: {str(b).splitlines()[0]}")
         else:
             fault_spec = replace(spec, fixtures=(fault.fixture,)) if args.own_fixture else spec
-            r = classify(fault, run_gate_suite(fault_spec, fault.name, results / "faults" / fault.name), device.name)
+            r = classify(fault, gate_run(fault_spec, fault.name, results / "faults" / fault.name), device.name)
             r.build_id = b.build_id
         done.append(r)
         caught = f" by {', '.join(r.caught_by)}" if r.caught_by else f": {r.message}"

@@ -27,7 +27,7 @@ def cmd_nightly(args: argparse.Namespace) -> int:
             fixtures=tuple(args.fixture or ()), faults=tuple(args.fault or ()), mutants=args.mutants,
             mutant_faults=tuple(args.mutants_fault or ()),
             keep=args.keep, workers=args.workers,
-            flaky=FlakyPolicy(window=args.flaky_window, flips=args.flaky_flips),
+            flaky=FlakyPolicy(window=args.flaky_window, flips=args.flaky_flips), places=args.places,
         )
         result = run_nightly(opts)
     except (NightlyUsageError, HistoryError, ValueError) as exc:

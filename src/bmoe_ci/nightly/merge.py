@@ -41,8 +41,9 @@ def _shard_nightly(shard: Path) -> dict[str, Any] | None:
     return read_json(path) if path.is_file() else None
 
 
-def merge_shards(shards: list[Path], out: Path) -> tuple[int, Path]:
-    """Merge *shards* into *out* (which must not exist or be empty); returns (exit code, report path).
+def merge_shards(shards: list[Path], out: Path, *, absolute: bool = False) -> tuple[int, Path]:
+    """Merge *shards* into *out* (which must not exist or be empty); returns (exit code, report path);
+    ``absolute``: attachments by absolute path in the JUnit files.
     Raises :class:`ReportError` on a bad shard, a device in two shards, or counts that do not add up."""
     if len(shards) < 2:
         raise ReportError("--merge needs at least two shard directories")
@@ -54,7 +55,7 @@ def merge_shards(shards: list[Path], out: Path) -> tuple[int, Path]:
     for shard in shards:
         _, runs = load_results(shard)  # validates the shard, names the bad file
         if not (shard / "summary.json").is_file():
-            rebuild(shard)
+            rebuild(shard, absolute=absolute)
             _, runs = load_results(shard)
         for key, value in _counts(runs).items():
             expected[key] += value
@@ -69,7 +70,7 @@ def merge_shards(shards: list[Path], out: Path) -> tuple[int, Path]:
     for shard in shards:
         for dev_dir in device_dirs(shard):
             shutil.copytree(dev_dir, out / dev_dir.name)
-    summary = rebuild(out)
+    summary = rebuild(out, absolute=absolute)
     got = _counts(load_results(out)[1])
     if got != expected:
         raise ReportError(f"{out}: merged counts {got} differ from the sum of the shards {expected}")

@@ -1,8 +1,9 @@
 """``bmoe-ci nightly``: run the gate suite on a pool, record it in the history, classify, report.
 
-The gates run through the gate suite itself (``pytest gates --bmoe-device pool:P``, a subprocess): there is
-no second implementation of any gate here. Exit status: 0 nothing new failed and the devices agree,
-1 a new failure or a cross-device disagreement, 2 a usage or configuration error, 3 no verdicts.
+The gates run through the gate suite itself (``pytest gates --bmoe-device pool:P``, a subprocess started
+by :func:`bmoe_ci.gaterun.suite.run_gate_suite`): there is no second implementation of any gate here.
+Exit status: 0 nothing new failed and the devices agree, 1 a new failure or a cross-device
+disagreement, 2 a usage or configuration error, 3 no verdicts.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from bmoe_ci.farm import FarmError, default_run_id, load_farm
-from bmoe_ci.mutants.catalogue import CatalogueError, load_catalogue
+from bmoe_ci.faults import CatalogueError, load_catalogue
+from bmoe_ci.gaterun.suite import SuiteCall, run_gate_suite, suite_command
 from bmoe_ci.nightly.classify import (
     Classification,
     FlakyPolicy,
@@ -38,7 +40,7 @@ from bmoe_ci.nightly.report import (
     write_index,
     write_report,
 )
-from bmoe_ci.paths import checkout, source_tree
+from bmoe_ci.paths import Places
 from bmoe_ci.reports import ReportError, load_results
 from bmoe_ci.reports.junit import JUNIT_XML
 from bmoe_ci.reports.records import RUN_JSON, DeviceRun, RunMeta, read_json
@@ -65,6 +67,7 @@ class NightlyOptions:
     keep: int | None = None
     workers: int | None = None
     flaky: FlakyPolicy = field(default_factory=FlakyPolicy)
+    places: Places = field(default_factory=Places)  # as the command line read them from the environment
 
 
 @dataclass(frozen=True)
@@ -89,12 +92,12 @@ def _git_state(repo: Path) -> tuple[str, bool]:
     return commit, dirty
 
 
-def _farm_path(farm: Path | None) -> Path:
-    if farm is not None:
-        return farm
+def _farm_path(opts: NightlyOptions) -> Path:
+    if opts.farm is not None:
+        return opts.farm
     from bmoe_ci.farm.localfarm import farm_file
 
-    return farm_file()
+    return farm_file(places=opts.places)
 
 
 def read_mutants(path: Path) -> MutationScore:
@@ -135,21 +138,16 @@ def _run_mutants(opts: NightlyOptions, run_dir: Path, devices: dict[str, str]) -
     return scores, "; ".join(problems)
 
 
-def gate_command(opts: NightlyOptions, run_dir: Path, n_devices: int) -> list[str]:
-    """The plain gate run the nightly drives (also what the overhead benchmark compares against)."""
-    cmd = [sys.executable, "-m", "pytest", str(source_tree() / "gates"), "-p", "no:cacheprovider", "-q",
-           "--bmoe-device", f"pool:{opts.pool}", "--bmoe-results", str(run_dir),
-           # always named: the gate suite would otherwise take $BMOE_FARM or the ini's bmoe_farm, not
-           # the farm this nightly loaded and hashed
-           "--bmoe-farm", str(_farm_path(opts.farm))]
+def gate_call(opts: NightlyOptions, run_dir: Path, n_devices: int) -> SuiteCall:
+    """The plain gate run the nightly drives, on the farm this nightly loaded and hashed."""
     workers = opts.workers if opts.workers is not None else min(n_devices, 4)
-    if workers > 1:
-        cmd += ["-n", str(workers)]
-    for f in opts.fixtures:
-        cmd += ["--bmoe-fixture", f]
-    for f in opts.faults:
-        cmd += ["--bmoe-fault", f]
-    return cmd
+    return SuiteCall(tree=opts.places.source_tree(), farm=_farm_path(opts), devices=(f"pool:{opts.pool}",),
+                     results=run_dir, fixtures=opts.fixtures, faults=opts.faults, workers=workers)
+
+
+def gate_command(opts: NightlyOptions, run_dir: Path, n_devices: int) -> list[str]:
+    """The gate run's command line (also what the overhead benchmark compares against)."""
+    return suite_command(gate_call(opts, run_dir, n_devices))
 
 
 def _empty_nightly(run_id: str, opts: NightlyOptions) -> dict[str, Any]:
@@ -197,12 +195,12 @@ def run_nightly(opts: NightlyOptions) -> NightlyResult:
         if not opts.mutants:
             raise NightlyUsageError("--mutants-fault needs --mutants")
         try:
-            load_catalogue().resolve(opts.mutant_faults)
+            load_catalogue(places=opts.places).resolve(opts.mutant_faults)
         except CatalogueError as exc:
             raise NightlyUsageError(f"--mutants-fault: {exc}") from None
     try:
-        farm = load_farm(opts.farm)
-        farm_path = _farm_path(opts.farm)
+        farm = load_farm(opts.farm, opts.places)
+        farm_path = _farm_path(opts)
     except FarmError as exc:
         raise NightlyUsageError(str(exc)) from None
     if opts.pool not in farm.pools:
@@ -215,7 +213,7 @@ def run_nightly(opts: NightlyOptions) -> NightlyResult:
     with History(opts.history) as hist:  # opened first: an unusable history stops us before the gates run
         n = _empty_nightly(run_id, opts)
         # a wheel has no git state (and git would answer for whatever repository encloses site-packages)
-        tree = checkout()
+        tree = opts.places.checkout()
         n["git_commit"], n["git_dirty"] = _git_state(tree) if tree is not None else ("", False)
         n["farm_sha256"] = hashlib.sha256(farm_path.read_bytes()).hexdigest()
         gate_started = time.monotonic()
@@ -241,7 +239,7 @@ def run_nightly(opts: NightlyOptions) -> NightlyResult:
             # the gate suite records the faults it built in (summary.json): never lose one from the report
             n["faults"] = sorted(set(n["faults"]) | set(summary.get("faults") or []))
         _compare_with_history(n, hist, opts, summary)
-        n["commit_range"] = commit_range(hist, opts.pool, run_id, n["git_commit"], checkout())
+        n["commit_range"] = commit_range(hist, opts.pool, run_id, n["git_commit"], opts.places.checkout())
         if scores:
             n["mutation_score"] = {"caught": sum(s.caught for s in scores), "total": sum(s.total for s in scores),
                                    "devices": [vars(s) for s in scores]}
@@ -262,26 +260,28 @@ def _gate_run(opts: NightlyOptions, run_dir: Path, n_devices: int,
               n: dict[str, Any]) -> tuple[RunMeta, list[DeviceRun], dict[str, Any] | None]:
     """Run the gate suite into *run_dir*; returns what it wrote (summary None: no verdicts, and
     ``n["no_verdict_reason"]`` says why)."""
-    cmd = gate_command(opts, run_dir, n_devices)
-    _log(f"run {run_dir.name}: {' '.join(cmd)}")
+    call = gate_call(opts, run_dir, n_devices)
+    _log(f"run {run_dir.name}: {' '.join(suite_command(call))}")
     warm = threading.Thread(target=import_matplotlib, name="import-matplotlib", daemon=True)
     warm.start()  # overlaps the gate run: the report's chart then costs only its drawing
-    proc = subprocess.run(cmd, stdout=sys.stderr, check=False, cwd=checkout())
+    run = run_gate_suite(call)  # its console goes to our stderr
     warm.join()
-    _log(f"gate run exited {proc.returncode}")
-    if proc.returncode == 4:
+    _log(f"gate run exited {run.returncode}")
+    if run.refused:
         raise NightlyUsageError(f"the gate suite refused the options (pytest exit 4, see above); run dir {run_dir}")
     run_dir.mkdir(parents=True, exist_ok=True)
-    if proc.returncode not in (0, 1) or not (run_dir / SUMMARY_JSON).is_file():
-        n["no_verdict_reason"] = f"the gate run exited {proc.returncode} without a summary"
+    if not run.complete:
+        # a summary that is there but cannot be read says so; anything else is a run that did not finish
+        unreadable = run.returncode in (0, 1) and run.problem is not None and (run_dir / SUMMARY_JSON).is_file()
+        n["no_verdict_reason"] = (str(run.problem) if unreadable
+                                  else f"the gate run exited {run.returncode} without a summary")
         return RunMeta(run=run_dir.name), [], None
     try:
         meta, runs = load_results(run_dir)
-        summary = read_json(run_dir / SUMMARY_JSON)
     except ReportError as exc:
         n["no_verdict_reason"] = str(exc)
         return RunMeta(run=run_dir.name), [], None
-    return meta or RunMeta(run=run_dir.name), runs, summary
+    return meta or RunMeta(run=run_dir.name), runs, run.summary
 
 
 def _one_device_per_arch(runs: list[DeviceRun]) -> dict[str, str]:

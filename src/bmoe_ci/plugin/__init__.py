@@ -10,14 +10,17 @@ session runs the gate suite (a path inside `gates/`, or `--bmoe-device` on the c
 Then, on the controller only (session fixtures run once per xdist worker: docs/design.md, the gate
 suite under pytest-xdist):
   * pytest_sessionstart  builds, generates fixtures, leases/pushes/preflights every device
-                         (plugin/prepare.py) and hands the result to workers as JSON; under
+                         (bmoe_ci.gaterun.prepare) and hands the result to workers as JSON; under
                          --collect-only (and --fixtures, --setup-plan) it only reads the farm file
                          and the fixture specs, so that the tests can be parametrised;
   * pytest_runtest_logreport  turns each test's phases into one record per device;
   * pytest_sessionfinish  writes per-device JUnit, the merged JUnit and the summary, releases locks.
 Tests are parametrised over (device, fixture) and grouped per device (`xdist_group`), so with
 `--dist loadgroup` every test of one device runs on one worker, in order. What the controller tells
-the user goes through one Progress object (plugin/progress.py), to pytest's terminal reporter.
+the user goes through one Progress object (bmoe_ci.gaterun.progress), to pytest's terminal reporter.
+
+Everything that is not pytest lives in the gate run library, bmoe_ci.gaterun; this package only
+adapts it to pytest's hooks, fixtures and reports.
 """
 
 from __future__ import annotations
@@ -26,23 +29,28 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from bmoe_ci.builder import BuildError
-from bmoe_ci.farm import DeviceSession, FarmError, InfraError, default_run_id, load_farm
-from bmoe_ci.fixtures import SpecError
-from bmoe_ci.mutants.catalogue import CatalogueError, load_catalogue
-from bmoe_ci.paths import source_tree
+from bmoe_ci.farm import FarmError, InfraError, default_run_id
+from bmoe_ci.faults import CatalogueError, load_catalogue
+from bmoe_ci.gaterun.context import DeviceContext, GateRun
+from bmoe_ci.gaterun.progress import Progress
+from bmoe_ci.gaterun.runner import DeviceRunner
+from bmoe_ci.gaterun.state import GateState, plan_line
+from bmoe_ci.models import SpecError
+from bmoe_ci.paths import Places
 from bmoe_ci.plugin import options
 from bmoe_ci.plugin.collect import RecordCollector, begin_run
-from bmoe_ci.plugin.context import DeviceContext, GateRun
 from bmoe_ci.plugin.marks import mark_gate_item, register_catalogue
 from bmoe_ci.plugin.options import GateOptions
-from bmoe_ci.plugin.progress import Progress
-from bmoe_ci.plugin.runner import DeviceRunner
 from bmoe_ci.plugin.suite import pytest_load_initial_conftests  # noqa: F401 (`pytest gates` anywhere)
 from bmoe_ci.reports.plan import PlannedTest, write_plan
+
+if TYPE_CHECKING:
+    from bmoe_ci.gaterun.prepare import Prepared
 
 RUN_KEY = pytest.StashKey[GateRun]()
 STATE_KEY = pytest.StashKey["GateState"]()
@@ -52,11 +60,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     options.add_options(parser)
 
 
-def _gate_suite_requested(config: pytest.Config) -> bool:
+def _gate_suite_requested(config: pytest.Config, places: Places) -> bool:
     if options.given_on_command_line(config):
         return True
     try:
-        gates = (source_tree() / "gates").resolve()
+        gates = (places.source_tree() / "gates").resolve()
     except RuntimeError:
         return False
     for arg in config.args:
@@ -69,7 +77,9 @@ def _gate_suite_requested(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gate(id): the gate catalogue id this test checks (docs/gates.md)")
     register_catalogue(config)
-    if not _gate_suite_requested(config):
+    # the environment is read here, in the plugin's hook, and only passed down from here on
+    places = Places.from_environ(os.environ)
+    if not _gate_suite_requested(config, places):
         return
     if getattr(config.option, "numprocesses", None):
         config.option.dist = "loadgroup"  # one device's tests on one worker, in order
@@ -78,7 +88,7 @@ def pytest_configure(config: pytest.Config) -> None:
         # xdist decided the worker's `loadgroup` flag from the command line before any plugin ran;
         # the controller schedules by group (set above), so the worker must tag node ids by group too.
         config.option.loadgroup = True
-        config.stash[STATE_KEY] = GateState(GateRun.from_json(workerinput["bmoe_gate_run"]))
+        config.stash[STATE_KEY] = GateState(GateRun.from_json(workerinput["bmoe_gate_run"]), places=places)
     else:
         foreign = options.foreign_short_options(config)
         if foreign:
@@ -88,10 +98,16 @@ def pytest_configure(config: pytest.Config) -> None:
                 f" here, so the gate suite does not get it; use "
                 + ", ".join(options.option(n.lstrip("-")) for n in foreign)
             )
-        # the environment is read here, in the plugin's hook, and only passed down from here on
         gate_options = options.from_config(config, os.environ)
-        config.pluginmanager.register(Controller(config, gate_options, Progress.for_config(config)),
+        config.pluginmanager.register(Controller(config, gate_options, reporter_progress(config)),
                                       "bmoe-controller")
+
+
+def reporter_progress(config: pytest.Config) -> Progress:
+    """A Progress that writes to the config's terminal reporter (looked up when writing: it may be
+    registered after this call), at the config's verbosity."""
+    pluginmanager = config.pluginmanager
+    return Progress(lambda: pluginmanager.get_plugin("terminalreporter"), int(config.get_verbosity()))
 
 
 class Controller:
@@ -101,15 +117,16 @@ class Controller:
         self.config = config
         self.opts = opts
         self.progress = progress
-        self.prepared = None
+        self.prepared: Prepared | None = None
         self.collector: RecordCollector | None = None
         self.started = time.monotonic()
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         # tryfirst: xdist starts its workers in its own (trylast) pytest_sessionstart, and each worker
-        # needs the prepared run (pytest_configure_node)
-        from bmoe_ci.plugin.prepare import plan_only, prepare
+        # needs the prepared run (pytest_configure_node). Imported here: every pytest run loads this
+        # plugin, and only a gate run needs the preparation (the builder, the fixtures, numpy)
+        from bmoe_ci.gaterun.prepare import plan_only, prepare, results_dir_problem
 
         config, opts = self.config, self.opts
         run_id = default_run_id()
@@ -122,7 +139,8 @@ class Controller:
             raise pytest.UsageError(f"{options.option('lock-wait')} {opts.lock_wait:g}: must be 0 or more seconds")
         try:
             # an unknown fault would build a normal engine and report it green: refuse it first
-            faults = [f.name for f in load_catalogue().resolve(list(opts.faults))] if opts.faults else []
+            faults = ([f.name for f in load_catalogue(places=opts.places).resolve(list(opts.faults))]
+                      if opts.faults else [])
         except CatalogueError as exc:
             # the catalogue names the option as `bmoe-ci mutants` spells it
             msg = str(exc)
@@ -141,7 +159,7 @@ class Controller:
                 # only looking at the tests: parametrise them over the selection, touch nothing
                 config.stash[RUN_KEY] = plan_only(
                     selectors=opts.selectors, farm_file=opts.farm, results_dir=results, run_id=run_id,
-                    fixture_names=opts.fixtures, faults=faults, progress=self.progress,
+                    fixture_names=opts.fixtures, faults=faults, progress=self.progress, places=opts.places,
                 )
                 return
             self.prepared = prepare(
@@ -154,6 +172,7 @@ class Controller:
                 faults=faults,
                 lock_wait=opts.lock_wait,
                 progress=self.progress,
+                places=opts.places,
             )
         except FarmError as exc:
             raise pytest.UsageError(str(exc)) from exc
@@ -164,8 +183,8 @@ class Controller:
         run = self.prepared.run
         config.stash[RUN_KEY] = run
         if not hasattr(config, "workerinput"):
-            config.stash[STATE_KEY] = GateState(run, self.prepared.sessions)
-        self.collector = RecordCollector(run)
+            config.stash[STATE_KEY] = GateState(run, self.prepared.sessions, opts.places)
+        self.collector = RecordCollector(run, opts.absolute_attachments)
 
     def pytest_configure_node(self, node) -> None:
         node.workerinput["bmoe_gate_run"] = self.config.stash[RUN_KEY].to_json()
@@ -195,67 +214,6 @@ class Controller:
         if summary is not None:
             terminalreporter.write_sep("=", "bmoe-ci gate matrix")
             terminalreporter.write_line(summary)
-
-
-def plan_line(device: str, plan: dict) -> str:
-    """`host x qwen3moe: plan of 24 entries done, 5.2 s` (a fixture plan's key is `fixture:<name>`)."""
-    what = str(plan.get("key", ""))
-    what = what.split(":", 1)[1] if what.startswith("fixture:") else what
-    entries, seconds = plan.get("entries", 0), float(plan.get("seconds", 0.0))
-    outcome = plan.get("outcome", "ok")
-    if outcome != "ok":
-        return f"{device} x {what}: plan of {entries} entries stopped ({outcome}) after {seconds:.1f} s"
-    crashed = int(plan.get("crashed", 0))
-    crashes = f", {crashed} crashed" if crashed else ""
-    return f"{device} x {what}: plan of {entries} entries done{crashes}, {seconds:.1f} s"
-
-
-def results_dir_problem(path: Path) -> str | None:
-    """Why ``path`` cannot be the results directory (it is created later, after the devices are
-    ready), or None."""
-    if path.exists():
-        if not path.is_dir():
-            return "exists and is not a directory"
-        probe = path
-    else:
-        probe = path.parent
-        while not probe.exists():
-            probe = probe.parent
-        if not probe.is_dir():
-            return f"{probe} is not a directory"
-    if not os.access(probe, os.W_OK | os.X_OK):
-        return f"{probe} is not writable"
-    return None
-
-
-class GateState:
-    """Per-process state of the gate suite: the run context and one runner per device."""
-
-    def __init__(self, run: GateRun, sessions: dict[str, DeviceSession] | None = None):
-        self.run = run
-        self._sessions = sessions or {}
-        self._runners: dict[str, DeviceRunner] = {}
-
-    def runner(self, device: DeviceContext) -> DeviceRunner:
-        if device.infra_error:
-            raise InfraError(device.name, "setup", device.infra_error)
-        if device.name not in self._runners:
-            session = self._sessions.get(device.name)
-            if session is None:  # an xdist worker: its own connection, the controller holds the lock
-                spec = load_farm(self.run.farm_file).device(device.name)
-                session = DeviceSession(spec, run_id=self.run.run_id,
-                                        results_dir=Path(self.run.results_dir) / device.name)
-                session.connect()
-                session.engine = device.engine
-                session.build_id = device.build_id
-            self._runners[device.name] = DeviceRunner(session)
-        return self._runners[device.name]
-
-    def close_worker_sessions(self) -> None:
-        """Close the connections this process opened itself (the controller's are closed by it)."""
-        for name, r in self._runners.items():
-            if name not in self._sessions:
-                r.session.close()
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

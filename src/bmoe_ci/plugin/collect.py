@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from bmoe_ci.plugin.context import GateRun
+from bmoe_ci.gaterun.context import GateRun
 from bmoe_ci.reports import DeviceRun, RunMeta, TestRecord, console_matrix, exit_code, finalize, write_device_junit
 from bmoe_ci.reports.plan import read_plan, reconcile, write_pending_plan
 from bmoe_ci.reports.records import RUN_JSON
@@ -57,8 +57,9 @@ def begin_run(results_dir: Path, run_id: str) -> None:
 
 
 class RecordCollector:
-    def __init__(self, run: GateRun):
+    def __init__(self, run: GateRun, absolute_attachments: bool = False):
         self.run = run
+        self.absolute = absolute_attachments  # JUnit attachments by absolute path
         self.pending: dict[str, _Pending] = {}
         self.records: dict[str, list[TestRecord]] = {d.name: [] for d in run.devices}
         self.engine_s: dict[str, float] = {d.name: 0.0 for d in run.devices}
@@ -69,7 +70,7 @@ class RecordCollector:
         # tests were not collected yet (the real one replaces it before the first test starts)
         begin_run(Path(run.results_dir), run.run_id)
         for d in run.devices:
-            write_device_junit(run.results_dir, self._device_run(d.name))
+            write_device_junit(run.results_dir, self._device_run(d.name), absolute=self.absolute)
 
     def add(self, report: pytest.TestReport) -> None:
         props = _props(report)
@@ -120,7 +121,8 @@ class RecordCollector:
                 artifacts=artifacts,
             )
         )
-        write_device_junit(self.run.results_dir, self._device_run(device))  # each finished test on disk
+        # each finished test on disk
+        write_device_junit(self.run.results_dir, self._device_run(device), absolute=self.absolute)
 
     def _device_run(self, name: str) -> DeviceRun:
         d = self.run.device(name)
@@ -151,7 +153,7 @@ class RecordCollector:
             compiled=self.run.compiled, fixtures=self.run.fixtures, notes=list(self.run.notes),
             faults=list(self.run.faults),
         )
-        data = finalize(self.run.results_dir, runs, meta)
+        data = finalize(self.run.results_dir, runs, meta, absolute=self.absolute)
         lines = [console_matrix(data)]
         built = ", ".join(self.run.compiled) or "nothing (every target from the cache)"
         pushed = sum(d.pushed_bytes for d in self.run.devices)

@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from bmoe_ci.paths import Places
+from bmoe_ci.reports.junit import absolute_attachments
 
 GROUP = "bmoe"
 
@@ -122,6 +125,8 @@ class GateOptions:
     faults: tuple[str, ...] = ()
     selectors_from: str = "default"  # where the selectors came from (for messages)
     farm_from: str = "default"
+    places: Places = field(default_factory=Places)  # $BMOE_CI_REPO, $BMOE_CI_CACHE, $BMOE_CI_STATE
+    absolute_attachments: bool = False  # $BMOE_CI_ATTACHMENT_PATHS=absolute
 
 
 def resolve(
@@ -167,6 +172,8 @@ def resolve(
         faults=tuple(cli.get("fault") or ()),
         selectors_from=selectors_from,
         farm_from=farm_from,
+        places=Places.from_environ(environ),
+        absolute_attachments=absolute_attachments(environ),
     )
 
 

@@ -5,7 +5,7 @@ folder (a wheel install, used from any project) `pytest gates` would find nothin
 before pytest collects its initial conftests (pytest calls `pytest_load_initial_conftests` of the
 plugins loaded from entry points before the built-in one, which reads the path arguments), and rewrites
 a path argument that is exactly `gates` or starts with `gates/` into the same path inside the source tree
-(bmoe_ci.paths.source_tree: the checkout, or the wheel's packaged copy) when the working directory
+(bmoe_ci.paths.Places.source_tree: $BMOE_CI_REPO, the checkout, or the wheel's packaged copy) when the working directory
 has no gates/. Anything else is left alone, and a working directory with a gates/ of its own keeps it.
 
 The same hook registers :class:`OriginWarning`, which says when this pytest runs another checkout's
@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from bmoe_ci.origin import foreign_checkout_warning
-from bmoe_ci.paths import source_tree
+from bmoe_ci.paths import Places
 
 SUITE = "gates"
 
@@ -78,7 +78,7 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
     if getattr(namespace, "pyargs", False):
         return
     try:
-        tree = source_tree()
+        tree = Places.from_environ(os.environ).source_tree()  # the plugin is an entry point
     except RuntimeError:
         return  # no tree at all: pytest reports the missing path as usual
     cwd = early_config.invocation_params.dir

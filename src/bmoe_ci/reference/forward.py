@@ -13,7 +13,7 @@ a real mismatch from a near-tie).
     logits = model.logits(tokens)                 # [len(tokens), V]
     gen = model.generate(prompt_tokens, n=24)     # gen.tokens, gen.logits, gen.routes, margins
 
-Nothing here imports the generator (bmoe_ci.fixtures): the two share only the GGUF format.
+Nothing here imports the generator (bmoe_ci.models): the two share only the GGUF format.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
+
+from .eog import eog_ids
 
 __all__ = ["Generation", "HParams", "Model", "ModelError", "Route", "shard_paths"]
 
@@ -52,7 +54,13 @@ class Recipe:
     v_norm: bool = False  # v rms-normed per head, no weight
     attn_scale_one: bool = False  # scores q.k, not q.k / sqrt(hd)
     rope_freqs: bool = False  # rope_freqs.weight divides the frequencies
-    softcap: bool = False  # final_logit_softcapping is read, llama.cpp's default 30 when absent (0: none)
+    softcap: bool = False  # final_logit_softcapping is read (0: none) ...
+    softcap_default: float = 30.0  # ... and its value when absent (llama.cpp: gemma4 30, gemma3 none)
+    moe: bool = True  # False: every layer dense, the expert keys unread, a router tensor an error
+    swa: str = ""  # "" all global | "required" (gemma4's keys) | "periodic" (gemma3: window optional)
+    swa_period: int = 0  # "periodic" without a pattern key: layer il is global when il % period == period - 1
+    attn_scale_embd_at: int = 0  # at this layer count scores use 1/sqrt(d // n_head) (llama.cpp's gemma3 27B)
+    rope_scaling: bool = False  # rope.scaling.type/.factor read: linear scaling of the global layers
 
     @property
     def shared_expert(self) -> bool:
@@ -61,8 +69,28 @@ class Recipe:
 
 RECIPES = {
     "qwen3moe": Recipe("silu", True, False, 1, True, False, "", False, False),
-    "gemma4": Recipe("gelu", True, True, 1, True, True, "sandwich", True, False, True, True, True, True, True),
+    "gemma4": Recipe(
+        "gelu", True, True, 1, True, True, "sandwich", True, False, True, True, True, True, True, swa="required"
+    ),
     "dots1": Recipe("silu", True, False, 0, False, False, "shexp", False, True),
+    "gemma3": Recipe(
+        "gelu",
+        qk_norm=True,
+        embd_scale=True,
+        gating=1,
+        norm_w=True,
+        fused_gate_up=False,
+        shared="",
+        post_norms=True,
+        gating_keys=False,
+        softcap=True,
+        softcap_default=0.0,
+        moe=False,
+        swa="periodic",
+        swa_period=6,
+        attn_scale_embd_at=62,
+        rope_scaling=True,
+    ),
 }
 
 _SPLIT_RE = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
@@ -107,6 +135,8 @@ class HParams:
     n_rot_swa: int = 0
     rope_base_swa: float = 10000.0
     softcap: float = 0.0  # final logit soft-capping: logits = c tanh(logits / c); 0 = none
+    rope_scale: float = 1.0  # global layers rotate by position * rope_scale (1 / rope.scaling.factor)
+    attn_scale: float = 0.0  # scores = q.k * attn_scale
 
     def is_swa(self, il: int) -> bool:
         return bool(self.swa) and self.swa[il]
@@ -142,10 +172,10 @@ class Route:
 @dataclass
 class Generation:
     prompt: list[int]
-    tokens: list[int]  # generated, EOS excluded
+    tokens: list[int]  # generated; an end-of-generation token is the last one
     logits: np.ndarray  # [len(prompt) + len(tokens) - 1, V]: every position that was run
     routes: list[Route] = field(default_factory=list)
-    stopped_at_eos: bool = False
+    stopped_at_eog: bool = False
     #: per position run: the smallest distance (in quantisation steps) of any of its matmul inputs'
     #: scaled values to a rounding boundary; 0.5 where nothing was quantised (see min_quant_margin)
     quant_margins: list[float] = field(default_factory=list)
@@ -280,6 +310,7 @@ class Model:
         bos: int | None,
         q8_0: frozenset[str] = frozenset(),
         q8_k: frozenset[str] = frozenset(),
+        eog: frozenset[int] | None = None,
     ) -> None:
         self.hp = hp
         self.q8_0 = q8_0  # tensors whose matmuls quantise their input to Q8_0 (Q8_0, Q4_0, Q5_0 weights)
@@ -289,6 +320,8 @@ class Model:
         self.vocab = vocab
         self.token_types = token_types
         self.eos = eos
+        # the tokens that end generation (eog.py); without metadata to read, the EOS alone
+        self.eog = eog if eog is not None else frozenset(() if eos is None else (eos,))
         self.bos = bos
         self.add_bos = add_bos
         self.n_vocab = len(vocab)
@@ -334,7 +367,7 @@ class Model:
         n_head = int(get(f"{arch}.attention.head_count"))
         hd = int(get(f"{arch}.attention.key_length", d // n_head))
         n_ff = get(f"{arch}.feed_forward_length", None)
-        gating = int(get(f"{arch}.expert_gating_func", 0))
+        gating = int(get(f"{arch}.expert_gating_func", 0)) if recipe.moe else 0
         norm_key = get(f"{arch}.expert_weights_norm", None)
         scale_key = float(get(f"{arch}.expert_weights_scale", 0.0))
         if not recipe.gating_keys:
@@ -351,9 +384,15 @@ class Model:
             n_ff_shexp = None if n_ff is None else int(n_ff)
         else:
             n_ff_shexp = None
+        n_layer = int(get(f"{arch}.block_count"))
+        n_rot = int(get(f"{arch}.rope.dimension_count", hd))
         swa: tuple[bool, ...] = ()
         n_swa, n_rot_swa, base_swa = 0, 0, 10000.0
-        if recipe.rope_freqs:  # gemma4: sliding-window layers; per-layer inputs are not modelled
+        if recipe.swa == "periodic":
+            swa, n_swa = _periodic_swa(get, arch, n_layer, recipe.swa_period)
+            n_rot_swa = n_rot
+            base_swa = float(get(f"{arch}.rope.freq_base_swa", 10000.0))
+        if recipe.swa == "required":  # gemma4: sliding-window layers; per-layer inputs are not modelled
             swa = tuple(bool(v) for v in get(f"{arch}.attention.sliding_window_pattern"))
             n_swa = int(get(f"{arch}.attention.sliding_window"))
             n_rot_swa = int(get(f"{arch}.rope.dimension_count_swa", get(f"{arch}.rope.dimension_count", hd)))
@@ -363,12 +402,23 @@ class Model:
             if int(get(f"{arch}.embedding_length_per_layer_input")) != 0:
                 raise ModelError(f"{arch}: per-layer inputs are not modelled")
         # llama.cpp's default when the key is absent is 30 (llama_hparams), not "none"; 0 turns it off
-        softcap = float(get(f"{arch}.final_logit_softcapping", 30.0)) if recipe.softcap else 0.0
+        softcap = float(get(f"{arch}.final_logit_softcapping", recipe.softcap_default)) if recipe.softcap else 0.0
         if softcap < 0 or not math.isfinite(softcap):
             raise ModelError(f"{arch}.final_logit_softcapping: {softcap} is not a finite value >= 0")
+        rope_scale = _rope_scale(get, arch) if recipe.rope_scaling else 1.0
+        if recipe.attn_scale_one:
+            attn_scale = 1.0
+        elif recipe.attn_scale_embd_at and n_layer == recipe.attn_scale_embd_at:
+            attn_scale = 1.0 / math.sqrt(d // n_head)
+        else:
+            attn_scale = 1.0 / math.sqrt(hd)
+
+        def expert_key(key: str) -> int:
+            return int(get(f"{arch}.{key}")) if recipe.moe else 0
+
         hp = HParams(
             arch=arch,
-            n_layer=int(get(f"{arch}.block_count")),
+            n_layer=n_layer,
             n_ctx_train=int(get(f"{arch}.context_length")),
             d=d,
             n_ff=None if n_ff is None else int(n_ff),
@@ -378,10 +428,10 @@ class Model:
             hdv=int(get(f"{arch}.attention.value_length", hd)),
             eps=float(get(f"{arch}.attention.layer_norm_rms_epsilon")),
             rope_base=float(get(f"{arch}.rope.freq_base", 10000.0)),
-            n_rot=int(get(f"{arch}.rope.dimension_count", hd)),
-            n_expert=int(get(f"{arch}.expert_count")),
-            n_expert_used=int(get(f"{arch}.expert_used_count")),
-            n_ff_exp=int(get(f"{arch}.expert_feed_forward_length")),
+            n_rot=n_rot,
+            n_expert=expert_key("expert_count"),
+            n_expert_used=expert_key("expert_used_count"),
+            n_ff_exp=expert_key("expert_feed_forward_length"),
             n_ff_shexp=n_ff_shexp,
             n_dense=int(get(f"{arch}.leading_dense_block_count", 0)),
             gating=gating,
@@ -392,6 +442,8 @@ class Model:
             n_rot_swa=n_rot_swa,
             rope_base_swa=base_swa,
             softcap=softcap,
+            rope_scale=rope_scale,
+            attn_scale=attn_scale,
         )
         if hp.gating not in (1, 2, 3):
             raise ModelError(f"{arch}.expert_gating_func: {hp.gating} is not 1, 2 or 3")
@@ -426,6 +478,7 @@ class Model:
             None if bos is None else int(bos),
             frozenset(q8_0),
             frozenset(q8_k),
+            eog_ids(vocab, get),
         )
         model._check_shapes()
         return model
@@ -453,6 +506,10 @@ class Model:
                 need(b + "attn_q_norm.weight", (hp.hd,))
                 need(b + "attn_k_norm.weight", (hp.hd,))
             need(b + "ffn_norm.weight", (d,))
+            if not r.moe and b + "ffn_gate_inp.weight" in self.t:
+                raise ModelError(f"{b}ffn_gate_inp.weight: {hp.arch} has no routed experts")
+            if r.post_norms:
+                need(b + "post_attention_norm.weight", (d,))
             if self._is_dense(i):
                 ff = hp.n_ff
                 if ff is None:
@@ -460,6 +517,8 @@ class Model:
                 need(b + "ffn_gate.weight", (ff, d))
                 need(b + "ffn_up.weight", (ff, d))
                 need(b + "ffn_down.weight", (d, ff))
+                if r.post_norms:
+                    need(b + "post_ffw_norm.weight", (d,))
                 continue
             need(b + "ffn_gate_inp.weight", (E, d))
             if r.fused_gate_up:
@@ -485,6 +544,8 @@ class Model:
             need("rope_freqs.weight", (hp.hd // 2,))
 
     def _is_dense(self, il: int) -> bool:
+        if not self.recipe.moe:
+            return True
         return il < self.hp.n_dense or f"blk.{il}.ffn_gate_inp.weight" not in self.t
 
     # ---------------------------------------------------------------- tokens
@@ -567,6 +628,8 @@ class Model:
         freq = (self.hp.rope_base_swa if swa else self.hp.rope_base) ** (-2.0 * j / nrot)
         if self.recipe.rope_freqs and not swa:
             freq = freq / self.t["rope_freqs.weight"][:half]
+        if not swa:
+            pos = pos * self.hp.rope_scale  # linear RoPE scaling: global layers only
         theta = pos[:, None] * freq  # [n, half]
         cos, sin = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
         out = v.copy()
@@ -598,9 +661,7 @@ class Model:
         out = np.empty((n, hp.n_head, hp.hdv))
         for hh in range(hp.n_head):
             g = hh // group
-            s = q[:, hh, :] @ K[:, g, :].T  # [n, p0+n]
-            if not self.recipe.attn_scale_one:
-                s = s / math.sqrt(hp.hd)
+            s = (q[:, hh, :] @ K[:, g, :].T) * hp.attn_scale  # [n, p0+n]
             mask = np.arange(K.shape[0])[None, :] > pos[:, None]
             if swa:  # the window: key position j is visible from p when p - j < n_swa
                 mask |= pos[:, None] - np.arange(K.shape[0])[None, :] >= hp.n_swa
@@ -719,9 +780,10 @@ class Model:
         """Logits of every position of `tokens`, run as one batch from position 0."""
         return self.forward(tokens)
 
-    def generate(self, prompt: Sequence[int], n: int, stop_at_eos: bool = True) -> Generation:
-        """Greedy: prefill the prompt, then take the first index of the maximum logit, n times
-        (stopping before an EOS token, which is not part of the output)."""
+    def generate(self, prompt: Sequence[int], n: int, stop_at_eog: bool = True) -> Generation:
+        """Greedy: prefill the prompt, then take the first index of the maximum logit, n times, stopping
+        after an end-of-generation token (eog.py), which is the last token of the output and is not
+        evaluated, as the engine does (docs/engine.md, the result object)."""
         cache = self.new_cache()
         routes: list[Route] = []
         qm: dict[int, float] = {}
@@ -731,10 +793,10 @@ class Model:
         stopped = False
         while len(out) < n:
             tok = int(np.argmax(cur))
-            if stop_at_eos and tok == self.eos:
+            out.append(tok)
+            if stop_at_eog and tok in self.eog:
                 stopped = True
                 break
-            out.append(tok)
             if len(out) == n:
                 break
             step = self.forward([tok], cache, routes, qm)
@@ -743,6 +805,30 @@ class Model:
         logits = np.vstack(rows)
         margins = [qm.get(p, 0.5) for p in range(len(logits))]
         return Generation(list(prompt), out, logits, routes, stopped, margins)
+
+
+def _periodic_swa(get: Any, arch: str, n_layer: int, period: int) -> tuple[tuple[bool, ...], int]:
+    """gemma3's local layers (docs/model-math.md): no window key (or 0) means every layer global; else
+    the pattern key is a per-layer list (true = local), a period, or absent (the recipe's period)."""
+    n_swa = int(get(f"{arch}.attention.sliding_window", 0))
+    if n_swa == 0:
+        return (), 0
+    pattern = get(f"{arch}.attention.sliding_window_pattern", period)
+    if isinstance(pattern, list):
+        if len(pattern) != n_layer:
+            raise ModelError(f"{arch}.attention.sliding_window_pattern: {len(pattern)} entries, {n_layer} layers")
+        return tuple(bool(v) for v in pattern), n_swa
+    p = int(pattern)
+    return tuple(p == 0 or il % p < p - 1 for il in range(n_layer)), n_swa
+
+
+def _rope_scale(get: Any, arch: str) -> float:
+    """1 / rope.scaling.factor for linear scaling (absent or 0: 1); other scaling types are refused."""
+    kind = str(get(f"{arch}.rope.scaling.type", "linear"))
+    if kind not in ("linear", "none"):
+        raise ModelError(f"{arch}.rope.scaling.type: {kind!r} is not modelled (linear only)")
+    factor = float(get(f"{arch}.rope.scaling.factor", 0.0)) or float(get(f"{arch}.rope.scale_linear", 0.0))
+    return 1.0 if factor == 0.0 else 1.0 / factor
 
 
 # The weight types read through gguf.quants' dequantizers (float32 values, as ggml's dequantize_row_*

@@ -6,7 +6,7 @@ for one prompt, computed on the controller from the fixture file (never by the e
     out.to_json() / ReferenceOutput.from_json(text)
 
 `code_hash()` covers this package's source: a change to the reference invalidates every cached
-output (bmoe_ci.fixtures.cache keys the cache on it and on the fixture's spec hash).
+output (bmoe_ci.models.cache keys the cache on it and on the fixture's spec hash).
 """
 
 from __future__ import annotations

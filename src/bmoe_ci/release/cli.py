@@ -20,7 +20,7 @@ _GATHERING = ("base", "farm", "pool", "history", "evidence")
 
 
 def cmd_release_gate(args: argparse.Namespace) -> int:
-    from bmoe_ci.paths import ENV_REPO, checkout
+    from bmoe_ci.paths import ENV_REPO
 
     try:
         if args.rejudge:
@@ -32,12 +32,13 @@ def cmd_release_gate(args: argparse.Namespace) -> int:
                 policy_file=Path(args.policy) if args.policy else None,
                 proposed_file=Path(args.proposed) if args.proposed else None,
                 out=Path(args.out) if args.out else None,
+                places=args.places,
             )
             result = release_record(ev, verdict, policy_source=args.policy or None, rejudged=str(Path(args.rejudge)))
         else:
             if not args.proposed:
                 raise ReleaseUsageError("give --proposed FILE (or --rejudge DIR)")
-            repo = checkout()
+            repo = args.places.checkout()
             if repo is None:
                 # the gate reads the base's defaults with git and writes results/ beside them: a wheel's
                 # packaged tree has neither git history nor a place to write
@@ -53,6 +54,7 @@ def cmd_release_gate(args: argparse.Namespace) -> int:
                 history=Path(args.history) if args.history else None,
                 out=Path(args.out) if args.out else None,
                 evidence=args.evidence or "auto",
+                places=args.places,
             )
             ev, verdict, out = run_release(opts)
             result = release_record(ev, verdict)

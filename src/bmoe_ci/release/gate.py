@@ -8,11 +8,12 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from bmoe_ci.farm import default_run_id, load_farm
+from bmoe_ci.paths import Places
 from bmoe_ci.release.evidence import EVIDENCE_JSON, Evidence, FlagSets, load_evidence, save_evidence
 from bmoe_ci.release.gather import DeviceInstruments, PoolDevice, gather
 from bmoe_ci.release.judge import Verdict, judge
@@ -38,6 +39,7 @@ class ReleaseOptions:
     history: Path | None = None
     out: Path | None = None
     evidence: Mode = "auto"
+    places: Places = field(default_factory=Places)  # as the command line read them from the environment
 
 
 def _say(msg: str) -> None:
@@ -63,8 +65,8 @@ def run_release(opts: ReleaseOptions, say: Callable[[str], None] = _say) -> tupl
     started = _now()
     policy_path = opts.policy or opts.repo / POLICY_PATH
     policy = load_policy(policy_path)
-    proposed = load_settings(opts.proposed)
-    base = load_base(opts.base, opts.repo)
+    proposed = load_settings(opts.proposed, places=opts.places)
+    base = load_base(opts.base, opts.repo, places=opts.places)
     run_id = default_run_id()
     out = opts.out or opts.repo / "results" / f"release-{run_id}"
     ev = _start(run_id, started, policy, base, proposed, opts)
@@ -103,7 +105,7 @@ def _gather(
     if farm_path is None:
         from bmoe_ci.farm.localfarm import farm_file
 
-        farm_path = farm_file()
+        farm_path = farm_file(places=opts.places)
     try:
         farm = load_farm(farm_path)
     except Exception as exc:  # FarmError family: a usage problem
@@ -120,20 +122,26 @@ def _gather(
         out_dir=out,
         run_id=run_id,
         say=say,
+        places=opts.places,
     )
     ev = ev.model_copy(update={"farm": str(farm_path)})
     return gather(ev, policy.model, [PoolDevice(d.name, d.kind, d.arch) for d in pool], opts.evidence, inst, say)
 
 
 def rejudge(
-    directory: Path, *, policy_file: Path | None = None, proposed_file: Path | None = None, out: Path | None = None
+    directory: Path,
+    *,
+    policy_file: Path | None = None,
+    proposed_file: Path | None = None,
+    out: Path | None = None,
+    places: Places | None = None,
 ) -> tuple[Evidence, Verdict, Path]:
     """The verdict of an earlier run's evidence (``DIR/evidence.json``), with no device: under the policy
     it was gathered for, or ``policy_file``; for its proposal, or ``proposed_file`` (which must be the
     same settings). Written to ``out`` (default ``DIR/rejudged``) so the original verdict stays."""
     ev = load_evidence(directory)
     policy = load_policy(policy_file).model if policy_file else ev.policy
-    proposal = load_settings(proposed_file).settings if proposed_file else ev.proposal
+    proposal = load_settings(proposed_file, places=places).settings if proposed_file else ev.proposal
     return ev, judge(ev, policy, proposal), out or directory / "rejudged"
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from bmoe_ci.paths import Places
 from bmoe_ci.release.evidence import Evidence, GateRecord, QualityRecord, Refusal, ReplayRecord, SpeedRecord
 from bmoe_ci.release.judge import QUALITY_KEY, device_key, judge, replay_key, speed_key
 from bmoe_ci.release.policy import PolicyFile
@@ -196,22 +197,23 @@ class DeviceInstruments:
         out_dir: Path,
         run_id: str,
         say: Callable[[str], None],
+        places: Places | None = None,
     ):
         self.repo, self.farm_path, self.devices, self.policy = repo, farm_path, devices, policy
         self.history, self.out_dir, self.run_id, self.say = history, out_dir, run_id, say
+        self.places = places or Places()
         self._builds: dict[str, Any] = {}
 
     def _build(self, device: Any) -> Any:
-        from bmoe_ci.builder import build
-        from bmoe_ci.plugin.prepare import target_for
+        from bmoe_ci.builder import build, target_for
 
         target = target_for(device)
         if target not in self._builds:
-            self._builds[target] = build(target, progress=self.say)
+            self._builds[target] = build(target, progress=self.say, places=self.places)
         return self._builds[target]
 
     def build_id(self, device: str) -> tuple[str, str]:
-        from bmoe_ci.plugin.prepare import target_for
+        from bmoe_ci.builder import target_for
 
         d = self.devices[device]
         return target_for(d), self._build(d).build_id
@@ -230,9 +232,9 @@ class DeviceInstruments:
         )
 
     def gate_run(self, devices: Sequence[str]) -> tuple[dict[str, GateRecord], str | None]:
-        from bmoe_ci.release.measure import run_gate_suite
+        from bmoe_ci.release.measure import run_gates
 
-        return run_gate_suite(
+        return run_gates(
             self.repo,
             self.farm_path,
             devices,
@@ -254,7 +256,7 @@ class DeviceInstruments:
         ev = self.policy.evaluation
         spec = AbSpec(
             device=self.devices[device],
-            model=fixture_path(ev.speed_fixture),
+            model=fixture_path(ev.speed_fixture, self.places),
             a=tuple(a),
             b=tuple(b),
             rounds=ev.rounds,
@@ -263,7 +265,7 @@ class DeviceInstruments:
             bounds=DriftBounds(**ev.drift.model_dump()),
         )
         try:
-            ab = run_ab(spec, build=self._build, say=lambda m: self.say(f"ab: {m}"))
+            ab = run_ab(spec, build=self._build, say=lambda m: self.say(f"ab: {m}"), places=self.places)
         except AbError as exc:
             return SpeedRecord(
                 device_class=cls, device=device, fixture=ev.speed_fixture, verdict="error", error=str(exc)
@@ -294,7 +296,7 @@ class DeviceInstruments:
             d,
             bld.path,
             bld.build_id,
-            fixture_path(ev.speed_fixture),
+            fixture_path(ev.speed_fixture, self.places),
             ev.speed_fixture,
             flags,
             ev.prompt,
@@ -311,7 +313,7 @@ class DeviceInstruments:
         if ev.quality_text is None:
             return QualityRecord(fixture=fixture, error="the policy names no evaluation.quality_text")
         try:
-            model = fixture_path(fixture)
+            model = fixture_path(fixture, self.places)
         except ValueError as exc:
             return QualityRecord(fixture=fixture, error=str(exc))
         texts = [ev.quality_text] if isinstance(ev.quality_text, str) else list(ev.quality_text)
@@ -339,10 +341,10 @@ class DeviceInstruments:
         )
 
 
-def fixture_path(name: str) -> Path:
-    from bmoe_ci.fixtures import SpecError, generate
+def fixture_path(name: str, places: Places | None = None) -> Path:
+    from bmoe_ci.models import SpecError, generate
 
     try:
-        return generate(None, names=[name])[0].path
+        return generate(None, names=[name], places=places)[0].path
     except SpecError as exc:
         raise ValueError(f"evaluation fixture {name!r}: {exc}") from None

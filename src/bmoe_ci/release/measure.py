@@ -2,7 +2,7 @@
 traceable to the run that produced it (run id, device, engine build id, fixture):
 
 * gate results: rows of the nightly history (fresh, for the exact engine build and on the policy's
-  fixture) or a gate run now;
+  fixture) or a gate run now (:func:`bmoe_ci.gaterun.suite.run_gate_suite`);
 * replay: a traced run of the proposal replayed by :mod:`bmoe_ci.replay` (REPLAY's model);
 * reachability: a device that answers a command.
 
@@ -12,15 +12,14 @@ decides a requirement: that is :func:`bmoe_ci.release.judge.judge`.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 from bmoe_ci.farm import Device, InfraError, PushItem, open_session
+from bmoe_ci.gaterun.engine import run_engine
+from bmoe_ci.gaterun.suite import LOG_NAME, SuiteCall, run_gate_suite, suite_command
 from bmoe_ci.release.evidence import GateRecord, Refusal, ReplayRecord
 
 HOUR = 3600.0
@@ -125,45 +124,28 @@ def _worst(a: str | None, b: str) -> str:
     return b if a is None or _RANK[b] > _RANK[a] else a
 
 
-def run_gate_suite(
+def run_gates(
     repo: Path, farm: Path, devices: Sequence[str], fixtures: Sequence[str], results: Path, say: Callable[[str], None]
 ) -> tuple[dict[str, GateRecord], str | None]:
-    """`pytest gates` on ``devices`` now; returns per-device evidence, or an error when the run wrote no
-    summary (it could not start)."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "gates",
-        "-p",
-        "no:cacheprovider",
-        "-q",
-        "--bmoe-farm",
-        str(farm),
-        "--bmoe-device",
-        ",".join(devices),
-        "--bmoe-results",
-        str(results),
-    ]
-    for f in fixtures:
-        cmd += ["--bmoe-fixture", f]
-    say(f"gate run: {' '.join(cmd[2:])}")
-    proc = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, check=False)
-    summary_file = results / "summary.json"
-    if not summary_file.is_file():
-        tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
-        return {}, f"the gate run wrote no summary (exit {proc.returncode}): {' | '.join(tail)}"
-    summary = json.loads(summary_file.read_text())
+    """The gate suite on ``devices`` now; returns per-device evidence, or an error when the run wrote no
+    summary (it could not start). Its console is kept in ``results``/pytest.log."""
+    call = SuiteCall(tree=repo, farm=farm, devices=(",".join(devices),), results=results, fixtures=fixtures,
+                     log=results / LOG_NAME)
+    say(f"gate run: {' '.join(suite_command(call)[2:])}")
+    run = run_gate_suite(call)
+    if run.summary is None:
+        return {}, run.problem
+    summary = run.summary
     out = {}
-    for name, d in summary["devices"].items():
+    for name, d in run.devices().items():
         out[name] = GateRecord(
             device=name,
             run=summary["run"],
-            build_id=d.get("engine_build_id") or "",
+            build_id=d.build_id,
             source="gate run",
             fixtures=tuple(sorted(summary.get("fixtures") or fixtures)),
-            gates=dict(d["gates"]),
-            infra_error=d.get("infra_error"),
+            gates=dict(d.gates),
+            infra_error=d.infra_error,
             started=summary.get("started"),
         )
     return out, None
@@ -239,9 +221,9 @@ def replay_run(
             "--route-trace",
             trace_path,
         ]
-        r = s.run_engine(argv, device.entry_timeout)
-        if not r.ok:
-            why = r.infra or r.stderr.decode("utf-8", "replace").strip()[-300:]
+        r = run_engine(s, argv, device.entry_timeout)
+        if not r.exited_0:
+            why = r.infra or r.stderr.strip()[-300:]
             return record(error=f"traced run failed: {why}")
         text = s.run(["cat", trace_path], 60.0)
         s.run(["rm", "-f", trace_path], 30.0)
@@ -251,7 +233,9 @@ def replay_run(
             trace = parse_trace(text.stdout.decode("utf-8", "replace"), trace_path)
         except TraceError as exc:
             return record(error=str(exc))
-        counters = json.loads(r.stdout)["counters"]
+        counters = r.data.get("counters")
+        if not isinstance(counters, dict):
+            return record(error="the traced run printed no counters")
         pred = replay(trace, RunConfig.from_argv(argv))
         found = [*pred.problems, *(str(m) for m in mismatches(trace, pred, counters))]
         return record(found, len(trace.rows))

@@ -18,8 +18,9 @@ from pydantic import (
     model_validator,
 )
 
+from bmoe_ci.builder import KNOWN_ARCHES, normalize_arch
 from bmoe_ci.farm.errors import ConfigIssue
-from bmoe_ci.farm.model import KNOWN_ARCHES, NAME_PATTERN, _closest, normalize_arch
+from bmoe_ci.farm.model import NAME_PATTERN, _closest
 from bmoe_ci.release.settings import SETTINGS
 from bmoe_ci.release.yamlfile import Real, ReleaseConfigError, key_line, parse_text, read_text, validate
 

@@ -11,13 +11,13 @@ architectures, so one device's numbers are every device's).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bmoe_ci.farm import Device, InfraError, PushItem, open_session
+from bmoe_ci.gaterun.engine import EngineResult, run_engine
 
 
 @dataclass
@@ -31,19 +31,8 @@ class QualityEvidence:
     error: str | None = None
 
 
-def _json(r: Any) -> dict[str, Any]:
-    try:
-        out = json.loads(r.stdout.decode("utf-8", "replace"))
-        return out if isinstance(out, dict) else {}
-    except ValueError:
-        return {}
-
-
-def _fail(r: Any, what: str) -> str:
-    res = _json(r)
-    why = (res.get("error") or {}).get("message") if res else None
-    why = why or str(r.infra or "") or r.stderr.decode("utf-8", "replace").strip()[-300:]
-    return f"{what}: {why or f'exit {r.exit_code}'}"
+def _fail(r: EngineResult, what: str) -> str:
+    return f"{what}: {r.why()}"
 
 
 def quality_run(
@@ -78,27 +67,27 @@ def quality_run(
         m, t = s.file(f"quality/{model.name}"), s.file(f"quality/{text.name}")
         ref = s.file(f"quality/ref-{run_id}.f32")
         timeout = device.entry_timeout * 4
-        r = s.run_engine(["run", "-m", m, "--mmap", "--ppl-step", t, "--logits-out", ref, "--json"], timeout)
-        if not r.ok:
+        r = run_engine(s, ["run", "-m", m, "--mmap", "--ppl-step", t, "--logits-out", ref, "--json"], timeout)
+        if not r.exited_0:
             ev.error = _fail(r, "lossless reference --ppl-step run")
             return ev
-        ev.reference = _json(r)
+        ev.reference = r.data
         for flags, into in ((base_flags, ev.base), (proposed_flags, ev.proposed)):
-            r = s.run_engine(["run", "-m", m, "--ppl-step", t, "--ppl-ref", ref, "--json", *flags], timeout)
-            if not r.ok:
+            r = run_engine(s, ["run", "-m", m, "--ppl-step", t, "--ppl-ref", ref, "--json", *flags], timeout)
+            if not r.exited_0:
                 s.run(["rm", "-f", ref], 30.0)
                 ev.error = _fail(r, "--ppl-step run")
                 return ev
-            into.update(_scores(_json(r)))
+            into.update(_scores(r.data))
         s.run(["rm", "-f", ref], 30.0)
         if choices is not None:
             c = s.file(f"quality/{choices.name}")
             for flags, into in ((base_flags, ev.base), (proposed_flags, ev.proposed)):
-                r = s.run_engine(["run", "-m", m, "--ppl-choices", c, "--json", *flags], timeout)
-                if not r.ok:
+                r = run_engine(s, ["run", "-m", m, "--ppl-choices", c, "--json", *flags], timeout)
+                if not r.exited_0:
                     ev.error = _fail(r, "--ppl-choices run")
                     return ev
-                res = _json(r)
+                res = r.data
                 into.update({k: res.get(k) for k in ("accuracy", "correct", "questions_scored")})
     return ev
 

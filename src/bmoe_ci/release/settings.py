@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from bmoe_ci.farm.errors import ConfigIssue
+from bmoe_ci.paths import Places
 from bmoe_ci.release.yamlfile import Real, ReleaseConfigError, key_line, parse_text, read_text, validate
 
 DEFAULTS_PATH = "ci/app-defaults.yaml"
@@ -80,7 +81,7 @@ class LoadedSettings:
         return key_line(self.raw, ("settings", key))
 
 
-def parse_settings(text: str, shown: str, *, check: bool = True) -> LoadedSettings:
+def parse_settings(text: str, shown: str, *, check: bool = True, places: Places | None = None) -> LoadedSettings:
     """Validate a settings file; with ``check`` its flags must also pass the engine's validate()
     (`bmoe check`); a refusal is reported at the line of the setting the message names."""
     raw = parse_text(text, shown)
@@ -102,7 +103,7 @@ def parse_settings(text: str, shown: str, *, check: bool = True) -> LoadedSettin
     if check:
         from bmoe_ci.enginecheck import check_flags
 
-        why = check_flags(flags(model.settings))
+        why = check_flags(flags(model.settings), places=places)
         if why:
             option = why.split(":", 1)[0]
             key = next((k for k, o in OPTION.items() if o == option), "")
@@ -120,12 +121,12 @@ def parse_settings(text: str, shown: str, *, check: bool = True) -> LoadedSettin
     return loaded
 
 
-def load_settings(path: Path, *, check: bool = True) -> LoadedSettings:
+def load_settings(path: Path, *, check: bool = True, places: Places | None = None) -> LoadedSettings:
     text, shown = read_text(path, "settings file")
-    return parse_settings(text, shown, check=check)
+    return parse_settings(text, shown, check=check, places=places)
 
 
-def load_base(ref: str, repo: Path, *, check: bool = True) -> LoadedSettings:
+def load_base(ref: str, repo: Path, *, check: bool = True, places: Places | None = None) -> LoadedSettings:
     """``git show REF:ci/app-defaults.yaml`` (ValueError when the ref or the file does not exist)."""
     proc = subprocess.run(
         ["git", "show", f"{ref}:{DEFAULTS_PATH}"], cwd=repo, capture_output=True, text=True, check=False
@@ -135,7 +136,7 @@ def load_base(ref: str, repo: Path, *, check: bool = True) -> LoadedSettings:
             f"--base {ref}: cannot read {DEFAULTS_PATH} there: "
             f"{proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else 'git failed'}"
         )
-    return parse_settings(proc.stdout, f"{ref}:{DEFAULTS_PATH}", check=check)
+    return parse_settings(proc.stdout, f"{ref}:{DEFAULTS_PATH}", check=check, places=places)
 
 
 @dataclass(frozen=True)

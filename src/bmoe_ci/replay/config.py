@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 MIB = 1 << 20
 SWITCHES = frozenset({"--mmap", "--force-cache", "--no-odirect", "--prefetch-sync", "--drop-in-prefill",
-                      "--drop-no-renorm", "--json"})
+                      "--drop-no-renorm", "--json", "--chat"})
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ and ignore the suite name, so without the prefix the same gate on two devices wo
 from __future__ import annotations
 
 import io
-import os
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from pathlib import Path
 
 from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
@@ -61,12 +61,21 @@ def xml_text(text: str | None, limit: int = MAX_TEXT) -> str:
     return text
 
 
-def _attachment_ref(dev_dir: Path, rel: str) -> str:
+#: The environment variable that asks for absolute attachment paths (read by the entry points).
+ENV_ATTACHMENT_PATHS = "BMOE_CI_ATTACHMENT_PATHS"
+
+
+def absolute_attachments(environ: Mapping[str, str]) -> bool:
+    """Whether ``environ`` asks for absolute attachment paths (``BMOE_CI_ATTACHMENT_PATHS=absolute``)."""
+    return environ.get(ENV_ATTACHMENT_PATHS, "").lower() == "absolute"
+
+
+def _attachment_ref(dev_dir: Path, rel: str, absolute: bool) -> str:
     """How a CI system finds an artifact: GitLab resolves paths relative to the project directory
-    (the working directory of the run), Jenkins' attachments plugin wants absolute ones.
-    ``BMOE_CI_ATTACHMENT_PATHS=absolute`` forces absolute paths."""
+    (the working directory of the run), Jenkins' attachments plugin wants absolute ones
+    (``BMOE_CI_ATTACHMENT_PATHS=absolute``, read by the entry point, gives ``absolute``)."""
     path = (dev_dir / rel).absolute()
-    if os.environ.get("BMOE_CI_ATTACHMENT_PATHS", "").lower() == "absolute":
+    if absolute:
         return str(path)
     try:
         return str(path.relative_to(Path.cwd()))
@@ -74,7 +83,7 @@ def _attachment_ref(dev_dir: Path, rel: str) -> str:
         return str(path)
 
 
-def _testcase(rec: TestRecord, dev_dir: Path) -> TestCase:
+def _testcase(rec: TestRecord, dev_dir: Path, absolute: bool = False) -> TestCase:
     case = TestCase(xml_text(rec.name, 1000), f"{rec.device}.{xml_text(rec.classname, 1000)}", rec.duration_s)
     message = xml_text(rec.message, 1000)
     if rec.outcome == "fail":
@@ -91,7 +100,7 @@ def _testcase(rec: TestRecord, dev_dir: Path) -> TestCase:
         case.result = [result]
     out = xml_text(rec.system_out)
     if rec.artifacts:
-        refs = "\n".join(f"[[ATTACHMENT|{_attachment_ref(dev_dir, a)}]]" for a in rec.artifacts)
+        refs = "\n".join(f"[[ATTACHMENT|{_attachment_ref(dev_dir, a, absolute)}]]" for a in rec.artifacts)
         out = f"{out}\n{refs}" if out else refs
     if out:
         case.system_out = out
@@ -100,7 +109,7 @@ def _testcase(rec: TestRecord, dev_dir: Path) -> TestCase:
     return case
 
 
-def device_suite(run: DeviceRun, dev_dir: Path) -> TestSuite:
+def device_suite(run: DeviceRun, dev_dir: Path, absolute: bool = False) -> TestSuite:
     """The ``<testsuite>`` of one device: properties, then its test cases."""
     suite = TestSuite(run.device)
     if run.started:
@@ -130,7 +139,7 @@ def device_suite(run: DeviceRun, dev_dir: Path) -> TestSuite:
         props.append(("engine_faults", ",".join(run.faults)))
     for name, value in props:
         suite.add_property(xml_text(name, 1000), xml_text(value, 4000))
-    suite.add_testcases([_testcase(rec, dev_dir) for rec in run.reported_records()])
+    suite.add_testcases([_testcase(rec, dev_dir, absolute) for rec in run.reported_records()])
     if run.wall_s > 0:
         suite.time = round(run.wall_s, 3)
     return suite
@@ -154,15 +163,16 @@ def _write_xml(xml: JUnitXml, path: Path) -> None:
     atomic_write(path, buf.getvalue() + b"\n")
 
 
-def write_device_junit(results_dir: Path | str, device_run: DeviceRun) -> Path:
+def write_device_junit(results_dir: Path | str, device_run: DeviceRun, *, absolute: bool = False) -> Path:
     """Write ``<results_dir>/<device>/junit.xml`` and ``device.json`` beside it; returns the junit path.
 
-    Safe to call again as results accumulate (each call rewrites both files atomically)."""
+    Safe to call again as results accumulate (each call rewrites both files atomically). ``absolute``:
+    attachments by absolute path (else relative to the working directory)."""
     dev_dir = device_dir(results_dir, device_run.device)
     dev_dir.mkdir(parents=True, exist_ok=True)
     write_device_json(results_dir, device_run)
     xml = JUnitXml(device_run.device)
-    xml.add_testsuite(device_suite(device_run, dev_dir))
+    xml.add_testsuite(device_suite(device_run, dev_dir, absolute))
     _set_totals(xml)
     path = dev_dir / JUNIT_XML
     _write_xml(xml, path)
@@ -216,7 +226,7 @@ def _set_totals(xml: JUnitXml) -> None:
     xml.time = round(time, 3)
 
 
-def merge(results_dir: Path | str) -> Path:
+def merge(results_dir: Path | str, *, absolute: bool = False) -> Path:
     """Merge every ``<device>/junit.xml`` into ``<results_dir>/junit.xml``: one testsuite per device.
 
     A device directory with a device.json but no junit.xml gets its junit.xml written first. A
@@ -234,7 +244,7 @@ def merge(results_dir: Path | str) -> Path:
     for dev_dir in dirs:
         path = dev_dir / JUNIT_XML
         if not path.is_file():
-            write_device_junit(root, read_device_json(dev_dir / DEVICE_JSON))
+            write_device_junit(root, read_device_json(dev_dir / DEVICE_JSON), absolute=absolute)
         xml = read_junit(path)
         suites = list(xml)
         if not suites:

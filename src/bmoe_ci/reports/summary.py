@@ -562,25 +562,27 @@ def _write(results_dir: Path, meta: RunMeta, runs: list[DeviceRun], interrupted:
     return data
 
 
-def summary(results_dir: Path | str, run_meta: RunMeta) -> dict[str, Any]:
+def summary(results_dir: Path | str, run_meta: RunMeta, *, absolute: bool = False) -> dict[str, Any]:
     """Write summary.json, summary.md, matrix.svg and run.json for the devices found in *results_dir*;
     returns the summary.json content (pass it to :func:`console_matrix`). XDEV is derived over those
     devices and written into their junit.xml and device.json (and the merged junit.xml)."""
     _, runs = load_results(results_dir)
-    return _judge_and_write(Path(results_dir), run_meta, runs)
+    return _judge_and_write(Path(results_dir), run_meta, runs, absolute=absolute)
 
 
-def finalize(results_dir: Path | str, device_runs: list[DeviceRun], run_meta: RunMeta) -> dict[str, Any]:
+def finalize(
+    results_dir: Path | str, device_runs: list[DeviceRun], run_meta: RunMeta, *, absolute: bool = False
+) -> dict[str, Any]:
     """End of a session in one call: every device's junit.xml + device.json, the merged junit.xml, the
     summary files. Merge and summary cover every device directory in *results_dir* (use a fresh
-    directory per run). Returns the summary.json content."""
+    directory per run). ``absolute``: attachments by absolute path. Returns the summary.json content."""
     root = Path(results_dir)
     for run in device_runs:
-        write_device_junit(root, run)
-    return summary(root, run_meta)
+        write_device_junit(root, run, absolute=absolute)
+    return summary(root, run_meta, absolute=absolute)
 
 
-def rebuild(results_dir: Path | str) -> dict[str, Any]:
+def rebuild(results_dir: Path | str, *, absolute: bool = False) -> dict[str, Any]:
     """What ``bmoe-ci report`` does: re-derive XDEV, re-merge and re-summarise from the directory alone."""
     root = Path(results_dir)
     plan = read_plan(root)
@@ -593,7 +595,7 @@ def rebuild(results_dir: Path | str) -> dict[str, Any]:
     meta = meta or derive_run_meta(root, runs)
     if notes:
         meta = replace(meta, notes=[*meta.notes, *(n for n in notes if n not in meta.notes)])
-    return _judge_and_write(root, meta, runs, interrupted)
+    return _judge_and_write(root, meta, runs, interrupted, absolute=absolute)
 
 
 _SOME_INTERRUPTED = "run interrupted: some planned tests did not run to the end"
@@ -613,7 +615,7 @@ def _interruption(plan: Plan, meta: RunMeta | None, runs: list[DeviceRun]) -> st
 
 
 def _judge_and_write(
-    root: Path, meta: RunMeta, runs: list[DeviceRun], interrupted: str | None = None
+    root: Path, meta: RunMeta, runs: list[DeviceRun], interrupted: str | None = None, *, absolute: bool = False
 ) -> dict[str, Any]:
     """XDEV is a verdict on the devices of the whole directory: derive it over all of them, write it into
     each device's junit.xml and device.json, then merge and summarise. A planned test that did not run
@@ -623,8 +625,8 @@ def _judge_and_write(
         interrupted = _SOME_INTERRUPTED
     runs = with_xdev(runs)
     for run in runs:
-        write_device_junit(root, run)
-    merge(root)
+        write_device_junit(root, run, absolute=absolute)
+    merge(root, absolute=absolute)
     return _write(root, meta, runs, interrupted)
 
 

@@ -16,7 +16,7 @@ import importlib
 import pkgutil
 from typing import TYPE_CHECKING
 
-from .base import DEADLINE_GRACE, Outcome, RunResult, Transport, safe_local_path
+from .base import DEADLINE_GRACE, Ending, RunResult, Transport, safe_local_path
 
 if TYPE_CHECKING:
     from ..model import Device
@@ -51,7 +51,7 @@ def open_transport(device: Device) -> Transport:
 
 __all__ = [
     "DEADLINE_GRACE",
-    "Outcome",
+    "Ending",
     "RunResult",
     "Transport",
     "open_transport",

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InfraError
-from .base import DEADLINE_GRACE, Outcome, Problem, RunResult, Transport, _tail
+from .base import DEADLINE_GRACE, Ending, Problem, RunResult, Transport, _tail
 from .local import ProcessRun, run_process
 from .remote_shell import build_remote_command, new_marker, split_marker, status_result
 
@@ -173,7 +173,7 @@ class AdbTransport(Transport):
         try:
             client = self._client()
         except InfraError as exc:
-            return RunResult(name, shown, Outcome.INFRA, infra=exc, timeout=timeout)
+            return RunResult(name, shown, Ending.INFRA, infra=exc, timeout=timeout)
         shell = [*client, "shell", "-T", *(["-n"] if stdin is None else []), command]
         p = run_process(shell, secs + DEADLINE_GRACE, stdin=stdin, idle_timeout=idle_timeout)
 
@@ -181,7 +181,7 @@ class AdbTransport(Transport):
             return RunResult(
                 name,
                 shown,
-                Outcome.INFRA,
+                Ending.INFRA,
                 stdout=p.stdout,
                 stderr=p.stderr,
                 duration=p.duration,

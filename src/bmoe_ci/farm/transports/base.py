@@ -1,5 +1,5 @@
 """What every transport shares: the :class:`Transport` interface, the :class:`RunResult` of a command
-and its :class:`Outcome`, the retry rule for transient failures, and the results-directory guard of
+and its :class:`Ending`, the retry rule for transient failures, and the results-directory guard of
 downloads.
 
 :meth:`Transport.run` never raises for infrastructure problems: it returns a :class:`RunResult` whose
@@ -67,8 +67,8 @@ def retrying(device: Device, what: str, kinds: tuple[str, ...], notes: list[str]
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-class Outcome(enum.StrEnum):
-    """How a command ended."""
+class Ending(enum.StrEnum):
+    """How a command on a device ended (a gate test's outcome is :data:`bmoe_ci.reports.Outcome`)."""
 
     EXITED = "exited"  #: the process exited by itself (look at ``exit_code``)
     SIGNALED = "signaled"  #: the process was killed by a signal: the engine crashed (a gate problem)
@@ -81,7 +81,7 @@ class RunResult:
 
     device: str
     argv: tuple[str, ...]  #: what ran on the device, exec prefix included
-    outcome: Outcome
+    outcome: Ending
     exit_code: int | None = None  #: set when ``outcome`` is EXITED
     signal: int | None = None  #: set when ``outcome`` is SIGNALED
     stdout: bytes = b""
@@ -96,7 +96,7 @@ class RunResult:
     @property
     def ok(self) -> bool:
         """Exited with status 0."""
-        return self.outcome is Outcome.EXITED and self.exit_code == 0
+        return self.outcome is Ending.EXITED and self.exit_code == 0
 
     @property
     def signal_name(self) -> str | None:
@@ -115,9 +115,9 @@ class RunResult:
 
     def describe(self) -> str:
         """One line: what happened."""
-        if self.outcome is Outcome.EXITED:
+        if self.outcome is Ending.EXITED:
             return f"exit {self.exit_code} after {self.duration:.2f}s"
-        if self.outcome is Outcome.SIGNALED:
+        if self.outcome is Ending.SIGNALED:
             return f"killed by {self.signal_name} after {self.duration:.2f}s"
         return f"infrastructure error: {self.infra}"
 
@@ -190,7 +190,7 @@ class Transport(ABC):
                 stdin=None,
                 argv_shown=None,
             )
-            if r.outcome is Outcome.INFRA:
+            if r.outcome is Ending.INFRA:
                 self.close()
                 raise r.infra  # type: ignore[misc]
             if b"ready" not in r.stdout:
@@ -251,7 +251,7 @@ class Transport(ABC):
                 try:
                     self.connect()
                 except InfraError as exc:
-                    return RunResult(self.device.name, tuple(full), Outcome.INFRA, infra=exc, timeout=timeout)
+                    return RunResult(self.device.name, tuple(full), Ending.INFRA, infra=exc, timeout=timeout)
             if self._link_hung and (still := self._probe_hung_link(tuple(full), timeout)) is not None:
                 return still
             r = self._run(
@@ -266,7 +266,7 @@ class Transport(ABC):
             self.stats.commands += 1
             self.stats.command_seconds += r.duration
             self._link_hung = r.link_hung
-            if r.outcome is Outcome.INFRA and r.infra is not None and r.infra.kind == "disconnect":
+            if r.outcome is Ending.INFRA and r.infra is not None and r.infra.kind == "disconnect":
                 self._drop()
             return r
 
@@ -283,10 +283,10 @@ class Transport(ABC):
         if probe.infra is not None and not probe.link_hung:  # not hung any more: gone (or refusing)
             if probe.infra.kind == "disconnect":
                 self._drop()
-            return RunResult(self.device.name, shown, Outcome.INFRA, infra=probe.infra, duration=probe.duration,
+            return RunResult(self.device.name, shown, Ending.INFRA, infra=probe.infra, duration=probe.duration,
                              timeout=timeout)
         why = f"the link hung earlier and still gives no answer in {wait:g}s; {shlex.join(shown)[:120]} not run"
-        return RunResult(self.device.name, shown, Outcome.INFRA, infra=InfraError(self.device.name, "timeout", why),
+        return RunResult(self.device.name, shown, Ending.INFRA, infra=InfraError(self.device.name, "timeout", why),
                          duration=probe.duration, timeout=timeout, link_hung=True)
 
     def sh(self, script: str, *args: str, timeout: float = 60.0) -> RunResult:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InfraError
-from .base import Outcome, Problem, RunResult, Transport
+from .base import Ending, Problem, RunResult, Transport
 
 
 @dataclass
@@ -124,23 +124,23 @@ class LocalTransport(Transport):
         shown = argv_shown or tuple(argv)
         if cwd and not os.path.isdir(cwd):
             return RunResult(
-                name, shown, Outcome.INFRA, timeout=timeout, infra=InfraError(name, "setup", f"no such directory {cwd}")
+                name, shown, Ending.INFRA, timeout=timeout, infra=InfraError(name, "setup", f"no such directory {cwd}")
             )
         p = run_process(argv, timeout, cwd=cwd, env=env, stdin=stdin, idle_timeout=idle_timeout)
         common = {"stdout": p.stdout, "stderr": p.stderr, "duration": p.duration, "timeout": timeout}
         if p.spawn_error is not None:
             code, why = p.spawn_error
-            return RunResult(name, shown, Outcome.EXITED, exit_code=code, **{**common, "stderr": f"{why}\n".encode()})
+            return RunResult(name, shown, Ending.EXITED, exit_code=code, **{**common, "stderr": f"{why}\n".encode()})
         if p.silent:
             why = f"{shlex.join(shown)[:200]}: no progress for {idle_timeout:g}s; killed"
-            return RunResult(name, shown, Outcome.INFRA, infra=InfraError(name, "timeout", why), **common)
+            return RunResult(name, shown, Ending.INFRA, infra=InfraError(name, "timeout", why), **common)
         if p.timed_out:
             why = f"{shlex.join(shown)[:200]} ran past {timeout:g}s; killed"
-            return RunResult(name, shown, Outcome.INFRA, infra=InfraError(name, "timeout", why), **common)
+            return RunResult(name, shown, Ending.INFRA, infra=InfraError(name, "timeout", why), **common)
         assert p.returncode is not None
         if p.returncode < 0:
-            return RunResult(name, shown, Outcome.SIGNALED, signal=-p.returncode, **common)
-        return RunResult(name, shown, Outcome.EXITED, exit_code=p.returncode, **common)
+            return RunResult(name, shown, Ending.SIGNALED, signal=-p.returncode, **common)
+        return RunResult(name, shown, Ending.EXITED, exit_code=p.returncode, **common)
 
     def _put(self, local: Path, remote: str) -> int:
         try:

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import InfraError
 from ..model import Device
-from .base import DEADLINE_GRACE, Outcome, Problem, RunResult, Transport
+from .base import DEADLINE_GRACE, Ending, Problem, RunResult, Transport
 from .remote_shell import build_remote_command, new_marker, split_marker, status_result
 
 
@@ -191,7 +191,7 @@ class SshTransport(Transport):
             return RunResult(
                 name,
                 shown,
-                Outcome.INFRA,
+                Ending.INFRA,
                 stdout=out,
                 stderr=err,
                 duration=time.monotonic() - start,

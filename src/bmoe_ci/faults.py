@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bmoe_ci.paths import source_tree
+from bmoe_ci.paths import Places
 
 AREAS: tuple[str, ...] = (
     "kernels", "attention", "streamer", "cache", "prefetch", "policies", "trace", "counters", "config", "engine",
@@ -74,8 +74,8 @@ class Catalogue:
         return out
 
 
-def catalogue_path() -> Path:
-    return source_tree() / "engine" / "faults.toml"
+def catalogue_path(places: Places | None = None) -> Path:
+    return (places or Places()).source_tree() / "engine" / "faults.toml"
 
 
 def _entry(path: Path, i: int, raw: Any) -> Fault:
@@ -108,8 +108,9 @@ def _entry(path: Path, i: int, raw: Any) -> Fault:
                  tested=raw.get("tested", False))
 
 
-def load_catalogue(path: Path | None = None) -> Catalogue:
-    path = path or catalogue_path()
+def load_catalogue(path: Path | None = None, places: Places | None = None) -> Catalogue:
+    """The catalogue at ``path`` (default: engine/faults.toml of the source tree of ``places``)."""
+    path = path or catalogue_path(places)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -128,9 +129,9 @@ def load_catalogue(path: Path | None = None) -> Catalogue:
     return Catalogue(path, tuple(faults))
 
 
-def fault_sites(engine_src: Path | None = None) -> dict[str, set[str]]:
+def fault_sites(engine_src: Path | None = None, places: Places | None = None) -> dict[str, set[str]]:
     """Every BMOE_FAULT_<NAME> the engine's sources mention -> the files that mention it."""
-    src = engine_src or source_tree() / "engine" / "src"
+    src = engine_src or (places or Places()).source_tree() / "engine" / "src"
     sites: dict[str, set[str]] = {}
     for path in sorted(src.iterdir()):
         if path.suffix in (".c", ".h"):

@@ -1,5 +1,5 @@
-"""The controller's session setup: build each needed target once, generate fixtures once, then
-connect, lock, push and preflight every selected device (in parallel). Runs where xdist's
+"""The controller's session setup: build each needed target once, generate fixtures once, then connect,
+lock, push and preflight every selected device (in parallel). The plugin calls it where xdist's
 controller runs, never on a worker, so devices are leased and pushed exactly once per session.
 
 :func:`plan_only` is the same selection without any of that, for `pytest --collect-only` and the
@@ -7,12 +7,13 @@ other modes that look at the tests without running them."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bmoe_ci.builder import Build, build
+from bmoe_ci.builder import Build, build, target_for
 from bmoe_ci.farm import (
     Device,
     DeviceSession,
@@ -24,17 +25,11 @@ from bmoe_ci.farm import (
 )
 from bmoe_ci.farm.health import DeviceHealth, HealthBook
 from bmoe_ci.farm.store import PushReport
-from bmoe_ci.fixtures import FixtureFile, generate, load_specs
-from bmoe_ci.paths import source_tree
-from bmoe_ci.plugin.context import DeviceContext, GateRun
-from bmoe_ci.plugin.progress import Progress
+from bmoe_ci.gaterun.context import DeviceContext, GateRun
+from bmoe_ci.gaterun.progress import Progress
+from bmoe_ci.models import FixtureFile, generate, load_specs
+from bmoe_ci.paths import Places
 from bmoe_ci.reference import GATE_REQUEST
-
-
-def target_for(device: Device) -> str:
-    if device.os.lower() in ("macos", "darwin", "osx"):
-        return f"{device.arch}-macos"
-    return f"{device.arch}-linux-musl"
 
 
 def mib(n: int) -> str:
@@ -53,8 +48,9 @@ class Prepared:
             session.close()
 
 
-def _available(selected: Sequence[Device], health: HealthBook, peek: bool,
-               progress: Progress) -> tuple[list[Device], list[str]]:
+def _available(
+    selected: Sequence[Device], health: HealthBook, peek: bool, progress: Progress
+) -> tuple[list[Device], list[str]]:
     """The selected devices that are not quarantined, and a note for each one that is."""
     devices, notes = [], []
     for device in selected:
@@ -62,13 +58,16 @@ def _available(selected: Sequence[Device], health: HealthBook, peek: bool,
         if h.quarantine is None:
             devices.append(device)
         else:
-            notes.append(f"{device.name} skipped: {h.quarantine.describe()} "
-                         f"(`bmoe-ci farm release {device.name}` lifts it)")
+            notes.append(
+                f"{device.name} skipped: {h.quarantine.describe()} (`bmoe-ci farm release {device.name}` lifts it)"
+            )
             progress.notice(notes[-1])
     if not devices:
         raise FarmError("every selected device is quarantined:\n" + "\n".join(notes))
-    progress.step(f"farm {getattr(health, 'farm', '')}: {len(devices)} device(s): "
-                  + ", ".join(f"{d.name} ({d.arch})" for d in devices))
+    progress.step(
+        f"farm {getattr(health, 'farm', '')}: {len(devices)} device(s): "
+        + ", ".join(f"{d.name} ({d.arch})" for d in devices)
+    )
     return devices, notes
 
 
@@ -81,22 +80,26 @@ def plan_only(
     fixture_names: Sequence[str] | None,
     faults: Sequence[str] = (),
     progress: Progress | None = None,
+    places: Places | None = None,
 ) -> GateRun:
     """The run's devices and fixtures as the tests are parametrised over them, from the farm file and
     the fixture specs alone: nothing is built, generated, leased, pushed or written (the health state
     is read, not updated). Raises FarmError and SpecError like :func:`prepare`."""
     progress = progress or Progress()
-    farm = load_farm(farm_file)
+    places = places or Places()
+    farm = load_farm(farm_file, places)
     selected = select_devices(farm, list(selectors))
-    devices, notes = _available(selected, HealthBook(farm.path), True, progress)
-    specs = load_specs().select(list(fixture_names) if fixture_names else None)
+    devices, notes = _available(selected, HealthBook(farm.path, places=places), True, progress)
+    specs = load_specs(places=places).select(list(fixture_names) if fixture_names else None)
     progress.step(f"collect only: fixtures {', '.join(s.name for s in specs)}; nothing built, leased or pushed")
     return GateRun(
         run_id=run_id,
         results_dir=str(results_dir),
         farm_file=str(farm.path),
-        devices=[DeviceContext(name=d.name, arch=d.arch, os=d.os, kind=d.kind, target=target_for(d), build_id="")
-                 for d in devices],
+        devices=[
+            DeviceContext(name=d.name, arch=d.arch, os=d.os, kind=d.kind, target=target_for(d), build_id="")
+            for d in devices
+        ],
         fixtures={s.name: "" for s in specs},
         engine_builds={},
         compiled=[],
@@ -112,8 +115,10 @@ def _push_line(reports: Sequence[PushReport], seconds: float, verified: int) -> 
     if not uploaded:
         return f"push: all {files} files already on the device, {verified} verified, {seconds:.1f} s"
     rate = pushed / seconds / 2**20 if seconds > 0 else 0.0
-    return (f"pushed {mib(pushed)} in {uploaded} of {files} files ({rate:.1f} MiB/s, {files - uploaded} "
-            f"already there), {verified} verified, {seconds:.1f} s")
+    return (
+        f"pushed {mib(pushed)} in {uploaded} of {files} files ({rate:.1f} MiB/s, {files - uploaded} "
+        f"already there), {verified} verified, {seconds:.1f} s"
+    )
 
 
 def _session_message(progress: Progress, device: str, msg: str) -> None:
@@ -146,54 +151,76 @@ def prepare(
     faults: Sequence[str] = (),
     lock_wait: float = 0.0,
     progress: Progress | None = None,
+    places: Places | None = None,
 ) -> Prepared:
-    """`faults` are catalogue names (the caller has checked them against engine/faults.toml).
+    """`faults` are catalogue names (the caller has checked them against engine/faults.toml); `places`
+    (default: no override) is where the source tree, the caches and the local farm are.
     Raises FarmError (bad farm file, unknown device) — a usage problem that stops the session.
     A device that cannot be reached or fails preflight does NOT raise: it gets an infra_error."""
     progress = progress or Progress()
+    places = places or Places()
     started = time.monotonic()
-    farm = load_farm(farm_file)
+    farm = load_farm(farm_file, places)
     selected = select_devices(farm, list(selectors))
-    health = HealthBook(farm.path)
+    health = HealthBook(farm.path, places=places)
     devices, notes = _available(selected, health, False, progress)
 
     builds: dict[str, Build] = {}
     for target in sorted({target_for(d) for d in devices}):
         defines = [f"BMOE_FAULT_{name}=1" for name in faults]
         t0 = time.monotonic()
-        b = build(target, defines=defines, rebuild=rebuild, progress=progress.step)
+        b = build(target, defines=defines, rebuild=rebuild, progress=progress.step, places=places)
         with_faults = f", faults {', '.join(faults)}" if faults else ""
-        progress.step(f"build {b.target}: {'compiled' if b.compiled else 'cached'}, "
-                      f"{time.monotonic() - t0:.1f} s (build {b.build_id}{with_faults})")
+        progress.step(
+            f"build {b.target}: {'compiled' if b.compiled else 'cached'}, "
+            f"{time.monotonic() - t0:.1f} s (build {b.build_id}{with_faults})"
+        )
         builds[target] = b
     t0 = time.monotonic()
-    fixtures = generate(None, names=list(fixture_names) if fixture_names else None, reference=GATE_REQUEST,
-                        progress=lambda m: _fixtures_message(progress, m))
-    progress.step("fixtures: " + ", ".join(f"{f.name} {f.origin} ({mib(f.size)})" for f in fixtures)
-                  + f"; {time.monotonic() - t0:.1f} s")
-    items = _fixture_items(fixtures)
+    fixtures = generate(
+        None,
+        names=list(fixture_names) if fixture_names else None,
+        reference=GATE_REQUEST,
+        progress=lambda m: _fixtures_message(progress, m),
+        places=places,
+    )
+    progress.step(
+        "fixtures: "
+        + ", ".join(f"{f.name} {f.origin} ({mib(f.size)})" for f in fixtures)
+        + f"; {time.monotonic() - t0:.1f} s"
+    )
+    items = _fixture_items(fixtures, places.source_tree())
 
     def open_one(device: Device) -> tuple[DeviceContext, DeviceSession | None]:
         b = builds[target_for(device)]
         ctx = DeviceContext(
-            name=device.name, arch=device.arch, os=device.os, kind=device.kind,
-            target=b.target, build_id=b.build_id,
+            name=device.name,
+            arch=device.arch,
+            os=device.os,
+            kind=device.kind,
+            target=b.target,
+            build_id=b.build_id,
         )
         started = time.monotonic()
         session: DeviceSession | None = None
         # open_session's steps, one by one, so that each step's line comes when it is done (a push to a
         # phone can take minutes); on any failure the session is closed, as open_session does
         try:
-            session = DeviceSession(device, run_id=run_id, results_dir=results_dir / device.name,
-                                    progress=lambda m: _session_message(progress, device.name, m))
+            session = DeviceSession(
+                device,
+                run_id=run_id,
+                results_dir=results_dir / device.name,
+                progress=lambda m: _session_message(progress, device.name, m),
+            )
             session.connect()
             session.lock(wait=lock_wait)
             t_push = time.monotonic()
             progress.detail(f"{device.name}: connected and leased in {t_push - started:.1f} s")
             session.push_engine(b.path, b.build_id)
             session.push_files(items)
-            progress.step(f"{device.name}: "
-                          + _push_line(session.pushes, time.monotonic() - t_push, session.verified_files))
+            progress.step(
+                f"{device.name}: " + _push_line(session.pushes, time.monotonic() - t_push, session.verified_files)
+            )
             session.gc()
             t_check = time.monotonic()
             report = session.preflight()
@@ -253,16 +280,34 @@ def prepare(
     return Prepared(run, {ctx.name: s for ctx, s in opened if s is not None})
 
 
+def results_dir_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be the results directory (it is created later, after the devices are
+    ready), or None."""
+    if path.exists():
+        if not path.is_dir():
+            return "exists and is not a directory"
+        probe = path
+    else:
+        probe = path.parent
+        while not probe.exists():
+            probe = probe.parent
+        if not probe.is_dir():
+            return f"{probe} is not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable"
+    return None
+
+
 # The inputs of the quality instruments' gate (SCORE): committed texts, pushed beside the fixtures.
 SCORING_INPUTS = ("score.txt", "choices.jsonl", "session.txt")
 
 
-def _fixture_items(fixtures: Sequence[FixtureFile]) -> list[PushItem]:
+def _fixture_items(fixtures: Sequence[FixtureFile], tree: Path) -> list[PushItem]:
     # Every file of a split model goes to the same directory under its own name: the engine finds
     # the sibling shards from the first one's name.
-    data = source_tree() / "gates" / "data"
+    data = tree / "gates" / "data"
     scoring = [PushItem(data / name, name=f"fixtures/scoring/{name}") for name in SCORING_INPUTS]
     return [PushItem(p, name=f"fixtures/{p.name}") for f in fixtures for p in f.files] + scoring
 
 
-__all__ = ["FarmError", "Prepared", "plan_only", "prepare", "target_for"]
+__all__ = ["FarmError", "Prepared", "plan_only", "prepare", "results_dir_problem"]

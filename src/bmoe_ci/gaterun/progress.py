@@ -1,4 +1,5 @@
-"""What the gate suite tells the person watching it, through pytest's terminal reporter.
+"""What the gate suite tells the person watching it (through pytest's terminal reporter, when the plugin
+runs it: bmoe_ci.plugin.reporter_progress).
 
 One Progress object is made by the controller and handed down as a value (to the preparation, the
 device sessions, the record collector); nothing prints on its own. Three kinds of line:
@@ -36,21 +37,13 @@ class Progress:
     Devices are prepared from threads and the lease heartbeat runs in the background: writes are
     serialised so that lines never interleave."""
 
-    def __init__(self, reporter: Callable[[], _Reporter | None] | None = None, verbosity: int = 0,
-                 stream: TextIO | None = None):
+    def __init__(
+        self, reporter: Callable[[], _Reporter | None] | None = None, verbosity: int = 0, stream: TextIO | None = None
+    ):
         self._reporter = reporter or (lambda: None)
         self.verbosity = verbosity
         self._stream = stream
         self._lock = threading.Lock()
-
-    @classmethod
-    def for_config(cls, config: object) -> Progress:
-        """The terminal reporter of a pytest config (looked up when writing: it may be registered after
-        the caller), at the config's verbosity."""
-        pluginmanager = getattr(config, "pluginmanager", None)
-        get_verbosity = getattr(config, "get_verbosity", None)
-        verbosity = int(get_verbosity()) if callable(get_verbosity) else 0
-        return cls(lambda: pluginmanager.get_plugin("terminalreporter") if pluginmanager else None, verbosity)
 
     @property
     def quiet(self) -> bool:

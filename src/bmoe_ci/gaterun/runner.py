@@ -21,34 +21,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bmoe_ci.farm import DeviceSession, InfraError, Outcome, RunResult
+from bmoe_ci.farm import DeviceSession, Ending, InfraError, RunResult
 from bmoe_ci.farm.deadline import deadline_hit, strip_marks
+from bmoe_ci.gaterun.engine import EngineResult, crash_of, parse_result, run_engine
 
 #: Timeouts after which a device is taken out of the run.
 MAX_TIMEOUTS = 2
-
-
-@dataclass
-class EngineResult:
-    """One engine run's outcome as a gate sees it."""
-
-    argv: tuple[str, ...]
-    data: dict[str, Any]  # the JSON result object (`ok`, `tokens`, `counters`, ...) or {} on a crash
-    crashed: str | None = None  # signal name when the engine died
-    exit_code: int | None = None
-    stderr: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.crashed is None and bool(self.data.get("ok"))
-
-    def describe(self) -> str:
-        if self.crashed:
-            return f"engine crashed ({self.crashed}) running {' '.join(self.argv)}"
-        if not self.data.get("ok"):
-            err = self.data.get("error") or {}
-            return f"engine error ({err.get('kind')}): {err.get('message')}"
-        return "ok"
 
 
 @dataclass(frozen=True)
@@ -63,8 +41,13 @@ class PlanDone:
     crashed: int = 0  # entries the engine died on (verdicts, not infrastructure)
 
     def to_json(self) -> dict[str, Any]:
-        return {"key": self.key, "entries": self.entries, "seconds": round(self.seconds, 3),
-                "outcome": self.outcome, "crashed": self.crashed}
+        return {
+            "key": self.key,
+            "entries": self.entries,
+            "seconds": round(self.seconds, 3),
+            "outcome": self.outcome,
+            "crashed": self.crashed,
+        }
 
 
 @dataclass
@@ -122,13 +105,16 @@ class DeviceRunner:
             return {}
         # each file is announced by a line "\x1e<path>" (present) or "\x1f<path>" (missing); a newline
         # after each file keeps the next marker at the start of a line, whatever the file ends with
-        script = ('for f; do if [ -r "$f" ]; then printf "\\036%s\\n" "$f"; cat "$f"; printf "\\n"; '
-                  'else printf "\\037%s\\n" "$f"; fi; done')
+        script = (
+            'for f; do if [ -r "$f" ]; then printf "\\036%s\\n" "$f"; cat "$f"; printf "\\n"; '
+            'else printf "\\037%s\\n" "$f"; fi; done'
+        )
         timeout = self.session.entry_deadline
         r = self.session.run(["sh", "-c", script, "bmoe-ci", *paths], timeout)
-        if r.outcome is Outcome.INFRA or r.exit_code != 0:
-            raise r.infra or InfraError(self.session.device.name, "transfer",
-                                        f"reading {len(paths)} files: {r.describe()}")
+        if r.outcome is Ending.INFRA or r.exit_code != 0:
+            raise r.infra or InfraError(
+                self.session.device.name, "transfer", f"reading {len(paths)} files: {r.describe()}"
+            )
         out: dict[str, str | None] = {}
         current: str | None = None
         chunks: list[str] = []
@@ -154,16 +140,13 @@ class DeviceRunner:
         """One engine process for one command (the batch == single-process identity needs this; `env`:
         variables for the engine, e.g. BMOE_KERNELS)."""
         self._check_in_run()
-        try:
-            r = self._checked(
-                self.session.run_engine(list(argv), timeout=self.session.device.entry_timeout, env=env)
-            )
-        except InfraError as exc:
-            if exc.kind == "timeout":
-                raise self._timed_out(exc) from None
-            raise
-        data = _parse_json(r.stdout.decode(errors="replace").strip() or "{}")
-        return EngineResult(tuple(argv), data, _crash(r), r.exit_code, r.stderr.decode(errors="replace"))
+        result = run_engine(self.session, argv, self.session.device.entry_timeout, env)
+        self.engine_s += result.duration
+        if result.infra is not None:
+            if result.infra.kind == "timeout":
+                raise self._timed_out(result.infra) from None
+            raise result.infra
+        return result
 
     def _check_in_run(self) -> None:
         if self.retired is not None:
@@ -177,7 +160,7 @@ class DeviceRunner:
 
     def _checked(self, r: RunResult) -> RunResult:
         self.engine_s += r.duration
-        if r.outcome is Outcome.INFRA:
+        if r.outcome is Ending.INFRA:
             raise r.infra or InfraError(self.session.device.name, "disconnect", r.describe())
         return r
 
@@ -188,7 +171,7 @@ class DeviceRunner:
         while pending:
             plan = "".join(json.dumps({"id": i, "argv": list(a)}) + "\n" for i, a in pending)
             r = self.session.run_plan(["batch", "/dev/stdin"], len(pending), stdin=plan.encode())
-            if r.outcome is Outcome.INFRA and r.infra is not None and r.infra.kind == "timeout":
+            if r.outcome is Ending.INFRA and r.infra is not None and r.infra.kind == "timeout":
                 first_id = pending[0][0]
                 raise InfraError(device, "timeout", f"plan {key!r}, from entry {first_id!r}: {r.infra.reason}")
             r = self._checked(r)
@@ -196,7 +179,7 @@ class DeviceRunner:
             for line in r.stdout.decode(errors="replace").splitlines():
                 if not line.strip():
                     continue
-                data = _parse_json(line)
+                data = parse_result(line)
                 entry_id = data.pop("id", None)
                 argv = dict(pending).get(entry_id)
                 if argv is not None:
@@ -212,7 +195,7 @@ class DeviceRunner:
                     f"plan {key!r} entry {first_id!r} gave no result within its deadline of "
                     f"{self.session.entry_deadline:g}s; killed on the device ({' '.join(map(str, first_argv))[:160]})",
                 )
-            crashed = _crash(r)
+            crashed = crash_of(r)
             if crashed is None:
                 # The batch ended by itself without answering every entry: the engine broke its
                 # contract. Record that as a verdict on the first unanswered entry.
@@ -234,13 +217,4 @@ def _without_emulator_lines(stderr: str) -> str:
     return "".join(ln for ln in stderr.splitlines(keepends=True) if not ln.startswith(_EMULATOR_LINES))
 
 
-def _crash(r: RunResult) -> str | None:
-    return r.signal_name if r.outcome is Outcome.SIGNALED else None
-
-
-def _parse_json(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        return {"ok": False, "error": {"kind": "protocol", "message": f"not JSON: {text[:200]!r}"}}
-    return value if isinstance(value, dict) else {"ok": False, "error": {"kind": "protocol"}}
+__all__ = ["MAX_TIMEOUTS", "DeviceRunner", "EngineResult", "PlanDone"]

@@ -1,0 +1,132 @@
+/* Byte-level BPE of one raw text fragment (tokenizer.h): code points → pre-tokenizer words → each
+ * word's bytes as symbols → merges by rank, lowest first, leftmost among equals (llama.cpp's
+ * llm_tokenizer_bpe_session). Symbols carry token ids: every merge's parts and result are tokens
+ * (tok_load refuses merges that are not), so a pair is looked up by ids, not by text. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pretok.h"
+#include "tokenizer.h"
+#include "unicode.h"
+
+typedef struct { int32_t id; int prev, next; int alive; } sym;
+typedef struct { int32_t rank; int left, right; int32_t lid, rid, result; } bigram;
+
+/* min-heap on (rank, left) */
+static int before(const bigram *a, const bigram *b) { return a->rank < b->rank || (a->rank == b->rank && a->left < b->left); }
+
+typedef struct { bigram *h; int n, cap; } heap;
+
+static int heap_push(heap *q, bigram b) {
+    if (q->n == q->cap) {
+        int cap = q->cap ? q->cap * 2 : 64;
+        bigram *p = realloc(q->h, (size_t)cap * sizeof *p);
+        if (!p) return -3;
+        q->h = p;
+        q->cap = cap;
+    }
+    int i = q->n++;
+    while (i > 0 && before(&b, &q->h[(i - 1) / 2])) { q->h[i] = q->h[(i - 1) / 2]; i = (i - 1) / 2; }
+    q->h[i] = b;
+    return 0;
+}
+
+static bigram heap_pop(heap *q) {
+    bigram top = q->h[0], last = q->h[--q->n];
+    int i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= q->n) break;
+        if (c + 1 < q->n && before(&q->h[c + 1], &q->h[c])) c++;
+        if (!before(&q->h[c], &last)) break;
+        q->h[i] = q->h[c];
+        i = c;
+    }
+    if (q->n) q->h[i] = last;
+    return top;
+}
+
+static int merge_find(const bmoe_tokenizer *tk, int32_t a, int32_t b, int32_t *result) {
+    if (!tk->n_merges || a < 0 || b < 0) return -1;
+    uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+    uint64_t k = key;
+    k ^= k >> 33; k *= 0xff51afd7ed558ccdull; k ^= k >> 33; k *= 0xc4ceb9fe1a85ec53ull; k ^= k >> 33;
+    for (uint32_t i = (uint32_t)k & tk->merge_mask;; i = (i + 1) & tk->merge_mask) {
+        if (tk->merge_rank[i] < 0) return -1;
+        if (tk->merge_key[i] == key) { *result = tk->merge_result[i]; return tk->merge_rank[i]; }
+    }
+}
+
+static int add_bigram(const bmoe_tokenizer *tk, heap *q, const sym *s, int l, int r) {
+    if (l < 0 || r < 0) return 0;
+    int32_t res;
+    int rank = merge_find(tk, s[l].id, s[r].id, &res);
+    if (rank < 0) return 0;
+    return heap_push(q, (bigram){ rank, l, r, s[l].id, s[r].id, res });
+}
+
+/* one word: bytes w[0..n) (not yet byte-encoded) */
+/* enc: scratch of 2 n bytes for the byte-encoded word */
+static int bpe_word(const bmoe_tokenizer *tk, const uint8_t *w, size_t n, uint8_t *enc, sym *s, heap *q, tok_vec *out,
+                    char *err, size_t errlen) {
+    if (tk->ignore_merges) { /* a word that is a token is taken whole (llama3) */
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) k += (size_t)uni_encode(tok_byte_to_cp(w[i]), enc + k);
+        int32_t id = tok_find(tk, enc, k);
+        if (id >= 0) return tok_vec_push(out, id);
+    }
+    for (size_t i = 0; i < n; i++) s[i] = (sym){ tk->byte_token[w[i]], (int)i - 1, i + 1 < n ? (int)i + 1 : -1, 1 };
+    q->n = 0;
+    for (size_t i = 1; i < n; i++)
+        if (add_bigram(tk, q, s, (int)i - 1, (int)i)) return -3;
+    while (q->n) {
+        bigram b = heap_pop(q);
+        sym *L = &s[b.left], *R = &s[b.right];
+        /* stale: a side was merged away or changed since the pair was queued */
+        if (!L->alive || !R->alive || L->id != b.lid || R->id != b.rid || L->next != b.right) continue;
+        L->id = b.result;
+        R->alive = 0;
+        L->next = R->next;
+        if (R->next >= 0) s[R->next].prev = b.left;
+        if (add_bigram(tk, q, s, L->prev, b.left) || add_bigram(tk, q, s, b.left, L->next)) return -3;
+    }
+    for (int i = 0; i >= 0; i = s[i].next) {
+        if (s[i].id < 0) { /* only an unmerged single byte can lack a token */
+            snprintf(err, errlen, "byte 0x%02x has no token in this model's vocabulary", w[i]);
+            return -1;
+        }
+        if (tok_vec_push(out, s[i].id)) return -3;
+    }
+    return 0;
+}
+
+int tok_bpe_fragment(const bmoe_tokenizer *tk, const uint8_t *text, size_t len, tok_vec *out, char *err, size_t errlen) {
+    if (len == 0) return 0;
+    uint32_t *cp = malloc(len * sizeof *cp);
+    size_t *lens = malloc(len * sizeof *lens), *tmp = malloc(len * sizeof *tmp);
+    uint8_t *word = malloc(len * 3 + 4); /* U+FFFD replacements make a word longer than its input */
+    uint8_t *enc = malloc(len * 6 + 8);
+    sym *s = malloc((len * 3 + 4) * sizeof *s);
+    heap q = { 0 };
+    int rc = 0;
+    if (!cp || !lens || !tmp || !word || !enc || !s) { rc = -3; goto done; }
+    size_t n = uni_decode(text, len, cp);
+    size_t nw = pretok_split((pretok_kind)tk->pre, cp, n, lens, tmp);
+    size_t at = 0;
+    for (size_t w = 0; w < nw && !rc; w++) {
+        size_t k = 0;
+        for (size_t i = at; i < at + lens[w]; i++) k += (size_t)uni_encode(cp[i], word + k);
+        at += lens[w];
+        rc = bpe_word(tk, word, k, enc, s, &q, out, err, errlen);
+    }
+done:
+    free(cp);
+    free(lens);
+    free(tmp);
+    free(word);
+    free(enc);
+    free(s);
+    free(q.h);
+    return rc;
+}

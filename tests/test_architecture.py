@@ -1,0 +1,316 @@
+"""The package layering of src/bmoe_ci (docs/architecture.md, "Packages and arrows"), checked from the
+source: every `import` (module level, inside functions, under TYPE_CHECKING) is parsed with ast.
+
+A unit is a top-level package or module of bmoe_ci (`farm`, `builder`, ...; the `cli*` modules and every
+package's `__main__` are the one unit `cli`). LAYERS lists them from low to high; a unit may import only
+units of a LOWER layer (never one of its own layer, never a higher one), so the graph has no cycle and
+no back arrow. A unit missing from LAYERS is an error too: a new package must be given its place.
+Only the plugin may import pytest; and `bmoe-ci --help` must not load it (its import time is measured).
+Only the entry points (the plugin, the command line) read the environment (`os.environ.get`,
+`os.environ[...]`, `os.getenv`, `in os.environ`); copying it whole for a child process is not a read.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src" / "bmoe_ci"
+
+#: Low -> high. Each unit imports only units of lower layers.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("bmoe_ci", "paths"),  # the package root (its version) and where things live
+    ("origin", "builder", "faults", "reference", "replay", "check_table", "vocabs"),
+    ("enginecheck", "models", "farm"),
+    ("reports",),
+    ("gaterun",),  # the gate run library: prepare, run the engine, run the suite
+    ("ab", "mutants", "nightly"),
+    ("release",),
+    ("plugin", "cli"),  # the entry points: only they read the environment
+)
+
+#: Units that read the environment: the entry points, which hand what it says down as values.
+ENVIRON_READERS = frozenset({"plugin", "cli"})
+
+#: Units that may import pytest (everything else must work, and `bmoe-ci` start, without it).
+PYTEST_USERS = frozenset({"plugin"})
+PYTEST_MODULES = ("pytest", "_pytest")
+
+
+@dataclass(frozen=True)
+class Arrow:
+    source: str  # unit
+    target: str  # unit, or a third-party top-level module name
+    where: str  # file:line of the import
+
+
+def unit_of(module: str) -> str:
+    """`bmoe_ci.farm.model` -> `farm`; `bmoe_ci.cli_farm` -> `cli`; `bmoe_ci` -> `bmoe_ci`."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return parts[0]
+    return "cli" if parts[1].startswith("cli") or parts[-1] == "__main__" else parts[1]
+
+
+def _module_name(path: Path, root: Path) -> tuple[str, str]:
+    """(module, package it resolves relative imports against) of a file under the package ``root``."""
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+        return ".".join(parts), ".".join(parts)
+    return ".".join(parts), ".".join(parts[:-1])
+
+
+def arrows(root: Path) -> list[Arrow]:
+    """Every import of the package at ``root``, as an arrow between units (third-party imports keep
+    their top-level name as target)."""
+    name = root.name
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        module, package = _module_name(path, root)
+        source = unit_of(module)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    target = ".".join([*base, node.module] if node.module else base)
+                else:
+                    target = node.module or ""
+                targets = [target]
+                if target == name:  # `from bmoe_ci import farm` names a unit; `import __version__` the root
+                    targets = [
+                        f"{name}.{a.name}" if (root / a.name).exists() or (root / f"{a.name}.py").exists() else name
+                        for a in node.names
+                    ]
+            where = f"{path.relative_to(root.parent)}:{getattr(node, 'lineno', 0)}"
+            for t in targets:
+                if t == name or t.startswith(name + "."):
+                    out.append(Arrow(source, unit_of(t), where))
+                else:
+                    out.append(Arrow(source, t.split(".")[0], where))
+    return out
+
+
+def cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one unit (or a unit importing itself)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in graph.get(v, ()):
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def problems(
+    found: Sequence[Arrow],
+    layers: Sequence[Sequence[str]],
+    units: Iterable[str],
+    pytest_users: Iterable[str] = PYTEST_USERS,
+) -> list[str]:
+    """Every rule the arrows break, one line each (empty: the layering holds)."""
+    level = {u: i for i, layer in enumerate(layers) for u in layer}
+    out = [
+        f"{u}: not in LAYERS (give the new package its place, and docs/architecture.md its arrows)"
+        for u in sorted(set(units) - set(level))
+    ]
+    internal = [a for a in found if a.target in level or a.target in units]
+    graph: dict[str, set[str]] = {}
+    for a in internal:
+        if a.source == a.target:
+            continue
+        graph.setdefault(a.source, set()).add(a.target)
+        if a.source in level and a.target in level and level[a.target] >= level[a.source]:
+            kind = "back arrow" if level[a.target] > level[a.source] else "arrow inside one layer"
+            out.append(f"{a.where}: {kind} {a.source} -> {a.target}")
+    out += [f"import cycle: {' -> '.join(c)}" for c in cycles(graph)]
+    allowed = set(pytest_users)
+    out += [
+        f"{a.where}: {a.source} imports {a.target} (only {', '.join(sorted(allowed))} may)"
+        for a in found
+        if a.target in PYTEST_MODULES and a.source not in allowed
+    ]
+    return out
+
+
+def _is_environ(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and node.attr == "environ"
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "os"
+    )
+
+
+def environ_reads(root: Path) -> list[Arrow]:
+    """Every place a module of ``root`` reads a variable of the environment (target: the unit's name)."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        source = unit_of(_module_name(path, root)[0])
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            read = (
+                (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and (
+                        (node.func.attr == "get" and _is_environ(node.func.value))
+                        or (
+                            node.func.attr == "getenv"
+                            and isinstance(node.func.value, ast.Name)
+                            and node.func.value.id == "os"
+                        )
+                    )
+                )
+                or (isinstance(node, ast.Subscript) and _is_environ(node.value) and isinstance(node.ctx, ast.Load))
+                or (isinstance(node, ast.Compare) and any(_is_environ(c) for c in node.comparators))
+            )
+            if read:
+                out.append(Arrow(source, "os.environ", f"{path.relative_to(root.parent)}:{node.lineno}"))
+    return out
+
+
+def environ_problems(reads: Sequence[Arrow], readers: Iterable[str] = ENVIRON_READERS) -> list[str]:
+    allowed = set(readers)
+    return [
+        f"{r.where}: {r.source} reads the environment (only {', '.join(sorted(allowed))} may: pass a value down)"
+        for r in reads
+        if r.source not in allowed
+    ]
+
+
+def units_of(root: Path) -> set[str]:
+    return {unit_of(_module_name(p, root)[0]) for p in root.rglob("*.py")}
+
+
+def test_the_packages_keep_their_layers() -> None:
+    found = arrows(SRC)
+    assert any(a.source == "gaterun" and a.target == "farm" for a in found)  # the parser sees arrows at all
+    assert problems(found, LAYERS, units_of(SRC)) == []
+
+
+def test_only_the_entry_points_read_the_environment(tmp_path: Path) -> None:
+    reads = environ_reads(SRC)
+    assert "plugin" in {r.source for r in reads}  # the checker sees the plugin's own reads
+    assert environ_problems(reads) == []
+    # and it can fail: each way of reading, in a unit that may not
+    root = tmp_path / "bmoe_ci"
+    _write(
+        root,
+        {
+            "__init__.py": "",
+            "paths.py": "import os\nA = os.environ.get('A')\nB = os.getenv('B')\n",
+            "farm/x.py": "import os\nC = os.environ['C']\nD = 'D' in os.environ\nE = dict(os.environ)\n",
+            "cli.py": "import os\nF = os.environ.get('F')\n",
+        },
+    )
+    found = environ_problems(environ_reads(root))
+    assert [p.split(":")[0] + ":" + p.split(":")[1] for p in found] == [
+        "bmoe_ci/farm/x.py:2",
+        "bmoe_ci/farm/x.py:3",
+        "bmoe_ci/paths.py:2",
+        "bmoe_ci/paths.py:3",
+    ], found  # a copy for a child process (dict(os.environ)) and the command line's own read pass
+
+
+def _write(root: Path, files: Mapping[str, str]) -> None:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+def test_the_checker_finds_back_arrows_cycles_strays_and_pytest(tmp_path: Path) -> None:
+    """The same check on a made-up package that breaks each rule once: each break is reported."""
+    root = tmp_path / "bmoe_ci"
+    _write(
+        root,
+        {
+            "__init__.py": "",
+            "paths.py": "",
+            "farm/__init__.py": "from .session import x\n",
+            "farm/session.py": "def f():\n    from bmoe_ci.gaterun import runner  # a lazy back arrow\n",
+            "gaterun/__init__.py": "",
+            "gaterun/runner.py": "from ..farm import session\nimport pytest\n",
+            "nightly/__init__.py": "from bmoe_ci import mutants\n",
+            "mutants/__init__.py": "from bmoe_ci.nightly import x\n",
+            "stray.py": "from bmoe_ci import __version__\n",
+            "cli.py": "import pytest\n",
+        },
+    )
+    layers = (("bmoe_ci", "paths"), ("farm",), ("gaterun",), ("nightly", "mutants"), ("cli",))
+    found = problems(arrows(root), layers, units_of(root), pytest_users={"cli"})
+    text = "\n".join(found)
+    assert "farm/session.py:2: back arrow farm -> gaterun" in text, text
+    assert "import cycle: farm -> gaterun" in text, text
+    assert "arrow inside one layer nightly -> mutants" in text and "import cycle: mutants -> nightly" in text, text
+    assert "stray: not in LAYERS" in text, text
+    assert "gaterun/runner.py:2: gaterun imports pytest" in text, text
+    assert not any("cli imports pytest" in p or "stray ->" in p for p in found), text  # allowed ones pass
+    # and the real layering, read backwards, is all back arrows
+    assert problems(arrows(SRC), tuple(reversed(LAYERS)), units_of(SRC))
+
+
+def loaded_modules(importtime_stderr: str) -> set[str]:
+    """The modules `python -X importtime` reports as imported."""
+    names = set()
+    for line in importtime_stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            name = line.rsplit("|", 1)[1].strip()
+            if name != "package":  # the header line
+                names.add(name)
+    return names
+
+
+def _importtime(*args: str) -> set[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", *args], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return loaded_modules(proc.stderr)
+
+
+def _pytest_modules(names: Iterable[str]) -> list[str]:
+    return sorted(n for n in names if n.split(".")[0] in PYTEST_MODULES)
+
+
+def test_bmoe_ci_help_loads_no_pytest() -> None:
+    loaded = _importtime("-m", "bmoe_ci.cli", "--help")
+    # `-m` runs bmoe_ci.cli as __main__; the modules of its commands are imported by name
+    assert {"bmoe_ci.cli_farm", "bmoe_ci.mutants.command", "bmoe_ci.nightly.cli", "bmoe_ci.release.cli"} <= loaded
+    assert _pytest_modules(loaded) == []
+    # the measurement can fail: a process that does load pytest is seen to
+    assert "pytest" in _pytest_modules(_importtime("-c", "import pytest"))
