@@ -147,12 +147,13 @@ void bm_exp_shift_scalar(float *v, size_t n, float mx) {
     for (size_t i = 0; i < n; i++) v[i] = (float)bm_exp((double)v[i] - (double)mx);
 }
 
-static int8_t round_q(float t) { /* round half away from zero, |t| <= 127 */
-    int r = (int)t;          /* truncates toward zero */
-    float frac = t - (float)r; /* exact */
-    if (frac >= 0.5f) r++;
-    else if (frac <= -0.5f) r--;
-    return (int8_t)r;
+/* Round half to even for |t| < 2^22: adding 1.5 * 2^23 leaves the integer in the low mantissa bits
+ * (the default rounding mode; no library call, so every libc gives the same). */
+static int round_even(float t) {
+    float v = t + 12582912.0f;
+    int32_t i;
+    memcpy(&i, &v, sizeof i);
+    return (i & 0x007fffff) - 0x00400000;
 }
 
 void bm_quantize_q8_0(const float *x, size_t n, int8_t *xq, float *xd) {
@@ -167,25 +168,20 @@ void bm_quantize_q8_0(const float *x, size_t n, int8_t *xq, float *xd) {
             else if (a > amax) amax = a;
         }
         float d = amax / 127.0f;
-        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        /* 127 / amax, not 1 / d: ggml's x86 (AVX) quantize_row_q8_0, which llama.cpp runs on the
+         * machines we compare against; the two differ by an ulp for some amax, which moves values that
+         * sit at a rounding boundary (docs/model-math.md) */
+        float id = amax != 0.0f ? 127.0f / amax : 0.0f;
         xd[b] = nan ? (float)NAN : bm_f16_to_f32(bm_f32_to_f16(d));
         for (int i = 0; i < BMOE_Q8_0_BLOCK; i++) {
             float t = v[i] * id;
-            if (nan || t != t) { q[i] = 0; continue; } /* NaN, or inf * 0 when amax is inf */
+            /* NaN: a NaN input, inf * 0 when amax is inf, or 0 * inf when 127 / amax overflows */
+            if (nan || t != t) { q[i] = 0; continue; }
             if (t > 127.0f) t = 127.0f;
             if (t < -127.0f) t = -127.0f;
-            q[i] = round_q(t);
+            q[i] = (int8_t)round_even(t); /* ties to even, as that code's rounding instruction */
         }
     }
-}
-
-/* Round half to even for |t| < 2^22: adding 1.5 * 2^23 leaves the integer in the low mantissa bits
- * (the default rounding mode; no library call, so every libc gives the same). */
-static int round_even(float t) {
-    float v = t + 12582912.0f;
-    int32_t i;
-    memcpy(&i, &v, sizeof i);
-    return (i & 0x007fffff) - 0x00400000;
 }
 
 void bm_quantize_q8_k(const float *x, size_t n, bm_q8k *y) {

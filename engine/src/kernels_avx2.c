@@ -508,11 +508,10 @@ AVX2_FN static void dot_dq_mt_avx2(uint32_t type, const uint8_t *w, const float 
 }
 
 /* bm_quantize_q8_0, eight values at a time. Every step is exact or the same IEEE operation as the
- * scalar code (max of |x|, x * id, clamp, truncation, the half-away rounding); a block with a NaN or
- * an infinity goes to the scalar code. */
+ * scalar code (max of |x|, x * id, clamp, rounding to nearest even); a block with a NaN or an
+ * infinity, or whose 127 / amax overflows, goes to the scalar code. */
 AVX2_FN static void quantize_q8_0_avx2(const float *x, size_t n, int8_t *xq, float *xd) {
     const __m256 sign = _mm256_set1_ps(-0.0f), hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
-    const __m256 half = _mm256_set1_ps(0.5f), mhalf = _mm256_set1_ps(-0.5f), one = _mm256_set1_ps(1.0f);
     for (size_t b = 0; b < n / BMOE_Q8_0_BLOCK; b++) {
         const float *v = x + b * BMOE_Q8_0_BLOCK;
         int8_t *q = xq + b * BMOE_Q8_0_BLOCK;
@@ -531,17 +530,17 @@ AVX2_FN static void quantize_q8_0_avx2(const float *x, size_t n, int8_t *xq, flo
         m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
         float amax = _mm_cvtss_f32(m);
         float d = amax / 127.0f;
-        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        if (!(id <= 3.40282347e+38f)) { /* amax subnormal: the scalar code's NaN handling */
+            bm_quantize_q8_0(v, BMOE_Q8_0_BLOCK, q, xd + b);
+            continue;
+        }
         xd[b] = bm_f16_to_f32(bm_f32_to_f16(d));
         __m256 idv = _mm256_set1_ps(id);
         __m256i r[4];
         for (int i = 0; i < 4; i++) {
             __m256 t = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(x4[i], idv), lo), hi);
-            __m256 tr = _mm256_round_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-            __m256 fr = _mm256_sub_ps(t, tr);
-            __m256 up = _mm256_and_ps(_mm256_cmp_ps(fr, half, _CMP_GE_OQ), one);
-            __m256 dn = _mm256_and_ps(_mm256_cmp_ps(fr, mhalf, _CMP_LE_OQ), one);
-            r[i] = _mm256_cvttps_epi32(_mm256_sub_ps(_mm256_add_ps(tr, up), dn));
+            r[i] = _mm256_cvtps_epi32(_mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         }
         __m256i p16 = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
         /* the packs work per 128-bit half: put the 4-byte groups back in order */

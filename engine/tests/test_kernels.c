@@ -79,22 +79,23 @@ static void test_quantize(void) {
     int nz = 0;
     for (int i = 0; i < 32; i++) nz += q[i] != 0;
     CHECK(nz == 0);
-    /* amax 127: id 1, so q = round-half-away(x) exactly; ties go away from zero */
+    /* amax 127: id 1, so q = x rounded to nearest exactly; ties go to even (ggml's x86 rounding) */
     for (int i = 0; i < 32; i++) x[i] = 0.0f;
     x[0] = 127.0f; x[1] = -127.0f; x[2] = 2.5f; x[3] = -2.5f; x[4] = 0.49999997f; x[5] = 1.5f; x[6] = -0.5f;
     bm_quantize_q8_0(x, 32, q, d);
     CHECK(d[0] == 1.0f);
-    CHECK(q[0] == 127 && q[1] == -127 && q[2] == 3 && q[3] == -3 && q[4] == 0 && q[5] == 2 && q[6] == -1);
-    /* the scale is amax / 127 rounded to f16; q uses the unrounded 1 / d */
+    CHECK(q[0] == 127 && q[1] == -127 && q[2] == 2 && q[3] == -2 && q[4] == 0 && q[5] == 2 && q[6] == 0);
+    /* the scale is amax / 127 rounded to f16; q uses 127 / amax (not 1 / d, which differs by an ulp
+     * for some amax) */
     for (int i = 0; i < 32; i++) x[32 + i] = frand() * 3.0f;
     x[40] = 3.3f;
     bm_quantize_q8_0(x, 64, q, d);
     float amax = 0;
     for (int i = 32; i < 64; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
-    float dd = amax / 127.0f, id = 1.0f / dd;
+    float dd = amax / 127.0f, id = 127.0f / amax;
     CHECK(bits_of(d[1]) == bits_of(bm_f16_to_f32(bm_f32_to_f16(dd))));
     int bad = 0;
-    for (int i = 32; i < 64; i++) bad += q[i] != (int8_t)lroundf(x[i] * id);
+    for (int i = 32; i < 64; i++) bad += q[i] != (int8_t)rintf(x[i] * id); /* the default mode: ties to even */
     CHECK(bad == 0);
     /* NaN: the block's scale is NaN (so a NaN reaches the output), its q are 0; inf: scale inf */
     for (int i = 0; i < 32; i++) x[i] = frand();

@@ -203,7 +203,7 @@ def quantize_q8_0(x: np.ndarray) -> np.ndarray:
     """x [..., n], n a multiple of 32 -> the values the engine multiplies Q8_0 weights with (float64).
 
     Per block of 32, in float32 as the engine (docs/model-math.md): amax = max |x|, d = amax / 127,
-    id = 1/d (0 when d is 0), q = round-half-away-from-zero(clamp(x * id, -127, 127)); the scale kept
+    id = 127 / amax (0 when amax is 0), q = round-half-to-even(clamp(x * id, -127, 127)); the scale kept
     is d rounded to f16. The result is q * f16(d), exact in float64. A NaN block stays NaN."""
     return _q8_0(x)[0]
 
@@ -236,12 +236,11 @@ def _q8_0(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         amax = np.max(np.abs(b), axis=-1, keepdims=True)  # NaN when the block has one
         d = amax / np.float32(127)
-        inv = np.where(d != 0, np.float32(1) / np.where(d != 0, d, np.float32(1)), np.float32(0)).astype(np.float32)
+        nz = amax != 0
+        inv = np.where(nz, np.float32(127) / np.where(nz, amax, np.float32(1)), np.float32(0)).astype(np.float32)
         t = np.clip(b * inv, np.float32(-127), np.float32(127))
         t = np.where(np.isnan(t), np.float32(0), t)
-        tr = np.trunc(t)
-        frac = t - tr  # exact
-        q = tr + (frac >= 0.5) - (frac <= -0.5)
+        q = np.rint(t)  # ties to even
         scale = d.astype(np.float16).astype(np.float64)
         return (q.astype(np.float64) * scale).reshape(shape), _margin(t, shape)
 
