@@ -101,7 +101,8 @@ bm_kpath bm_kpath_best(void);
 void bm_kernels_get(bm_kpath p, bm_kernels *k);
 
 /* Quantises x (n a multiple of 32) to Q8_0 blocks the way ggml's quantize_row_q8_0 does: per block
- * amax = max |x|, d = amax / 127, id = 1/d (0 when d is 0), q = round-half-away(x * id); the scale
+ * amax = max |x|, d = amax / 127, id = 127/amax (0 when amax is 0), q = round-half-even(x * id), as
+ * ggml's x86 code does (docs/model-math.md: its scalar and ARM code differ at ties); the scale
  * kept is d rounded to f16 (xd[b] holds that f16 value as a float). A NaN in a block makes its scale
  * NaN (and its q 0), so a NaN still reaches the output. This is the scalar definition; a path's
  * quantize_q8_0 gives exactly its bytes. */
