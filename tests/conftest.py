@@ -39,17 +39,10 @@ def fixture_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-#: fixtures the project's own tests run besides the default gate set (qwen3moe-q4k: too slow under qemu for
-#: every `make gates` yet, docs/fixtures.md)
-EXTRA_FIXTURES = ["qwen3moe-q4k"]
-
-
 @pytest.fixture(scope="session")
 def fixtures(fixture_dir: Path) -> dict[str, Path]:
     """name -> path of the model file to pass to -m (the first shard for split models): every default
-    fixture, and EXTRA_FIXTURES."""
+    fixture."""
     from bmoe_ci.models import generate
 
-    made = {f.name: f.path for f in generate(fixture_dir)}
-    made.update({f.name: f.path for f in generate(fixture_dir, names=EXTRA_FIXTURES)})
-    return made
+    return {f.name: f.path for f in generate(fixture_dir)}

@@ -18,8 +18,9 @@ from bmoe_ci.models.llama_cpp_table import missing_keys, tensor_problems
 from bmoe_ci.models.model import metadata
 from bmoe_ci.models.spec import FixtureSpec, default_specs_path
 
-DEFAULTS = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-nonorm", "qwen3moe-tied"]
-VARIANTS = ["qwen3moe-sigmoid", "qwen3moe-softmax-sel", "qwen3moe-q4k"]
+DEFAULTS = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-q4k", "qwen3moe-nonorm",
+            "qwen3moe-tied"]
+VARIANTS = ["qwen3moe-sigmoid", "qwen3moe-softmax-sel"]
 #: one fixture per further weight type (not default: the reference and kernel tests of each type)
 QUANT_VARIANTS = ["qwen3moe-q5k", "qwen3moe-q6k", "qwen3moe-q4_0", "qwen3moe-q5_0", "qwen3moe-bf16"]
 COMMITTED = ["trained", "trained-q8_0"]  # default fixtures that are committed files (test_trained_fixtures.py)
@@ -53,7 +54,7 @@ def generated(fixture_dir: Path) -> dict:
 # ------------------------------------------------------------------ specs
 
 
-def test_spec_file_defaults_are_the_seven_generated_and_the_two_committed():
+def test_spec_file_defaults_are_the_eight_generated_and_the_two_committed():
     specs = load_specs()
     assert specs.defaults == DEFAULTS + COMMITTED
     assert {"bench-large", *VARIANTS} <= set(specs.specs)
