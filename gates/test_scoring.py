@@ -4,7 +4,7 @@
                  step per token through the evicting cache) give the same nll, ppl and agreement to the
                  bit: prefill rows equal single rows, and the cache changes no byte
   reference      the wide score equals the numpy reference's mean nll over the same text within
-                 NLL_TOL, and its top-1 agreement exactly (Q8_0 models: within NLL_TOL_Q8_0 and
+                 NLL_TOL, and its top-1 agreement exactly (models with rounded matmul inputs: within NLL_TOL_Q8_0 and
                  TOP1_TOL_Q8_0; GELU models: NLL_TOL_GELU and TOP1_TOL_Q8_0; see there)
   fires          with substitution at margin 1.0 the step-wise run examines every routed slot and
                  changes some; the wide run examines none and scores what the model scores
@@ -32,12 +32,14 @@ from gates.plan import SCORE_TEXT
 
 # engine f32 against reference float64: measured at most 1.4e-7 on the default fixtures (gemma4, before its f16 GELU)
 NLL_TOL = 1e-5
-# Q8_0 matmuls round their input to 8-bit blocks in the engine and in the reference alike, but an
-# activation that float32 and float64 put on the two sides of a rounding step moves what follows: on
-# gates/data/score.txt (its earlier 247-byte version) measured 3.6e-5 (qwen3moe-q8_0) and 4.3e-6
-# (trained-q8_0) of mean nll, and one near-tie prediction of 246 flipped (trained-q8_0).
-# A kernel bug moves the nll by far more.
-NLL_TOL_Q8_0 = 1e-4
+# Models whose matmuls round their input to 8-bit blocks (Q8_0 for Q8_0/Q4_0/Q5_0 weights, Q8_K for the
+# K-quants) round it in the engine and in the reference alike, but an activation that float32 and float64
+# put on the two sides of a rounding step moves what follows. On gates/data/score.txt: 3.6e-5
+# (qwen3moe-q8_0, ggml's scalar rounding rule, halves away from zero) and 7.2e-4 (the same fixture with
+# ggml's x86 rule the engine follows since, 127/amax and halves to even: docs/model-math.md), 4.3e-6
+# (trained-q8_0) of mean nll, and one near-tie prediction of 246 flipped (trained-q8_0). A kernel bug
+# moves the nll by far more (the K-quant faults: REF and SCORE catch them, docs/gates.md).
+NLL_TOL_Q8_0 = 2e-3
 TOP1_TOL_Q8_0 = 0.01
 # gemma4's GELU rounds its input and output to f16 as ggml's table does (docs/model-math.md): the same kind
 # of step, many per token, so later logits move by ~1e-4 and a near-tie routing can flip: measured 3.6e-4
@@ -48,7 +50,7 @@ SCORES = ("tokens_scored", "windows", "nll_sum", "nll_mean", "ppl", "top1_agreem
 
 @cache
 def reference_scores(model_path: str, text_path: str) -> tuple[list[int], float, float, bool, bool]:
-    """(tokens, mean nll, top-1 agreement, whether a matmul is Q8_0, whether the activation is GELU) of the
+    """(tokens, mean nll, top-1 agreement, whether a matmul rounds its input, whether the activation is GELU) of the
     numpy reference over the text."""
     model = Model.load(model_path)
     tokens = model.tokenize(Path(text_path).read_bytes())
@@ -58,7 +60,7 @@ def reference_scores(model_path: str, text_path: str) -> tuple[list[int], float,
     nxt = np.array(tokens[1:])
     nll = lse[:-1] - logits[np.arange(len(tokens) - 1), nxt]
     top1 = float((logits[:-1].argmax(axis=1) == nxt).mean())
-    return tokens, float(nll.mean()), top1, bool(model.q8_0), model.recipe.act == "gelu"
+    return tokens, float(nll.mean()), top1, bool(model.q8_0 or model.q8_k), model.recipe.act == "gelu"
 
 
 def local_model(gate_state: GateState, device: DeviceContext, fixture: str) -> Path:
