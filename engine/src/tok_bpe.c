@@ -7,45 +7,11 @@
 #include <string.h>
 
 #include "pretok.h"
+#include "tok_heap.h"
 #include "tokenizer.h"
 #include "unicode.h"
 
 typedef struct { int32_t id; int prev, next; int alive; } sym;
-typedef struct { int32_t rank; int left, right; int32_t lid, rid, result; } bigram;
-
-/* min-heap on (rank, left) */
-static int before(const bigram *a, const bigram *b) { return a->rank < b->rank || (a->rank == b->rank && a->left < b->left); }
-
-typedef struct { bigram *h; int n, cap; } heap;
-
-static int heap_push(heap *q, bigram b) {
-    if (q->n == q->cap) {
-        int cap = q->cap ? q->cap * 2 : 64;
-        bigram *p = realloc(q->h, (size_t)cap * sizeof *p);
-        if (!p) return -3;
-        q->h = p;
-        q->cap = cap;
-    }
-    int i = q->n++;
-    while (i > 0 && before(&b, &q->h[(i - 1) / 2])) { q->h[i] = q->h[(i - 1) / 2]; i = (i - 1) / 2; }
-    q->h[i] = b;
-    return 0;
-}
-
-static bigram heap_pop(heap *q) {
-    bigram top = q->h[0], last = q->h[--q->n];
-    int i = 0;
-    for (;;) {
-        int c = 2 * i + 1;
-        if (c >= q->n) break;
-        if (c + 1 < q->n && before(&q->h[c + 1], &q->h[c])) c++;
-        if (!before(&q->h[c], &last)) break;
-        q->h[i] = q->h[c];
-        i = c;
-    }
-    if (q->n) q->h[i] = last;
-    return top;
-}
 
 static int merge_find(const bmoe_tokenizer *tk, int32_t a, int32_t b, int32_t *result) {
     if (!tk->n_merges || a < 0 || b < 0) return -1;
@@ -58,17 +24,17 @@ static int merge_find(const bmoe_tokenizer *tk, int32_t a, int32_t b, int32_t *r
     }
 }
 
-static int add_bigram(const bmoe_tokenizer *tk, heap *q, const sym *s, int l, int r) {
+static int add_bigram(const bmoe_tokenizer *tk, tok_heap *q, const sym *s, int l, int r) {
     if (l < 0 || r < 0) return 0;
     int32_t res;
     int rank = merge_find(tk, s[l].id, s[r].id, &res);
     if (rank < 0) return 0;
-    return heap_push(q, (bigram){ rank, l, r, s[l].id, s[r].id, res });
+    return tok_heap_push(q, (tok_bigram){ .key = rank, .left = l, .right = r, .lid = s[l].id, .rid = s[r].id, .result = res });
 }
 
 /* one word: bytes w[0..n) (not yet byte-encoded) */
 /* enc: scratch of 2 n bytes for the byte-encoded word */
-static int bpe_word(const bmoe_tokenizer *tk, const uint8_t *w, size_t n, uint8_t *enc, sym *s, heap *q, tok_vec *out,
+static int bpe_word(const bmoe_tokenizer *tk, const uint8_t *w, size_t n, uint8_t *enc, sym *s, tok_heap *q, tok_vec *out,
                     char *err, size_t errlen) {
     if (tk->ignore_merges) { /* a word that is a token is taken whole (llama3) */
         size_t k = 0;
@@ -81,7 +47,7 @@ static int bpe_word(const bmoe_tokenizer *tk, const uint8_t *w, size_t n, uint8_
     for (size_t i = 1; i < n; i++)
         if (add_bigram(tk, q, s, (int)i - 1, (int)i)) return -3;
     while (q->n) {
-        bigram b = heap_pop(q);
+        tok_bigram b = tok_heap_pop(q);
         sym *L = &s[b.left], *R = &s[b.right];
         /* stale: a side was merged away or changed since the pair was queued */
         if (!L->alive || !R->alive || L->id != b.lid || R->id != b.rid || L->next != b.right) continue;
@@ -108,7 +74,7 @@ int tok_bpe_fragment(const bmoe_tokenizer *tk, const uint8_t *text, size_t len, 
     uint8_t *word = malloc(len * 3 + 4); /* U+FFFD replacements make a word longer than its input */
     uint8_t *enc = malloc(len * 6 + 8);
     sym *s = malloc((len * 3 + 4) * sizeof *s);
-    heap q = { 0 };
+    tok_heap q = { 0 };
     int rc = 0;
     if (!cp || !lens || !tmp || !word || !enc || !s) { rc = -3; goto done; }
     size_t n = uni_decode(text, len, cp);
@@ -127,6 +93,6 @@ done:
     free(word);
     free(enc);
     free(s);
-    free(q.h);
+    tok_heap_free(&q);
     return rc;
 }

@@ -7,52 +7,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tok_heap.h"
 #include "tokenizer.h"
 #include "unicode.h"
 
 typedef struct { size_t off, n; int prev, next; } sym;
-typedef struct { float score; int left, right; size_t size; } bigram;
 
-/* max-heap on score, then the smaller left index */
-static int before(const bigram *a, const bigram *b) { return a->score > b->score || (a->score == b->score && a->left < b->left); }
-
-typedef struct { bigram *h; int n, cap; } heap;
-
-static int heap_push(heap *q, bigram b) {
-    if (q->n == q->cap) {
-        int cap = q->cap ? q->cap * 2 : 64;
-        bigram *p = realloc(q->h, (size_t)cap * sizeof *p);
-        if (!p) return -3;
-        q->h = p;
-        q->cap = cap;
-    }
-    int i = q->n++;
-    while (i > 0 && before(&b, &q->h[(i - 1) / 2])) { q->h[i] = q->h[(i - 1) / 2]; i = (i - 1) / 2; }
-    q->h[i] = b;
-    return 0;
-}
-
-static bigram heap_pop(heap *q) {
-    bigram top = q->h[0], last = q->h[--q->n];
-    int i = 0;
-    for (;;) {
-        int c = 2 * i + 1;
-        if (c >= q->n) break;
-        if (c + 1 < q->n && before(&q->h[c + 1], &q->h[c])) c++;
-        if (!before(&q->h[c], &last)) break;
-        q->h[i] = q->h[c];
-        i = c;
-    }
-    if (q->n) q->h[i] = last;
-    return top;
-}
-
-static int add_bigram(const bmoe_tokenizer *tk, heap *q, const uint8_t *t, const sym *s, int l, int r) {
+static int add_bigram(const bmoe_tokenizer *tk, tok_heap *q, const uint8_t *t, const sym *s, int l, int r) {
     if (l < 0 || r < 0) return 0;
     size_t size = s[l].n + s[r].n; /* the two symbols are adjacent in t */
     int32_t id = tok_find(tk, t + s[l].off, size);
     if (id < 0) return 0;
-    return heap_push(q, (bigram){ tk->score[id], l, r, size });
+    return tok_heap_push(q, (tok_bigram){ .key = -(double)tk->score[id], .left = l, .right = r, .size = size });
 }
 
 int tok_spm_fragment(const bmoe_tokenizer *tk, const uint8_t *text, size_t len, int space_prefix, tok_vec *out, char *err,
@@ -61,7 +27,7 @@ int tok_spm_fragment(const bmoe_tokenizer *tk, const uint8_t *text, size_t len, 
     size_t cap = (len + 1) * 3;
     uint8_t *t = malloc(cap);
     sym *s = malloc(cap * sizeof *s);
-    heap q = { 0 };
+    tok_heap q = { 0 };
     int rc = 0;
     if (!t || !s) { rc = -3; goto done; }
     size_t n = 0;
@@ -82,7 +48,7 @@ int tok_spm_fragment(const bmoe_tokenizer *tk, const uint8_t *text, size_t len, 
     for (int i = 1; i < ns; i++)
         if (add_bigram(tk, &q, t, s, i - 1, i)) { rc = -3; goto done; }
     while (q.n) {
-        bigram b = heap_pop(&q);
+        tok_bigram b = tok_heap_pop(&q);
         sym *L = &s[b.left], *R = &s[b.right];
         if (L->n == 0 || R->n == 0 || L->n + R->n != b.size) continue; /* stale */
         L->n += R->n;
@@ -110,6 +76,6 @@ int tok_spm_fragment(const bmoe_tokenizer *tk, const uint8_t *text, size_t len, 
 done:
     free(t);
     free(s);
-    free(q.h);
+    tok_heap_free(&q);
     return rc;
 }
