@@ -36,10 +36,10 @@ FIXTURES = ["qwen3moe", "gemma4", "wide", "qwen3moe-q8_0", "trained", "trained-q
 EVICTING = ("--cache-mb", "2", "--force-cache")
 SCORES = ("nll_sum", "nll_mean", "ppl", "top1_agreement", "tokens_scored", "windows")
 # engine f32 against reference float64: measured at most 1.4e-7 on these fixtures (gemma4 before its f16 GELU,
-# see NLL_TOL_GELU); Q8_0 models
-# as gate SCORE says (an activation on the two sides of a rounding step in f32 and f64)
+# see NLL_TOL_GELU); models whose matmuls round their input (Q8_0, Q8_K) as gate SCORE says (an activation
+# on the two sides of a rounding step in f32 and f64: 7.2e-4 measured on qwen3moe-q8_0 with ggml's x86 rule)
 NLL_TOL = 1e-5
-NLL_TOL_Q8_0 = 1e-4
+NLL_TOL_Q8_0 = 2e-3
 TOP1_TOL_Q8_0 = 0.01
 # gemma4's GELU rounds to f16 as ggml's table does (docs/model-math.md): f32 and float64 noise on opposite
 # sides of an f16 step moves later logits by ~1e-4, and on this text once a routing (one row 5.6e-2 off):
@@ -98,7 +98,11 @@ def test_wide_equals_step_equals_reference(engine_bin: Path, fixtures: dict[str,
     assert wide["tokens_scored"] == len(tokens) - 1 and wide["windows"] == 1
     nll, top1 = reference_nll(ref, tokens)
     nll_tol, top1_tol = (
-        (NLL_TOL_Q8_0, TOP1_TOL_Q8_0) if ref.q8_0 else (NLL_TOL_GELU, TOP1_TOL_Q8_0) if name in GELU else (NLL_TOL, 0.0)
+        (NLL_TOL_Q8_0, TOP1_TOL_Q8_0)
+        if ref.q8_0 or ref.q8_k
+        else (NLL_TOL_GELU, TOP1_TOL_Q8_0)
+        if name in GELU
+        else (NLL_TOL, 0.0)
     )
     assert abs(wide["nll_mean"] - nll) < nll_tol, (wide["nll_mean"], nll)
     assert abs(wide["top1_agreement"] - top1) <= top1_tol, (wide["top1_agreement"], top1)
