@@ -42,9 +42,13 @@ int bm_check_blocks(uint32_t type, const uint8_t *data, uint64_t nbytes, bm_bad_
     memset(bad, 0, sizeof *bad);
     switch (type) {
     case GGML_TYPE_F32:
-        for (uint64_t i = 0; i < nbytes / 4; i++) {
+    case GGML_TYPE_BF16: {
+        /* a BF16 value is the high half of an F32: both are checked as F32 bits */
+        uint64_t size = type == GGML_TYPE_F32 ? 4 : 2;
+        for (uint64_t i = 0; i < nbytes / size; i++) {
             uint32_t u;
-            memcpy(&u, data + 4 * i, 4);
+            if (size == 4) memcpy(&u, data + 4 * i, 4);
+            else u = (uint32_t)rd16(data + 2 * i) << 16;
             if ((u & 0x7f800000u) != 0x7f800000u) continue;
             bad->block = i;
             bad->field = "value";
@@ -52,19 +56,10 @@ int bm_check_blocks(uint32_t type, const uint8_t *data, uint64_t nbytes, bm_bad_
             return 1;
         }
         return 0;
+    }
     case GGML_TYPE_F16:
         for (uint64_t i = 0; i < nbytes / 2; i++)
             if (bad_f16(data + 2 * i, i, "value", bad)) return 1;
-        return 0;
-    case GGML_TYPE_BF16:
-        for (uint64_t i = 0; i < nbytes / 2; i++) {
-            uint32_t u = (uint32_t)rd16(data + 2 * i) << 16;
-            if ((u & 0x7f800000u) != 0x7f800000u) continue;
-            bad->block = i;
-            bad->field = "value";
-            memcpy(&bad->value, &u, 4);
-            return 1;
-        }
         return 0;
     default:
         break;
