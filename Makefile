@@ -11,6 +11,7 @@ setup:
 
 lint: setup
 	$(PYTHON) -m ruff check src tests gates bench
+	$(PYTHON) -m ruff format --check src tests gates bench
 
 test: setup lint
 	$(MAKE) -s -C engine test

@@ -26,8 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def gate_run(farm: Path, devices: str, workers: int, results: Path) -> tuple[float, dict]:
-    call = SuiteCall(tree=REPO, farm=farm, devices=(devices,), results=results, workers=workers,
-                     log=results / LOG_NAME)
+    call = SuiteCall(tree=REPO, farm=farm, devices=(devices,), results=results, workers=workers, log=results / LOG_NAME)
     run = run_gate_suite(call)
     if run.returncode != 0 or run.summary is None:
         log = run.log.read_text(errors="replace") if run.log and run.log.is_file() else ""
@@ -65,10 +64,14 @@ def main() -> int:
     par = statistics.median(parallel)
     print(f"{'sum of devices alone':<24}{total:>26.2f}")
     print(f"{'all, -n ' + str(args.workers):<24}{par:>26.2f}")
-    print(f"scaling: parallel / sum of single-device runs = {par / total:.2f} "
-          f"(1.00 = no gain; {1 / len(names):.2f} = perfect on {len(names)} devices)")
-    print(f"orchestration overhead of a single-device run (wall - engine time), median: "
-          f"{statistics.median(overheads):.2f} s")
+    print(
+        f"scaling: parallel / sum of single-device runs = {par / total:.2f} "
+        f"(1.00 = no gain; {1 / len(names):.2f} = perfect on {len(names)} devices)"
+    )
+    print(
+        f"orchestration overhead of a single-device run (wall - engine time), median: "
+        f"{statistics.median(overheads):.2f} s"
+    )
     print(f"parallel run: wall {par:.2f} s vs busiest device's engine time {statistics.median(engine_parallel):.2f} s")
     return 0
 

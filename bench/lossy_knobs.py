@@ -66,10 +66,28 @@ class Cell:
     mass: float = 0.0  # baseline only: sum of the decode routings' final weights
 
 
-def run(engine: str, model: str, prompt: str, tokens: int, threads: int, cache_mb: int, extra: list[str],
-        trace: Path) -> dict:
-    cmd = [engine, "run", "-m", model, "-p", prompt, "-n", str(tokens), "-t", str(threads), "--json",
-           "--cache-mb", str(cache_mb), "--force-cache", "--route-trace", str(trace), *extra]
+def run(
+    engine: str, model: str, prompt: str, tokens: int, threads: int, cache_mb: int, extra: list[str], trace: Path
+) -> dict:
+    cmd = [
+        engine,
+        "run",
+        "-m",
+        model,
+        "-p",
+        prompt,
+        "-n",
+        str(tokens),
+        "-t",
+        str(threads),
+        "--json",
+        "--cache-mb",
+        str(cache_mb),
+        "--force-cache",
+        "--route-trace",
+        str(trace),
+        *extra,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         sys.exit(f"engine failed: {' '.join(cmd)}\n{proc.stderr}")
@@ -112,8 +130,9 @@ def main() -> int:
 
     engine = str(build("host").path)
     (model,) = generate(None, names=["bench-lossy"])
-    facts = json.loads(subprocess.run([engine, "info", "-m", str(model.path)], capture_output=True, text=True,
-                                      check=True).stdout)
+    facts = json.loads(
+        subprocess.run([engine, "info", "-m", str(model.path)], capture_output=True, text=True, check=True).stdout
+    )
     k, n_layers = facts["top_k"], len(facts["moe_layers"])
     experts_mib = facts["expert_bytes"] * facts["n_expert"] * n_layers / MIB
     widths = [int(w) for w in args.widths.split(",") if w]
@@ -124,10 +143,12 @@ def main() -> int:
         configs[f"--n-expert-used {w}"] = ["--n-expert-used", str(w)]
     for L in ("0.15", "0.30"):
         configs[f"--expert-substitute {L}"] = ["--expert-substitute", L]
-    print(f"model {model.name}: {facts['n_expert']} experts x {n_layers} MoE layers, top-{k}, "
-          f"{facts['expert_bytes'] / 1024:.0f} KiB per expert, {experts_mib:.1f} MiB of experts; "
-          f"cache {args.cache_mb} MiB ({args.cache_mb / experts_mib:.0%} of them); {len(PROMPTS)} prompts x "
-          f"{args.tokens} tokens, -t {args.threads}; engine {engine}")
+    print(
+        f"model {model.name}: {facts['n_expert']} experts x {n_layers} MoE layers, top-{k}, "
+        f"{facts['expert_bytes'] / 1024:.0f} KiB per expert, {experts_mib:.1f} MiB of experts; "
+        f"cache {args.cache_mb} MiB ({args.cache_mb / experts_mib:.0%} of them); {len(PROMPTS)} prompts x "
+        f"{args.tokens} tokens, -t {args.threads}; engine {engine}"
+    )
 
     cells = {name: Cell() for name in configs}
     with tempfile.TemporaryDirectory() as tmp:
@@ -151,23 +172,29 @@ def main() -> int:
         return 1.0 - cells[name].reads / base.reads
 
     print()
-    head = (f"{'configuration':<30} {'reads/token':>11} {'MiB/token':>9} {'reads avoided':>13} "
-            f"{'weight discarded':>16} {'hit rate':>8} {'substituted':>11} {'decode tok/s':>12}")
+    head = (
+        f"{'configuration':<30} {'reads/token':>11} {'MiB/token':>9} {'reads avoided':>13} "
+        f"{'weight discarded':>16} {'hit rate':>8} {'substituted':>11} {'decode tok/s':>12}"
+    )
     print(head)
     print("-" * len(head))
     for name, cell in cells.items():
         subst = f"{cell.changed / cell.examined:.1%}" if cell.examined else "-"
-        print(f"{name:<30} {cell.reads / cell.steps:>11.2f} {cell.bytes / cell.steps / MIB:>9.2f} "
-              f"{avoided(name):>13.1%} {discarded(name):>16.1%} {cell.hits / cell.slots:>8.1%} {subst:>11} "
-              f"{cell.steps / cell.decode_s:>12.1f}")
+        print(
+            f"{name:<30} {cell.reads / cell.steps:>11.2f} {cell.bytes / cell.steps / MIB:>9.2f} "
+            f"{avoided(name):>13.1%} {discarded(name):>16.1%} {cell.hits / cell.slots:>8.1%} {subst:>11} "
+            f"{cell.steps / cell.decode_s:>12.1f}"
+        )
     print()
     print("comparable cost (the --n-expert-used width whose discarded mass is closest):")
     for F in ("0.5", "0.75", "1.0"):
         d = f"--drop-cold-experts {F}"
         w = min((f"--n-expert-used {w}" for w in widths), key=lambda n: abs(discarded(n) - discarded(d)))
         ratio = avoided(d) / avoided(w) if avoided(w) > 0 else float("inf")
-        print(f"  {d:<26} discards {discarded(d):5.1%}, avoids {avoided(d):5.1%} of the reads; "
-              f"{w} discards {discarded(w):5.1%}, avoids {avoided(w):5.1%}: {ratio:.2f}x the reads avoided")
+        print(
+            f"  {d:<26} discards {discarded(d):5.1%}, avoids {avoided(d):5.1%} of the reads; "
+            f"{w} discards {discarded(w):5.1%}, avoids {avoided(w):5.1%}: {ratio:.2f}x the reads avoided"
+        )
     return 0
 
 

@@ -58,8 +58,9 @@ def main() -> None:
     n_devices = len(farm.pools[args.pool])
     with tempfile.TemporaryDirectory(prefix="bmoe-nightly-bench-") as tmp:
         history = Path(tmp) / "nightly"
-        opts = NightlyOptions(history=history, pool=args.pool, farm=Path(args.farm) if args.farm else None,
-                              fixtures=tuple(args.fixture))
+        opts = NightlyOptions(
+            history=history, pool=args.pool, farm=Path(args.farm) if args.farm else None, fixtures=tuple(args.fixture)
+        )
         nightly = [sys.executable, "-m", "bmoe_ci.cli", "nightly", "--pool", args.pool, "--history", str(history)]
         if args.farm:
             nightly += ["--farm", args.farm]
@@ -78,12 +79,17 @@ def main() -> None:
             if m is None:
                 sys.exit("the nightly did not log its wall-time split")
             own.append(wall - float(m.group(1)))  # everything but the gate run: start-up included
-            print(f"round {r + 1}: plain gate run {plain[-1]:.2f} s ({plain_cpu[-1]:.1f} CPU s), nightly "
-                  f"{full[-1]:.2f} s ({full_cpu[-1]:.1f} CPU s; its gate run {float(m.group(1)):.2f} s, the rest "
-                  f"{own[-1]:.2f} s)", flush=True)
+            print(
+                f"round {r + 1}: plain gate run {plain[-1]:.2f} s ({plain_cpu[-1]:.1f} CPU s), nightly "
+                f"{full[-1]:.2f} s ({full_cpu[-1]:.1f} CPU s; its gate run {float(m.group(1)):.2f} s, the rest "
+                f"{own[-1]:.2f} s)",
+                flush=True,
+            )
     p, n = statistics.median(plain), statistics.median(full)
-    print(f"pool {args.pool} ({n_devices} devices), fixtures {', '.join(args.fixture) or 'default'}, "
-          f"{args.rounds} rounds, medians:")
+    print(
+        f"pool {args.pool} ({n_devices} devices), fixtures {', '.join(args.fixture) or 'default'}, "
+        f"{args.rounds} rounds, medians:"
+    )
     print(f"  plain gate run  {p:7.2f} s")
     print(f"  bmoe-ci nightly {n:7.2f} s")
     print(f"  nightly / plain {n / p:7.3f}   (overhead {n - p:+.2f} s, {100 * (n - p) / p:+.1f} %)")

@@ -46,8 +46,9 @@ def main() -> int:
         (work / SCORING_DIR).mkdir()
         data = Places.from_environ(os.environ).source_tree() / "gates" / "data"
         shutil.copy(data / SCORE_TEXT, work / SCORING_DIR / SCORE_TEXT)
-        plan = fixture_plan(str(model), args.fixture, trace=lambda e: str(work / f"{e}.trace"),
-                            logits=str(work / "logits.bin"))
+        plan = fixture_plan(
+            str(model), args.fixture, trace=lambda e: str(work / f"{e}.trace"), logits=str(work / "logits.bin")
+        )
         times: dict[str, list[float]] = {i: [] for i, _ in plan}
         for _ in range(args.rounds):
             for entry, argv in plan:

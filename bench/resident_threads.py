@@ -20,8 +20,20 @@ from bmoe_ci.models import generate
 
 
 def run(engine: str, model: str, threads: int, tokens: int) -> dict:
-    cmd = [engine, "run", "-m", model, "--mmap", "-p", "The quick brown fox", "-n", str(tokens),
-           "-t", str(threads), "--json"]
+    cmd = [
+        engine,
+        "run",
+        "-m",
+        model,
+        "--mmap",
+        "-p",
+        "The quick brown fox",
+        "-n",
+        str(tokens),
+        "-t",
+        str(threads),
+        "--json",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         sys.exit(f"engine failed: {' '.join(cmd)}\n{proc.stderr}")

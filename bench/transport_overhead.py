@@ -52,8 +52,10 @@ def main() -> int:
     print(f"{'device':<12} {'transport':<9} {'command ms':>10} {'x local':>8} {upload:>14} {'x local':>8}")
     for n in names:
         c, p = statistics.median(cmd[n]), statistics.median(put[n])
-        print(f"{n:<12} {farm.devices[n].transport:<9} {c * 1e3:>10.1f} {c / base_cmd:>8.1f} "
-              f"{p * 1e3:>14.1f} {p / base_put:>8.1f}")
+        print(
+            f"{n:<12} {farm.devices[n].transport:<9} {c * 1e3:>10.1f} {c / base_cmd:>8.1f} "
+            f"{p * 1e3:>14.1f} {p / base_put:>8.1f}"
+        )
     return 0
 
 

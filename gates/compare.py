@@ -52,7 +52,7 @@ def assert_identical(a: EngineResult, b: EngineResult, label_a: str, label_b: st
         first = next((i for i, (x, y) in pairs if x != y), min(len(ta), len(tb)))
         (artifacts / "first_difference.txt").write_text(
             f"first differing token at index {first}: "
-            f"{label_a}={ta[first:first + 1]} {label_b}={tb[first:first + 1]}\n"
+            f"{label_a}={ta[first : first + 1]} {label_b}={tb[first : first + 1]}\n"
         )
         raise AssertionError(
             f"{label_a} and {label_b} differ: first differing generated token at index {first} "
@@ -83,21 +83,41 @@ def counter_invariants(entry: str, r: EngineResult, trace: Trace | None) -> list
     routed = c["experts_routed"]
     streamed = "--mmap" not in r.argv
     if streamed:
-        want(c["cache_hits"] + c["cache_misses"] == routed, "cache_hits + cache_misses",
-             c["cache_hits"] + c["cache_misses"], f"experts_routed = {routed}")
-    want(0 <= c["prefetch_used"] <= c["prefetch_issued"], "prefetch_used", c["prefetch_used"],
-         f"0..prefetch_issued = {c['prefetch_issued']}")
+        want(
+            c["cache_hits"] + c["cache_misses"] == routed,
+            "cache_hits + cache_misses",
+            c["cache_hits"] + c["cache_misses"],
+            f"experts_routed = {routed}",
+        )
+    want(
+        0 <= c["prefetch_used"] <= c["prefetch_issued"],
+        "prefetch_used",
+        c["prefetch_used"],
+        f"0..prefetch_issued = {c['prefetch_issued']}",
+    )
     if not _flag(r.argv, "--prefetch"):
         want(c["prefetch_issued"] == 0, "prefetch_issued", c["prefetch_issued"], "0 without --prefetch")
-    want(c["subst_changed"] <= c["subst_examined"], "subst_changed", c["subst_changed"],
-         f"<= subst_examined = {c['subst_examined']}")
+    want(
+        c["subst_changed"] <= c["subst_examined"],
+        "subst_changed",
+        c["subst_changed"],
+        f"<= subst_examined = {c['subst_examined']}",
+    )
     want(c["experts_dropped"] <= routed, "experts_dropped", c["experts_dropped"], f"<= experts_routed = {routed}")
-    want(0 <= c["weight_dropped"] <= c["weight_routed"], "weight_dropped", c["weight_dropped"],
-         f"0..weight_routed = {c['weight_routed']}")
+    want(
+        0 <= c["weight_dropped"] <= c["weight_routed"],
+        "weight_dropped",
+        c["weight_dropped"],
+        f"0..weight_routed = {c['weight_routed']}",
+    )
     eb = r.data["model"]["expert_bytes"]
     if streamed:  # a read is one whole expert, whatever its number of parts
-        want(c["flash_bytes"] == c["flash_reads"] * eb, "flash_bytes", c["flash_bytes"],
-             f"flash_reads x expert_bytes = {c['flash_reads']} x {eb}")
+        want(
+            c["flash_bytes"] == c["flash_reads"] * eb,
+            "flash_bytes",
+            c["flash_bytes"],
+            f"flash_reads x expert_bytes = {c['flash_reads']} x {eb}",
+        )
     else:
         want(c["flash_reads"] == c["flash_bytes"] == 0, "flash_reads", c["flash_reads"], "0 with --mmap")
     if trace is None:
@@ -107,19 +127,43 @@ def counter_invariants(entry: str, r: EngineResult, trace: Trace | None) -> list
     unused = c["prefetch_issued"] - c["prefetch_used"]
     read_rows = [x for x in rows if x.expert_bytes]
     want(len(rows) == routed, "experts_routed", routed, f"{len(rows)} trace rows")
-    want(c["flash_bytes"] == sum(x.expert_bytes for x in rows) + unused * eb, "flash_bytes", c["flash_bytes"],
-         f"sum of the trace's expert_bytes + unused prefetches x expert_bytes = "
-         f"{sum(x.expert_bytes for x in rows) + unused * eb}")
-    want(c["flash_reads"] == len(read_rows) + unused, "flash_reads", c["flash_reads"],
-         f"trace rows that read + unused prefetches = {len(read_rows) + unused}")
-    want(c["cache_misses"] == sum(x.residency == 0 for x in rows), "cache_misses", c["cache_misses"],
-         f"{sum(x.residency == 0 for x in rows)} trace rows with residency 0")
-    want(c["prefetch_used"] == sum(x.residency == 2 for x in rows), "prefetch_used", c["prefetch_used"],
-         f"{sum(x.residency == 2 for x in rows)} trace rows with residency 2")
-    want(c["subst_changed"] == sum(x.substituted for x in rows), "subst_changed", c["subst_changed"],
-         f"{sum(x.substituted for x in rows)} substituted trace rows")
-    want(c["experts_dropped"] == sum(x.dropped for x in rows), "experts_dropped", c["experts_dropped"],
-         f"{sum(x.dropped for x in rows)} dropped trace rows")
+    want(
+        c["flash_bytes"] == sum(x.expert_bytes for x in rows) + unused * eb,
+        "flash_bytes",
+        c["flash_bytes"],
+        f"sum of the trace's expert_bytes + unused prefetches x expert_bytes = "
+        f"{sum(x.expert_bytes for x in rows) + unused * eb}",
+    )
+    want(
+        c["flash_reads"] == len(read_rows) + unused,
+        "flash_reads",
+        c["flash_reads"],
+        f"trace rows that read + unused prefetches = {len(read_rows) + unused}",
+    )
+    want(
+        c["cache_misses"] == sum(x.residency == 0 for x in rows),
+        "cache_misses",
+        c["cache_misses"],
+        f"{sum(x.residency == 0 for x in rows)} trace rows with residency 0",
+    )
+    want(
+        c["prefetch_used"] == sum(x.residency == 2 for x in rows),
+        "prefetch_used",
+        c["prefetch_used"],
+        f"{sum(x.residency == 2 for x in rows)} trace rows with residency 2",
+    )
+    want(
+        c["subst_changed"] == sum(x.substituted for x in rows),
+        "subst_changed",
+        c["subst_changed"],
+        f"{sum(x.substituted for x in rows)} substituted trace rows",
+    )
+    want(
+        c["experts_dropped"] == sum(x.dropped for x in rows),
+        "experts_dropped",
+        c["experts_dropped"],
+        f"{sum(x.dropped for x in rows)} dropped trace rows",
+    )
     if _flag(r.argv, "--drop-cold-experts"):
         # the mass the drop rule examined: every decode routing's weights before the edit
         examined = _rows_by_routing([x for x in rows if x.phase == 1], trace.top_k)
@@ -132,10 +176,15 @@ def counter_invariants(entry: str, r: EngineResult, trace: Trace | None) -> list
                     row_d += x.router_weight
             routed_w += row_w
             dropped_w += row_d
-        want(c["weight_routed"] == routed_w, "weight_routed", c["weight_routed"],
-             f"trace router_weight sum {routed_w!r}")
-        want(c["weight_dropped"] == dropped_w, "weight_dropped", c["weight_dropped"],
-             f"trace dropped router_weight sum {dropped_w!r}")
+        want(
+            c["weight_routed"] == routed_w, "weight_routed", c["weight_routed"], f"trace router_weight sum {routed_w!r}"
+        )
+        want(
+            c["weight_dropped"] == dropped_w,
+            "weight_dropped",
+            c["weight_dropped"],
+            f"trace dropped router_weight sum {dropped_w!r}",
+        )
         renorm = not _flag(r.argv, "--drop-no-renorm")
         for slots in examined:
             bad += _renorm_problems(entry, slots, renorm)
@@ -143,7 +192,7 @@ def counter_invariants(entry: str, r: EngineResult, trace: Trace | None) -> list
 
 
 def _rows_by_routing(rows: list[TraceRow], k: int) -> list[list[TraceRow]]:
-    return [rows[i:i + k] for i in range(0, len(rows), k)]
+    return [rows[i : i + k] for i in range(0, len(rows), k)]
 
 
 def _renorm_problems(entry: str, slots: list[TraceRow], renorm: bool) -> list[str]:
@@ -152,8 +201,11 @@ def _renorm_problems(entry: str, slots: list[TraceRow], renorm: bool) -> list[st
     where = f"{entry}: step {slots[0].step} layer {slots[0].layer}"
     kept = [x for x in slots if not x.dropped]
     if len(kept) == len(slots) or not renorm:
-        return [f"{where} slot {x.slot}: weight: engine {x.weight!r}, expected the router's {x.router_weight!r}"
-                for x in kept if x.weight != x.router_weight]
+        return [
+            f"{where} slot {x.slot}: weight: engine {x.weight!r}, expected the router's {x.router_weight!r}"
+            for x in kept
+            if x.weight != x.router_weight
+        ]
     orig, mass = sum(x.router_weight for x in slots), sum(x.weight for x in kept)
     out = []
     if abs(mass - orig) > RENORM_REL_TOL * abs(orig):
@@ -200,13 +252,18 @@ def subst_untied(entry: str, trace: Trace) -> list[str]:
         s = scores.get((x.turn, x.phase, x.step, x.layer))
         if s is None or s[x.expert] != s[x.router_expert]:
             got = "no scores" if s is None else f"{s[x.expert]!r} against {s[x.router_expert]!r}"
-            out.append(f"{entry}: phase {x.phase} step {x.step} layer {x.layer} slot {x.slot}: expert {x.expert} "
-                       f"substituted for the router's {x.router_expert} without a tie ({got})")
+            out.append(
+                f"{entry}: phase {x.phase} step {x.step} layer {x.layer} slot {x.slot}: expert {x.expert} "
+                f"substituted for the router's {x.router_expert} without a tie ({got})"
+            )
     return out
 
 
 def subst_direction(entry: str, trace: Trace) -> list[str]:
     """Every substituted slot's new expert was resident at the decision."""
-    return [f"{entry}: phase {x.phase} step {x.step} layer {x.layer} slot {x.slot}: expert {x.expert} substituted "
-            f"in (router's {x.router_expert}) but it was a miss at the decision" for x in trace.rows
-            if x.substituted and x.residency == 0]
+    return [
+        f"{entry}: phase {x.phase} step {x.step} layer {x.layer} slot {x.slot}: expert {x.expert} substituted "
+        f"in (router's {x.router_expert}) but it was a miss at the decision"
+        for x in trace.rows
+        if x.substituted and x.residency == 0
+    ]

@@ -40,13 +40,16 @@ def logits_path(runner: DeviceRunner, fixture: str) -> str:
 
 
 @pytest.fixture
-def runs(runner: DeviceRunner, device: DeviceContext, fixture: str, gate_state: GateState,
-         request: pytest.FixtureRequest) -> dict[str, EngineResult]:
+def runs(
+    runner: DeviceRunner, device: DeviceContext, fixture: str, gate_state: GateState, request: pytest.FixtureRequest
+) -> dict[str, EngineResult]:
     """Every engine run of the fixture's plan on this device (run once, then cached). What each run
     produced is recorded for the device (its fingerprint: bytes, tokens, counters), for XDEV."""
     model = device.models[fixture]
-    results = runner.plan(f"fixture:{fixture}", fixture_plan(model, fixture, trace_paths(runner, fixture),
-                                                                  logits_path(runner, fixture), gate_state.places))
+    results = runner.plan(
+        f"fixture:{fixture}",
+        fixture_plan(model, fixture, trace_paths(runner, fixture), logits_path(runner, fixture), gate_state.places),
+    )
     recorded = request.config.stash.setdefault(_DIGESTS_SENT, set())
     if (device.name, fixture) not in recorded:  # once per plan: the first test that reads it carries it
         recorded.add((device.name, fixture))
@@ -60,8 +63,7 @@ def traces(runs: dict[str, EngineResult], runner: DeviceRunner, fixture: str) ->
     """The route trace of every traced plan entry, pulled back in one round trip per fixture (then
     cached): entry -> Trace, or one line saying why there is none (the run failed, the file is
     missing or malformed)."""
-    paths = {entry: r.argv[r.argv.index("--route-trace") + 1] for entry, r in runs.items()
-             if "--route-trace" in r.argv}
+    paths = {entry: r.argv[r.argv.index("--route-trace") + 1] for entry, r in runs.items() if "--route-trace" in r.argv}
     texts = runner.texts(f"traces:{fixture}", sorted(paths.values()))
     out: dict[str, Trace | str] = {}
     for entry, path in paths.items():

@@ -62,6 +62,7 @@ def scoring_file(model: str, name: str) -> str:
     """Device path of a scoring input pushed beside the fixtures: <fixtures dir>/scoring/<name>."""
     return f"{model.rsplit('/', 1)[0]}/{SCORING_DIR}/{name}" if "/" in model else f"{SCORING_DIR}/{name}"
 
+
 TracePath = Callable[[str], str]
 
 
@@ -74,8 +75,13 @@ def _spec_dims(fixture: str, places: Places | None) -> tuple[int, int] | None:
     return (spec.dims.top_k, spec.dims.experts) if spec is not None else None
 
 
-def fixture_plan(model: str, fixture: str | None = None, trace: TracePath | None = None,
-                 logits: str | None = None, places: Places | None = None) -> list[tuple[str, list[str]]]:
+def fixture_plan(
+    model: str,
+    fixture: str | None = None,
+    trace: TracePath | None = None,
+    logits: str | None = None,
+    places: Places | None = None,
+) -> list[tuple[str, list[str]]]:
     """(id, argv) entries for one fixture on one device. `trace(entry id)`: the device path the entry's
     route trace is written to (no traces without it). `logits`: the device path the resident reference
     run writes its logits to (for REF). Entries that need the fixture's top-k and expert count are left
@@ -101,13 +107,19 @@ def fixture_plan(model: str, fixture: str | None = None, trace: TracePath | None
         ("drop-full", model_args(model, *STREAMED, *EVICTING, DROP, "1.0", "--drop-in-prefill", "-t", "1")),  # G8b
         ("drop-norenorm", model_args(model, *STREAMED, *EVICTING, DROP, "1.0", "--drop-no-renorm", "-t", "1")),
         ("k1-evict", model_args(model, *STREAMED, *EVICTING, "--n-expert-used", "1", "-t", "1")),  # G8c
-        ("k1-drop", model_args(model, *STREAMED, *EVICTING, "--n-expert-used", "1", DROP, "1.0",
-                               "--drop-in-prefill", "-t", "1")),  # G8c
+        (
+            "k1-drop",
+            model_args(
+                model, *STREAMED, *EVICTING, "--n-expert-used", "1", DROP, "1.0", "--drop-in-prefill", "-t", "1"
+            ),
+        ),  # G8c
         ("subst-inert", model_args(model, *STREAMED, *EVICTING, SUBST, INERT, "-t", "1")),  # G8d
         ("subst-full", model_args(model, *STREAMED, *EVICTING, SUBST, "1.0", "-t", "1")),  # G8e
         ("drop-warn", model_args(model, *WARN_ONLY, *EVICTING, DROP, WARN_F, "-t", "1")),  # G8w
-        ("drop-warn-k4", model_args(model, *WARN_ONLY, *EVICTING, "--n-expert-used", "4", DROP, WARN_F,
-                                    "-t", "1")),  # G8w
+        (
+            "drop-warn-k4",
+            model_args(model, *WARN_ONLY, *EVICTING, "--n-expert-used", "4", DROP, WARN_F, "-t", "1"),
+        ),  # G8w
         # the quality instruments (gates/test_scoring.py): wide vs step-wise, with and without a knob
         ("score-wide", score_wide_argv(model)),
         ("score-step", model_args(model, "--ppl-step", text, *EVICTING, "--json", "-t", "1")),
@@ -118,13 +130,22 @@ def fixture_plan(model: str, fixture: str | None = None, trace: TracePath | None
     if dims is not None:
         k, n_expert = dims
         # the threshold at a width above the model's: F/(k+1), not F/k (REPLAY predicts each drop)
-        entries.append(("drop-kplus1", model_args(model, *STREAMED, *EVICTING, DROP, "1.0", "--n-expert-used",
-                                                  str(k + 1), "-t", "1")))
-        entries.append(("topk-all-prefetch2", model_args(model, *SHORT, *SMALL_CACHE, *PREFETCH2,
-                                                         "--n-expert-used", str(n_expert), "-t", "1")))
+        entries.append(
+            (
+                "drop-kplus1",
+                model_args(model, *STREAMED, *EVICTING, DROP, "1.0", "--n-expert-used", str(k + 1), "-t", "1"),
+            )
+        )
+        entries.append(
+            (
+                "topk-all-prefetch2",
+                model_args(model, *SHORT, *SMALL_CACHE, *PREFETCH2, "--n-expert-used", str(n_expert), "-t", "1"),
+            )
+        )
     if trace is not None:
-        entries = [(i, [*a, "--route-trace", trace(i)] if i not in UNTRACED and "--mmap" not in a else a)
-                   for i, a in entries]
+        entries = [
+            (i, [*a, "--route-trace", trace(i)] if i not in UNTRACED and "--mmap" not in a else a) for i, a in entries
+        ]
     return entries
 
 

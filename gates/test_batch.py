@@ -23,5 +23,7 @@ def test_batch_keeps_stderr_empty(runs: dict[str, EngineResult], artifacts: Path
         save(artifacts, **noisy)
         entry, r = next(iter(noisy.items()))
         first = r.stderr.strip().splitlines()[0] if r.stderr.strip() else repr(r.stderr[:40])
-        raise AssertionError(f"bmoe batch wrote {len(r.stderr)} bytes to stderr (plan entry {entry} among "
-                             f"{len(noisy)}), first line: {first[:200]} (artifacts in {artifacts})")
+        raise AssertionError(
+            f"bmoe batch wrote {len(r.stderr)} bytes to stderr (plan entry {entry} among "
+            f"{len(noisy)}), first line: {first[:200]} (artifacts in {artifacts})"
+        )

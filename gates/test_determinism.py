@@ -17,8 +17,9 @@ SCORE_BITS = ("prompt_tokens", "tokens_scored", "nll_sum", "nll_mean", "ppl", "t
 
 
 @pytest.mark.gate("DET", "repeat")
-def test_same_config_twice(runs: dict[str, EngineResult], fixture: str, artifacts: Path,
-                           request: pytest.FixtureRequest) -> None:
+def test_same_config_twice(
+    runs: dict[str, EngineResult], fixture: str, artifacts: Path, request: pytest.FixtureRequest
+) -> None:
     assert_identical(runs["ref"], runs["again"], "ref", "again", artifacts)
     request.node.user_properties.append(("bmoe.output", f"{fixture}={output_digest(runs['ref'])}"))
 
@@ -29,15 +30,17 @@ def test_one_vs_two_threads(runs: dict[str, EngineResult], artifacts: Path) -> N
 
 
 @pytest.mark.gate("DET", "batch")
-def test_batch_equals_single_process(runs: dict[str, EngineResult], runner: DeviceRunner, model: str,
-                                     artifacts: Path) -> None:
+def test_batch_equals_single_process(
+    runs: dict[str, EngineResult], runner: DeviceRunner, model: str, artifacts: Path
+) -> None:
     single = runner.single(model_args(model, *REFERENCE, "-t", "1"))
     assert_identical(runs["ref"], single, "batch", "single", artifacts)
 
 
 @pytest.mark.gate("DET", "kernels")
-def test_kernel_path_changes_no_byte(runs: dict[str, EngineResult], runner: DeviceRunner, model: str,
-                                     artifacts: Path) -> None:
+def test_kernel_path_changes_no_byte(
+    runs: dict[str, EngineResult], runner: DeviceRunner, model: str, artifacts: Path
+) -> None:
     """The device's own kernel path (AVX2, NEON, sdot) against the scalar one that defines every bit
     (docs/model-math.md): the text's scores, which sum every logit row, to the last bit. One engine
     process more per fixture, with BMOE_KERNELS=scalar."""
@@ -46,9 +49,18 @@ def test_kernel_path_changes_no_byte(runs: dict[str, EngineResult], runner: Devi
     if auto.data.get("kernels") == "scalar":
         pytest.skip("this device's engine runs the scalar kernels itself (no SIMD path): nothing to compare")
     scalar = runner.single(score_wide_argv(model), env={"BMOE_KERNELS": "scalar"})
-    check(scalar.ok and scalar.data.get("kernels") == "scalar", f"the scalar run: {scalar.describe()}",
-          artifacts, scalar=scalar)
+    check(
+        scalar.ok and scalar.data.get("kernels") == "scalar",
+        f"the scalar run: {scalar.describe()}",
+        artifacts,
+        scalar=scalar,
+    )
     for key in SCORE_BITS:
-        check(auto.data.get(key) == scalar.data.get(key),
-              f"{key}: {auto.data.get(key)!r} on the {auto.data.get('kernels')} kernels, "
-              f"{scalar.data.get(key)!r} on the scalar kernels", artifacts, auto=auto, scalar=scalar)
+        check(
+            auto.data.get(key) == scalar.data.get(key),
+            f"{key}: {auto.data.get(key)!r} on the {auto.data.get('kernels')} kernels, "
+            f"{scalar.data.get(key)!r} on the scalar kernels",
+            artifacts,
+            auto=auto,
+            scalar=scalar,
+        )

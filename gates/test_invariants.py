@@ -31,5 +31,8 @@ def test_counter_invariants(runs: dict[str, EngineResult], traces: dict[str, Tra
         pytest.fail("no run of the plan completed: no counter could be checked")
     if problems:
         save(artifacts, **{e: runs[e] for e in runs if runs[e].ok})
-        raise AssertionError(f"{len(problems)} counter invariant(s) violated: " + "; ".join(problems[:12])
-                             + f" (artifacts in {artifacts})")
+        raise AssertionError(
+            f"{len(problems)} counter invariant(s) violated: "
+            + "; ".join(problems[:12])
+            + f" (artifacts in {artifacts})"
+        )

@@ -70,11 +70,15 @@ def test_inert_drop_examined_and_dropped_nothing(runs: dict[str, EngineResult], 
     c = counters(r)
     check(c["experts_routed"] > 0, f"no routing was examined: {c}", artifacts, drop_inert=r)
     # the rule really ran at the learned terminal node (a policy that never ran would pass G8a too)
-    check(c["weight_routed"] > 0, f"the drop rule examined no routing row (weight_routed 0): {c}", artifacts,
-          drop_inert=r)
-    check(c["experts_dropped"] == 0,
-          f"an inert threshold dropped {c['experts_dropped']} of {c['experts_routed']} routed experts", artifacts,
-          drop_inert=r)
+    check(
+        c["weight_routed"] > 0, f"the drop rule examined no routing row (weight_routed 0): {c}", artifacts, drop_inert=r
+    )
+    check(
+        c["experts_dropped"] == 0,
+        f"an inert threshold dropped {c['experts_dropped']} of {c['experts_routed']} routed experts",
+        artifacts,
+        drop_inert=r,
+    )
 
 
 def traced(traces: dict[str, Trace | str], entry: str, artifacts: Path, r: EngineResult) -> Trace:
@@ -90,8 +94,9 @@ def drop_entries(runs: dict[str, EngineResult]) -> list[str]:
 
 
 @pytest.mark.gate("G8b")
-def test_full_drop_completes_and_fires(runs: dict[str, EngineResult], traces: dict[str, Trace | str],
-                                       artifacts: Path) -> None:
+def test_full_drop_completes_and_fires(
+    runs: dict[str, EngineResult], traces: dict[str, Trace | str], artifacts: Path
+) -> None:
     # direction, on every traced dropping entry: only misses below F/k go, never the top-weighted one
     problems: list[str] = []
     for entry in drop_entries(runs):
@@ -105,11 +110,19 @@ def test_full_drop_completes_and_fires(runs: dict[str, EngineResult], traces: di
     r = runs["drop-full"]
     ok_or_fail(r, "drop_1.0", artifacts)  # a signal here is the repointing failing: a gate failure
     c = counters(r)
-    check(c["experts_dropped"] > 0,
-          f"dropping at 1.0 against an evicting cache dropped nothing ({c['experts_routed']} routed): the gate "
-          "would prove nothing about the repointing", artifacts, drop_full=r)
-    check(c["experts_dropped"] < c["experts_routed"] and c["cache_hits"] + c["cache_misses"] == c["experts_routed"],
-          f"inconsistent counters: {c}", artifacts, drop_full=r)
+    check(
+        c["experts_dropped"] > 0,
+        f"dropping at 1.0 against an evicting cache dropped nothing ({c['experts_routed']} routed): the gate "
+        "would prove nothing about the repointing",
+        artifacts,
+        drop_full=r,
+    )
+    check(
+        c["experts_dropped"] < c["experts_routed"] and c["cache_hits"] + c["cache_misses"] == c["experts_routed"],
+        f"inconsistent counters: {c}",
+        artifacts,
+        drop_full=r,
+    )
 
 
 @pytest.mark.gate("G8c")
@@ -117,20 +130,28 @@ def test_top1_drop_is_a_no_op(runs: dict[str, EngineResult], artifacts: Path) ->
     base, dropped = runs["k1-evict"], runs["k1-drop"]
     assert_identical(base, dropped, "k1", "k1_drop_1.0", artifacts)
     c = counters(dropped)
-    check(dropped.data["model"]["top_k_effective"] == 1, "the run did not route at top-k 1", artifacts,
-          k1_drop=dropped)
-    check(c["experts_routed"] > 0 and c["weight_routed"] > 0,
-          f"the drop rule examined no routing at top-k 1: {c}", artifacts, k1_drop=dropped)
-    check(c["experts_dropped"] == 0, f"at top-k 1 every routed expert is the top one, yet "
-          f"{c['experts_dropped']} were dropped", artifacts, k1_drop=dropped)
+    check(dropped.data["model"]["top_k_effective"] == 1, "the run did not route at top-k 1", artifacts, k1_drop=dropped)
+    check(
+        c["experts_routed"] > 0 and c["weight_routed"] > 0,
+        f"the drop rule examined no routing at top-k 1: {c}",
+        artifacts,
+        k1_drop=dropped,
+    )
+    check(
+        c["experts_dropped"] == 0,
+        f"at top-k 1 every routed expert is the top one, yet {c['experts_dropped']} were dropped",
+        artifacts,
+        k1_drop=dropped,
+    )
 
 
 # -- substitution ------------------------------------------------------------------------------------
 
 
 @pytest.mark.gate("G8d")
-def test_inert_substitution_is_byte_identical(runs: dict[str, EngineResult], traces: dict[str, Trace | str],
-                                              artifacts: Path) -> None:
+def test_inert_substitution_is_byte_identical(
+    runs: dict[str, EngineResult], traces: dict[str, Trace | str], artifacts: Path
+) -> None:
     ref, sub = runs["stream-evict"], runs["subst-inert"]
     ok_or_fail(sub, "subst_1e-6", artifacts)
     c = counters(sub)
@@ -139,30 +160,44 @@ def test_inert_substitution_is_byte_identical(runs: dict[str, EngineResult], tra
     # the router scores two experts exactly alike (qwen3moe-tied's tied router rows), it may pick the
     # resident one. Every change must be such a tie; with none, the bytes must not move.
     untied = subst_untied("subst-inert", traced(traces, "subst-inert", artifacts, sub))
-    check(not untied, f"a margin of 1e-6 changed {c['subst_changed']} of {c['subst_examined']} slots, "
-          f"{len(untied)} without an exact tie (a re-ordering of the router's own set is not a substitution): "
-          + "; ".join(untied[:8]), artifacts, subst_inert=sub)
+    check(
+        not untied,
+        f"a margin of 1e-6 changed {c['subst_changed']} of {c['subst_examined']} slots, "
+        f"{len(untied)} without an exact tie (a re-ordering of the router's own set is not a substitution): "
+        + "; ".join(untied[:8]),
+        artifacts,
+        subst_inert=sub,
+    )
     if c["subst_changed"] == 0:
         assert_identical(ref, sub, "cached", "subst_1e-6", artifacts)
 
 
 @pytest.mark.gate("G8e")
-def test_full_substitution_fires(runs: dict[str, EngineResult], traces: dict[str, Trace | str],
-                                 artifacts: Path) -> None:
+def test_full_substitution_fires(
+    runs: dict[str, EngineResult], traces: dict[str, Trace | str], artifacts: Path
+) -> None:
     r = runs["subst-full"]
     ok_or_fail(r, "subst_1.0", artifacts)
     c = counters(r)
-    check(0 < c["subst_changed"] <= c["subst_examined"],
-          f"substitution at margin 1.0 changed {c['subst_changed']} of {c['subst_examined']} slots: the knob "
-          "is inert", artifacts, subst_full=r)
+    check(
+        0 < c["subst_changed"] <= c["subst_examined"],
+        f"substitution at margin 1.0 changed {c['subst_changed']} of {c['subst_examined']} slots: the knob is inert",
+        artifacts,
+        subst_full=r,
+    )
     # direction: only resident experts come in, so the run reads no more than the same run without it
     bad = subst_direction("subst-full", traced(traces, "subst-full", artifacts, r))
     check(not bad, f"{len(bad)} substitution(s) toward a miss: " + "; ".join(bad[:12]), artifacts, subst_full=r)
     base = runs["stream-evict"]
     ok_or_fail(base, "stream-evict", artifacts)
-    check(c["flash_bytes"] <= counters(base)["flash_bytes"],
-          f"substitution read more from flash than the same run without it: flash_bytes {c['flash_bytes']} "
-          f"against {counters(base)['flash_bytes']}", artifacts, subst_full=r, stream_evict=base)
+    check(
+        c["flash_bytes"] <= counters(base)["flash_bytes"],
+        f"substitution read more from flash than the same run without it: flash_bytes {c['flash_bytes']} "
+        f"against {counters(base)['flash_bytes']}",
+        artifacts,
+        subst_full=r,
+        stream_evict=base,
+    )
 
 
 # -- the narrow-routing warning ----------------------------------------------------------------------
@@ -188,14 +223,14 @@ def expect_warning(found: list[str], F: str, k: int, where: str) -> str | None:
         return f"{where}: the warning does not have the documented shape: {found[0]!r}"
     want = (F, str(k), share(F, k), share(F, 8))
     if float(m.group(1)) != float(F) or m.groups()[1:] != want[1:]:
-        return (f"{where}: expected F={F}, top-k {k}, {want[2]}% here against {want[3]}% at top-k 8; "
-                f"got {m.groups()}")
+        return f"{where}: expected F={F}, top-k {k}, {want[2]}% here against {want[3]}% at top-k 8; got {m.groups()}"
     return None
 
 
 @pytest.mark.gate("G8w")
-def test_narrow_routing_warning(runs: dict[str, EngineResult], runner: DeviceRunner, model: str,
-                                artifacts: Path) -> None:
+def test_narrow_routing_warning(
+    runs: dict[str, EngineResult], runner: DeviceRunner, model: str, artifacts: Path
+) -> None:
     problems: list[str] = []
     for label in ("drop-warn", "drop-warn-k4"):
         r = runs[label]

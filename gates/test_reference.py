@@ -74,15 +74,23 @@ def _discard(local: Path) -> None:
 
 
 @pytest.mark.gate("REF")
-def test_resident_run_matches_reference(runs: dict[str, EngineResult], runner: DeviceRunner, device: DeviceContext,
-                                        fixture: str, gate_state: GateState, artifacts: Path) -> None:
+def test_resident_run_matches_reference(
+    runs: dict[str, EngineResult],
+    runner: DeviceRunner,
+    device: DeviceContext,
+    fixture: str,
+    gate_state: GateState,
+    artifacts: Path,
+) -> None:
     ref = reference_for(gate_state, device, fixture)
     r = runs["ref"]
     require_ok(r, "ref")
     if r.data["prompt_tokens"] != ref.prompt_tokens:
         save(artifacts, ref=r)
-        raise AssertionError(f"the engine tokenized the prompt as {r.data['prompt_tokens']}, the reference as "
-                             f"{ref.prompt_tokens} (artifacts in {artifacts})")
+        raise AssertionError(
+            f"the engine tokenized the prompt as {r.data['prompt_tokens']}, the reference as "
+            f"{ref.prompt_tokens} (artifacts in {artifacts})"
+        )
     argv = list(r.argv)
     if "--logits-out" not in argv:
         raise AssertionError("the plan's `ref` entry has no --logits-out: REF cannot check the logits")
@@ -92,13 +100,17 @@ def test_resident_run_matches_reference(runs: dict[str, EngineResult], runner: D
     n_rows = len(ref.logits)
     if len(raw) % (4 * n_vocab) or len(raw) // (4 * n_vocab) < n_rows:
         save(artifacts, ref=r)
-        raise AssertionError(f"the logits file has {len(raw)} bytes: not at least {n_rows} rows of {n_vocab} f32 "
-                             f"(artifacts in {artifacts})")
+        raise AssertionError(
+            f"the logits file has {len(raw)} bytes: not at least {n_rows} rows of {n_vocab} f32 "
+            f"(artifacts in {artifacts})"
+        )
     rows = np.frombuffer(raw, dtype="<f4").reshape(-1, n_vocab)[:n_rows]
     tol = logits_tol(fixture, gate_state.places)
     a = agreement(len(ref.prompt_tokens), ref.tokens, ref.logits, ref.quant_margins, r.data["tokens"], rows, tol)
     if not a.ok:
         save(artifacts, ref=r)
-        raise AssertionError(f"{a.message} (reference margins: logit {ref.min_logit_margin:.3g}, routing "
-                             f"{ref.min_route_margin:.3g}; artifacts in {artifacts})")
+        raise AssertionError(
+            f"{a.message} (reference margins: logit {ref.min_logit_margin:.3g}, routing "
+            f"{ref.min_route_margin:.3g}; artifacts in {artifacts})"
+        )
     _discard(local)

@@ -22,8 +22,9 @@ SHOWN = 12  # mismatches quoted in the failure message (all are in the artifacts
 
 
 @pytest.mark.gate("REPLAY")
-def test_engine_matches_the_replay(runs: dict[str, EngineResult], traces: dict[str, Trace | str],
-                                   artifacts: Path) -> None:
+def test_engine_matches_the_replay(
+    runs: dict[str, EngineResult], traces: dict[str, Trace | str], artifacts: Path
+) -> None:
     if not traces:
         pytest.skip("no plan entry of this fixture writes a route trace")
     problems: list[str] = []
@@ -39,5 +40,8 @@ def test_engine_matches_the_replay(runs: dict[str, EngineResult], traces: dict[s
         artifacts.mkdir(parents=True, exist_ok=True)
         (artifacts / "replay_mismatches.txt").write_text("\n".join(problems) + "\n")
         save(artifacts, **{e: runs[e] for e in traces})
-        raise AssertionError(f"{len(problems)} difference(s) from the replay; first: " + "; ".join(problems[:SHOWN])
-                             + f" (all in {artifacts / 'replay_mismatches.txt'})")
+        raise AssertionError(
+            f"{len(problems)} difference(s) from the replay; first: "
+            + "; ".join(problems[:SHOWN])
+            + f" (all in {artifacts / 'replay_mismatches.txt'})"
+        )

@@ -24,13 +24,25 @@ def test_mmap_equals_streamed_cache_off(runs: dict[str, EngineResult], artifacts
     ref, stream = runs["ref"], runs["stream"]
     assert_identical(ref, stream, "mmap", "stream", artifacts)
     c = counters(stream)
-    check(c["experts_routed"] > 0 and c["experts_routed"] == counters(ref)["experts_routed"],
-          f"routed experts differ: mmap {counters(ref)['experts_routed']}, stream {c['experts_routed']}",
-          artifacts, mmap=ref, stream=stream)
-    check(c["cache_misses"] == c["experts_routed"] and c["cache_hits"] == 0 and c["flash_reads"] > 0,
-          f"with the cache off every routed expert must be read: {c}", artifacts, stream=stream)
-    check(counters(ref)["flash_reads"] == 0, f"--mmap must read no expert through the streamer: {counters(ref)}",
-          artifacts, mmap=ref)
+    check(
+        c["experts_routed"] > 0 and c["experts_routed"] == counters(ref)["experts_routed"],
+        f"routed experts differ: mmap {counters(ref)['experts_routed']}, stream {c['experts_routed']}",
+        artifacts,
+        mmap=ref,
+        stream=stream,
+    )
+    check(
+        c["cache_misses"] == c["experts_routed"] and c["cache_hits"] == 0 and c["flash_reads"] > 0,
+        f"with the cache off every routed expert must be read: {c}",
+        artifacts,
+        stream=stream,
+    )
+    check(
+        counters(ref)["flash_reads"] == 0,
+        f"--mmap must read no expert through the streamer: {counters(ref)}",
+        artifacts,
+        mmap=ref,
+    )
 
 
 @pytest.mark.gate("G2")
@@ -40,12 +52,20 @@ def test_cache_off_equals_evicting_cache(runs: dict[str, EngineResult], artifact
     c = counters(evict)
     model = evict.data["model"]
     distinct = len(model["moe_layers"]) * model["n_expert"]
-    check(c["cache_hits"] > 0 and c["cache_hits"] + c["cache_misses"] == c["experts_routed"],
-          f"the cache served no hit, or hits + misses != routed: {c}", artifacts, evicting_cache=evict)
+    check(
+        c["cache_hits"] > 0 and c["cache_hits"] + c["cache_misses"] == c["experts_routed"],
+        f"the cache served no hit, or hits + misses != routed: {c}",
+        artifacts,
+        evicting_cache=evict,
+    )
     # more reads than there are experts: some expert was evicted and read again
-    check(c["flash_reads"] > distinct,
-          f"the cache never evicted ({c['flash_reads']} reads for {distinct} experts): the gate would prove "
-          "nothing about eviction", artifacts, evicting_cache=evict)
+    check(
+        c["flash_reads"] > distinct,
+        f"the cache never evicted ({c['flash_reads']} reads for {distinct} experts): the gate would prove "
+        "nothing about eviction",
+        artifacts,
+        evicting_cache=evict,
+    )
 
 
 @pytest.mark.gate("G5")
@@ -53,9 +73,12 @@ def test_prefetch_equals_streamed(runs: dict[str, EngineResult], artifacts: Path
     stream, pre = runs["stream"], runs["stream-prefetch"]
     assert_identical(stream, pre, "stream", "prefetch", artifacts)
     c = counters(pre)
-    check(c["prefetch_used"] > 0 and c["prefetch_used"] <= c["prefetch_issued"],
-          f"the prefetch was not demonstrably used: issued {c['prefetch_issued']}, used {c['prefetch_used']}",
-          artifacts, prefetch=pre)
+    check(
+        c["prefetch_used"] > 0 and c["prefetch_used"] <= c["prefetch_issued"],
+        f"the prefetch was not demonstrably used: issued {c['prefetch_issued']}, used {c['prefetch_used']}",
+        artifacts,
+        prefetch=pre,
+    )
 
 
 @pytest.mark.gate("DET", "io-lanes")
@@ -63,5 +86,9 @@ def test_one_vs_four_io_lanes(runs: dict[str, EngineResult], artifacts: Path) ->
     for one, four in (("stream", "stream-lanes4"), ("stream-evict", "stream-evict-lanes4")):
         assert_identical(runs[one], runs[four], one, four, artifacts)
         a, b = counters(runs[one]), counters(runs[four])
-        check(a == b, f"counters depend on the I/O lane count: {one} {a} vs {four} {b}", artifacts,
-              **{one: runs[one], four: runs[four]})
+        check(
+            a == b,
+            f"counters depend on the I/O lane count: {one} {a} vs {four} {b}",
+            artifacts,
+            **{one: runs[one], four: runs[four]},
+        )

@@ -37,14 +37,17 @@ class AdbLink:
 
     def adb(self, *args: str, timeout: float = 30) -> subprocess.CompletedProcess:
         """The adb client against this link's server (``-s`` is the caller's to give)."""
-        return subprocess.run([ADB, "-P", str(self.server_port), *args], capture_output=True, text=True,
-                              timeout=timeout, check=False)
+        return subprocess.run(
+            [ADB, "-P", str(self.server_port), *args], capture_output=True, text=True, timeout=timeout, check=False
+        )
 
     def device_yaml(self, name: str, arch: str, workdir: Path, extra: str = "") -> str:
         """The farm file lines of a device on this link."""
-        return (f"  - name: {name}\n    kind: phone\n    os: android\n    arch: {arch}\n    transport: adb\n"
-                f"    serial: \"{self.serial}\"\n    adb_server: \"{self.server}\"\n    workdir: {workdir}\n"
-                f"    connect_timeout: 5\n{extra}")
+        return (
+            f"  - name: {name}\n    kind: phone\n    os: android\n    arch: {arch}\n    transport: adb\n"
+            f'    serial: "{self.serial}"\n    adb_server: "{self.server}"\n    workdir: {workdir}\n'
+            f"    connect_timeout: 5\n{extra}"
+        )
 
     def stop_adbd(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -59,9 +62,21 @@ def adb_link(tmp: Path, *args: str, abi: str = "x86_64") -> Iterator[AdbLink]:
     portfile = tmp / "adbd.port"
     log = open(tmp / "adbd.log", "ab")  # noqa: SIM115 (closed below)
     adbd = subprocess.Popen(
-        [sys.executable, "-m", "bmoe_ci.farm.adbd", "--listen", "127.0.0.1:0", "--port-file", str(portfile),
-         "--prop", f"ro.product.cpu.abi={abi}", *args],
-        stdout=log, stderr=log, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "bmoe_ci.farm.adbd",
+            "--listen",
+            "127.0.0.1:0",
+            "--port-file",
+            str(portfile),
+            "--prop",
+            f"ro.product.cpu.abi={abi}",
+            *args,
+        ],
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
     )
     server_port = free_port()
     link = None
@@ -78,7 +93,8 @@ def adb_link(tmp: Path, *args: str, abi: str = "x86_64") -> Iterator[AdbLink]:
         connected = link.adb("connect", serial)
         # an unauthorized device is connected all the same: the client says it failed to authenticate
         assert "connected to" in connected.stdout or "failed to authenticate" in connected.stdout, (
-            connected.stdout + connected.stderr)
+            connected.stdout + connected.stderr
+        )
         yield link
     finally:
         subprocess.run([ADB, "-P", str(server_port), "kill-server"], capture_output=True, timeout=30, check=False)

@@ -52,15 +52,37 @@ def host_farm(tmp_path: Path) -> Path:
     return farm
 
 
-def run_gates(tmp_path: Path, *, faults: tuple[str, ...] = (), fixtures: tuple[str, ...] = ("qwen3moe",),
-              modules: tuple[str, ...] = ("gates",), select: tuple[str, ...] = (), farm: Path | None = None,
-              device: str = "host", results: Path | None = None, extra: tuple[str, ...] = (),
-              env: dict[str, str] | None = None) -> GateRunResult:
+def run_gates(
+    tmp_path: Path,
+    *,
+    faults: tuple[str, ...] = (),
+    fixtures: tuple[str, ...] = ("qwen3moe",),
+    modules: tuple[str, ...] = ("gates",),
+    select: tuple[str, ...] = (),
+    farm: Path | None = None,
+    device: str = "host",
+    results: Path | None = None,
+    extra: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+) -> GateRunResult:
     """`modules`: gate module paths to run (default: the whole suite); `select`: pytest -k terms;
     `env`: the controller's environment (local devices inherit it)."""
     results = results or tmp_path / "results"
-    cmd = [sys.executable, "-m", "pytest", *modules, "-p", "no:cacheprovider", "-q",
-           "--bmoe-farm", str(farm or host_farm(tmp_path)), "--bmoe-device", device, "--bmoe-results", str(results)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *modules,
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--bmoe-farm",
+        str(farm or host_farm(tmp_path)),
+        "--bmoe-device",
+        device,
+        "--bmoe-results",
+        str(results),
+    ]
     for name in faults:
         cmd += ["--bmoe-fault", name]
     for name in fixtures:

@@ -27,15 +27,37 @@ from typing import Any
 
 # GGUF value types
 U8, I8, U16, I16, U32, I32, F32, BOOL, STRING, ARRAY, U64, I64, F64 = range(13)
-_SCALAR_FMT = {U8: "<B", I8: "<b", U16: "<H", I16: "<h", U32: "<I", I32: "<i", F32: "<f", BOOL: "<B",
-               U64: "<Q", I64: "<q", F64: "<d"}
+_SCALAR_FMT = {
+    U8: "<B",
+    I8: "<b",
+    U16: "<H",
+    I16: "<h",
+    U32: "<I",
+    I32: "<i",
+    F32: "<f",
+    BOOL: "<B",
+    U64: "<Q",
+    I64: "<q",
+    F64: "<d",
+}
 
 # ggml tensor types: id -> (block elements, block bytes)
 GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_Q4_K = 0, 1, 2, 8, 12
 GGML_Q4_1, GGML_Q2_K, GGML_Q5_0, GGML_Q5_K, GGML_Q6_K, GGML_BF16 = 3, 10, 6, 13, 14, 30
 # ggml type -> (values per block, bytes per block)
-GGML_BLOCKS = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 8: (32, 34), 10: (256, 84),
-               12: (256, 144), 13: (256, 176), 14: (256, 210), 30: (1, 2)}
+GGML_BLOCKS = {
+    0: (1, 4),
+    1: (1, 2),
+    2: (32, 18),
+    3: (32, 20),
+    6: (32, 22),
+    8: (32, 34),
+    10: (256, 84),
+    12: (256, 144),
+    13: (256, 176),
+    14: (256, 210),
+    30: (1, 2),
+}
 
 DEFAULT_ALIGNMENT = 32
 
@@ -168,7 +190,7 @@ class GGUFImage:
             if not lie or 0 <= off < (1 << 16):  # an explicit offset far past the end is not materialised
                 if len(section) < off:
                     section += b"\0" * (off - len(section))
-                section[off:off + len(d)] = d
+                section[off : off + len(d)] = d
         for off in offs:
             abs_offs.append(data_offset + off)
         if section:
@@ -254,6 +276,7 @@ def _write_kv(w: _W, i: int, kv: KV) -> None:
 
 # -- reading ---------------------------------------------------------------------------------------
 
+
 class ParseError(ValueError):
     pass
 
@@ -267,7 +290,7 @@ def parse(data: bytes) -> GGUFImage:
         nonlocal pos
         if n > len(data) - pos:
             raise ParseError(f"truncated at {pos}")
-        b = data[pos:pos + n]
+        b = data[pos : pos + n]
         pos += n
         return b
 
@@ -318,11 +341,12 @@ def parse(data: bytes) -> GGUFImage:
     for name, dims, gt, off in infos:
         nb = tensor_nbytes(gt, dims)
         a = data_offset + off
-        tensors.append(Tensor(name.decode(), dims, gt, data=data[a:a + nb]))
+        tensors.append(Tensor(name.decode(), dims, gt, data=data[a : a + nb]))
     return GGUFImage(kvs=kvs, tensors=tensors, version=version, alignment=alignment)
 
 
 # -- ready-made images -------------------------------------------------------------------------------
+
 
 def kv_str(key: str, v: str | bytes) -> KV:
     return KV(key, STRING, v)
@@ -340,13 +364,23 @@ def every_type_kvs() -> list[KV]:
     """One KV of every value type, arrays of several element types included."""
     return [
         kv_str("general.architecture", "test"),
-        KV("t.u8", U8, 200), KV("t.i8", I8, -5), KV("t.u16", U16, 60000), KV("t.i16", I16, -30000),
-        KV("t.u32", U32, 4000000000), KV("t.i32", I32, -2000000000), KV("t.f32", F32, 0.5),
-        KV("t.bool", BOOL, True), KV("t.u64", U64, 1 << 40), KV("t.i64", I64, -(1 << 40)),
+        KV("t.u8", U8, 200),
+        KV("t.i8", I8, -5),
+        KV("t.u16", U16, 60000),
+        KV("t.i16", I16, -30000),
+        KV("t.u32", U32, 4000000000),
+        KV("t.i32", I32, -2000000000),
+        KV("t.f32", F32, 0.5),
+        KV("t.bool", BOOL, True),
+        KV("t.u64", U64, 1 << 40),
+        KV("t.i64", I64, -(1 << 40)),
         KV("t.f64", F64, 0.25),
-        kv_arr("t.arr.u8", U8, [1, 2, 3]), kv_arr("t.arr.i32", I32, [-1, 0, 7]),
-        kv_arr("t.arr.f32", F32, [0.5, 1.5]), kv_arr("t.arr.bool", BOOL, [True, False]),
-        kv_arr("t.arr.str", STRING, ["a", "", "ccc"]), kv_arr("t.arr.empty", U64, []),
+        kv_arr("t.arr.u8", U8, [1, 2, 3]),
+        kv_arr("t.arr.i32", I32, [-1, 0, 7]),
+        kv_arr("t.arr.f32", F32, [0.5, 1.5]),
+        kv_arr("t.arr.bool", BOOL, [True, False]),
+        kv_arr("t.arr.str", STRING, ["a", "", "ccc"]),
+        kv_arr("t.arr.empty", U64, []),
     ]
 
 
@@ -354,14 +388,16 @@ def small_model(**kw: Any) -> GGUFImage:
     """A valid image: KVs of every type and one tensor of each supported type."""
     img = GGUFImage(
         kvs=[*every_type_kvs(), kv_u32("general.alignment", DEFAULT_ALIGNMENT)],
-        tensors=[Tensor("a.weight", [4, 2], GGML_F32), Tensor("b.weight", [8], GGML_F16),
-                 Tensor("c.weight", [32, 2], GGML_Q8_0)],
+        tensors=[
+            Tensor("a.weight", [4, 2], GGML_F32),
+            Tensor("b.weight", [8], GGML_F16),
+            Tensor("c.weight", [32, 2], GGML_Q8_0),
+        ],
     )
     return dataclasses.replace(img, **kw)
 
 
-def split_images(n_shards: int = 3, metadata_only_first: bool = True,
-                 tensors_per_shard: int = 2) -> list[GGUFImage]:
+def split_images(n_shards: int = 3, metadata_only_first: bool = True, tensors_per_shard: int = 2) -> list[GGUFImage]:
     """A split model in llama.cpp's layout: split.no (u16, from 0), split.count (u16),
     split.tensors.count (i32) in every shard; metadata only in the first."""
     data_shards = n_shards - 1 if metadata_only_first else n_shards
@@ -369,8 +405,7 @@ def split_images(n_shards: int = 3, metadata_only_first: bool = True,
     out = []
     k = 0
     for s in range(n_shards):
-        kvs = [KV("split.no", U16, s), KV("split.count", U16, n_shards),
-               KV("split.tensors.count", I32, total)]
+        kvs = [KV("split.no", U16, s), KV("split.count", U16, n_shards), KV("split.tensors.count", I32, total)]
         if s == 0:
             kvs = [kv_str("general.architecture", "test"), kv_u32("test.block_count", 1), *kvs]
         tensors = []
@@ -396,8 +431,9 @@ def write_split(directory: Path, stem: str, images: list[GGUFImage]) -> list[Pat
 
 # -- the malformed corpus --------------------------------------------------------------------------
 
+
 def _set(b: bytes, at: int, new: bytes) -> bytes:
-    return b[:at] + new + b[at + len(new):]
+    return b[:at] + new + b[at + len(new) :]
 
 
 def _field(built: Built, label: str) -> tuple[int, int]:
@@ -443,28 +479,28 @@ def malformed_cases() -> dict[str, tuple[bytes, str]]:
     add("n_kv_huge", small_model(n_kv=1 << 61).bytes(), "kv count")
     add("n_kv_more_than_present", small_model(n_kv=len(base.kvs) + 5).bytes(), "")
     # keys and values
-    add("key_len_huge", kvs(KV("general.architecture", STRING, "x", key_len=1 << 32)),
-        "key length 4294967296 exceeds")
+    add("key_len_huge", kvs(KV("general.architecture", STRING, "x", key_len=1 << 32)), "key length 4294967296 exceeds")
     add("key_len_u64max", kvs(KV("k", U8, 1, key_len=u64max)), "key length")
     add("key_empty", kvs(KV("", U8, 1)), "empty key")
     add("key_nul", kvs(KV(b"gen\0eral", U8, 1)), "NUL")
-    add("string_len_past_end", kvs(KV("general.name", STRING, "abc", str_len=1 << 32)),
-        "string length 4294967296 exceeds")
+    add(
+        "string_len_past_end",
+        kvs(KV("general.name", STRING, "abc", str_len=1 << 32)),
+        "string length 4294967296 exceeds",
+    )
     add("string_len_u64max", kvs(KV("general.name", STRING, "abc", str_len=u64max)), "string length")
-    add("array_len_past_end", kvs(KV("a", ARRAY, [1, 2], arr_type=U32, arr_len=1 << 40)),
-        "array of 1099511627776 u32")
+    add("array_len_past_end", kvs(KV("a", ARRAY, [1, 2], arr_type=U32, arr_len=1 << 40)), "array of 1099511627776 u32")
     add("array_len_wraps_alloc", kvs(KV("a", ARRAY, [1], arr_type=U64, arr_len=1 << 61)), "array of")
     add("string_array_len_huge", kvs(KV("t", ARRAY, ["a"], arr_type=STRING, arr_len=1 << 59)), "strings")
-    add("string_array_elem_len",
-        kvs(KV("tokenizer.ggml.tokens", ARRAY,
-               raw=q("<IQ", STRING, 2) + q("<Q", 1) + b"a" + q("<Q", 1 << 33))),
-        "element 1")
-    add("nested_array", kvs(KV("n", ARRAY, raw=q("<IQ", ARRAY, 1) + q("<IQ", U8, 1) + b"\x01")),
-        "nested arrays")
+    add(
+        "string_array_elem_len",
+        kvs(KV("tokenizer.ggml.tokens", ARRAY, raw=q("<IQ", STRING, 2) + q("<Q", 1) + b"a" + q("<Q", 1 << 33))),
+        "element 1",
+    )
+    add("nested_array", kvs(KV("n", ARRAY, raw=q("<IQ", ARRAY, 1) + q("<IQ", U8, 1) + b"\x01")), "nested arrays")
     add("unknown_kv_type", kvs(KV("k", 13, raw=b"\0" * 8)), "unknown value type 13")
     add("unknown_kv_type_huge", kvs(KV("k", 0xFFFFFFFF, raw=b"\0" * 8)), "unknown value type")
-    add("unknown_array_type", kvs(KV("k", ARRAY, raw=q("<IQ", 99, 1) + b"\0" * 8)),
-        "unknown array element type 99")
+    add("unknown_array_type", kvs(KV("k", ARRAY, raw=q("<IQ", 99, 1) + b"\0" * 8)), "unknown array element type 99")
     add("bool_2", kvs(KV("b", BOOL, raw=b"\x02")), "bool")
     add("duplicate_key", kvs(kv_u32("x.y", 1), kv_u32("x.z", 2), kv_u32("x.y", 3)), "duplicate key")
     # general.alignment
@@ -485,13 +521,11 @@ def malformed_cases() -> dict[str, tuple[bytes, str]]:
     add("nel_overflow_4d", ts(Tensor("w", [1 << 16] * 4, data=b"")), "element count overflows")
     add("nbytes_overflow_f32", ts(Tensor("w", [1 << 31, 1 << 31], data=b"")), "byte size overflows")
     add("nbytes_past_end_f32", ts(Tensor("w", [1 << 61], data=b"")), "past end of file")
-    add("q8_0_not_multiple", ts(Tensor("w", [33], GGML_Q8_0, data=b"")),
-        "not a multiple of the q8_0 block size 32")
+    add("q8_0_not_multiple", ts(Tensor("w", [33], GGML_Q8_0, data=b"")), "not a multiple of the q8_0 block size 32")
     add("q8_0_past_end", ts(Tensor("w", [1 << 61, 3], GGML_Q8_0, data=b"")), "past end of file")
     add("type_q2_K", ts(Tensor("w", [256], GGML_Q2_K)), "type 10 (q2_K) is not supported")
     add("type_q4_1", ts(Tensor("w", [32], GGML_Q4_1)), "type 3 (q4_1) is not supported")
-    add("q4_K_not_multiple", ts(Tensor("w", [320], GGML_Q4_K, data=b"")),
-        "not a multiple of the q4_K block size 256")
+    add("q4_K_not_multiple", ts(Tensor("w", [320], GGML_Q4_K, data=b"")), "not a multiple of the q4_K block size 256")
     add("q4_K_past_end", ts(Tensor("w", [256, 1 << 40], GGML_Q4_K, data=b"")), "past end of file")
     add("type_unknown", ts(Tensor("w", [4], 1000, data=b"\0" * 16)), "type 1000 (unknown)")
     add("type_u32max", ts(Tensor("w", [4], 0xFFFFFFFF, data=b"\0" * 16)), "not supported")
@@ -514,15 +548,19 @@ def fuzz_seeds() -> dict[str, bytes]:
     shards = split_images(3, metadata_only_first=True, tensors_per_shard=1)
     return {
         "valid_every_type.gguf": small_model().bytes(),
-        "valid_align64.gguf": small_model(alignment=64, kvs=[kv_str("general.architecture", "a"),
-                                                             kv_u32("general.alignment", 64)]).bytes(),
+        "valid_align64.gguf": small_model(
+            alignment=64, kvs=[kv_str("general.architecture", "a"), kv_u32("general.alignment", 64)]
+        ).bytes(),
         "valid_v2.gguf": small_model(version=2, kvs=[kv_str("general.name", "v2")]).bytes(),
         "valid_no_tensors.gguf": GGUFImage(kvs=every_type_kvs()[:4]).bytes(),
         "valid_tokens.gguf": GGUFImage(
-            kvs=[kv_str("tokenizer.ggml.model", "gpt2"),
-                 kv_arr("tokenizer.ggml.tokens", STRING, [bytes([i]) for i in range(32, 48)]),
-                 kv_arr("tokenizer.ggml.token_type", I32, [1] * 16)],
-            tensors=[Tensor("token_embd.weight", [32, 4], GGML_Q8_0)]).bytes(),
+            kvs=[
+                kv_str("tokenizer.ggml.model", "gpt2"),
+                kv_arr("tokenizer.ggml.tokens", STRING, [bytes([i]) for i in range(32, 48)]),
+                kv_arr("tokenizer.ggml.token_type", I32, [1] * 16),
+            ],
+            tensors=[Tensor("token_embd.weight", [32, 4], GGML_Q8_0)],
+        ).bytes(),
         "split_first_metadata_only.gguf": shards[0].bytes(),
         "split_second.gguf": shards[1].bytes(),
     }

@@ -10,16 +10,37 @@ from pathlib import Path
 import pytest
 
 DEFAULT_FIXTURES = [
-    "qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-q4k", "qwen3moe-nonorm",
+    "qwen3moe",
+    "qwen3moe-split4",
+    "gemma4",
+    "wide",
+    "qwen3moe-q8_0",
+    "qwen3moe-q4k",
+    "qwen3moe-nonorm",
     "qwen3moe-tied",
 ]
 
 
 def run(engine: Path, model: Path, threads: int, logits: Path) -> bytes:
     proc = subprocess.run(
-        [str(engine), "run", "-m", str(model), "--mmap", "-p", "Determinism, please.", "-n", "24",
-         "-t", str(threads), "--json", "--logits-out", str(logits)],
-        capture_output=True, check=True,
+        [
+            str(engine),
+            "run",
+            "-m",
+            str(model),
+            "--mmap",
+            "-p",
+            "Determinism, please.",
+            "-n",
+            "24",
+            "-t",
+            str(threads),
+            "--json",
+            "--logits-out",
+            str(logits),
+        ],
+        capture_output=True,
+        check=True,
     )
     return proc.stdout
 

@@ -49,8 +49,9 @@ def test_unknown_serial_is_one_line_naming_what_the_server_has(tmp_path: Path, l
     with pytest.raises(InfraError) as ei:
         open_transport(dev).connect()
     assert ei.value.kind == "unreachable"
-    assert str(ei.value) == (f"p8: unreachable: unknown serial R58M00NOTHERE: the adb server at {link.server} "
-                             f"lists {link.serial}")
+    assert str(ei.value) == (
+        f"p8: unreachable: unknown serial R58M00NOTHERE: the adb server at {link.server} lists {link.serial}"
+    )
     r = open_transport(dev).run(["true"], 10)  # run() reports instead of raising
     assert r.outcome is Ending.INFRA and "unknown serial" in str(r.infra)
 
@@ -86,8 +87,10 @@ def test_a_wrong_abi_is_refused_at_preflight(tmp_path: Path) -> None:
         with pytest.raises(InfraError) as ei:
             preflight(t)
     assert ei.value.kind == "preflight"
-    assert str(ei.value) == ("p8: preflight: wrong ABI: declared arch aarch64 but the device's user space is "
-                             "armeabi-v7a (getprop ro.product.cpu.abi)")
+    assert str(ei.value) == (
+        "p8: preflight: wrong ABI: declared arch aarch64 but the device's user space is "
+        "armeabi-v7a (getprop ro.product.cpu.abi)"
+    )
 
 
 def test_the_right_abi_is_confirmed_by_getprop(tmp_path: Path, link: AdbLink) -> None:
@@ -96,7 +99,8 @@ def test_the_right_abi_is_confirmed_by_getprop(tmp_path: Path, link: AdbLink) ->
 
 
 def test_adb_disconnect_under_a_command_is_a_disconnect_and_a_tcp_serial_comes_back(
-        tmp_path: Path, link: AdbLink) -> None:
+    tmp_path: Path, link: AdbLink
+) -> None:
     t = open_transport(_device(tmp_path, link))
     t.connect()
     pidfile = tmp_path / "work" / "sleeper.pid"

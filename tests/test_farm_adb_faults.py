@@ -26,13 +26,16 @@ def _farm(tmp_path: Path, link: AdbLink, defaults: str = "") -> Path:
     """host (local) and phone (adb, the native build: the stand-in reports an x86_64 ABI)."""
     base = host_farm(tmp_path).read_text().split("devices:\n", 1)
     farm = tmp_path / "adb-farm.yaml"
-    farm.write_text(f"{base[0]}defaults:\n  retries: 0\n{defaults}devices:\n{base[1]}"
-                    + link.device_yaml("phone", "x86_64", tmp_path / "phone-work"))
+    farm.write_text(
+        f"{base[0]}defaults:\n  retries: 0\n{defaults}devices:\n{base[1]}"
+        + link.device_yaml("phone", "x86_64", tmp_path / "phone-work")
+    )
     return farm
 
 
 def _when_first_record(results: Path, act) -> threading.Thread:
     """Run ``act()`` once the adb device has recorded its first test."""
+
     def watch() -> None:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
@@ -100,16 +103,16 @@ def test_a_hung_phone_times_out_as_errors_and_the_other_passes(tmp_path: Path) -
     assert hung["failed"] == 0 and hung["passed"] >= 1 and hung["errors"] >= 1
     assert hung["passed"] + hung["errors"] == hung["tests"] == DET_TESTS
     problems = [p for p in run.summary["problems"] if p["device"] == "phone"]
-    assert problems and all(any(k in p["message"] for k in ("timeout", "no progress", "no answer"))
-                            for p in problems), problems
+    assert problems and all(
+        any(k in p["message"] for k in ("timeout", "no progress", "no answer")) for p in problems
+    ), problems
     assert took < 240
 
 
 def test_pushes_corrupted_on_the_phone_are_repushed_or_an_infrastructure_error(tmp_path: Path) -> None:
     # once: the first file received arrives with a flipped byte; the store re-pushes it and the run passes
     with adb_link(tmp_path / "once", "--corrupt-push", "1") as link:
-        run = run_gates(tmp_path, farm=_farm(tmp_path, link), device="phone", modules=DET,
-                        results=tmp_path / "r1")
+        run = run_gates(tmp_path, farm=_farm(tmp_path, link), device="phone", modules=DET, results=tmp_path / "r1")
     phone = without_xdev(run.summary["devices"]["phone"])
     assert run.returncode == 0, run.output[-3000:]
     assert phone["status"] == "pass" and phone["passed"] == phone["tests"] == DET_TESTS

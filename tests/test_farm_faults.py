@@ -153,7 +153,7 @@ def test_a_stopped_engine_is_one_named_timeout_and_the_other_device_finishes(tmp
 
 def _state(pid: int) -> str:
     try:
-        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0])
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "Z"
 
@@ -163,11 +163,28 @@ def test_a_killed_controller_leaves_results_that_add_up_and_the_next_run_starts(
     farm = _two_device_farm(tmp_path, 60.0)
     farm.write_text(farm.read_text().replace("defaults:\n", f"defaults:\n  lease_ttl: {ttl}\n"))
     killed = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "pytest", *DET, "-p", "no:cacheprovider", "-q", "-n", "2", "--bmoe-farm", str(farm),
-           "--bmoe-device", "all", "--bmoe-results", str(killed), "--bmoe-fixture", "qwen3moe",
-           "--bmoe-fixture", "gemma4"]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *DET,
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-n",
+        "2",
+        "--bmoe-farm",
+        str(farm),
+        "--bmoe-device",
+        "all",
+        "--bmoe-results",
+        str(killed),
+        "--bmoe-fixture",
+        "qwen3moe",
+        "--bmoe-fixture",
+        "gemma4",
+    ]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and proc.poll() is None:
@@ -193,8 +210,13 @@ def test_a_killed_controller_leaves_results_that_add_up_and_the_next_run_starts(
     assert time.monotonic() - start < ttl + 10 + 120
     assert "broke stale lock" in nxt.output
 
-    out = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "report", str(killed), "--format", "json"],
-                         cwd=REPO, capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, "-m", "bmoe_ci.cli", "report", str(killed), "--format", "json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert out.returncode == 1, out.stderr
     summary = json.loads(out.stdout)
     plan = json.loads((killed / "plan.json").read_text())["tests"]
@@ -213,8 +235,12 @@ def _engines_left(tmp_path: Path, within_s: float) -> list[int]:
     """The engines still running under either device's store once `within_s` seconds have passed."""
     deadline = time.monotonic() + within_s
     while True:
-        left = [pid for work in ("work", "work-b") for pid in _engines_under(tmp_path / work / "store")
-                if "Z" not in _state(pid)]
+        left = [
+            pid
+            for work in ("work", "work-b")
+            for pid in _engines_under(tmp_path / work / "store")
+            if "Z" not in _state(pid)
+        ]
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.1)
@@ -249,8 +275,9 @@ def test_bad_options_are_refused_before_any_device_is_touched(tmp_path: Path) ->
         cases.append((("--bmoe-results", str(read_only / "r")), "is not writable"))
     mips = tmp_path / "mips.yaml"
     mips.write_text(farm.read_text().replace("arch: x86_64", "arch: mips").replace("arch: aarch64", "arch: mips"))
-    cases.append((("--bmoe-farm", str(mips), "--bmoe-results", str(tmp_path / "r")),
-                  f"{mips}:6: devices[0].arch: unknown arch"))
+    cases.append(
+        (("--bmoe-farm", str(mips), "--bmoe-results", str(tmp_path / "r")), f"{mips}:6: devices[0].arch: unknown arch")
+    )
     for args, expected in cases:
         full = args if "--bmoe-farm" in args else ("--bmoe-farm", str(farm), *args)
         r = _gates(tmp_path, "--bmoe-device", "host", *full)
@@ -265,16 +292,20 @@ def test_a_device_failing_its_health_check_is_quarantined_skipped_and_released(t
     farm = host_farm(tmp_path)
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
-    farm.write_text(farm.read_text() + "  - name: broken\n    kind: phone\n    arch: x86_64\n    transport: local\n"
-                    f"    workdir: {blocker}/work\n    quarantine_after: 1\n    quarantine_hours: 1\n")
+    farm.write_text(
+        farm.read_text() + "  - name: broken\n    kind: phone\n    arch: x86_64\n    transport: local\n"
+        f"    workdir: {blocker}/work\n    quarantine_after: 1\n    quarantine_hours: 1\n"
+    )
     start = time.monotonic()
-    first = run_gates(tmp_path, farm=farm, device="all", modules=DET, select=("test_same_config_twice",),
-                      results=tmp_path / "r1")
+    first = run_gates(
+        tmp_path, farm=farm, device="all", modules=DET, select=("test_same_config_twice",), results=tmp_path / "r1"
+    )
     broken = first.summary["devices"]["broken"]
     assert first.returncode == 1 and broken["errors"] == 2 and broken["passed"] == broken["failed"] == 0
     assert "broken: quarantined until" in first.output and first.summary["notes"] == []
-    second = run_gates(tmp_path, farm=farm, device="all", modules=DET, select=("test_same_config_twice",),
-                       results=tmp_path / "r2")
+    second = run_gates(
+        tmp_path, farm=farm, device="all", modules=DET, select=("test_same_config_twice",), results=tmp_path / "r2"
+    )
     assert time.monotonic() - start < 240
     assert second.returncode == 0, second.output[-2000:]
     assert list(second.summary["devices"]) == ["host"]
@@ -283,14 +314,29 @@ def test_a_device_failing_its_health_check_is_quarantined_skipped_and_released(t
     assert note.startswith("broken skipped: quarantined until ")
     assert "failed its health check on 1 consecutive runs" in note and "cannot create work directory" in note
     assert "broken skipped: quarantined" in (tmp_path / "r2" / "summary.md").read_text()
-    status = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "farm", "status", "--farm", str(farm)],
-                            cwd=REPO, capture_output=True, text=True, check=False)
+    status = subprocess.run(
+        [sys.executable, "-m", "bmoe_ci.cli", "farm", "status", "--farm", str(farm)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert "QUARANTINED (quarantined until" in status.stdout
-    rel = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "farm", "release", "broken", "--farm", str(farm)],
-                         cwd=REPO, capture_output=True, text=True, check=False)
+    rel = subprocess.run(
+        [sys.executable, "-m", "bmoe_ci.cli", "farm", "release", "broken", "--farm", str(farm)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert rel.returncode == 0 and rel.stdout.startswith("broken: released (was quarantined until")
-    status = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "farm", "status", "--farm", str(farm), "--json"],
-                            cwd=REPO, capture_output=True, text=True, check=False)
+    status = subprocess.run(
+        [sys.executable, "-m", "bmoe_ci.cli", "farm", "status", "--farm", str(farm), "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert [d["quarantine"] for d in json.loads(status.stdout)["devices"]] == [None, None]
 
 
@@ -349,8 +395,24 @@ def test_a_device_whose_sshd_dies_mid_run_gives_errors_and_the_other_passes(tmp_
 
 
 def _gates_cmd(farm: Path, results: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "pytest", *DET, "-p", "no:cacheprovider", "-q", "--bmoe-farm", str(farm),
-            "--bmoe-device", "host", "--bmoe-results", str(results), "--bmoe-fixture", "qwen3moe", *args]
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        *DET,
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--bmoe-farm",
+        str(farm),
+        "--bmoe-device",
+        "host",
+        "--bmoe-results",
+        str(results),
+        "--bmoe-fixture",
+        "qwen3moe",
+        *args,
+    ]
 
 
 def _summary(results: Path) -> dict:
@@ -365,16 +427,27 @@ def test_a_second_run_on_a_leased_device_is_busy_or_waits_for_it(tmp_path: Path)
     slow.write_text(farm.read_text() + "    exec_prefix: [sh, -c, 'sleep 3; exec \"$@\"', slow]\n")
     lease = tmp_path / "work" / ".bmoe-ci-lock" / "owner"
     start = time.monotonic()
-    first = subprocess.Popen(_gates_cmd(slow, tmp_path / "r1"), cwd=REPO, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, start_new_session=True)
+    first = subprocess.Popen(
+        _gates_cmd(slow, tmp_path / "r1"),
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         while not lease.is_file() and first.poll() is None and time.monotonic() - start < 120:
             time.sleep(0.05)
         assert first.poll() is None and lease.is_file(), "the first run never leased the device"
-        waiter = subprocess.Popen(_gates_cmd(farm, tmp_path / "r3", "--bmoe-lock-wait", "120"), cwd=REPO,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        busy = subprocess.run(_gates_cmd(farm, tmp_path / "r2"), cwd=REPO, capture_output=True, text=True,
-                              timeout=120, check=False)
+        waiter = subprocess.Popen(
+            _gates_cmd(farm, tmp_path / "r3", "--bmoe-lock-wait", "120"),
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        busy = subprocess.run(
+            _gates_cmd(farm, tmp_path / "r2"), cwd=REPO, capture_output=True, text=True, timeout=120, check=False
+        )
         assert first.poll() is None, "the first run ended before the second met its lease"
         waited_out, _ = waiter.communicate(timeout=180)
         first_rc = first.wait(timeout=60)
@@ -391,8 +464,11 @@ def test_a_second_run_on_a_leased_device_is_busy_or_waits_for_it(tmp_path: Path)
     assert refused["pushed_bytes"] == 0
     msg = refused["infra_error"]
     holder = rf"\S+ \(pid {first.pid} on {re.escape(socket.gethostname())}\)"
-    assert re.search(rf"busy, held by {holder} since [\d-]+ [\d:]+ UTC; "
-                     r"heartbeat \d+s ago, expires in \d+s \(ttl 180s\)", msg), msg
+    assert re.search(
+        rf"busy, held by {holder} since [\d-]+ [\d:]+ UTC; "
+        r"heartbeat \d+s ago, expires in \d+s \(ttl 180s\)",
+        msg,
+    ), msg
     # the first run and the waiting one both pass; the waiter ran after the first released the lease
     assert first_rc == 0 and without_xdev(_summary(tmp_path / "r1")["devices"]["host"])["passed"] == DET_TESTS
     assert waiter.returncode == 0, waited_out[-3000:]

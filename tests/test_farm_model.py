@@ -334,8 +334,13 @@ def test_infra_errors_pickle_with_their_kind() -> None:
 def test_unknown_arch_is_refused_at_its_line(tmp_path: Path) -> None:
     msg = only(tmp_path, GOOD.replace("    arch: aarch64\n", "    arch: mips\n"))
     assert msg.startswith("farm.yaml:24: devices[2].arch: unknown arch 'mips': the engine is built for aarch64, x86_64")
-    msg = only(tmp_path, GOOD.replace("  known_hosts: known\n", "  known_hosts: known\n  arch: riscv64\n")
-               .replace("    arch: x86_64\n", "").replace("    arch: arm64\n", "").replace("    arch: aarch64\n", ""))
+    msg = only(
+        tmp_path,
+        GOOD.replace("  known_hosts: known\n", "  known_hosts: known\n  arch: riscv64\n")
+        .replace("    arch: x86_64\n", "")
+        .replace("    arch: arm64\n", "")
+        .replace("    arch: aarch64\n", ""),
+    )
     assert msg.startswith("farm.yaml:5: defaults.arch: unknown arch 'riscv64'"), msg  # once, at its line
 
 
@@ -363,7 +368,8 @@ def test_alias_bombs_and_huge_files_are_bounded(tmp_path: Path) -> None:
     assert "aliases expand to more than 100000 nodes" in msg and msg.startswith("farm.yaml:")
     assert "larger than 1048576 bytes" in only(tmp_path, "version: 1\n#" + "x" * (1 << 20) + "\n")
     anchors = GOOD.replace("    labels: [fast]\n", "    labels: &l [fast]\n").replace(
-        "    workdir: /tmp/c\n", "    workdir: /tmp/c\n    labels: *l\n")
+        "    workdir: /tmp/c\n", "    workdir: /tmp/c\n    labels: *l\n"
+    )
     assert load_farm_file(write(tmp_path, anchors)).devices["c"].labels == ("fast",)  # ordinary aliases work
 
 
@@ -382,15 +388,21 @@ def test_adb_rules_defaults_and_the_transport_registry(tmp_path: Path) -> None:
     p8 = farm.devices["p8"]
     # the work directory of an app-less shell on every Android; the ssh defaults are not the adb device's
     assert (p8.workdir, p8.serial, p8.adb_server, p8.key, p8.known_hosts) == (
-        "/data/local/tmp/bmoe", "35161FDJH000GX", None, None, None)
+        "/data/local/tmp/bmoe",
+        "35161FDJH000GX",
+        None,
+        None,
+        None,
+    )
     assert p8.where == "adb 35161FDJH000GX" and "adb 35161FDJH000GX" in p8.describe()
-    with_server = GOOD.replace("pools:\n", ADB_DEVICE + "    adb_server: lab-host:5037\n    workdir: /data/x\n"
-                               + "pools:\n")
+    with_server = GOOD.replace(
+        "pools:\n", ADB_DEVICE + "    adb_server: lab-host:5037\n    workdir: /data/x\n" + "pools:\n"
+    )
     served = load_farm_file(write(tmp_path, with_server)).devices["p8"]
     assert served.where == "adb 35161FDJH000GX on server lab-host:5037"
-    assert only(tmp_path, GOOD.replace("pools:\n", ADB_DEVICE.replace("    serial: 35161FDJH000GX\n", "")
-                                       + "pools:\n")) == (
-        "farm.yaml:28: devices[3]: missing required key 'serial' (transport adb: what `adb devices` lists)")
+    assert only(
+        tmp_path, GOOD.replace("pools:\n", ADB_DEVICE.replace("    serial: 35161FDJH000GX\n", "") + "pools:\n")
+    ) == ("farm.yaml:28: devices[3]: missing required key 'serial' (transport adb: what `adb devices` lists)")
     msg = only(tmp_path, GOOD.replace("pools:\n", ADB_DEVICE + "    adb_server: lab-host\n" + "pools:\n"))
     assert msg.startswith("farm.yaml:34: devices[3].adb_server: expected HOST:PORT of an adb server"), msg
     msg = only(tmp_path, GOOD.replace("pools:\n", ADB_DEVICE + "    workdir: bmoe\n" + "pools:\n"))
@@ -400,7 +412,8 @@ def test_adb_rules_defaults_and_the_transport_registry(tmp_path: Path) -> None:
     msg = only(tmp_path, GOOD.replace("    workdir: wd/a\n", "    workdir: wd/a\n    serial: X\n"))
     assert msg == "farm.yaml:11: devices[0].serial: only meaningful for transport adb"
     msg = only(tmp_path, GOOD.replace("transport: local\n    workdir: wd/a", "transport: abd\n    workdir: wd/a"))
-    assert msg == ("farm.yaml:9: devices[0].transport: unknown transport 'abd' (known: adb, local, ssh)"
-                   " (did you mean 'adb'?)")
+    assert msg == (
+        "farm.yaml:9: devices[0].transport: unknown transport 'abd' (known: adb, local, ssh) (did you mean 'adb'?)"
+    )
     msg = only(tmp_path, GOOD.replace("    workdir: wd/a\n", ""))
     assert msg == "farm.yaml:6: devices[0]: missing required key 'workdir' (transport local)"

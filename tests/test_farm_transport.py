@@ -219,8 +219,7 @@ def test_flipped_byte_in_the_store_is_found_and_repushed(t, tmp_path: Path) -> N
     f.write_bytes(b"stored content " + t.device.name.encode() + str(time.time()).encode())
     sha = sha256_file(f)
     stored = push(t, [f]).files[0].store_path
-    t.run(["sh", "-c", 'chmod u+w "$1" && printf Z | dd of="$1" bs=1 seek=3 conv=notrunc 2>/dev/null',
-           "x", stored], 10)
+    t.run(["sh", "-c", 'chmod u+w "$1" && printf Z | dd of="$1" bs=1 seek=3 conv=notrunc 2>/dev/null', "x", stored], 10)
     again = push(t, [f])
     [m] = again.mismatches
     assert (m.where, m.expected) == ("store", sha) and m.found not in ("", sha)

@@ -18,8 +18,16 @@ from bmoe_ci.models.llama_cpp_table import missing_keys, tensor_problems
 from bmoe_ci.models.model import metadata
 from bmoe_ci.models.spec import FixtureSpec, default_specs_path
 
-DEFAULTS = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-q4k", "qwen3moe-nonorm",
-            "qwen3moe-tied"]
+DEFAULTS = [
+    "qwen3moe",
+    "qwen3moe-split4",
+    "gemma4",
+    "wide",
+    "qwen3moe-q8_0",
+    "qwen3moe-q4k",
+    "qwen3moe-nonorm",
+    "qwen3moe-tied",
+]
 VARIANTS = ["qwen3moe-sigmoid", "qwen3moe-softmax-sel"]
 #: one fixture per further weight type (not default: the reference and kernel tests of each type)
 QUANT_VARIANTS = ["qwen3moe-q5k", "qwen3moe-q6k", "qwen3moe-q4_0", "qwen3moe-q5_0", "qwen3moe-bf16"]
@@ -239,9 +247,7 @@ def test_split_layout_and_metadata(generated: dict):
             assert "general.architecture" not in r.fields  # only the first shard carries metadata
     first = {k: v.contents() for k, v in readers[0].fields.items() if not k.startswith(("split.", "GGUF."))}
     whole = {
-        k: v.contents()
-        for k, v in GGUFReader(generated["qwen3moe"].path).fields.items()
-        if not k.startswith("GGUF.")
+        k: v.contents() for k, v in GGUFReader(generated["qwen3moe"].path).fields.items() if not k.startswith("GGUF.")
     }
     first.pop("general.name")
     whole.pop("general.name")
@@ -630,9 +636,7 @@ def test_concurrent_generators_share_one_directory(tmp_path: Path):
         "--name",
         "wide",
     ]
-    procs = [
-        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
-    ]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     assert outs[0][0] == outs[1][0] and outs[0][0].count("\n") == 2

@@ -76,8 +76,9 @@ def test_clean_build_passes_ref_and_batch_stderr(tmp_path: Path) -> None:
 
 def test_clean_build_passes_score(tmp_path: Path) -> None:
     # gemma4: a dense layer, a shared expert and a weight chain ending at _scaled; qwen3moe-q8_0: Q8_0
-    run = run_gates(tmp_path, modules=(*SCORING, "gates/test_invariants.py"),
-                    fixtures=("qwen3moe", "gemma4", "qwen3moe-q8_0"))
+    run = run_gates(
+        tmp_path, modules=(*SCORING, "gates/test_invariants.py"), fixtures=("qwen3moe", "gemma4", "qwen3moe-q8_0")
+    )
     assert run.returncode == 0, run.output[-3000:]
     counts = run.summary["devices"]["host"]["gate_counts"]
     assert counts["SCORE"]["pass"] == 3 and counts["INV"]["pass"] == 3, counts
@@ -139,9 +140,14 @@ def test_a_device_with_another_engine_fails_xdev(tmp_path: Path) -> None:
     what fails is XDEV, derived over the three, on `odd` alone, and the second run exits non-zero."""
     farm = tmp_path / "farm.yaml"
     arch = {"arm64": "aarch64", "amd64": "x86_64"}.get(platform.machine().lower(), platform.machine().lower())
-    farm.write_text("version: 1\ndevices:\n" + "".join(
-        f"  - name: {n}\n    kind: desktop\n    os: linux\n    arch: {arch}\n    transport: local\n"
-        f"    workdir: {tmp_path / ('work-' + n)}\n" for n in ("a", "b", "odd")))
+    farm.write_text(
+        "version: 1\ndevices:\n"
+        + "".join(
+            f"  - name: {n}\n    kind: desktop\n    os: linux\n    arch: {arch}\n    transport: local\n"
+            f"    workdir: {tmp_path / ('work-' + n)}\n"
+            for n in ("a", "b", "odd")
+        )
+    )
     results = tmp_path / "results"
     first = run_gates(tmp_path, faults=("WRONG_OFFSET",), modules=BATCH, farm=farm, device="odd", results=results)
     assert first.returncode == 0, first.output[-3000:]  # alone, nothing on `odd` can tell
@@ -155,8 +161,13 @@ def test_a_device_with_another_engine_fails_xdev(tmp_path: Path) -> None:
     assert {"output", "tokens"} <= {d["field"] for d in found if d["entry"] == "stream"}
     assert not [d for d in found if d["entry"] == "ref"]  # --mmap reads no expert through the streamer
     assert "XDEV qwen3moe" in run.output  # the console names what differed
-    report = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "report", str(results)], cwd=REPO,
-                            capture_output=True, text=True, check=False)
+    report = subprocess.run(
+        [sys.executable, "-m", "bmoe_ci.cli", "report", str(results)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert report.returncode == 1, report.stdout + report.stderr
 
 

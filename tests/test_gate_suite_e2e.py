@@ -42,8 +42,13 @@ def test_same_output_bytes_on_x86_64_and_emulated_aarch64(tmp_path: Path) -> Non
         + "  - name: phone-emu\n    kind: phone\n    os: linux\n    arch: aarch64\n    transport: local\n"
         f"    workdir: {tmp_path / 'phone'}\n    exec_prefix: [qemu-aarch64-static]\n    timeout_scale: 8\n"
     )
-    run = run_gates(tmp_path, farm=farm, device="all", modules=("gates/test_determinism.py",),
-                    fixtures=("qwen3moe", "gemma4", "qwen3moe-q8_0"))
+    run = run_gates(
+        tmp_path,
+        farm=farm,
+        device="all",
+        modules=("gates/test_determinism.py",),
+        fixtures=("qwen3moe", "gemma4", "qwen3moe-q8_0"),
+    )
     assert run.returncode == 0, run.output[-3000:]
     host, phone = run.summary["devices"]["host"], run.summary["devices"]["phone-emu"]
     assert phone["arch"] == "aarch64" and host["arch"] != "aarch64"
@@ -59,8 +64,7 @@ def test_unreachable_device_is_an_error_and_the_others_still_pass(tmp_path: Path
     (tmp_path / "known_hosts").write_text("")
     farm = host_farm(tmp_path)
     farm.write_text(
-        farm.read_text()
-        + "  - name: gone\n    kind: phone\n    os: linux\n    arch: x86_64\n    transport: ssh\n"
+        farm.read_text() + "  - name: gone\n    kind: phone\n    os: linux\n    arch: x86_64\n    transport: ssh\n"
         f"    host: 127.0.0.1\n    port: 9\n    user: nobody\n    key: {keys / 'id'}\n"
         f"    known_hosts: {tmp_path / 'known_hosts'}\n    workdir: /tmp/gone\n    connect_timeout: 2\n"
     )
@@ -80,15 +84,14 @@ def test_device_dying_mid_run_keeps_the_results_it_gave(tmp_path: Path) -> None:
     wrapper = tmp_path / "dies.sh"
     wrapper.write_text(
         "#!/bin/sh\n"
-        f'n=$(cat {tmp_path}/count 2>/dev/null || echo 0); echo $((n + 1)) > {tmp_path}/count\n'
+        f"n=$(cat {tmp_path}/count 2>/dev/null || echo 0); echo $((n + 1)) > {tmp_path}/count\n"
         '[ "$n" -ge 2 ] && exec sleep 600\n'  # 0: --version at preflight, 1: the first plan
         'exec "$@"\n'
     )
     wrapper.chmod(0o755)
     farm = host_farm(tmp_path)
     farm.write_text(farm.read_text() + f"    exec_prefix: [{wrapper}]\n    timeout_scale: 0.05\n")
-    run = run_gates(tmp_path, farm=farm, modules=("gates/test_determinism.py",),
-                    fixtures=("qwen3moe",))
+    run = run_gates(tmp_path, farm=farm, modules=("gates/test_determinism.py",), fixtures=("qwen3moe",))
     host = run.summary["devices"]["host"]
     # DET-repeat and DET-threads come from the first plan (answered); DET-batch and DET-kernels need
     # engine processes of their own, which hang: errors, not failures, and the verdicts already
@@ -98,9 +101,25 @@ def test_device_dying_mid_run_keeps_the_results_it_gave(tmp_path: Path) -> None:
 
 def test_unknown_device_lists_the_known_ones(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "gates", "-p", "no:cacheprovider", "--bmoe-farm", str(host_farm(tmp_path)),
-         "--bmoe-device", "pixel9", "--bmoe-results", str(tmp_path / "r")],
-        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "gates",
+            "-p",
+            "no:cacheprovider",
+            "--bmoe-farm",
+            str(host_farm(tmp_path)),
+            "--bmoe-device",
+            "pixel9",
+            "--bmoe-results",
+            str(tmp_path / "r"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert proc.returncode == 4  # pytest's usage error
     assert "pixel9" in proc.stderr and "host" in proc.stderr
@@ -113,9 +132,25 @@ def test_engine_that_does_not_compile_stops_the_run_with_the_compiler_output(tmp
     shutil.copy(REPO / "pyproject.toml", tree / "pyproject.toml")
     (tree / "engine" / "src" / "zz_broken.c").write_text("int zz_broken(void) { return not_declared; }\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "gates", "-p", "no:cacheprovider", "--bmoe-farm", str(host_farm(tmp_path)),
-         "--bmoe-device", "host", "--bmoe-results", str(tmp_path / "r")],
-        cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "gates",
+            "-p",
+            "no:cacheprovider",
+            "--bmoe-farm",
+            str(host_farm(tmp_path)),
+            "--bmoe-device",
+            "host",
+            "--bmoe-results",
+            str(tmp_path / "r"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
         env={**os.environ, "BMOE_CI_REPO": str(tree), "BMOE_CI_CACHE": str(tmp_path / "cache")},
     )
     assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -126,8 +161,10 @@ def test_engine_that_does_not_compile_stops_the_run_with_the_compiler_output(tmp
 
 def test_xdist_keeps_each_device_on_one_worker(tmp_path: Path) -> None:
     farm = host_farm(tmp_path)
-    farm.write_text(farm.read_text() + farm.read_text().split("devices:\n", 1)[1]
-                    .replace("name: host", "name: host2").replace("/work", "/work2"))
+    farm.write_text(
+        farm.read_text()
+        + farm.read_text().split("devices:\n", 1)[1].replace("name: host", "name: host2").replace("/work", "/work2")
+    )
     run = run_gates(tmp_path, farm=farm, device="all", modules=CORE, extra=("-n", "2", "-vv"))
     assert run.returncode == 0, run.output[-3000:]
     workers: dict[str, set[str]] = {}

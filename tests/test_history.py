@@ -21,30 +21,70 @@ from bmoe_ci.nightly.run import apply_retention
 from bmoe_ci.reports import DeviceRun, RunMeta, TestRecord, finalize
 
 
-def device_run(device: str, outcome: str = "pass", *, arch: str = "aarch64", infra: str | None = None,
-               build: str = "b1", records: bool = True) -> DeviceRun:
-    recs = [
-        TestRecord(device=device, gate=g, fixture="qwen3moe", name=f"{g}[qwen3moe]", classname="gates.t",
-                   outcome=outcome if g == "G1" else "pass", message="boom" if outcome == "fail" else "")
-        for g in ("G1", "G2")
-    ] if records else []
-    return DeviceRun(device=device, arch=arch, os="android", kind="phone", target=f"{arch}-linux-musl",
-                     engine_build_id=build, engine_s=1.5, wall_s=2.5, outputs={"qwen3moe": "ab" * 32},
-                     infra_error=infra, records=recs)
+def device_run(
+    device: str,
+    outcome: str = "pass",
+    *,
+    arch: str = "aarch64",
+    infra: str | None = None,
+    build: str = "b1",
+    records: bool = True,
+) -> DeviceRun:
+    recs = (
+        [
+            TestRecord(
+                device=device,
+                gate=g,
+                fixture="qwen3moe",
+                name=f"{g}[qwen3moe]",
+                classname="gates.t",
+                outcome=outcome if g == "G1" else "pass",
+                message="boom" if outcome == "fail" else "",
+            )
+            for g in ("G1", "G2")
+        ]
+        if records
+        else []
+    )
+    return DeviceRun(
+        device=device,
+        arch=arch,
+        os="android",
+        kind="phone",
+        target=f"{arch}-linux-musl",
+        engine_build_id=build,
+        engine_s=1.5,
+        wall_s=2.5,
+        outputs={"qwen3moe": "ab" * 32},
+        infra_error=infra,
+        records=recs,
+    )
 
 
 def meta(run: str, started: str) -> RunMeta:
-    return RunMeta(run=run, started=started, finished=started, engine_builds={"aarch64-linux-musl": "b1"},
-                   compiled=["aarch64-linux-musl"])
+    return RunMeta(
+        run=run,
+        started=started,
+        finished=started,
+        engine_builds={"aarch64-linux-musl": "b1"},
+        compiled=["aarch64-linux-musl"],
+    )
 
 
 def test_schema_is_versioned_and_a_run_round_trips(tmp_path: Path) -> None:
     with History(tmp_path) as h:
-        h.record(run_record(meta("r1", "2026-01-01T00:00:00"),
-                            [device_run("pixel8", "fail"), device_run("gone", infra="ssh: refused", records=False)],
-                            pool="nightly", pool_devices=["pixel8", "gone", "absent"], git_commit="abc",
-                            git_dirty=True, farm_sha256="f" * 64,
-                            mutation_scores=(MutationScore(device="pixel8", arch="aarch64", caught=9, total=10),)))
+        h.record(
+            run_record(
+                meta("r1", "2026-01-01T00:00:00"),
+                [device_run("pixel8", "fail"), device_run("gone", infra="ssh: refused", records=False)],
+                pool="nightly",
+                pool_devices=["pixel8", "gone", "absent"],
+                git_commit="abc",
+                git_dirty=True,
+                farm_sha256="f" * 64,
+                mutation_scores=(MutationScore(device="pixel8", arch="aarch64", caught=9, total=10),),
+            )
+        )
         assert h.run_ids("nightly") == ["r1"] and h.run_ids("other") == []
         rows = {r.name: r for r in h.results(["r1"])}
         assert rows["G1[qwen3moe]"].outcome == "fail" and rows["G1[qwen3moe]"].message == "boom"
@@ -54,8 +94,10 @@ def test_schema_is_versioned_and_a_run_round_trips(tmp_path: Path) -> None:
         assert devices["pixel8"].reached and not devices["gone"].reached and not devices["absent"].reached
         assert devices["gone"].infra_error == "ssh: refused"
         assert devices["pixel8"].facts["target"] == "aarch64-linux-musl"
-        assert [(o.device, o.fixture, o.entry) for o in h.outputs(["r1"])] == [("gone", "qwen3moe", "greedy"),
-                                                                               ("pixel8", "qwen3moe", "greedy")]
+        assert [(o.device, o.fixture, o.entry) for o in h.outputs(["r1"])] == [
+            ("gone", "qwen3moe", "greedy"),
+            ("pixel8", "qwen3moe", "greedy"),
+        ]
         (summary,) = h.run_summaries(["r1"])
         assert (summary.tests, summary.passed, summary.failed, summary.errors) == (3, 1, 1, 1)
         assert summary.mutation == (9, 10) and summary.engine_builds == {"aarch64-linux-musl": "b1"}
@@ -113,7 +155,9 @@ def test_two_concurrent_writers_do_not_corrupt_the_history(tmp_path: Path) -> No
     conn = sqlite3.connect(tmp_path / HISTORY_FILE)
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert conn.execute("SELECT pool, COUNT(*) FROM runs GROUP BY pool ORDER BY pool").fetchall() == [
-        ("a", 25), ("b", 25)]
+        ("a", 25),
+        ("b", 25),
+    ]
     # Every run is whole: 4 devices x 2 tests, never half a transaction.
     counts = {n for (n,) in conn.execute("SELECT COUNT(*) FROM results GROUP BY run")}
     assert counts == {8}
@@ -121,8 +165,11 @@ def test_two_concurrent_writers_do_not_corrupt_the_history(tmp_path: Path) -> No
 
 def _results_dir(root: Path, name: str, outcome: str) -> Path:
     d = root / name
-    finalize(d, [device_run("pixel8", outcome), device_run("ws", arch="x86_64")],
-             RunMeta(run="gate-own-id", started=f"2026-01-0{name[-1]}T00:00:00+0000"))
+    finalize(
+        d,
+        [device_run("pixel8", outcome), device_run("ws", arch="x86_64")],
+        RunMeta(run="gate-own-id", started=f"2026-01-0{name[-1]}T00:00:00+0000"),
+    )
     return d
 
 
@@ -148,8 +195,7 @@ def test_retention_removes_only_old_recorded_run_directories(tmp_path: Path) -> 
     with History(hist_dir) as h:
         for i in range(1, 5):
             path = hist_dir / f"run{i}"
-            h.record(run_record(meta(f"run{i}", f"2026-01-0{i}"), [device_run("a")], pool="p",
-                                results_dir=str(path)))
+            h.record(run_record(meta(f"run{i}", f"2026-01-0{i}"), [device_run("a")], pool="p", results_dir=str(path)))
         removed = apply_retention(hist_dir, h, keep=2)
         assert sorted(p.name for p in removed) == ["run1", "run2"]
         assert sorted(p.name for p in hist_dir.iterdir() if p.is_dir()) == ["notes", "run3", "run4", "run9"]

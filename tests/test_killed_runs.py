@@ -82,12 +82,14 @@ def _earlier_session(results: Path) -> None:
     results.mkdir(parents=True)
     test = {"device": "host", "gate": "G1", "fixture": "qwen3moe", "name": "G1[old]", "classname": "gates.old"}
     (results / "plan.json").write_text(json.dumps({"schema": "bmoe-ci.plan/1", "run": "old", "tests": [test]}))
-    (results / "run.json").write_text(json.dumps({"schema": "bmoe-ci.run/1", "run": "old",
-                                                  "finished": "2026-01-01T00:00:00+0000"}))
+    (results / "run.json").write_text(
+        json.dumps({"schema": "bmoe-ci.run/1", "run": "old", "finished": "2026-01-01T00:00:00+0000"})
+    )
     (results / "summary.json").write_text(json.dumps({"schema": "bmoe-ci.summary/1", "status": "pass"}))
 
 
 DELAY_S = round(random.Random(SEED).uniform(0.5, 3.0), 2)
+
 
 def _pending(results: Path) -> bool:
     return (_plan(results) or {}).get("pending") is True
@@ -115,11 +117,26 @@ def test_a_run_killed_at_any_point_reports_counts_that_equal_its_plan(tmp_path: 
     farm = _farm(tmp_path)
     results = tmp_path / "results"
     _earlier_session(results)
-    cmd = [sys.executable, "-m", "pytest", *MODULES, "-p", "no:cacheprovider", "-q", "-n", "2",
-           "--bmoe-farm", str(farm), "--bmoe-device", "all", "--bmoe-results", str(results),
-           "--bmoe-fixture", "qwen3moe"]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *MODULES,
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "-n",
+        "2",
+        "--bmoe-farm",
+        str(farm),
+        "--bmoe-device",
+        "all",
+        "--bmoe-results",
+        str(results),
+        "--bmoe-fixture",
+        "qwen3moe",
+    ]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     ready = KILL_POINTS[point]
     try:
         deadline = time.monotonic() + 300
@@ -133,8 +150,13 @@ def test_a_run_killed_at_any_point_reports_counts_that_equal_its_plan(tmp_path: 
         proc.wait()
     recorded = _recorded(results)
 
-    out = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "report", str(results), "--format", "json"],
-                         cwd=REPO, capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [sys.executable, "-m", "bmoe_ci.cli", "report", str(results), "--format", "json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if point == "while preparing":  # nothing to count yet: a bad directory, never a green one
         assert out.returncode == 2 and "no device results" in out.stderr, (out.returncode, out.stderr)
         return
@@ -149,12 +171,18 @@ def test_a_run_killed_at_any_point_reports_counts_that_equal_its_plan(tmp_path: 
     planned = [c for c in cases if c not in derived]
     assert len(planned) == len(plan["tests"]), (point, len(planned), len(plan["tests"]))
     assert sorted((c.classname, c.name) for c in planned) == sorted(
-        (f"{t['device']}.{t['classname']}", t["name"]) for t in plan["tests"]), point
+        (f"{t['device']}.{t['classname']}", t["name"]) for t in plan["tests"]
+    ), point
     interrupted = [c for c in planned if c.result and "run interrupted" in (c.result[0].message or "")]
     assert len(interrupted) == len(plan["tests"]) - recorded, point
     if plan.get("pending"):  # nothing planned: each device says the run never got to its tests
         assert {d["infra_error"] for d in summary["devices"].values()} == {summary["interrupted"]}
     # the report is stable: a second one counts the same
-    again = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "report", str(results), "--format", "json"],
-                           cwd=REPO, capture_output=True, text=True, check=False)
+    again = subprocess.run(
+        [sys.executable, "-m", "bmoe_ci.cli", "report", str(results), "--format", "json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert again.returncode == 1 and json.loads(again.stdout)["totals"] == summary["totals"], point

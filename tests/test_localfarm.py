@@ -85,7 +85,7 @@ def test_up_is_idempotent_and_the_farm_is_complete(state: Path, farm) -> None:
     assert (adb.transport, adb.kind, adb.os, adb.arch) == ("adb", "phone", "android", "aarch64")
     assert adb.serial == f"127.0.0.4:{record['adb']['adbd']['port']}"
     assert adb.adb_server == f"127.0.0.1:{record['adb']['server']['port']}"
-    assert record['adb']['server']['port'] != 5037  # never the user's own adb server
+    assert record["adb"]["server"]["port"] != 5037  # never the user's own adb server
     phone = farm.devices["phone-emu"]
     assert (phone.kind, phone.arch) == ("phone", "aarch64")
     if ARCH != "aarch64":

@@ -27,8 +27,7 @@ import gguf_corpus as gc
 
 REPO = Path(__file__).resolve().parents[1]
 ENGINE = REPO / "engine"
-SANITIZER_MARKS = ("AddressSanitizer", "LeakSanitizer", "UndefinedBehaviorSanitizer", "runtime error:",
-                   "SUMMARY:")
+SANITIZER_MARKS = ("AddressSanitizer", "LeakSanitizer", "UndefinedBehaviorSanitizer", "runtime error:", "SUMMARY:")
 TIMEOUT = 60
 
 
@@ -100,14 +99,30 @@ def test_truncated_file(engine_asan_bin: Path, tmp_path: Path, cut: int, where: 
 
 def test_truncation_points_cover_every_section() -> None:
     labels = " ".join(w for _, w in BASE.cut_points())
-    for section in ("magic", "version", "tensor count", "kv count", "key length", "value type",
-                    "string length", "array type", "array length", "element", "n_dims", "ne[1]", "type",
-                    "offset", "alignment padding", "tensor data"):
+    for section in (
+        "magic",
+        "version",
+        "tensor count",
+        "kv count",
+        "key length",
+        "value type",
+        "string length",
+        "array type",
+        "array length",
+        "element",
+        "n_dims",
+        "ne[1]",
+        "type",
+        "offset",
+        "alignment padding",
+        "tensor data",
+    ):
         assert section in labels, section
     assert len(BASE.cut_points()) > 200
 
 
 # -- counts that pass the size bound but are followed by garbage cost no memory -----------------------
+
 
 def _bomb(kind: str) -> bytes:
     """The head of a 64 MiB file whose count claims as many entries as the size allows, one real entry,
@@ -116,8 +131,15 @@ def _bomb(kind: str) -> bytes:
     if kind == "kv":
         head = b"GGUF" + q("<IQQ", 3, 0, (size - 24) // 14) + q("<Q", 1) + b"a" + q("<IB", gc.U8, 1)
     elif kind == "string_array":
-        head = (b"GGUF" + q("<IQQ", 3, 0, 1) + q("<Q", 1) + b"t" + q("<I", gc.ARRAY)
-                + q("<IQ", gc.STRING, (size - 60) // 8) + q("<Q", 0))
+        head = (
+            b"GGUF"
+            + q("<IQQ", 3, 0, 1)
+            + q("<Q", 1)
+            + b"t"
+            + q("<I", gc.ARRAY)
+            + q("<IQ", gc.STRING, (size - 60) // 8)
+            + q("<Q", 0)
+        )
     else:
         head = b"GGUF" + q("<IQQ", 3, (size - 24) // 33, 0) + q("<Q", 1) + b"w" + q("<IQIQ", 1, 4, 0, 0)
     return head + q("<Q", 1 << 40)
@@ -135,6 +157,7 @@ def test_count_bomb_allocates_only_what_was_parsed(engine_asan_bin: Path, tmp_pa
 
 
 # -- unreadable files: exit 3 ------------------------------------------------------------------------
+
 
 def test_missing_file(engine_asan_bin: Path, tmp_path: Path) -> None:
     path = tmp_path / "nope.gguf"
@@ -169,14 +192,14 @@ def test_permission_denied(engine_asan_bin: Path, tmp_path: Path) -> None:
         binary.chmod(0o755)
         path = gc.small_model().write(shared / "locked.gguf")
         path.chmod(0)
-        out = run_engine(Path(setpriv), "--reuid=65534", "--regid=65534", "--clear-groups", binary, "info", "-m",
-                         path)
+        out = run_engine(Path(setpriv), "--reuid=65534", "--regid=65534", "--clear-groups", binary, "info", "-m", path)
         assert_rejected(out, 3, path, "Permission denied")
     finally:
         shutil.rmtree(shared, ignore_errors=True)
 
 
 # -- split models ---------------------------------------------------------------------------------------
+
 
 def _split(tmp_path: Path, images: list[gc.GGUFImage] | None = None) -> list[Path]:
     return gc.write_split(tmp_path, "m", images or gc.split_images(4))
@@ -199,15 +222,19 @@ def test_split_given_a_later_shard(engine_asan_bin: Path, tmp_path: Path) -> Non
     assert_rejected(info(engine_asan_bin, paths[1]), 3, paths[1], "split.no 1", "first shard", paths[0].name)
 
 
-@pytest.mark.parametrize(("key", "value", "expect"), [
-    ("split.no", 1, "split.no is 1, expected 2"),
-    ("split.count", 5, "split.count is 5, expected 4"),
-    ("split.tensors.count", 7, "split.tensors.count is 7, expected 6"),
-    ("split.count", None, "split.count is missing"),
-    ("split.no", None, "split.no is missing"),
-])
-def test_split_inconsistent_shard(engine_asan_bin: Path, tmp_path: Path, key: str, value: int | None,
-                                  expect: str) -> None:
+@pytest.mark.parametrize(
+    ("key", "value", "expect"),
+    [
+        ("split.no", 1, "split.no is 1, expected 2"),
+        ("split.count", 5, "split.count is 5, expected 4"),
+        ("split.tensors.count", 7, "split.tensors.count is 7, expected 6"),
+        ("split.count", None, "split.count is missing"),
+        ("split.no", None, "split.no is missing"),
+    ],
+)
+def test_split_inconsistent_shard(
+    engine_asan_bin: Path, tmp_path: Path, key: str, value: int | None, expect: str
+) -> None:
     images = gc.split_images(4)
     third = images[2].without(key) if value is None else images[2].with_kv(gc.KV(key, gc.U16, value))
     images[2] = third
@@ -219,8 +246,7 @@ def test_split_tensor_count_short(engine_asan_bin: Path, tmp_path: Path) -> None
     images = gc.split_images(4)
     images[3].tensors.pop()
     paths = _split(tmp_path, images)
-    assert_rejected(info(engine_asan_bin, paths[0]), 3, paths[0],
-                    "split.tensors.count is 6 but the 4 shards hold 5")
+    assert_rejected(info(engine_asan_bin, paths[0]), 3, paths[0], "split.tensors.count is 6 but the 4 shards hold 5")
 
 
 def test_split_duplicate_tensor_across_shards(engine_asan_bin: Path, tmp_path: Path) -> None:
@@ -242,8 +268,9 @@ def test_split_shard_not_gguf(engine_asan_bin: Path, tmp_path: Path) -> None:
     assert_rejected(info(engine_asan_bin, paths[0]), 3, paths[1], "not a GGUF file")
 
 
-def test_split_fixture_missing_and_swapped_shards(engine_asan_bin: Path, fixtures: dict[str, Path],
-                                                  tmp_path: Path) -> None:
+def test_split_fixture_missing_and_swapped_shards(
+    engine_asan_bin: Path, fixtures: dict[str, Path], tmp_path: Path
+) -> None:
     first = Path(fixtures["qwen3moe-split4"])
     stem = first.name[: -len("-00001-of-00004.gguf")]
     for i in range(1, 5):
@@ -262,6 +289,7 @@ def test_split_fixture_missing_and_swapped_shards(engine_asan_bin: Path, fixture
 
 
 # -- metadata the model loader needs (a well-formed GGUF that is not a usable model) ---------------------
+
 
 def _qwen3moe(fixtures: dict[str, Path]) -> gc.GGUFImage:
     return gc.parse(Path(fixtures["qwen3moe"]).read_bytes())
@@ -301,25 +329,24 @@ METADATA_CASES: dict[str, tuple[Callable[[gc.GGUFImage], gc.GGUFImage], str]] = 
     "block_count_past_tensors": (_set(BC, gc.U32, 5), "blk.4."),
     "expert_count_huge": (_set("qwen3moe.expert_count", gc.U32, 1 << 31), "qwen3moe.expert_count"),
     "top_k_above_experts": (_set("qwen3moe.expert_used_count", gc.U32, 9), "qwen3moe.expert_used_count"),
-    "embedding_length_huge": (_set("qwen3moe.embedding_length", gc.U32, 1 << 30),
-                              "qwen3moe.embedding_length"),
+    "embedding_length_huge": (_set("qwen3moe.embedding_length", gc.U32, 1 << 30), "qwen3moe.embedding_length"),
     "head_count_zero": (_set("qwen3moe.attention.head_count", gc.U32, 0), "qwen3moe.attention.head_count"),
-    "epsilon_nan": (_set("qwen3moe.attention.layer_norm_rms_epsilon", gc.F32, float("nan")),
-                    "layer_norm_rms_epsilon"),
+    "epsilon_nan": (_set("qwen3moe.attention.layer_norm_rms_epsilon", gc.F32, float("nan")), "layer_norm_rms_epsilon"),
     "no_architecture": (_unset("general.architecture"), "general.architecture"),
     "unknown_architecture": (_set("general.architecture", gc.STRING, "llama"), "llama"),
     "no_tokens": (_unset("tokenizer.ggml.tokens"), "tokenizer.ggml.tokens"),
-    "tokens_not_strings": (_set("tokenizer.ggml.tokens", gc.ARRAY, [1, 2], arr_type=gc.U32),
-                           "tokenizer.ggml.tokens"),
+    "tokens_not_strings": (_set("tokenizer.ggml.tokens", gc.ARRAY, [1, 2], arr_type=gc.U32), "tokenizer.ggml.tokens"),
     "missing_expert_tensor": (lambda img: _drop_tensor(img, DOWN3), DOWN3),
     "expert_tensor_wrong_shape": (lambda img: _retype(img, UP0, dims=[32, 256, 8]), UP0),
-    "expert_tensor_q2_K": (lambda img: _retype(img, UP0, ggml_type=gc.GGML_Q2_K, dims=[256, 128, 8],
-                                               data=b"\0" * (128 * 8 * 84)),
-                           "type 10 (q2_K) is not supported"),
+    "expert_tensor_q2_K": (
+        lambda img: _retype(img, UP0, ggml_type=gc.GGML_Q2_K, dims=[256, 128, 8], data=b"\0" * (128 * 8 * 84)),
+        "type 10 (q2_K) is not supported",
+    ),
     # a supported K-quant whose rows do not match the model's width (64 is not even one block)
-    "expert_tensor_q4_K_shape": (lambda img: _retype(img, UP0, ggml_type=gc.GGML_Q4_K, dims=[256, 128, 8],
-                                                     data=b"\0" * (128 * 8 * 144)),
-                                 UP0 + ": shape [256,128,8] but expected [64,128,8]"),
+    "expert_tensor_q4_K_shape": (
+        lambda img: _retype(img, UP0, ggml_type=gc.GGML_Q4_K, dims=[256, 128, 8], data=b"\0" * (128 * 8 * 144)),
+        UP0 + ": shape [256,128,8] but expected [64,128,8]",
+    ),
 }
 
 
@@ -335,27 +362,31 @@ def test_fixture_round_trips(engine_asan_bin: Path, fixtures: dict[str, Path], t
 
 
 @pytest.mark.parametrize("name", sorted(METADATA_CASES))
-def test_metadata_missing_or_wrong(engine_asan_bin: Path, fixtures: dict[str, Path], tmp_path: Path,
-                                   name: str) -> None:
+def test_metadata_missing_or_wrong(engine_asan_bin: Path, fixtures: dict[str, Path], tmp_path: Path, name: str) -> None:
     change, expect = METADATA_CASES[name]
     path = change(_qwen3moe(fixtures)).write(tmp_path / f"{name}.gguf")
     assert_rejected(info(engine_asan_bin, path), 3, path, expect)
 
 
-@pytest.mark.parametrize(("key", "vtype", "value"), [
-    ("tokenizer.ggml.eos_token_id", gc.U32, 100000),
-    ("tokenizer.ggml.bos_token_id", gc.I32, -7),
-    ("tokenizer.ggml.eot_token_id", gc.U32, 259),
-    ("tokenizer.ggml.fim_pad_token_id", gc.U32, 1 << 31),
-])
-def test_token_ids_beyond_the_vocabulary(engine_asan_bin: Path, fixtures: dict[str, Path], tmp_path: Path,
-                                         key: str, vtype: int, value: int) -> None:
+@pytest.mark.parametrize(
+    ("key", "vtype", "value"),
+    [
+        ("tokenizer.ggml.eos_token_id", gc.U32, 100000),
+        ("tokenizer.ggml.bos_token_id", gc.I32, -7),
+        ("tokenizer.ggml.eot_token_id", gc.U32, 259),
+        ("tokenizer.ggml.fim_pad_token_id", gc.U32, 1 << 31),
+    ],
+)
+def test_token_ids_beyond_the_vocabulary(
+    engine_asan_bin: Path, fixtures: dict[str, Path], tmp_path: Path, key: str, vtype: int, value: int
+) -> None:
     path = _qwen3moe(fixtures).with_kv(gc.KV(key, vtype, value)).write(tmp_path / "tok.gguf")
     out = run_engine(engine_asan_bin, "run", "--mmap", "-m", path, "--prompt-tokens", "1", "-n", "1")
     assert_rejected(out, 3, path, key)
 
 
 # -- the fuzz driver, briefly ---------------------------------------------------------------------------
+
 
 def test_fuzz_smoke(tmp_path: Path) -> None:
     """The gcc-built fuzz target (ASan + UBSan) runs a bounded deterministic mutation loop over the
@@ -387,8 +418,9 @@ def _q4k(fixtures: dict[str, Path]) -> gc.GGUFImage:
     return gc.parse(Path(fixtures["qwen3moe-q4k"]).read_bytes())
 
 
-def _poke(img: gc.GGUFImage, name: str, block_bytes: int, offset: int, value: bytes,
-          every: int | None = None) -> gc.GGUFImage:
+def _poke(
+    img: gc.GGUFImage, name: str, block_bytes: int, offset: int, value: bytes, every: int | None = None
+) -> gc.GGUFImage:
     """Writes `value` at `offset` of block 1 of tensor `name` (of block 1 of each slice of `every` bytes)."""
     tensors = []
     for t in img.tensors:
@@ -398,7 +430,7 @@ def _poke(img: gc.GGUFImage, name: str, block_bytes: int, offset: int, value: by
             starts = range(0, len(data), every) if every else [0]
             for s in starts:
                 at = s + block_bytes + offset
-                data[at:at + len(value)] = value
+                data[at : at + len(value)] = value
             t = gc.Tensor(**{**t.__dict__, "data": bytes(data)})
         tensors.append(t)
     return gc.GGUFImage(kvs=img.kvs, tensors=tensors, alignment=img.alignment)
@@ -416,13 +448,24 @@ def test_kquant_fixture_runs(engine_asan_bin: Path, fixtures: dict[str, Path], t
         assert out.code == 0, out.stderr[-2000:]
 
 
-@pytest.mark.parametrize(("name", "block", "offset", "value", "field"), [
-    ("blk.0.attn_q.weight", Q4K_BLOCK, 0, F16_NAN, "non-finite d"),      # Q4_K d
-    ("blk.1.attn_k.weight", Q4K_BLOCK, 2, F16_INF, "non-finite dmin"),   # Q4_K dmin
-    ("output.weight", Q6K_BLOCK, 208, F16_NAN, "non-finite d"),          # Q6_K keeps d last
-])
-def test_kquant_dense_bad_scale(engine_asan_bin: Path, fixtures: dict[str, Path], tmp_path: Path, name: str,
-                                block: int, offset: int, value: bytes, field: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "block", "offset", "value", "field"),
+    [
+        ("blk.0.attn_q.weight", Q4K_BLOCK, 0, F16_NAN, "non-finite d"),  # Q4_K d
+        ("blk.1.attn_k.weight", Q4K_BLOCK, 2, F16_INF, "non-finite dmin"),  # Q4_K dmin
+        ("output.weight", Q6K_BLOCK, 208, F16_NAN, "non-finite d"),  # Q6_K keeps d last
+    ],
+)
+def test_kquant_dense_bad_scale(
+    engine_asan_bin: Path,
+    fixtures: dict[str, Path],
+    tmp_path: Path,
+    name: str,
+    block: int,
+    offset: int,
+    value: bytes,
+    field: str,
+) -> None:
     img = _q4k(fixtures)
     path = _poke(img, name, block, offset, value).write(tmp_path / "bad.gguf")
     for mode in (["--mmap"], ["--cache-mb", "0"]):
@@ -432,8 +475,9 @@ def test_kquant_dense_bad_scale(engine_asan_bin: Path, fixtures: dict[str, Path]
 
 
 @pytest.mark.parametrize("mode", [["--mmap"], ["--cache-mb", "0"], ["--cache-mb", "2", "--force-cache"]])
-def test_kquant_expert_bad_scale(engine_asan_bin: Path, fixtures: dict[str, Path], tmp_path: Path,
-                                 mode: list[str]) -> None:
+def test_kquant_expert_bad_scale(
+    engine_asan_bin: Path, fixtures: dict[str, Path], tmp_path: Path, mode: list[str]
+) -> None:
     """Every expert of layer 2's down projection has a NaN dmin in its block 1: whichever is routed
     first stops the run, in the resident and the streamed modes."""
     img = _q4k(fixtures)

@@ -43,17 +43,24 @@ def test_catalogue_covers_the_engine_state_and_the_kernels() -> None:
     assert sum(f.area in ("kernels", "attention") for f in faults) >= 5
 
 
-@pytest.mark.parametrize(("body", "message"), [
-    ('[[fault]]\nname = "X"\narea = "cache"\nfile = "a.c"\nbreaks = "b"\n', "fault[0] (X).expected"),
-    ('[[fault]]\nname = "X"\narea = "gpu"\nfile = "a.c"\nbreaks = "b"\nexpected = ["G1"]\n', "fault[0] (X).area"),
-    ('[[fault]]\nname = "x"\narea = "cache"\nfile = "a.c"\nbreaks = "b"\nexpected = ["G1"]\n', "fault[0] (x).name"),
-    ('[[fault]]\nname = "X"\narea = "cache"\nfile = "a.c"\nbreaks = "b"\nexpected = ["G1"]\ncolour = 1\n',
-     "fault[0].colour: unknown key"),
-    ('[[fault]]\nname = "X"\narea = "cache"\nfile = "a.c"\nbreaks = "b"\nexpected = ["G1"]\n' * 2,
-     "fault[1].name: X is listed twice"),
-    ("[[fault]\n", "faults.toml: "),
-    ("", "no [[fault]] entries"),
-])
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ('[[fault]]\nname = "X"\narea = "cache"\nfile = "a.c"\nbreaks = "b"\n', "fault[0] (X).expected"),
+        ('[[fault]]\nname = "X"\narea = "gpu"\nfile = "a.c"\nbreaks = "b"\nexpected = ["G1"]\n', "fault[0] (X).area"),
+        ('[[fault]]\nname = "x"\narea = "cache"\nfile = "a.c"\nbreaks = "b"\nexpected = ["G1"]\n', "fault[0] (x).name"),
+        (
+            '[[fault]]\nname = "X"\narea = "cache"\nfile = "a.c"\nbreaks = "b"\nexpected = ["G1"]\ncolour = 1\n',
+            "fault[0].colour: unknown key",
+        ),
+        (
+            '[[fault]]\nname = "X"\narea = "cache"\nfile = "a.c"\nbreaks = "b"\nexpected = ["G1"]\n' * 2,
+            "fault[1].name: X is listed twice",
+        ),
+        ("[[fault]\n", "faults.toml: "),
+        ("", "no [[fault]] entries"),
+    ],
+)
 def test_malformed_catalogue_is_one_line_naming_the_entry(tmp_path: Path, body: str, message: str) -> None:
     path = tmp_path / "faults.toml"
     path.write_text(body)
@@ -69,10 +76,29 @@ def test_malformed_catalogue_is_one_line_naming_the_entry(tmp_path: Path, body: 
 def test_unknown_fault_is_refused_before_any_device_is_touched(tmp_path: Path) -> None:
     results = tmp_path / "results"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "gates", "-p", "no:cacheprovider", "-q",
-         "--bmoe-farm", str(host_farm(tmp_path)), "--bmoe-device", "host", "--bmoe-results", str(results),
-         "--bmoe-fault", "NO_SUCH_FAULT"],
-        cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "gates",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--bmoe-farm",
+            str(host_farm(tmp_path)),
+            "--bmoe-device",
+            "host",
+            "--bmoe-results",
+            str(results),
+            "--bmoe-fault",
+            "NO_SUCH_FAULT",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 4, proc.stdout + proc.stderr  # pytest's usage-error status
     errors = [ln for ln in proc.stderr.splitlines() if "NO_SUCH_FAULT" in ln]
     assert len(errors) == 1 and "not in the fault catalogue" in errors[0], proc.stderr
@@ -106,25 +132,45 @@ def test_a_fault_build_is_recorded_and_never_plain_green(tmp_path: Path) -> None
 # ---------------------------------------------------------------------------- classification
 
 
-def _outcome(tmp_path: Path, gates: dict[str, str] | None, problems: list[dict] | None = None,
-             infra: str | None = None, rc: int = 1) -> SuiteResult:
+def _outcome(
+    tmp_path: Path,
+    gates: dict[str, str] | None,
+    problems: list[dict] | None = None,
+    infra: str | None = None,
+    rc: int = 1,
+) -> SuiteResult:
     log = tmp_path / "pytest.log"
     log.write_text("last words\n")
-    summary = None if gates is None else {
-        "devices": {"host": {"gates": gates, "infra_error": infra}}, "problems": problems or []}
+    summary = (
+        None
+        if gates is None
+        else {"devices": {"host": {"gates": gates, "infra_error": infra}}, "problems": problems or []}
+    )
     problem = None if summary is not None else f"the gate run wrote no summary (exit {rc}): last words (log {log})"
     return SuiteResult(("pytest",), rc, tmp_path, summary, 1.0, log, problem)
 
 
 def test_classify_a_failure_is_a_catch_an_error_never_is(tmp_path: Path) -> None:
     fault = load_catalogue().get("WRONG_OFFSET")
-    caught = classify(fault, _outcome(tmp_path, {"G1": "fail", "G2": "error", "DET": "pass"},
-                                      [{"gate": "G1", "outcome": "fail", "name": "G1[q]", "message": "bytes differ"}]),
-                      "host")
+    caught = classify(
+        fault,
+        _outcome(
+            tmp_path,
+            {"G1": "fail", "G2": "error", "DET": "pass"},
+            [{"gate": "G1", "outcome": "fail", "name": "G1[q]", "message": "bytes differ"}],
+        ),
+        "host",
+    )
     assert (caught.outcome, caught.caught_by, caught.message) == ("caught", ["G1"], "G1[q]: bytes differ")
-    error = classify(fault, _outcome(tmp_path, {"G1": "error", "DET": "pass"},
-                                     [{"gate": "G1", "outcome": "error", "name": "G1[q]", "message": "timeout"}]),
-                     "host")
+    error = classify(
+        fault,
+        _outcome(
+            tmp_path,
+            {"G1": "error", "DET": "pass"},
+            [{"gate": "G1", "outcome": "error", "name": "G1[q]", "message": "timeout"}],
+        ),
+        "host",
+    )
     assert (error.outcome, error.caught_by) == ("error", []) and "timeout" in error.message
     survived = classify(fault, _outcome(tmp_path, {"G1": "pass", "REPLAY": "skip"}, rc=0), "host")
     assert (survived.outcome, survived.caught_by) == ("survived", [])
@@ -134,8 +180,10 @@ def test_classify_a_failure_is_a_catch_an_error_never_is(tmp_path: Path) -> None
 
 
 def test_a_clean_engine_that_fails_gives_no_verdict(tmp_path: Path) -> None:
-    assert check_clean(_outcome(tmp_path, {"G1": "pass", "REPLAY": "skip"}, rc=0), "host") == {"G1": "pass",
-                                                                                           "REPLAY": "skip"}
+    assert check_clean(_outcome(tmp_path, {"G1": "pass", "REPLAY": "skip"}, rc=0), "host") == {
+        "G1": "pass",
+        "REPLAY": "skip",
+    }
     for gates in ({"G1": "fail"}, {"G1": "error"}, {}, None):
         with pytest.raises(NoVerdict):
             check_clean(_outcome(tmp_path, gates), "host")
@@ -149,10 +197,32 @@ def test_mutants_on_a_subset_prints_the_table_and_the_score(tmp_path: Path) -> N
     doc_file = tmp_path / "gates.md"
     doc_file.write_text(f"# gates\n\nbefore\n\n{DOC_BEGIN}\nold\n{DOC_END}\n\nafter\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "bmoe_ci.cli", "mutants", "--farm", str(host_farm(tmp_path)), "--device", "host",
-         "--fixture", "qwen3moe", "--fault", "WRONG_OFFSET", "--fault", "cfg_loose_range", "--results", str(results),
-         "--write-doc", str(doc_file)],
-        cwd=REPO, capture_output=True, text=True, timeout=1800, check=False)
+        [
+            sys.executable,
+            "-m",
+            "bmoe_ci.cli",
+            "mutants",
+            "--farm",
+            str(host_farm(tmp_path)),
+            "--device",
+            "host",
+            "--fixture",
+            "qwen3moe",
+            "--fault",
+            "WRONG_OFFSET",
+            "--fault",
+            "cfg_loose_range",
+            "--results",
+            str(results),
+            "--write-doc",
+            str(doc_file),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     doc = json.loads((results / "mutants.json").read_text())
@@ -185,9 +255,27 @@ def test_mutants_on_a_subset_prints_the_table_and_the_score(tmp_path: Path) -> N
 def test_own_fixture_runs_each_fault_on_the_fixture_that_exposes_it(tmp_path: Path) -> None:
     results = tmp_path / "mutants"
     proc = subprocess.run(
-        [sys.executable, "-m", "bmoe_ci.cli", "mutants", "--farm", str(host_farm(tmp_path)), "--device", "host",
-         "--own-fixture", "--fault", "DROP_AT_THRESHOLD", "--results", str(results)],
-        cwd=REPO, capture_output=True, text=True, timeout=1800, check=False)
+        [
+            sys.executable,
+            "-m",
+            "bmoe_ci.cli",
+            "mutants",
+            "--farm",
+            str(host_farm(tmp_path)),
+            "--device",
+            "host",
+            "--own-fixture",
+            "--fault",
+            "DROP_AT_THRESHOLD",
+            "--results",
+            str(results),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     doc = json.loads((results / "mutants.json").read_text())
     assert load_catalogue().get("DROP_AT_THRESHOLD").fixture == "qwen3moe-tied"
@@ -198,17 +286,35 @@ def test_own_fixture_runs_each_fault_on_the_fixture_that_exposes_it(tmp_path: Pa
         assert sorted(json.loads((run / "summary.json").read_text())["fixtures"]) == ["qwen3moe-tied"]
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--fault", "NOPE"], "--fault NOPE: not in the fault catalogue"),
-    (["--device", "nosuch"], "nosuch"),
-    (["--fixture", "nosuch"], "--fixture nosuch: no such fixture"),
-    (["--jobs", "0"], "--jobs 0"),
-    (["--own-fixture", "--fixture", "qwen3moe"], "--own-fixture and --fixture"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--fault", "NOPE"], "--fault NOPE: not in the fault catalogue"),
+        (["--device", "nosuch"], "nosuch"),
+        (["--fixture", "nosuch"], "--fixture nosuch: no such fixture"),
+        (["--jobs", "0"], "--jobs 0"),
+        (["--own-fixture", "--fixture", "qwen3moe"], "--own-fixture and --fixture"),
+    ],
+)
 def test_mutants_bad_input_is_one_line_exit_2(tmp_path: Path, argv: list[str], message: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "mutants", "--farm", str(host_farm(tmp_path)),
-                           "--results", str(tmp_path / "r"), *argv],
-                          cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bmoe_ci.cli",
+            "mutants",
+            "--farm",
+            str(host_farm(tmp_path)),
+            "--results",
+            str(tmp_path / "r"),
+            *argv,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (tmp_path / "work").exists()
@@ -217,9 +323,14 @@ def test_mutants_bad_input_is_one_line_exit_2(tmp_path: Path, argv: list[str], m
 def test_results_that_is_a_file_is_refused(tmp_path: Path) -> None:
     target = tmp_path / "file"
     target.write_text("x")
-    proc = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "mutants", "--farm", str(host_farm(tmp_path)),
-                           "--results", str(target)], cwd=REPO, capture_output=True, text=True, timeout=120,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bmoe_ci.cli", "mutants", "--farm", str(host_farm(tmp_path)), "--results", str(target)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 2 and "not a directory" in proc.stderr
 
 
@@ -232,7 +343,7 @@ ROW = re.compile(r"^\| `([A-Z0-9_]+)` \| ([a-z]+) \| [^|]+ \| ([^|]+) \| ([^|]+)
 def test_docs_fault_table_is_the_generated_one_and_names_every_fault() -> None:
     text = (REPO / "docs" / "gates.md").read_text()
     assert text.count(DOC_BEGIN) == 1 and text.count(DOC_END) == 1
-    block = text[text.index(DOC_BEGIN): text.index(DOC_END) + len(DOC_END)]
+    block = text[text.index(DOC_BEGIN) : text.index(DOC_END) + len(DOC_END)]
     lines = block.splitlines()
     assert DOC_HEADER in lines
     rows = [ROW.match(ln) for ln in lines if ln.startswith("| `")]
@@ -242,16 +353,32 @@ def test_docs_fault_table_is_the_generated_one_and_names_every_fault() -> None:
     for m in rows:
         assert m is not None and m.group(2) == cat.get(m.group(1)).area
     # regenerating from the same data gives the same block (it is the generator's format, not a hand edit)
-    faults = [{"name": m.group(1), "area": m.group(2), "breaks": cat.get(m.group(1)).breaks,
-               "caught_by": [] if m.group(3).strip() == "none" else m.group(3).strip().split(", "),
-               "expected": m.group(4).strip().split(", "), "outcome": m.group(5)} for m in rows if m]
+    faults = [
+        {
+            "name": m.group(1),
+            "area": m.group(2),
+            "breaks": cat.get(m.group(1)).breaks,
+            "caught_by": [] if m.group(3).strip() == "none" else m.group(3).strip().split(", "),
+            "expected": m.group(4).strip().split(", "),
+            "outcome": m.group(5),
+        }
+        for m in rows
+        if m
+    ]
     header = lines[2]
-    meta = re.match(r"Last run: `bmoe-ci mutants` on `([^`]+)` \(([^)]+)\), fixtures: (.*), (\S+), ([0-9.]+) s\. ",
-                    header)
+    meta = re.match(
+        r"Last run: `bmoe-ci mutants` on `([^`]+)` \(([^)]+)\), fixtures: (.*), (\S+), ([0-9.]+) s\. ", header
+    )
     assert meta, header
-    doc = {"device": meta.group(1), "arch": meta.group(2), "fixtures": meta.group(3).split(", "),
-           "started": meta.group(4), "seconds": float(meta.group(5)),
-           "score": {"caught": sum(f["outcome"] == "caught" for f in faults), "total": len(faults)}, "faults": faults}
+    doc = {
+        "device": meta.group(1),
+        "arch": meta.group(2),
+        "fixtures": meta.group(3).split(", "),
+        "started": meta.group(4),
+        "seconds": float(meta.group(5)),
+        "score": {"caught": sum(f["outcome"] == "caught" for f in faults), "total": len(faults)},
+        "faults": faults,
+    }
     assert doc_section(doc) == block
 
 
@@ -268,18 +395,44 @@ def test_write_doc_without_markers_is_refused(tmp_path: Path) -> None:
 def _mutants_file(path: Path, device: str, arch: str, caught: dict[str, list[str]]) -> Path:
     from bmoe_ci.mutants.report import mutants_doc, write_mutants
 
-    faults = [{"name": n, "area": "cache", "caught_by": g, "expected": ["G1"], "outcome": "caught" if g else "survived",
-               "message": "", "breaks": "", "gates": {x: "fail" for x in g}} for n, g in caught.items()]
-    doc = mutants_doc(device=device, arch=arch, engine_builds={}, fixtures=["qwen3moe"], faults=faults,
-                      gates=["G1", "REPLAY"], clean={}, started="t", seconds=1.0)
+    faults = [
+        {
+            "name": n,
+            "area": "cache",
+            "caught_by": g,
+            "expected": ["G1"],
+            "outcome": "caught" if g else "survived",
+            "message": "",
+            "breaks": "",
+            "gates": {x: "fail" for x in g},
+        }
+        for n, g in caught.items()
+    ]
+    doc = mutants_doc(
+        device=device,
+        arch=arch,
+        engine_builds={},
+        fixtures=["qwen3moe"],
+        faults=faults,
+        gates=["G1", "REPLAY"],
+        clean={},
+        started="t",
+        seconds=1.0,
+    )
     path.mkdir()
     write_mutants(path, doc)
     return path
 
 
 def _compare(a: Path, b: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "mutants", "--from", str(a), "--compare", str(b)],
-                          cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "bmoe_ci.cli", "mutants", "--from", str(a), "--compare", str(b)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_compare_puts_two_runs_side_by_side_and_fails_on_a_difference(tmp_path: Path) -> None:
@@ -295,8 +448,14 @@ def test_compare_puts_two_runs_side_by_side_and_fails_on_a_difference(tmp_path: 
     rows = {ln.split()[0]: ln for ln in bad.stdout.splitlines() if ln[:1] in "ABC"}
     assert rows["A"].endswith("same") and rows["B"].endswith("DIFFERS") and rows["C"].endswith("DIFFERS")
     assert "(not run)" in rows["C"] and "2 fault(s) caught differently" in bad.stdout
-    alone = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "mutants", "--compare", str(host)], cwd=REPO,
-                           capture_output=True, text=True, timeout=120, check=False)
+    alone = subprocess.run(
+        [sys.executable, "-m", "bmoe_ci.cli", "mutants", "--compare", str(host)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert alone.returncode == 2 and "--compare DIR needs --from DIR" in alone.stderr
 
 
@@ -307,9 +466,27 @@ def test_a_terminated_run_stops_its_gate_run_and_frees_the_device(tmp_path: Path
 
     results = tmp_path / "mutants"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bmoe_ci.cli", "mutants", "--farm", str(host_farm(tmp_path)), "--device", "host",
-         "--fixture", "qwen3moe", "--fault", "WRONG_OFFSET", "--results", str(results)],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "bmoe_ci.cli",
+            "mutants",
+            "--farm",
+            str(host_farm(tmp_path)),
+            "--device",
+            "host",
+            "--fixture",
+            "qwen3moe",
+            "--fault",
+            "WRONG_OFFSET",
+            "--results",
+            str(results),
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     lock = tmp_path / "work" / ".bmoe-ci-lock"
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and proc.poll() is None and not lock.exists():

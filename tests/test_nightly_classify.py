@@ -17,21 +17,48 @@ from bmoe_ci.nightly.classify import (
 from bmoe_ci.nightly.history import DeviceRow, OutputRow, ResultRow
 
 
-def row(run: str, outcome: str, *, device: str = "pixel8", gate: str = "G1", fixture: str = "qwen3moe",
-        build: str = "b1", name: str | None = None) -> ResultRow:
-    return ResultRow(run=run, started=run, device=device, arch="aarch64", gate=gate, fixture=fixture,
-                     name=name or f"{gate}[{fixture}]", outcome=outcome, message=f"{outcome} msg",
-                     engine_build_id=build)
+def row(
+    run: str,
+    outcome: str,
+    *,
+    device: str = "pixel8",
+    gate: str = "G1",
+    fixture: str = "qwen3moe",
+    build: str = "b1",
+    name: str | None = None,
+) -> ResultRow:
+    return ResultRow(
+        run=run,
+        started=run,
+        device=device,
+        arch="aarch64",
+        gate=gate,
+        fixture=fixture,
+        name=name or f"{gate}[{fixture}]",
+        outcome=outcome,
+        message=f"{outcome} msg",
+        engine_build_id=build,
+    )
 
 
 def dev(run: str, device: str = "pixel8", *, reached: bool = True, in_pool: bool = True) -> DeviceRow:
-    return DeviceRow(run=run, device=device, arch="aarch64", in_pool=in_pool, reached=reached,
-                     infra_error=None if reached else "ssh: connection refused", engine_build_id="b1",
-                     engine_s=1.0, wall_s=2.0, facts={})
+    return DeviceRow(
+        run=run,
+        device=device,
+        arch="aarch64",
+        in_pool=in_pool,
+        reached=reached,
+        infra_error=None if reached else "ssh: connection refused",
+        engine_build_id="b1",
+        engine_s=1.0,
+        wall_s=2.0,
+        facts={},
+    )
 
 
-def one(previous: list[str], tonight: str, builds: list[str] | None = None,
-        policy: FlakyPolicy | None = None) -> dict[str, list[str]]:
+def one(
+    previous: list[str], tonight: str, builds: list[str] | None = None, policy: FlakyPolicy | None = None
+) -> dict[str, list[str]]:
     """Classify one test whose earlier outcomes are *previous* (oldest first); returns the non-empty
     classes with the test's extra info."""
     builds = builds or ["b1"] * (len(previous) + 1)
@@ -102,8 +129,10 @@ def test_errors_and_skips_do_not_count_for_flakiness() -> None:
 
 
 def test_alternation_counts_flips_within_one_build_only() -> None:
-    history = [row(f"r{i}", o, build=b) for i, (o, b) in enumerate(
-        [("pass", "a"), ("fail", "b"), ("pass", "c"), ("fail", "d")])]
+    history = [
+        row(f"r{i}", o, build=b)
+        for i, (o, b) in enumerate([("pass", "a"), ("fail", "b"), ("pass", "c"), ("fail", "d")])
+    ]
     assert not is_flaky(history, FlakyPolicy(window=10, flips=1))
     # Make two consecutive runs share a build: that flip counts.
     history[1] = row("r1", "fail", build="a")
@@ -128,8 +157,10 @@ def test_flaky_policy_rejects_nonsense() -> None:
 
 def test_tests_of_one_gate_and_fixture_are_classified_one_by_one() -> None:
     past = [row("r0", "pass", gate="DET", name="DET-a[q]"), row("r0", "pass", gate="DET", name="DET-b[q]")]
-    now = [row("r1", "fail", gate="DET", name="DET-a[q]", build="b2"),
-           row("r1", "pass", gate="DET", name="DET-b[q]", build="b2")]
+    now = [
+        row("r1", "fail", gate="DET", name="DET-a[q]", build="b2"),
+        row("r1", "pass", gate="DET", name="DET-b[q]", build="b2"),
+    ]
     c = classify(now, past, [dev("r1")], {})
     assert [f.name for f in c.new_failures] == ["DET-a[q]"] and not c.flaky and not c.fixed
 
@@ -159,10 +190,12 @@ def test_a_device_outside_the_pool_or_reached_is_not_missing() -> None:
     assert c.devices_missing == []
 
 
-def out(run: str, device: str, sha: str, *, arch: str = "aarch64", build: str = "b1",
-        fixture: str = "qwen3moe") -> OutputRow:
-    return OutputRow(run=run, device=device, arch=arch, fixture=fixture, entry="greedy", sha256=sha,
-                     engine_build_id=build)
+def out(
+    run: str, device: str, sha: str, *, arch: str = "aarch64", build: str = "b1", fixture: str = "qwen3moe"
+) -> OutputRow:
+    return OutputRow(
+        run=run, device=device, arch=arch, fixture=fixture, entry="greedy", sha256=sha, engine_build_id=build
+    )
 
 
 def test_disagreement_from_outputs_names_the_minority() -> None:
@@ -182,8 +215,13 @@ def test_disagreement_tie_puts_all_but_one_group_in_the_minority() -> None:
 
 def test_summary_disagreements_are_used_when_present() -> None:
     assert disagreements_from_summary({"outputs": {}}) is None
-    got = disagreements_from_summary({"disagreements": [
-        {"fixture": "f", "entry": "e", "field": "logits", "values": {"a": "1", "b": "2"}, "minority": ["b"]}]})
+    got = disagreements_from_summary(
+        {
+            "disagreements": [
+                {"fixture": "f", "entry": "e", "field": "logits", "values": {"a": "1", "b": "2"}, "minority": ["b"]}
+            ]
+        }
+    )
     assert got is not None and got[0].minority == ["b"] and got[0].field == "logits"
 
 
@@ -203,7 +241,10 @@ def test_output_change_with_and_without_an_engine_build_change() -> None:
 
 
 def test_a_device_not_reached_has_one_new_error_not_one_per_test() -> None:
-    tonight = [row("r1", "error", gate="INFRA", fixture="", name="infrastructure"), row("r1", "error", gate="G1"),
-               row("r1", "error", device="alive", gate="G1")]
+    tonight = [
+        row("r1", "error", gate="INFRA", fixture="", name="infrastructure"),
+        row("r1", "error", gate="G1"),
+        row("r1", "error", device="alive", gate="G1"),
+    ]
     c = classify(tonight, [], [dev("r1", reached=False), dev("r1", "alive")], {})
     assert sorted((f.device, f.gate) for f in c.new_errors) == [("alive", "G1"), ("pixel8", "INFRA")]

@@ -25,9 +25,25 @@ FIXTURE = ("--fixture", "qwen3moe")
 
 
 def nightly(history: Path, farm: Path, *args: str) -> tuple[int, dict[str, Any], Path, str]:
-    proc = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "nightly", "--farm", str(farm), "--history",
-                           str(history), *FIXTURE, *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=900, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bmoe_ci.cli",
+            "nightly",
+            "--farm",
+            str(farm),
+            "--history",
+            str(history),
+            *FIXTURE,
+            *args,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     lines = proc.stdout.strip().splitlines()
     assert lines, f"no report path printed (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
     report = Path(lines[-1])
@@ -45,14 +61,15 @@ def farm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two local devices: `host`, and `spare`, whose exec prefix stops answering once a kill file exists."""
     tmp = tmp_path_factory.mktemp("farm")
     wrapper = tmp / "spare.sh"
-    wrapper.write_text(f'#!/bin/sh\n[ -e {tmp}/killed ] && {{ echo "spare: powered off" >&2; exit 255; }}\n'
-                       'exec "$@"\n')
+    wrapper.write_text(f'#!/bin/sh\n[ -e {tmp}/killed ] && {{ echo "spare: powered off" >&2; exit 255; }}\nexec "$@"\n')
     wrapper.chmod(0o755)
     path = host_farm(tmp)
     text = path.read_text()
     spare = text.split("devices:\n", 1)[1].replace("name: host", "name: spare").replace("/work", "/spare")
-    path.write_text(text + spare + f"    exec_prefix: [{wrapper}]\n"
-                    "pools:\n  nightly: [host]\n  shard-b: [spare]\n  both: [host, spare]\n")
+    path.write_text(
+        text + spare + f"    exec_prefix: [{wrapper}]\n"
+        "pools:\n  nightly: [host]\n  shard-b: [spare]\n  both: [host, spare]\n"
+    )
     return path
 
 
@@ -60,8 +77,11 @@ def farm(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def three_nights(tmp_path_factory: pytest.TempPathFactory, farm: Path) -> list[tuple[int, dict[str, Any], Path, str]]:
     """Clean, an engine fault injected, clean again (with --keep 2), in one history."""
     history = tmp_path_factory.mktemp("nightly")
-    return [nightly(history, farm), nightly(history, farm, "--fault", "THREAD_ORDER"),
-            nightly(history, farm, "--keep", "2")]
+    return [
+        nightly(history, farm),
+        nightly(history, farm, "--fault", "THREAD_ORDER"),
+        nightly(history, farm, "--keep", "2"),
+    ]
 
 
 def test_three_nights_clean_fault_clean(three_nights: list[tuple[int, dict[str, Any], Path, str]]) -> None:
@@ -69,8 +89,10 @@ def test_three_nights_clean_fault_clean(three_nights: list[tuple[int, dict[str, 
     history = report3.parent.parent
     assert code1 == 0, err1[-3000:]
     assert n1["verdicts"] and n1["totals"]["failed"] == 0 and n1["totals"]["passed"] > 0
-    assert all(not n1[k] for k in ("new_failures", "fixed", "flaky", "still_failing", "new_errors",
-                                    "devices_missing", "disagreements"))
+    assert all(
+        not n1[k]
+        for k in ("new_failures", "fixed", "flaky", "still_failing", "new_errors", "devices_missing", "disagreements")
+    )
 
     assert code2 == 1, err2[-3000:]
     assert n2["faults"] == ["THREAD_ORDER"]
@@ -107,7 +129,8 @@ def test_three_nights_clean_fault_clean(three_nights: list[tuple[int, dict[str, 
 
 
 def test_killed_device_is_missing_not_failing_and_shards_merge(
-        tmp_path: Path, farm: Path, three_nights: list[tuple[int, dict[str, Any], Path, str]]) -> None:
+    tmp_path: Path, farm: Path, three_nights: list[tuple[int, dict[str, Any], Path, str]]
+) -> None:
     # Shard A is the last clean night (pool nightly = host); shard B the pool of the other device.
     _, na, report_a, _ = three_nights[2]
     b = tmp_path / "b"
@@ -115,25 +138,56 @@ def test_killed_device_is_missing_not_failing_and_shards_merge(
     assert code_b == 0, err[-3000:]
 
     merged = tmp_path / "merged"
-    proc = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "report", "--merge", str(report_a.parent),
-                           str(report_b.parent), "--out", str(merged)], cwd=REPO, capture_output=True, text=True,
-                          timeout=300, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bmoe_ci.cli",
+            "report",
+            "--merge",
+            str(report_a.parent),
+            str(report_b.parent),
+            "--out",
+            str(merged),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == str(merged / "report.html")
     m = json.loads((merged / "nightly.json").read_text())
     for key in ("devices", "tests", "failed", "errors"):
         assert m["totals"][key] == na["totals"][key] + nb["totals"][key], key
     # XDEV is re-judged over both shards: each shard's lone device skipped it; merged, they agree (passes)
-    assert m["totals"]["passed"] + m["totals"]["skipped"] == (na["totals"]["passed"] + nb["totals"]["passed"]
-                                                              + na["totals"]["skipped"] + nb["totals"]["skipped"])
+    assert m["totals"]["passed"] + m["totals"]["skipped"] == (
+        na["totals"]["passed"] + nb["totals"]["passed"] + na["totals"]["skipped"] + nb["totals"]["skipped"]
+    )
     assert m["totals"]["skipped"] <= na["totals"]["skipped"] + nb["totals"]["skipped"]
     assert m["totals"]["devices"] == 2 and set(m["devices"]) == {"host", "spare"}
     assert m["pool"] == "nightly+shard-b" and not m["disagreements"]  # host and spare agree byte for byte
     assert (merged / "junit.xml").is_file() and (merged / "host" / "junit.xml").is_file()
     # A device in two shards cannot be merged (its counts would be taken twice).
-    proc = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "report", "--merge", str(report_a.parent),
-                           str(report_a.parent), "--out", str(tmp_path / "twice")], cwd=REPO,
-                          capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bmoe_ci.cli",
+            "report",
+            "--merge",
+            str(report_a.parent),
+            str(report_a.parent),
+            "--out",
+            str(tmp_path / "twice"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 2 and "device 'host' is also in shard" in proc.stderr
 
     (farm.parent / "killed").touch()
@@ -160,8 +214,9 @@ def test_nightly_with_mutants_records_the_score(tmp_path: Path, farm: Path) -> N
     the catalogue (a subset: the whole catalogue is the documented `bmoe-ci nightly --mutants`), the score
     in nightly.json, the reports and the history's trend."""
     history = tmp_path / "nightly"
-    code, n, report, err = nightly(history, farm, "--mutants", "--mutants-fault", "THREAD_ORDER",
-                                   "--mutants-fault", "LRU_NO_REFRESH")
+    code, n, report, err = nightly(
+        history, farm, "--mutants", "--mutants-fault", "THREAD_ORDER", "--mutants-fault", "LRU_NO_REFRESH"
+    )
     assert code == 0, err[-3000:]
     assert n["mutation_problem"] == ""
     score = n["mutation_score"]

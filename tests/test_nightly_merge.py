@@ -15,18 +15,33 @@ from bmoe_ci.reports import DeviceRun, RunMeta, TestRecord, finalize
 
 def shard(root: Path, name: str, devices: dict[str, str], outcome: str = "pass") -> Path:
     """A gate run's results directory: *devices* maps device -> its qwen3moe output digest."""
-    runs = [DeviceRun(device=d, arch="aarch64" if "phone" in d else "x86_64", outputs={"qwen3moe": sha},
-                      records=[TestRecord(device=d, gate=g, fixture="qwen3moe", name=f"{g}[qwen3moe]",
-                                          classname="gates.t", outcome=outcome if g == "G1" else "pass")
-                               for g in ("G1", "DET")])
-            for d, sha in devices.items()]
+    runs = [
+        DeviceRun(
+            device=d,
+            arch="aarch64" if "phone" in d else "x86_64",
+            outputs={"qwen3moe": sha},
+            records=[
+                TestRecord(
+                    device=d,
+                    gate=g,
+                    fixture="qwen3moe",
+                    name=f"{g}[qwen3moe]",
+                    classname="gates.t",
+                    outcome=outcome if g == "G1" else "pass",
+                )
+                for g in ("G1", "DET")
+            ],
+        )
+        for d, sha in devices.items()
+    ]
     path = root / name
     finalize(path, runs, RunMeta(run=name))
     return path
 
 
-def test_merge_sums_counts_and_finds_a_disagreement_between_shards(tmp_path: Path,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_merge_sums_counts_and_finds_a_disagreement_between_shards(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     a = shard(tmp_path, "a", {"phone1": "1" * 64, "phone2": "1" * 64})
     b = shard(tmp_path, "b", {"desk": "2" * 64}, outcome="fail")
     out = tmp_path / "merged"

@@ -41,24 +41,50 @@ from bmoe_ci.reports.summary import GATE_ORDER, build_summary, finalize
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = Path(os.environ.get("BMOE_CI_TEST_ARTIFACTS", REPO / "results" / "tests"))
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--enable-logging=stderr", "--v=0")
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--enable-logging=stderr",
+    "--v=0",
+)
 FINDINGS = [key for key, _, _ in CLASSES] + ["disagreements", "output_changes"]
 
 
 def finding(device: str, gate: str, name: str, **extra: str) -> dict[str, str]:
-    return {"device": device, "arch": "aarch64", "gate": gate, "fixture": "qwen3moe", "name": name,
-            "message": f"{name} <b>went</b> wrong | here", "last_outcome": "pass", **extra}
+    return {
+        "device": device,
+        "arch": "aarch64",
+        "gate": gate,
+        "fixture": "qwen3moe",
+        "name": name,
+        "message": f"{name} <b>went</b> wrong | here",
+        "last_outcome": "pass",
+        **extra,
+    }
 
 
 def sample_nightly() -> dict[str, Any]:
     return {
-        "schema": "bmoe-ci.nightly/1", "run": "20260101-000000-ci-1", "pool": "nightly",
-        "started": "2026-01-01T00:00:00+0000", "finished": "2026-01-01T00:10:00+0000", "git_commit": "a" * 40,
-        "git_dirty": False, "farm_sha256": "f" * 64, "faults": [], "engine_builds": {"aarch64-linux-musl": "b1"},
+        "schema": "bmoe-ci.nightly/1",
+        "run": "20260101-000000-ci-1",
+        "pool": "nightly",
+        "started": "2026-01-01T00:00:00+0000",
+        "finished": "2026-01-01T00:10:00+0000",
+        "git_commit": "a" * 40,
+        "git_dirty": False,
+        "farm_sha256": "f" * 64,
+        "faults": [],
+        "engine_builds": {"aarch64-linux-musl": "b1"},
         "commit_range": {"previous_run": "20251231-000000-ci-1", "from": "9" * 40, "to": "a" * 40, "count": 3},
-        "verdicts": True, "no_verdict_reason": "", "exit_code": 1,
+        "verdicts": True,
+        "no_verdict_reason": "",
+        "exit_code": 1,
         "totals": {"devices": 2, "tests": 20, "passed": 15, "failed": 3, "errors": 1, "skipped": 1},
         "new_failures": [finding("pixel8", "G1", "G1[qwen3moe]"), finding("rpi5", "DET", "DET-threads[qwen3moe]")],
         "still_failing": [finding("pixel8", "G2", "G2[qwen3moe]", since="20251230-000000-ci-1")],
@@ -66,19 +92,51 @@ def sample_nightly() -> dict[str, Any]:
         "flaky": [finding("rpi5", "G8a", "G8a[qwen3moe]")],
         "new_errors": [finding("gone", "INFRA", "infrastructure")],
         "devices_missing": [{"device": "gone", "arch": "x86_64", "reason": "ssh: refused", "since": "r0"}],
-        "disagreements": [{"fixture": "qwen3moe", "entry": "greedy", "field": "sha256",
-                           "values": {"pixel8": "1" * 64, "rpi5": "2" * 64}, "minority": ["rpi5"]}],
+        "disagreements": [
+            {
+                "fixture": "qwen3moe",
+                "entry": "greedy",
+                "field": "sha256",
+                "values": {"pixel8": "1" * 64, "rpi5": "2" * 64},
+                "minority": ["rpi5"],
+            }
+        ],
         "disagreement_source": "per-device outputs",
-        "output_changes": [{"device": "rpi5", "arch": "aarch64", "fixture": "qwen3moe", "entry": "greedy",
-                            "before": "3" * 64, "after": "2" * 64, "previous_run": "r0", "build_changed": False}],
+        "output_changes": [
+            {
+                "device": "rpi5",
+                "arch": "aarch64",
+                "fixture": "qwen3moe",
+                "entry": "greedy",
+                "before": "3" * 64,
+                "after": "2" * 64,
+                "previous_run": "r0",
+                "build_changed": False,
+            }
+        ],
         "changed_archs": {"aarch64": {"expected": [], "unexpected": ["qwen3moe/greedy"]}},
-        "mutation_score": {"caught": 11, "total": 12,
-                           "devices": [{"device": "pixel8", "arch": "aarch64", "caught": 11, "total": 12}]},
+        "mutation_score": {
+            "caught": 11,
+            "total": 12,
+            "devices": [{"device": "pixel8", "arch": "aarch64", "caught": 11, "total": 12}],
+        },
         "mutation_problem": "",
-        "devices": {d: {"arch": "aarch64", "os": "android", "kind": "phone", "target": "aarch64-linux-musl",
-                        "engine_build_id": "b1", "pushed_bytes": 10, "engine_s": 1.0, "wall_s": 2.0,
-                        "infra_error": None, "junit": f"{d}/junit.xml", "artifacts": f"{d}/"}
-                    for d in ("pixel8", "rpi5")},
+        "devices": {
+            d: {
+                "arch": "aarch64",
+                "os": "android",
+                "kind": "phone",
+                "target": "aarch64-linux-musl",
+                "engine_build_id": "b1",
+                "pushed_bytes": 10,
+                "engine_s": 1.0,
+                "wall_s": 2.0,
+                "infra_error": None,
+                "junit": f"{d}/junit.xml",
+                "artifacts": f"{d}/",
+            }
+            for d in ("pixel8", "rpi5")
+        },
         "flaky_policy": {"window": 10, "flips": 3},
     }
 
@@ -87,8 +145,12 @@ def green_nightly() -> dict[str, Any]:
     n = sample_nightly()
     for key in FINDINGS:
         n[key] = []
-    n.update(exit_code=0, mutation_score=None, changed_archs={},
-             totals={"devices": 2, "tests": 20, "passed": 19, "failed": 0, "errors": 0, "skipped": 1})
+    n.update(
+        exit_code=0,
+        mutation_score=None,
+        changed_archs={},
+        totals={"devices": 2, "tests": 20, "passed": 19, "failed": 0, "errors": 0, "skipped": 1},
+    )
     return n
 
 
@@ -97,22 +159,50 @@ START = datetime(2026, 1, 1, 2, 0, tzinfo=UTC)
 
 def trend_runs(n: int = 30) -> list[RunSummary]:
     """*n* nightly runs at 02:00, one a night but for a gap of four nights after the tenth."""
+
     def day(i: int) -> datetime:
         return START + timedelta(days=i + (4 if i >= 10 else 0))
 
-    return [RunSummary(id=f"{day(i):%Y%m%d-%H%M%S}-ci-{i}", pool="nightly",
-                       started=f"{day(i):%Y-%m-%dT%H:%M:%S%z}", verdicts=True, engine_builds={},
-                       tests=20, passed=20 - i % 4, failed=i % 4, errors=0,
-                       engine_s={"pixel8": 1.0 + i / 30, "rpi5": 2.0 - i / 40},
-                       mutation=(10 + i % 3, 12) if i % 5 else None) for i in range(n)]
+    return [
+        RunSummary(
+            id=f"{day(i):%Y%m%d-%H%M%S}-ci-{i}",
+            pool="nightly",
+            started=f"{day(i):%Y-%m-%dT%H:%M:%S%z}",
+            verdicts=True,
+            engine_builds={},
+            tests=20,
+            passed=20 - i % 4,
+            failed=i % 4,
+            errors=0,
+            engine_s={"pixel8": 1.0 + i / 30, "rpi5": 2.0 - i / 40},
+            mutation=(10 + i % 3, 12) if i % 5 else None,
+        )
+        for i in range(n)
+    ]
 
 
-def device_runs(devices: list[str], gates: list[str], failing: set[tuple[str, str]] = frozenset(),
-                faults: tuple[str, ...] = ()) -> list[DeviceRun]:
-    return [DeviceRun(device=d, arch="aarch64" if i % 2 else "x86_64", faults=list(faults), records=[
-        TestRecord(device=d, gate=g, fixture="qwen3moe", name=f"{g}[qwen3moe]", classname="gates.t",
-                   outcome="fail" if (d, g) in failing else "pass") for g in gates])
-        for i, d in enumerate(devices)]
+def device_runs(
+    devices: list[str], gates: list[str], failing: set[tuple[str, str]] = frozenset(), faults: tuple[str, ...] = ()
+) -> list[DeviceRun]:
+    return [
+        DeviceRun(
+            device=d,
+            arch="aarch64" if i % 2 else "x86_64",
+            faults=list(faults),
+            records=[
+                TestRecord(
+                    device=d,
+                    gate=g,
+                    fixture="qwen3moe",
+                    name=f"{g}[qwen3moe]",
+                    classname="gates.t",
+                    outcome="fail" if (d, g) in failing else "pass",
+                )
+                for g in gates
+            ],
+        )
+        for i, d in enumerate(devices)
+    ]
 
 
 # ---------------------------------------------------------------------------- content
@@ -140,14 +230,21 @@ def test_markdown_and_html_carry_every_entry_of_nightly_json() -> None:
     # Every table row of the HTML is a row of the markdown, cell by cell.
     for s in sections(n):
         for row in s.rows:
-            md_row = "| " + " | ".join(
-                f"[{c.text}]({c.href})" if isinstance(c, Link) else c.replace("|", "\\|").replace("\n", " ")
-                for c in row) + " |"
+            md_row = (
+                "| "
+                + " | ".join(
+                    f"[{c.text}]({c.href})" if isinstance(c, Link) else c.replace("|", "\\|").replace("\n", " ")
+                    for c in row
+                )
+                + " |"
+            )
             assert md_row in md
             assert all(html.escape(cell_text(c)) in page for c in row), row
     # The verdict line is the same everywhere, and it is the first thing said.
-    verdict = "FAIL: 2 new failures, 1 new errors, 1 devices missing, 1 flaky, 1 still failing, 1 fixed, " \
-              "1 cross-device disagreement(s)"
+    verdict = (
+        "FAIL: 2 new failures, 1 new errors, 1 devices missing, 1 flaky, 1 still failing, 1 fixed, "
+        "1 cross-device disagreement(s)"
+    )
     assert verdict in md.splitlines()[2] and verdict in html.unescape(page)
     # Message text is escaped, not markup.
     assert "<b>went</b>" not in page and "&lt;b&gt;went&lt;/b&gt;" in page
@@ -187,7 +284,7 @@ def test_a_fault_build_says_so_first_everywhere() -> None:
     # report.html: in the title, a banner before the verdict, and the verdict (also the index's line).
     assert re.search(r"<title>FAULT BUILD OK[^<]*</title>", page)
     assert page.index('id="fault"') < page.index('id="verdict"')
-    assert "the real engine" in html.unescape(page[page.index('id="fault"'):page.index('id="verdict"')])
+    assert "the real engine" in html.unescape(page[page.index('id="fault"') : page.index('id="verdict"')])
     assert verdict_line(n).startswith("OK (FAULT BUILD: THREAD_ORDER)")
     n.update(verdicts=False, no_verdict_reason="x")
     assert verdict_line(n).startswith("NO VERDICT (FAULT BUILD: THREAD_ORDER)")
@@ -243,11 +340,19 @@ def test_commit_range_comes_from_the_history_and_git(tmp_path: Path) -> None:
         hist.record(RunRecord(id="r2", pool="nightly", started="2026-01-02T02:00:00+0000", git_commit=commits[3]))
         # the previous night of the same pool, not of another pool
         assert commit_range(hist, "nightly", "r2", commits[3], repo) == {
-            "previous_run": "r1", "from": commits[0], "to": commits[3], "count": 3}
+            "previous_run": "r1",
+            "from": commits[0],
+            "to": commits[3],
+            "count": 3,
+        }
         # git does not know the older commit (a shallow clone): the range without a count
         hist.record(RunRecord(id="r3", pool="nightly", started="2026-01-03T02:00:00+0000", git_commit="b" * 40))
         assert commit_range(hist, "nightly", "r3", "b" * 40, repo) == {
-            "previous_run": "r2", "from": commits[3], "to": "b" * 40, "count": None}
+            "previous_run": "r2",
+            "from": commits[3],
+            "to": "b" * 40,
+            "count": None,
+        }
         hist.record(RunRecord(id="r4", pool="nightly", started="2026-01-04T02:00:00+0000", git_commit="b" * 40))
         assert commit_range(hist, "nightly", "r4", "b" * 40, repo)["count"] == 0  # the same commit again
 
@@ -270,16 +375,27 @@ def test_artifacts_are_relative_links_that_work_from_a_copy(tmp_path: Path) -> N
     (run_dir / "pixel8" / artifact).write_text("out")
     summary = finalize(run_dir, runs, RunMeta(run="gate-run"))
     n = sample_nightly()
-    n["devices"] = {d: {**n["devices"]["pixel8"], "junit": f"{d}/junit.xml", "artifacts": f"{d}/"}
-                    for d in ("pixel8", "rpi5")}
+    n["devices"] = {
+        d: {**n["devices"]["pixel8"], "junit": f"{d}/junit.xml", "artifacts": f"{d}/"} for d in ("pixel8", "rpi5")
+    }
     write_report(run_dir, n, summary, trend_runs())
     copy = tmp_path / "elsewhere" / "copied"
     shutil.copytree(run_dir, copy)
     shutil.rmtree(tmp_path / "results")  # nothing may point back at the original place
     page, md = (copy / "report.html").read_text(), (copy / "report.md").read_text()
     links = _links(page, md)
-    for expected in ("junit.xml", "summary.md", "summary.json", "nightly.json", "trend.svg", "report.md",
-                     "pixel8/junit.xml", "rpi5/", "matrix.svg", f"pixel8/{artifact}"):
+    for expected in (
+        "junit.xml",
+        "summary.md",
+        "summary.json",
+        "nightly.json",
+        "trend.svg",
+        "report.md",
+        "pixel8/junit.xml",
+        "rpi5/",
+        "matrix.svg",
+        f"pixel8/{artifact}",
+    ):
         assert expected in links, (expected, links)
     for link in links:
         assert not re.match(r"^([a-z]+:|/|\.\.)", link) and str(tmp_path) not in link, link
@@ -329,8 +445,19 @@ def test_trend_chart_has_dates_on_x_and_y_axes_from_zero() -> None:
     one = trend_figure(runs[:1])
     assert one is not None and one.axes[1].get_xlim()[1] - one.axes[1].get_xlim()[0] == pytest.approx(1.0)
     # A run whose `started` is missing is placed by the date its id begins with.
-    legacy = RunSummary(id="20251231-020000-ci-0", pool="nightly", started=None, verdicts=True, engine_builds={},
-                        tests=10, passed=10, failed=0, errors=0, engine_s={}, mutation=None)
+    legacy = RunSummary(
+        id="20251231-020000-ci-0",
+        pool="nightly",
+        started=None,
+        verdicts=True,
+        engine_builds={},
+        tests=10,
+        passed=10,
+        failed=0,
+        errors=0,
+        engine_s={},
+        mutation=None,
+    )
     fig = trend_figure([legacy, *runs[:2]])
     assert fig is not None
     assert fig.axes[0].lines[0].get_xdata(orig=False)[0] == pytest.approx(date2num(START - timedelta(days=1)))
@@ -346,15 +473,19 @@ def test_matrix_cells_and_orientation() -> None:
     gates = [*GATE_ORDER, "PERF", "MEM"]
     few = build_summary(RunMeta(run="r"), device_runs(["a", "b"], gates, failing={("a", "G5")}))
     assert not transposed(few)
-    assert matrix_markdown(few) == ["2 device(s) x 20 gate(s); not passing:", "",
-                                    "- a (x86_64) G5: 1 of 1 fixture(s) failed"]
+    assert matrix_markdown(few) == [
+        "2 device(s) x 20 gate(s); not passing:",
+        "",
+        "- a (x86_64) G5: 1 of 1 fixture(s) failed",
+    ]
     green = build_summary(RunMeta(run="r"), device_runs(["a", "b"], gates))
     assert matrix_markdown(green) == ["2 device(s) x 20 gate(s): every gate that ran passed on every device."]
     # a fault build's status is never green; a merge of a fault shard and a real one says which is which
     fault = build_summary(RunMeta(run="r"), device_runs(["a"], gates, faults=("THREAD_ORDER",)))
     assert "#9a6700" in matrix_html(fault) and "FAULT BUILD" not in matrix_html(fault)
-    mixed = build_summary(RunMeta(run="r"), [*device_runs(["a"], gates, faults=("THREAD_ORDER",)),
-                                             *device_runs(["b"], gates)])
+    mixed = build_summary(
+        RunMeta(run="r"), [*device_runs(["a"], gates, faults=("THREAD_ORDER",)), *device_runs(["b"], gates)]
+    )
     assert matrix_html(mixed).count("FAULT BUILD") == 1
     many_gates = build_summary(RunMeta(run="r"), device_runs(["a"], [f"X{i}" for i in range(MAX_GATE_COLUMNS + 1)]))
     assert transposed(many_gates)
@@ -372,8 +503,13 @@ needs_chromium = pytest.mark.skipif(chromium() is None, reason="needs Debian's c
 
 def _chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     profile = tmp_path / "chromium-profile"
-    proc = subprocess.run([chromium() or "chromium", *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [chromium() or "chromium", *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc
 
@@ -387,8 +523,9 @@ def render_in_chromium(page: Path, out_png: Path, tmp_path: Path, height: int = 
 
 def console_errors(log: str) -> list[str]:
     """Chromium logs page console messages and failed loads as `CONSOLE(...)` / `ERR_FILE_NOT_FOUND` lines."""
-    return [line for line in log.splitlines() if "CONSOLE(" in line or "ERR_FILE_NOT_FOUND" in line
-            or "Uncaught" in line]
+    return [
+        line for line in log.splitlines() if "CONSOLE(" in line or "ERR_FILE_NOT_FOUND" in line or "Uncaught" in line
+    ]
 
 
 # Run in a copy of the report (the report itself has no script): what the laid-out page measures.
@@ -407,20 +544,39 @@ def measure_layout(page: Path, tmp_path: Path, width: int = 1280) -> dict[str, f
     """The widths of *page* laid out by headless Chromium in a window *width* px wide."""
     probe = page.with_name("measure-" + page.name)
     probe.write_text(page.read_text().replace("</body>", _MEASURE + "</body>"))
-    dom = _chromium(tmp_path, f"--window-size={width},900", "--run-all-compositor-stages-before-draw",
-                    "--virtual-time-budget=2000", "--dump-dom", probe.as_uri()).stdout
+    dom = _chromium(
+        tmp_path,
+        f"--window-size={width},900",
+        "--run-all-compositor-stages-before-draw",
+        "--virtual-time-budget=2000",
+        "--dump-dom",
+        probe.as_uri(),
+    ).stdout
     probe.unlink()
     found = re.search(r'data-measured="([^"]+)"', dom)
     assert found, dom[-2000:]
     return json.loads(html.unescape(found.group(1)))
 
 
-def realistic_report(run_dir: Path, n_devices: int, *, faults: tuple[str, ...] = (), green: bool = False,
-                     n_gates: int = 20) -> Path:
+def realistic_report(
+    run_dir: Path, n_devices: int, *, faults: tuple[str, ...] = (), green: bool = False, n_gates: int = 20
+) -> Path:
     """A failing (or *green*) night of *n_devices* devices (realistic names) and *n_gates* gates (the
     catalogue's, then made-up ones), in *run_dir*."""
-    names = ["pixel8-pro-lab03", "galaxy-s24-ultra", "rpi5-desk-a", "ssh-x86", "ssh-arm64", "phone-emu",
-             "oneplus12-lab07", "jetson-orin-nano", "macbook-m3-ci", "host", "adb-arm64", "mediatek-dimensity"]
+    names = [
+        "pixel8-pro-lab03",
+        "galaxy-s24-ultra",
+        "rpi5-desk-a",
+        "ssh-x86",
+        "ssh-arm64",
+        "phone-emu",
+        "oneplus12-lab07",
+        "jetson-orin-nano",
+        "macbook-m3-ci",
+        "host",
+        "adb-arm64",
+        "mediatek-dimensity",
+    ]
     devices = names[:n_devices]
     gates = [*GATE_ORDER, "PERF-DECODE", "MEM-PEAK", *(f"EXTRA-{i}" for i in range(n_gates))][:n_gates]
     failing = set() if green else {(devices[0], "G1"), (devices[-1], "DET")}
@@ -430,7 +586,8 @@ def realistic_report(run_dir: Path, n_devices: int, *, faults: tuple[str, ...] =
     if not green:  # a message as the gate suite writes them: long, with a long path
         n["new_failures"][0]["message"] = (
             "AssertionError: threads1 and threads2 differ: first differing generated token at index 8 (24 vs 24 "
-            f"tokens; artifacts in {run_dir}/{devices[0]}/artifacts/test_one_vs_two_threads[{devices[0]}-qwen3moe])")
+            f"tokens; artifacts in {run_dir}/{devices[0]}/artifacts/test_one_vs_two_threads[{devices[0]}-qwen3moe])"
+        )
     n["faults"] = list(faults)
     n["totals"] = summary["totals"]
     n["devices"] = {d: {**n["devices"]["pixel8"], "junit": f"{d}/junit.xml", "artifacts": f"{d}/"} for d in devices}
@@ -461,7 +618,7 @@ def test_the_matrix_fits_1280_px_at_any_device_count(tmp_path: Path, n_devices: 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     page = realistic_report(run_dir, n_devices, faults=("THREAD_ORDER",) if n_devices == 12 else (), n_gates=n_gates)
-    assert ('<thead><tr><th>gate</th>' in page.read_text()) == (n_gates > MAX_GATE_COLUMNS)  # transposed
+    assert ("<thead><tr><th>gate</th>" in page.read_text()) == (n_gates > MAX_GATE_COLUMNS)  # transposed
     widths = measure_layout(page, tmp_path)
     assert widths["viewport"] == 1280, widths  # measured at the width asked for
     assert widths["page"] <= 1280, widths  # no horizontal scrolling of the page
@@ -488,8 +645,10 @@ def test_a_green_night_fits_little_more_than_a_screen(tmp_path: Path) -> None:
 @needs_chromium
 def test_the_layout_measure_catches_an_overflow(tmp_path: Path) -> None:
     page = tmp_path / "wide.html"
-    page.write_text('<!DOCTYPE html><html><body><figure id="matrix" style="overflow-x:auto">'
-                    '<table style="width:1500px"><tr><td>x</td></tr></table></figure></body></html>')
+    page.write_text(
+        '<!DOCTYPE html><html><body><figure id="matrix" style="overflow-x:auto">'
+        '<table style="width:1500px"><tr><td>x</td></tr></table></figure></body></html>'
+    )
     widths = measure_layout(page, tmp_path)
     assert widths["viewport"] == 1280 and widths["matrix_scroll"] > widths["matrix_client"], widths
 
@@ -503,15 +662,23 @@ def test_the_console_check_catches_a_page_error(tmp_path: Path) -> None:
 
 
 def test_mutants_json_is_read_and_checked(tmp_path: Path) -> None:
-    good = {"schema": "bmoe-ci.mutants/1", "device": "pixel8", "arch": "aarch64", "engine_builds": {},
-            "score": {"caught": 11, "total": 12}, "faults": []}
+    good = {
+        "schema": "bmoe-ci.mutants/1",
+        "device": "pixel8",
+        "arch": "aarch64",
+        "engine_builds": {},
+        "score": {"caught": 11, "total": 12},
+        "faults": [],
+    }
     path = tmp_path / "mutants.json"
     path.write_text(json.dumps(good))
     score = read_mutants(path)
     assert (score.device, score.arch, score.caught, score.total) == ("pixel8", "aarch64", 11, 12)
-    for bad, reason in [({**good, "schema": "x"}, "not a bmoe-ci.mutants/1"),
-                        ({**good, "score": {"caught": 13, "total": 12}}, "impossible"),
-                        ({k: v for k, v in good.items() if k != "score"}, "missing or bad key")]:
+    for bad, reason in [
+        ({**good, "schema": "x"}, "not a bmoe-ci.mutants/1"),
+        ({**good, "score": {"caught": 13, "total": 12}}, "impossible"),
+        ({k: v for k, v in good.items() if k != "score"}, "missing or bad key"),
+    ]:
         path.write_text(json.dumps(bad))
         with pytest.raises(ReportError, match=reason):
             read_mutants(path)
@@ -520,8 +687,9 @@ def test_mutants_json_is_read_and_checked(tmp_path: Path) -> None:
         read_mutants(path)
 
 
-def test_mutants_fault_option_is_checked_before_anything_runs(tmp_path: Path,
-                                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_mutants_fault_option_is_checked_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     history = tmp_path / "h"
     assert main(["nightly", "--mutants", "--mutants-fault", "NO_SUCH_FAULT", "--history", str(history)]) == 2
     err = capsys.readouterr().err
@@ -533,8 +701,10 @@ def test_mutants_fault_option_is_checked_before_anything_runs(tmp_path: Path,
 
 def test_bad_options_are_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     farm = tmp_path / "farm.yaml"
-    farm.write_text(f"version: 1\ndevices:\n  - name: host\n    kind: desktop\n    arch: x86_64\n    transport: local\n"
-                    f"    workdir: {tmp_path / 'w'}\npools:\n  other: [host]\n")
+    farm.write_text(
+        f"version: 1\ndevices:\n  - name: host\n    kind: desktop\n    arch: x86_64\n    transport: local\n"
+        f"    workdir: {tmp_path / 'w'}\npools:\n  other: [host]\n"
+    )
     assert main(["nightly", "--farm", str(farm), "--history", str(tmp_path / "h")]) == 2
     assert "pool 'nightly' is not defined" in capsys.readouterr().err
     assert main(["nightly", "--farm", str(farm), "--keep", "0"]) == 2

@@ -36,8 +36,11 @@ TREE_FILES = (
 
 def clean_env(**extra: str) -> dict[str, str]:
     """This environment without what would make a child import this checkout or use its caches."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER") and not k.startswith("BMOE_CI_")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "PYTEST_ADDOPTS", "PYTEST_XDIST_WORKER") and not k.startswith("BMOE_CI_")
+    }
     env.update(extra)
     return env
 
@@ -55,11 +58,17 @@ def zig_global_cache() -> str:
 def project_copy(dest: Path) -> Path:
     """The project's files (tracked, and new ones not ignored) copied to ``dest``: the wheel is built
     from what git would carry, and the build leaves nothing (build/, egg-info) in the checkout."""
-    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            capture_output=True, check=False)
+    listed = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        check=False,
+    )
     if listed.returncode != 0:  # not a git checkout (an unpacked sdist): everything but the usual litter
-        shutil.copytree(REPO, dest, ignore=shutil.ignore_patterns(".git", ".cache", "results", "build", "dist",
-                                                                  "__pycache__", "*.egg-info"))
+        shutil.copytree(
+            REPO,
+            dest,
+            ignore=shutil.ignore_patterns(".git", ".cache", "results", "build", "dist", "__pycache__", "*.egg-info"),
+        )
         return dest
     for rel in filter(None, listed.stdout.decode().split("\0")):
         src = REPO / rel
@@ -75,9 +84,25 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("wheel")
     src = project_copy(tmp / "src")
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-         "--disable-pip-version-check", "-q", "-w", str(tmp / "dist"), str(src)],
-        capture_output=True, text=True, timeout=600, check=False, env=clean_env(),
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--disable-pip-version-check",
+            "-q",
+            "-w",
+            str(tmp / "dist"),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env=clean_env(),
     )
     assert proc.returncode == 0, (
         "building the wheel failed (it needs setuptools>=70.1 here, which the dev extra installs: "
@@ -105,32 +130,63 @@ def test_the_wheel_carries_the_source_tree(wheel: Path) -> None:
 
 
 def _site_files(site: Path) -> set[str]:
-    return {str(p.relative_to(site)) for p in (site / "bmoe_ci").rglob("*")
-            if p.is_file() and "__pycache__" not in p.parts}
+    return {
+        str(p.relative_to(site)) for p in (site / "bmoe_ci").rglob("*") if p.is_file() and "__pycache__" not in p.parts
+    }
 
 
-@pytest.mark.skipif(shutil.which("sshd") is None and not Path("/usr/sbin/sshd").exists(),
-                    reason="needs Debian's openssh-server (scripts/setup.sh installs it)")
-@pytest.mark.skipif(host_target().startswith("x86_64") and shutil.which("qemu-aarch64-static") is None,
-                    reason="needs Debian's qemu-user-static (scripts/setup.sh installs it)")
+@pytest.mark.skipif(
+    shutil.which("sshd") is None and not Path("/usr/sbin/sshd").exists(),
+    reason="needs Debian's openssh-server (scripts/setup.sh installs it)",
+)
+@pytest.mark.skipif(
+    host_target().startswith("x86_64") and shutil.which("qemu-aarch64-static") is None,
+    reason="needs Debian's qemu-user-static (scripts/setup.sh installs it)",
+)
 def test_the_installed_wheel_runs_the_gates_from_an_empty_directory(wheel: Path, tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--force-reinstall",
-                    "--disable-pip-version-check", str(wheel)], check=True, timeout=300, env=clean_env())
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+    subprocess.run(
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--force-reinstall",
+            "--disable-pip-version-check",
+            str(wheel),
+        ],
+        check=True,
+        timeout=300,
+        env=clean_env(),
+    )
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     installed = _site_files(site)
     home, cache, empty = tmp_path / "home", tmp_path / "xdg-cache", tmp_path / "empty"
     for d in (home, cache, empty):
         d.mkdir()
-    env = clean_env(HOME=str(home), XDG_CACHE_HOME=str(cache), ZIG_GLOBAL_CACHE_DIR=zig_global_cache(),
-                    PATH=f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}")
+    env = clean_env(
+        HOME=str(home),
+        XDG_CACHE_HOME=str(cache),
+        ZIG_GLOBAL_CACHE_DIR=zig_global_cache(),
+        PATH=f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+    )
 
     def run(*cmd: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(list(cmd), cwd=empty, env=env, capture_output=True, text=True, timeout=timeout,
-                              check=False)
+        return subprocess.run(
+            list(cmd), cwd=empty, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
 
     version = run("bmoe-ci", "--version")
     assert version.returncode == 0, version.stderr
@@ -139,8 +195,20 @@ def test_the_installed_wheel_runs_the_gates_from_an_empty_directory(wheel: Path,
     up = run("bmoe-ci", "farm", "up")
     assert up.returncode == 0, up.stdout + up.stderr
     try:
-        gates = run(str(python), "-m", "pytest", "gates", "--bmoe-device", "host", "--bmoe-fixture", "qwen3moe",
-                    "-q", "-p", "no:cacheprovider", timeout=1200)
+        gates = run(
+            str(python),
+            "-m",
+            "pytest",
+            "gates",
+            "--bmoe-device",
+            "host",
+            "--bmoe-fixture",
+            "qwen3moe",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            timeout=1200,
+        )
     finally:
         down = run("bmoe-ci", "farm", "down")
     out = gates.stdout + gates.stderr
@@ -164,8 +232,9 @@ def _fake_checkout(root: Path, *, with_package: bool) -> Path:
     (root / "engine" / "src").mkdir(parents=True)
     shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
     if with_package:
-        shutil.copytree(REPO / "src" / "bmoe_ci", root / "src" / "bmoe_ci",
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            REPO / "src" / "bmoe_ci", root / "src" / "bmoe_ci", ignore=shutil.ignore_patterns("__pycache__")
+        )
     else:
         (root / "src" / "bmoe_ci").mkdir(parents=True)
         (root / "src" / "bmoe_ci" / "__init__.py").write_text('__version__ = "0.0.0"\n')
@@ -179,8 +248,9 @@ def test_a_second_clone_is_told_it_runs_the_first_ones_code(tmp_path: Path) -> N
     env = clean_env(PYTHONPATH=str(first / "src"), PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
 
     def stderr_of(cwd: Path, *cmd: str) -> str:
-        proc = subprocess.run([sys.executable, *cmd], cwd=cwd, env=env, capture_output=True, text=True,
-                              timeout=300, check=False)
+        proc = subprocess.run(
+            [sys.executable, *cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False
+        )
         assert proc.returncode in (0, 5), proc.stdout + proc.stderr  # 5: pytest found no tests
         return proc.stderr
 
@@ -197,22 +267,30 @@ def test_a_second_clone_is_told_it_runs_the_first_ones_code(tmp_path: Path) -> N
     # in the first clone itself, and outside any checkout, nothing is said
     assert WARNING not in stderr_of(first, "-m", "bmoe_ci.cli", "--version")
     assert WARNING not in stderr_of(tmp_path, "-m", "bmoe_ci.cli", "--version")
-    assert WARNING not in stderr_of(first, "-m", "pytest", "-p", "bmoe_ci.plugin", "-p", "no:cacheprovider",
-                                      "--co", "-q")
+    assert WARNING not in stderr_of(
+        first, "-m", "pytest", "-p", "bmoe_ci.plugin", "-p", "no:cacheprovider", "--co", "-q"
+    )
 
 
 def test_version_names_the_checkout_and_its_commit(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "bmoe_ci.cli", "--version"], cwd=tmp_path,
-                          env=clean_env(PYTHONPATH=str(REPO / "src")), capture_output=True, text=True, timeout=120,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bmoe_ci.cli", "--version"],
+        cwd=tmp_path,
+        env=clean_env(PYTHONPATH=str(REPO / "src")),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     from bmoe_ci import __version__
 
     assert proc.stdout.startswith(f"bmoe-ci {__version__} (checkout {REPO}, ")
     assert proc.stdout.count("\n") == 1 and proc.stderr == ""
     if (REPO / ".git").exists() and shutil.which("git"):
-        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
         assert f"git {head}" in proc.stdout
 
 
@@ -224,8 +302,7 @@ def test_only_a_missing_gates_path_argument_is_rewritten(tmp_path: Path) -> None
     positional = ["gates", "gates/test_lossy.py::test_x", "gatesx", "tests"]
     changes = rewrite_args(args, positional, cwd, tree)
     # index 1 (the value of -k) is offered too: the hook keeps only what pytest parses as a path
-    assert changes == {1: str(tree / "gates"), 2: str(tree / "gates"),
-                       3: f"{tree / 'gates' / 'test_lossy.py'}::test_x"}
+    assert changes == {1: str(tree / "gates"), 2: str(tree / "gates"), 3: f"{tree / 'gates' / 'test_lossy.py'}::test_x"}
     (cwd / "gates").mkdir()  # a project's own gates/ wins
     assert rewrite_args(args, positional, cwd, tree) == {}
     assert names_suite("gates/") and not names_suite("gatesx") and not names_suite("./gates")

@@ -31,10 +31,18 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _pytest(*args: str, env: dict[str, str] | None = None, python: str = sys.executable,
-            timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([python, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout, check=False, env=env or _env())
+def _pytest(
+    *args: str, env: dict[str, str] | None = None, python: str = sys.executable, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [python, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=env or _env(),
+    )
 
 
 def _collected(proc: subprocess.CompletedProcess[str]) -> list[str]:
@@ -47,9 +55,13 @@ def _farm(tmp_path: Path, *names: str) -> Path:
     """A local farm file whose devices are called `names`, each with its own work directory."""
     base = host_farm(tmp_path).read_text()
     head, device = base.split("devices:\n", 1)
-    text = head + "devices:\n" + "".join(
-        device.replace("name: host", f"name: {n}").replace(str(tmp_path / "work"), str(tmp_path / f"work-{n}"))
-        for n in names
+    text = (
+        head
+        + "devices:\n"
+        + "".join(
+            device.replace("name: host", f"name: {n}").replace(str(tmp_path / "work"), str(tmp_path / f"work-{n}"))
+            for n in names
+        )
     )
     path = tmp_path / f"farm-{'-'.join(names)}.yaml"
     path.write_text(text)
@@ -77,8 +89,12 @@ def test_precedence_is_command_line_then_environment_then_ini_then_default(tmp_p
     assert everything.farm == "cli.yaml" and everything.selectors == ("host",)
     assert everything.fixtures == ("qwen3moe",)
     # empty values are unset, and an absolute ini path stays as it is
-    blank = resolve(cli={"device": []}, environ={"BMOE_FARM": " ", "BMOE_DEVICE": ""},
-                    ini={"bmoe_farm": "/abs/farm.yaml"}, ini_dir=tmp_path)
+    blank = resolve(
+        cli={"device": []},
+        environ={"BMOE_FARM": " ", "BMOE_DEVICE": ""},
+        ini={"bmoe_farm": "/abs/farm.yaml"},
+        ini_dir=tmp_path,
+    )
     assert blank.farm == "/abs/farm.yaml" and blank.selectors == ("all",)
 
 
@@ -112,16 +128,31 @@ def _tree(root: Path) -> dict[str, tuple[int, int]]:
     """Every file under root: relative path -> (size, mtime in ns)."""
     if not root.exists():
         return {}
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_collect_only_builds_leases_and_pushes_nothing(tmp_path: Path) -> None:
     farm = _farm(tmp_path, "host", "host2")
     cache, results = tmp_path / "cache", tmp_path / "results"
     env = _env(BMOE_CI_CACHE=str(cache))
-    common = ("gates", "--bmoe-farm", str(farm), "--bmoe-device", "all", "--bmoe-results", str(results),
-              "--bmoe-fixture", "qwen3moe", "--bmoe-fixture", "gemma4", "--bmoe-rebuild")
+    common = (
+        "gates",
+        "--bmoe-farm",
+        str(farm),
+        "--bmoe-device",
+        "all",
+        "--bmoe-results",
+        str(results),
+        "--bmoe-fixture",
+        "qwen3moe",
+        "--bmoe-fixture",
+        "gemma4",
+        "--bmoe-rebuild",
+    )
     proc = _pytest(*common, "--collect-only", "-q", env=env)
     nodes = _collected(proc)
     params = {n.split("[", 1)[1].rstrip("]") for n in nodes if "[" in n}
@@ -149,8 +180,11 @@ def test_collect_only_on_the_embedded_local_farm_leaves_its_devices_as_they_were
         farm = load_farm_file(farm_file)
         devices = state / "devices"
         before, cache_before = _tree(devices), _tree(cache_dir() / "engine") | _tree(cache_dir() / "fixtures")
-        nodes = _collected(_pytest("gates", "--bmoe-device", "all", "--collect-only", "-q",
-                                   env={**_env(), "BMOE_CI_STATE": str(state)}))
+        nodes = _collected(
+            _pytest(
+                "gates", "--bmoe-device", "all", "--collect-only", "-q", env={**_env(), "BMOE_CI_STATE": str(state)}
+            )
+        )
         params = {n.split("[", 1)[1].rstrip("]") for n in nodes if "[" in n}
         fixtures = load_specs().defaults
         assert fixtures and {f"{d}-{f}" for d in farm.devices for f in fixtures} <= params
@@ -201,17 +235,41 @@ def test_gates_are_selected_by_their_id_with_m_and_k(tmp_path: Path) -> None:
     for gate in exact_k:
         selections[f"-k {gate}"] = ["-k", gate]
     selections["-k G8a"] = ["-k", "G8a"]
-    ids = ("G1", "G2", "G5", "G8a", "G8a'", "G8b", "G8c", "G8d", "G8e", "G8w", "REPLAY", "INV", "CFG", "DET", "REF",
-           "BATCH-STDERR", "SCORE")
+    ids = (
+        "G1",
+        "G2",
+        "G5",
+        "G8a",
+        "G8a'",
+        "G8b",
+        "G8c",
+        "G8d",
+        "G8e",
+        "G8w",
+        "REPLAY",
+        "INV",
+        "CFG",
+        "DET",
+        "REF",
+        "BATCH-STDERR",
+        "SCORE",
+    )
     for gate in ids:
         selections[f"-m {gate}"] = ["-m", marker_name(gate)]
     selections["-m det-kernels"] = ["-m", "det-kernels"]
     selections["-m g8b or g8c"] = ["-m", "g8b or g8c"]
-    proc = subprocess.run([sys.executable, "-c", _SELECT, str(farm), json.dumps(selections)], cwd=REPO,
-                          capture_output=True, text=True, timeout=600, check=False, env=_env())
+    proc = subprocess.run(
+        [sys.executable, "-c", _SELECT, str(farm), json.dumps(selections)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env=_env(),
+    )
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("SELECTED ")), None)
     assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
-    got = json.loads(line[len("SELECTED "):])
+    got = json.loads(line[len("SELECTED ") :])
     for key, run in got.items():
         assert run["rc"] == 0, (key, run)  # --strict-markers accepted every marker
 
@@ -244,12 +302,36 @@ def test_gates_are_selected_by_their_id_with_m_and_k(tmp_path: Path) -> None:
 
 def test_short_aliases_work_when_no_other_plugin_owns_them(tmp_path: Path) -> None:
     farm = _farm(tmp_path, "host", "host2")
-    nodes = _collected(_pytest("gates/test_batch.py", "--farm", str(farm), "--device", "host2",
-                               "--fixture", "gemma4", "--collect-only", "-q"))
+    nodes = _collected(
+        _pytest(
+            "gates/test_batch.py",
+            "--farm",
+            str(farm),
+            "--device",
+            "host2",
+            "--fixture",
+            "gemma4",
+            "--collect-only",
+            "-q",
+        )
+    )
     assert [n.split("[", 1)[1] for n in nodes] == ["host2-gemma4]"]
     # mixed with the prefixed names: a repeatable option collects both
-    nodes = _collected(_pytest("gates/test_batch.py", "--farm", str(farm), "--device", "host",
-                               "--bmoe-device", "host2", "--bmoe-fixture", "gemma4", "--collect-only", "-q"))
+    nodes = _collected(
+        _pytest(
+            "gates/test_batch.py",
+            "--farm",
+            str(farm),
+            "--device",
+            "host",
+            "--bmoe-device",
+            "host2",
+            "--bmoe-fixture",
+            "gemma4",
+            "--collect-only",
+            "-q",
+        )
+    )
     assert sorted(n.split("[", 1)[1] for n in nodes) == ["host-gemma4]", "host2-gemma4]"]
     help_text = _pytest("gates", "--help").stdout
     assert "--bmoe-device=SEL" in help_text and "--device=SEL" in help_text and "alias of --bmoe-device" in help_text
@@ -269,8 +351,13 @@ def playwright_python(tmp_path_factory: pytest.TempPathFactory) -> str:
     root = tmp_path_factory.mktemp("playwright-venv")
     venv.EnvBuilder(system_site_packages=True, with_pip=True).create(root)
     python = str(root / "bin" / "python")
-    pip = subprocess.run([python, "-m", "pip", "install", "--disable-pip-version-check", "-q", "pytest-playwright"],
-                         capture_output=True, text=True, timeout=600, check=False)
+    pip = subprocess.run(
+        [python, "-m", "pip", "install", "--disable-pip-version-check", "-q", "pytest-playwright"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     if pip.returncode != 0:
         tail = (pip.stdout + pip.stderr).strip()[-600:]
         if _INDEX_UNREACHABLE.search(pip.stdout + pip.stderr):
@@ -280,9 +367,13 @@ def playwright_python(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def test_pytest_help_works_beside_pytest_playwright(playwright_python: str, tmp_path: Path) -> None:
-    plugins = subprocess.run([playwright_python, "-c", "import pytest_playwright, bmoe_ci.plugin; "
-                              "print(bmoe_ci.plugin.__file__)"], capture_output=True, text=True, env=_env(),
-                             check=False)
+    plugins = subprocess.run(
+        [playwright_python, "-c", "import pytest_playwright, bmoe_ci.plugin; print(bmoe_ci.plugin.__file__)"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        check=False,
+    )
     assert plugins.returncode == 0 and plugins.stdout.strip().startswith(str(SRC)), plugins.stderr
     for args in (("--help",), ("gates", "--help")):
         r = _pytest(*args, python=playwright_python)
@@ -292,12 +383,25 @@ def test_pytest_help_works_beside_pytest_playwright(playwright_python: str, tmp_
         assert "alias of --bmoe-device" not in r.stdout  # the name is playwright's: no alias of ours
     # the gate suite runs with the prefixed names (aliases that nobody else owns still work) ...
     farm = _farm(tmp_path, "host", "host2")
-    nodes = _collected(_pytest("gates/test_batch.py", "--bmoe-farm", str(farm), "--bmoe-device", "host2",
-                               "--fixture", "qwen3moe", "--collect-only", "-q", python=playwright_python))
+    nodes = _collected(
+        _pytest(
+            "gates/test_batch.py",
+            "--bmoe-farm",
+            str(farm),
+            "--bmoe-device",
+            "host2",
+            "--fixture",
+            "qwen3moe",
+            "--collect-only",
+            "-q",
+            python=playwright_python,
+        )
+    )
     assert [n.split("[", 1)[1] for n in nodes] == ["host2-qwen3moe]"]
     # ... and `--device` (playwright's here) is refused, instead of running on every device of the farm
-    r = _pytest("gates/test_batch.py", "--bmoe-farm", str(farm), "--device", "host2", "--collect-only",
-                python=playwright_python)
+    r = _pytest(
+        "gates/test_batch.py", "--bmoe-farm", str(farm), "--device", "host2", "--collect-only", python=playwright_python
+    )
     assert r.returncode == 4 and "use --bmoe-device" in r.stdout + r.stderr, r.stdout[-2000:] + r.stderr[-2000:]
 
 
@@ -307,27 +411,36 @@ def test_pytest_help_works_beside_pytest_playwright(playwright_python: str, tmp_
 def test_progress_lines_follow_the_verbosity(tmp_path: Path) -> None:
     farm = _farm(tmp_path, "host", "host2")
     det = ("gates/test_determinism.py",)
-    normal = run_gates(tmp_path, farm=farm, device="all", modules=det, results=tmp_path / "r1",
-                       extra=("--verbosity=0",))  # after run_gates' -q
+    normal = run_gates(
+        tmp_path, farm=farm, device="all", modules=det, results=tmp_path / "r1", extra=("--verbosity=0",)
+    )  # after run_gates' -q
     assert normal.returncode == 0, normal.output[-3000:]
     lines = [ln for ln in normal.output.splitlines() if ln.startswith("bmoe-ci: ")]
     text = "\n".join(lines)
     assert re.search(r"^bmoe-ci: build \S+-linux-musl: (cached|compiled), [\d.]+ s \(build \w+\)$", text, re.M), text
     assert re.search(r"^bmoe-ci: fixtures: qwen3moe (cached|generated) \([\d.]+ MiB\); [\d.]+ s$", text, re.M), text
     for device in ("host", "host2"):  # new work directories: everything is uploaded
-        assert re.search(rf"^bmoe-ci: {device}: pushed [\d.]+ MiB in 5 of 5 files \([\d.]+ MiB/s, 0 already there\), "
-                         r"5 verified, [\d.]+ s$", text, re.M), text
+        assert re.search(
+            rf"^bmoe-ci: {device}: pushed [\d.]+ MiB in 5 of 5 files \([\d.]+ MiB/s, 0 already there\), "
+            r"5 verified, [\d.]+ s$",
+            text,
+            re.M,
+        ), text
         assert re.search(rf"^bmoe-ci: {device}: preflight ok, [\d.]+ s \(uname ", text, re.M), text
         assert re.search(rf"^bmoe-ci: {device} x qwen3moe: plan of \d+ entries done, [\d.]+ s$", text, re.M), text
     # quiet: one line for the whole preparation, none per step; warm devices push nothing
     quiet = run_gates(tmp_path, farm=farm, device="all", modules=det, results=tmp_path / "r2")  # -q
     assert quiet.returncode == 0, quiet.output[-3000:]
     lines = [ln for ln in quiet.output.splitlines() if ln.startswith("bmoe-ci: ")]
-    assert len(lines) == 1 and re.match(r"bmoe-ci: 2 of 2 device\(s\) ready in [\d.]+ s: compiled \S+; "
-                                        r"fixtures 0 made, 1 cached; pushed 0\.0 MiB$", lines[0]), lines
+    assert len(lines) == 1 and re.match(
+        r"bmoe-ci: 2 of 2 device\(s\) ready in [\d.]+ s: compiled \S+; "
+        r"fixtures 0 made, 1 cached; pushed 0\.0 MiB$",
+        lines[0],
+    ), lines
     # under xdist the controller prints each device's plan once; the workers print nothing
-    spread = run_gates(tmp_path, farm=farm, device="all", modules=det, results=tmp_path / "r3",
-                       extra=("--verbosity=0", "-n", "2"))
+    spread = run_gates(
+        tmp_path, farm=farm, device="all", modules=det, results=tmp_path / "r3", extra=("--verbosity=0", "-n", "2")
+    )
     assert spread.returncode == 0, spread.output[-3000:]
     plans = [ln for ln in spread.output.splitlines() if re.match(r"bmoe-ci: host2? x qwen3moe: plan of", ln)]
     assert len(plans) == 2, spread.output[-3000:]

@@ -28,12 +28,19 @@ def _planned(device: str, name: str, gate: str = "G1") -> PlannedTest:
 
 
 def _rec(device: str, name: str, outcome: str = "pass", gate: str = "G1") -> TestRecord:
-    return TestRecord(device=device, gate=gate, fixture="qwen3moe", name=name, classname="gates.test_streaming",
-                      outcome=outcome)  # type: ignore[arg-type]
+    return TestRecord(
+        device=device, gate=gate, fixture="qwen3moe", name=name, classname="gates.test_streaming", outcome=outcome
+    )  # type: ignore[arg-type]
 
 
-PLAN = [_planned("a", "G1[qwen3moe]"), _planned("a", "G2[qwen3moe]", "G2"), _planned("a", ODD),
-        _planned("b", "G1[qwen3moe]"), _planned("b", "G2[qwen3moe]", "G2"), _planned("b", LONG)]
+PLAN = [
+    _planned("a", "G1[qwen3moe]"),
+    _planned("a", "G2[qwen3moe]", "G2"),
+    _planned("a", ODD),
+    _planned("b", "G1[qwen3moe]"),
+    _planned("b", "G2[qwen3moe]", "G2"),
+    _planned("b", LONG),
+]
 
 
 def _killed(tmp_path: Path, records: dict[str, list[TestRecord]]) -> Path:
@@ -72,8 +79,12 @@ def test_records_rebuilt_from_junit_alone_still_match_their_plan_entries(tmp_pat
 
 
 def test_a_test_recorded_twice_counts_once_as_its_worst(tmp_path: Path) -> None:
-    twice = [_rec("a", "G1[qwen3moe]", "pass"), _rec("a", "G1[qwen3moe]", "error"),
-             _rec("a", "G2[qwen3moe]", gate="G2"), _rec("a", ODD)]
+    twice = [
+        _rec("a", "G1[qwen3moe]", "pass"),
+        _rec("a", "G1[qwen3moe]", "error"),
+        _rec("a", "G2[qwen3moe]", gate="G2"),
+        _rec("a", ODD),
+    ]
     root = _killed(tmp_path, {"a": twice, "b": [_rec("b", "G1[qwen3moe]"), _rec("b", "G2[qwen3moe]", gate="G2")]})
     assert rebuild(root)["interrupted"]  # b's LONG never ran
     data = rebuild(root)
@@ -91,8 +102,11 @@ def test_a_run_that_recorded_everything_but_not_its_summary_is_not_green(tmp_pat
 
     ended = tmp_path / "ended"  # the same results, written by a session that ended
     write_plan(ended, "ended", PLAN)
-    finalize(ended, [DeviceRun(device=d, arch="x86_64", records=r) for d, r in every.items()],
-             RunMeta(run="ended", finished="2026-01-01T00:00:00+0000"))
+    finalize(
+        ended,
+        [DeviceRun(device=d, arch="x86_64", records=r) for d, r in every.items()],
+        RunMeta(run="ended", finished="2026-01-01T00:00:00+0000"),
+    )
     assert exit_code(rebuild(ended)) == 0
 
 
@@ -107,8 +121,10 @@ def test_killed_before_the_plan_was_written(tmp_path: Path) -> None:
 
 
 def test_half_files_are_read_as_far_as_they_are_valid(tmp_path: Path) -> None:
-    records = {"a": [_rec("a", "G1[qwen3moe]"), _rec("a", "G2[qwen3moe]", gate="G2"), _rec("a", ODD)],
-               "b": [_rec("b", "G1[qwen3moe]")]}
+    records = {
+        "a": [_rec("a", "G1[qwen3moe]"), _rec("a", "G2[qwen3moe]", gate="G2"), _rec("a", ODD)],
+        "b": [_rec("b", "G1[qwen3moe]")],
+    }
     root = _killed(tmp_path, records)
     # device a: both files cut in the middle of the third record / case (an older, non-atomic writer)
     for name, marker in (("device.json", '"name": "G1[a@b'), ("junit.xml", 'name="G1[a@b')):
@@ -138,8 +154,10 @@ def test_a_stopped_session_says_interrupted_in_its_own_summary(tmp_path: Path) -
     """The session reconciles at its end too (-x, Ctrl-C): its summary and later reports agree."""
     root = tmp_path / "run"
     write_plan(root, "run", PLAN)
-    runs = [DeviceRun(device="a", arch="x86_64", records=[_rec("a", "G1[qwen3moe]")]),
-            DeviceRun(device="b", arch="x86_64")]
+    runs = [
+        DeviceRun(device="a", arch="x86_64", records=[_rec("a", "G1[qwen3moe]")]),
+        DeviceRun(device="b", arch="x86_64"),
+    ]
     reconcile(runs, read_plan(root))  # type: ignore[arg-type]
     data = finalize(root, runs, RunMeta(run="run", finished="2026-01-01T00:00:00+0000"))
     assert data["interrupted"] and exit_code(data) == 1 and _planned_counts(data) == len(PLAN)

@@ -25,13 +25,28 @@ from bmoe_ci.models.spec import load_specs
 from bmoe_ci.reference import QUANT_FLIP, Generation, Model, agreement, relative_error
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULTS = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-q4k", "qwen3moe-nonorm",
-            "qwen3moe-tied"]
+DEFAULTS = [
+    "qwen3moe",
+    "qwen3moe-split4",
+    "gemma4",
+    "wide",
+    "qwen3moe-q8_0",
+    "qwen3moe-q4k",
+    "qwen3moe-nonorm",
+    "qwen3moe-tied",
+]
 #: the gating variants, and one fixture per further weight type (Q5_K, Q6_K, Q4_0, Q5_0, BF16): the block
 #: types round their matmul inputs as the reference does (Q8_K for the K-quants, Q8_0 for Q4_0 / Q5_0), so
 #: the engine agrees with the reference as on F32 up to a rounding flip (bmoe_ci.reference.agree)
-VARIANTS = ["qwen3moe-sigmoid", "qwen3moe-softmax-sel", "qwen3moe-q5k", "qwen3moe-q6k", "qwen3moe-q4_0",
-            "qwen3moe-q5_0", "qwen3moe-bf16"]
+VARIANTS = [
+    "qwen3moe-sigmoid",
+    "qwen3moe-softmax-sel",
+    "qwen3moe-q5k",
+    "qwen3moe-q6k",
+    "qwen3moe-q4_0",
+    "qwen3moe-q5_0",
+    "qwen3moe-bf16",
+]
 Q8 = {"qwen3moe-q8_0"}
 #: dense fixtures (no experts, outside the default gate set: the gates exercise expert streaming)
 DENSE = ["gemma3"]
@@ -270,9 +285,7 @@ def test_engine_matches_reference(engine: Path, models: dict, name: str, tmp_pat
     m = load(models[name])
     prompt = m.tokenize(CMP_PROMPT)
     gen = m.generate(prompt, N_CMP)
-    result, rows, _ = run_engine(
-        engine, models[name], tmp_path, N_CMP, prompt_tokens=prompt, n_vocab=m.n_vocab
-    )
+    result, rows, _ = run_engine(engine, models[name], tmp_path, N_CMP, prompt_tokens=prompt, n_vocab=m.n_vocab)
     assert result["prompt_tokens"] == prompt
     assert rows is not None
     P, n = len(prompt), len(gen.tokens)
@@ -371,9 +384,7 @@ def test_engine_split_output_identical_to_whole(engine: Path, models: dict, tmp_
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     r1, _, raw1 = run_engine(engine, models["qwen3moe"], tmp_path / "a", N_CMP, prompt, n_vocab=m.n_vocab)
-    r2, _, raw2 = run_engine(
-        engine, models["qwen3moe-split4"], tmp_path / "b", N_CMP, prompt, n_vocab=m.n_vocab
-    )
+    r2, _, raw2 = run_engine(engine, models["qwen3moe-split4"], tmp_path / "b", N_CMP, prompt, n_vocab=m.n_vocab)
     assert r1["tokens"] == r2["tokens"]
     assert raw1 == raw2, "split model's logits differ from the whole model's"
 
@@ -393,8 +404,9 @@ def test_engine_text_prompt_generates_24_tokens(engine: Path, models: dict, name
 # ---------------------------------------------------------------------- cached reference outputs (REF)
 
 
-def test_reference_outputs_are_cached_with_the_fixtures(fixture_dir: Path, models: dict,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_reference_outputs_are_cached_with_the_fixtures(
+    fixture_dir: Path, models: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """generate(reference=...) writes each fixture's reference output once, keyed by the fixture and the
     reference's code; it equals a fresh computation, and a changed key recomputes it."""
     import bmoe_ci.reference

@@ -31,10 +31,17 @@ CONFIGS = {
     "drop": (*EVICTING, "--drop-cold-experts", "1.0"),
     "drop-norenorm-k3": (*EVICTING, "--drop-cold-experts", "1.0", "--drop-no-renorm", "--n-expert-used", "3"),
     "subst": (*EVICTING, "--expert-substitute", "1.0"),
-    "all-prefetch-drop-subst": (*EVICTING, "--prefetch", "3", "--prefetch-sync", "--drop-cold-experts", "0.75",
-                                "--expert-substitute", "0.3"),
-    "topk-all-1mib": ("--cache-mb", "1", "--force-cache", "--n-expert-used", "8", "--prefetch", "2",
-                      "--prefetch-sync"),
+    "all-prefetch-drop-subst": (
+        *EVICTING,
+        "--prefetch",
+        "3",
+        "--prefetch-sync",
+        "--drop-cold-experts",
+        "0.75",
+        "--expert-substitute",
+        "0.3",
+    ),
+    "topk-all-1mib": ("--cache-mb", "1", "--force-cache", "--n-expert-used", "8", "--prefetch", "2", "--prefetch-sync"),
 }
 
 
@@ -48,8 +55,9 @@ def traced_run(binary: Path, model: Path, tmp_path: Path, *args: str, n: int = 2
 
 @pytest.mark.parametrize("config", sorted(CONFIGS))
 @pytest.mark.parametrize("name", ["qwen3moe", "gemma4", "qwen3moe-nonorm"])
-def test_replay_predicts_every_decision_and_counter(engine_bin: Path, fixtures: dict[str, Path], tmp_path: Path,
-                                                    name: str, config: str) -> None:
+def test_replay_predicts_every_decision_and_counter(
+    engine_bin: Path, fixtures: dict[str, Path], tmp_path: Path, name: str, config: str
+) -> None:
     argv, counters, text = traced_run(engine_bin, fixtures[name], tmp_path, *CONFIGS[config])
     trace = parse_trace(text, "trace.csv")
     pred = replay(trace, RunConfig.from_argv(argv))
@@ -62,43 +70,54 @@ def test_replay_predicts_every_decision_and_counter(engine_bin: Path, fixtures: 
         assert counters["subst_changed"] > 0
 
 
-def test_one_layer_larger_than_the_cache_is_replayed(engine_bin: Path, fixtures: dict[str, Path],
-                                                    tmp_path: Path) -> None:
+def test_one_layer_larger_than_the_cache_is_replayed(
+    engine_bin: Path, fixtures: dict[str, Path], tmp_path: Path
+) -> None:
     """The gate plan's stress entry (topk-all-prefetch2: every expert, two prefetch rounds, 1 MiB) on
     `wide`, whose 16 experts of one layer outweigh the budget: demand loads go over budget while the
     layer's pins hold, and the replay still predicts every decision. On qwen3moe one layer fits."""
     stress = ("--cache-mb", "1", "--force-cache", "--prefetch", "2", "--prefetch-sync")
-    argv, counters, text = traced_run(engine_bin, fixtures["wide"], tmp_path, *stress, "--n-expert-used", "16",
-                                      n=8)
+    argv, counters, text = traced_run(engine_bin, fixtures["wide"], tmp_path, *stress, "--n-expert-used", "16", n=8)
     pred = replay(parse_trace(text, "trace.csv"), RunConfig.from_argv(argv))
     assert pred.problems == [] and mismatches(parse_trace(text, "trace.csv"), pred, counters) == []
     assert 16 * pred.slot_bytes > 1 << 20 and pred.over_budget_loads > 0
-    argv, counters, text = traced_run(engine_bin, fixtures["qwen3moe"], tmp_path, *stress, "--n-expert-used", "8",
-                                      n=8)
+    argv, counters, text = traced_run(engine_bin, fixtures["qwen3moe"], tmp_path, *stress, "--n-expert-used", "8", n=8)
     pred = replay(parse_trace(text, "trace.csv"), RunConfig.from_argv(argv))
     assert mismatches(parse_trace(text, "trace.csv"), pred, counters) == [] and pred.over_budget_loads == 0
 
 
-def test_tied_weights_exactly_at_the_threshold_are_kept(engine_bin: Path, fixtures: dict[str, Path],
-                                                       tmp_path: Path) -> None:
+def test_tied_weights_exactly_at_the_threshold_are_kept(
+    engine_bin: Path, fixtures: dict[str, Path], tmp_path: Path
+) -> None:
     """qwen3moe-tied's experts 0 and 1 share a router row: a routing of both weighs each exactly 1/2, the
     threshold F/k at F = 1. Such slots reach the rule as misses and stay (the comparison is strict), and
     the replay agrees (the fault DROP_AT_THRESHOLD, `<=`, fails REPLAY and G8b)."""
-    argv, counters, text = traced_run(engine_bin, fixtures["qwen3moe-tied"], tmp_path, *EVICTING,
-                                      "--drop-cold-experts", "1.0", n=64)
+    argv, counters, text = traced_run(
+        engine_bin, fixtures["qwen3moe-tied"], tmp_path, *EVICTING, "--drop-cold-experts", "1.0", n=64
+    )
     trace = parse_trace(text, "trace.csv")
     pred = replay(trace, RunConfig.from_argv(argv))
     assert pred.problems == [] and mismatches(trace, pred, counters) == []
-    at_threshold = [x for x in trace.rows if x.phase == 1 and x.slot > 0 and x.router_weight == 0.5
-                    and x.residency == 0]
+    at_threshold = [
+        x for x in trace.rows if x.phase == 1 and x.slot > 0 and x.router_weight == 0.5 and x.residency == 0
+    ]
     assert at_threshold and not any(x.dropped for x in at_threshold)
     assert counters["experts_dropped"] > 0  # the rule still fires below the threshold
 
 
 @pytest.fixture(scope="module")
 def prefetch_run(engine_bin: Path, fixtures: dict[str, Path], tmp_path_factory: pytest.TempPathFactory):
-    return traced_run(engine_bin, fixtures["qwen3moe"], tmp_path_factory.mktemp("replay"),
-                      *EVICTING, "--prefetch", "1", "--prefetch-sync", "--drop-cold-experts", "1.0")
+    return traced_run(
+        engine_bin,
+        fixtures["qwen3moe"],
+        tmp_path_factory.mktemp("replay"),
+        *EVICTING,
+        "--prefetch",
+        "1",
+        "--prefetch-sync",
+        "--drop-cold-experts",
+        "1.0",
+    )
 
 
 def test_a_changed_counter_or_trace_field_is_named(prefetch_run) -> None:
@@ -109,8 +128,12 @@ def test_a_changed_counter_or_trace_field_is_named(prefetch_run) -> None:
     # a counter off by a factor of two
     doubled = {**counters, "flash_bytes": 2 * counters["flash_bytes"]}
     [m] = mismatches(trace, pred, doubled)
-    assert (m.where, m.field, m.engine, m.replay) == ("counters", "flash_bytes", doubled["flash_bytes"],
-                                                      counters["flash_bytes"])
+    assert (m.where, m.field, m.engine, m.replay) == (
+        "counters",
+        "flash_bytes",
+        doubled["flash_bytes"],
+        counters["flash_bytes"],
+    )
     # one row's residency changed: named by step, layer, slot and line
     i = next(i for i, r in enumerate(trace.rows) if r.phase == 1 and r.residency == 1)
     r = trace.rows[i]
@@ -122,8 +145,9 @@ def test_a_changed_counter_or_trace_field_is_named(prefetch_run) -> None:
 
 @pytest.mark.parametrize("L", ["0.15", "1.0"])
 @pytest.mark.parametrize("name", ["qwen3moe", "gemma4", "qwen3moe-nonorm"])
-def test_substitution_is_predicted_exactly(engine_bin: Path, fixtures: dict[str, Path], tmp_path: Path, name: str,
-                                          L: str) -> None:
+def test_substitution_is_predicted_exactly(
+    engine_bin: Path, fixtures: dict[str, Path], tmp_path: Path, name: str, L: str
+) -> None:
     """The rule of docs/policies.md re-run on the trace's scores: every executed expert, flag and count."""
     argv, counters, text = traced_run(engine_bin, fixtures[name], tmp_path, *EVICTING, "--expert-substitute", L)
     trace = parse_trace(text, "trace.csv")
@@ -141,10 +165,10 @@ def test_substitution_is_predicted_exactly(engine_bin: Path, fixtures: dict[str,
     assert mismatches(trace, replay(trace, half), counters)
 
 
-def test_a_flipped_flag_or_changed_score_is_named(engine_bin: Path, fixtures: dict[str, Path],
-                                                  tmp_path: Path) -> None:
-    argv, counters, text = traced_run(engine_bin, fixtures["qwen3moe"], tmp_path, *EVICTING,
-                                      "--expert-substitute", "1.0")
+def test_a_flipped_flag_or_changed_score_is_named(engine_bin: Path, fixtures: dict[str, Path], tmp_path: Path) -> None:
+    argv, counters, text = traced_run(
+        engine_bin, fixtures["qwen3moe"], tmp_path, *EVICTING, "--expert-substitute", "1.0"
+    )
     trace = parse_trace(text, "trace.csv")
     cfg = RunConfig.from_argv(argv)
     assert mismatches(trace, replay(trace, cfg), counters) == []
@@ -163,10 +187,13 @@ def test_a_flipped_flag_or_changed_score_is_named(engine_bin: Path, fixtures: di
     scores[trace.rows[j].expert] = 0.0
     trace.rows[first] = dataclasses.replace(trace.rows[first], scores=tuple(scores))
     found = mismatches(trace, replay(trace, cfg), counters)
-    assert any(m.field == "expert" and f"(line {trace.rows[j].line})" in m.where and m.engine == trace.rows[j].expert
-               for m in found), found
-    assert any(m.where == "counters" and m.field == "subst_changed" for m in found) or \
-        any(m.field == "substituted" for m in found)
+    assert any(
+        m.field == "expert" and f"(line {trace.rows[j].line})" in m.where and m.engine == trace.rows[j].expert
+        for m in found
+    ), found
+    assert any(m.where == "counters" and m.field == "subst_changed" for m in found) or any(
+        m.field == "substituted" for m in found
+    )
 
 
 def test_a_wrong_configuration_is_caught(prefetch_run) -> None:
@@ -212,9 +239,23 @@ def test_malformed_trace_is_one_error_naming_file_line_key(prefetch_run) -> None
 
 
 def test_config_from_argv() -> None:
-    cfg = RunConfig.from_argv(["run", "-m", "m.gguf", "--cache-mb=2", "--force-cache", "--prefetch", "2",
-                               "--drop-cold-experts", "0.75", "--drop-no-renorm", "--expert-substitute", "1e-6",
-                               "--json"])
+    cfg = RunConfig.from_argv(
+        [
+            "run",
+            "-m",
+            "m.gguf",
+            "--cache-mb=2",
+            "--force-cache",
+            "--prefetch",
+            "2",
+            "--drop-cold-experts",
+            "0.75",
+            "--drop-no-renorm",
+            "--expert-substitute",
+            "1e-6",
+            "--json",
+        ]
+    )
     assert cfg == RunConfig(cache_mb=2, prefetch=2, drop_F=0.75, renorm=False, subst_L=1e-6)
     assert cfg.budget == 2 << 20
     assert RunConfig.from_argv(["run", "--mmap", "-p", "x"]) == RunConfig(mmap=True)

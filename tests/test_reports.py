@@ -78,9 +78,7 @@ def phone_run() -> DeviceRun:
         artifacts=["G1-gemma4/stdout.txt"],
     )
     records += [rec("pixel8", "G2", f) for f in FIXTURES]
-    records[-1] = rec(
-        "pixel8", "G2", "wide", "error", message="timeout after 60 s", details="remote timed out"
-    )
+    records[-1] = rec("pixel8", "G2", "wide", "error", message="timeout after 60 s", details="remote timed out")
     records.append(rec("pixel8", "G8a'", "wide", "skip", message="fixture not pushed to this device"))
     return DeviceRun(
         device="pixel8",
@@ -253,10 +251,7 @@ def test_long_output_is_cut_in_the_xml_only(tmp_path: Path) -> None:
     (case,) = [c for c in suites_by_name(tmp_path / "host" / "junit.xml")["host"] if c.system_out]
     assert case.system_out.startswith("head") and case.system_out.endswith("tail")
     assert len(case.system_out) < 70_000 and "characters cut" in case.system_out
-    assert (
-        len(json.loads((tmp_path / "host" / "device.json").read_text())["records"][0]["system_out"])
-        == 200_008
-    )
+    assert len(json.loads((tmp_path / "host" / "device.json").read_text())["records"][0]["system_out"]) == 200_008
 
 
 # ---------------------------------------------------------------------------- merge

@@ -60,8 +60,9 @@ def _ran(tmp_path: Path) -> list[str]:
     return log.read_text().split() if log.exists() else []
 
 
-def test_slow_entries_within_the_deadline_pass(runner: DeviceRunner, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_slow_entries_within_the_deadline_pass(
+    runner: DeviceRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("ENTRY_S", "1.2")  # each entry well under 2 s, the plan well over it
     res = runner.plan("slow", [(f"e{i}", ["run", str(i)]) for i in range(3)])
     assert sorted(res) == ["e0", "e1", "e2"] and all(r.ok and r.stderr == "" for r in res.values())
@@ -113,8 +114,9 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.parametrize("hang", [True, False], ids=["timeout", "normal-end"])
-def test_what_the_engine_command_started_dies_with_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                     hang: bool) -> None:
+def test_what_the_engine_command_started_dies_with_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hang: bool
+) -> None:
     # The exec prefix forks a child that outlives nothing on its own: it must die with the engine's
     # process group when the watcher kills the engine at the deadline, and when the engine simply ends.
     farm = load_farm_file(host_farm(tmp_path))

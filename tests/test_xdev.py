@@ -13,8 +13,12 @@ from junitparser import Failure, JUnitXml
 from bmoe_ci.reports import DeviceRun, RunMeta, TestRecord, exit_code, finalize, rebuild
 from bmoe_ci.reports.xdev import disagreements, fingerprint
 
-OK_RUN = {"ok": True, "tokens": [5, 6, 7], "text_hex": "616263",
-          "counters": {"cache_hits": 4, "cache_misses": 8, "weight_routed": 1.5}}
+OK_RUN = {
+    "ok": True,
+    "tokens": [5, 6, 7],
+    "text_hex": "616263",
+    "counters": {"cache_hits": 4, "cache_misses": 8, "weight_routed": 1.5},
+}
 META = RunMeta(run="run-x")
 
 
@@ -25,10 +29,28 @@ def prints(**changes: object) -> dict[str, dict[str, object]]:
 
 
 def device(name: str, digests: dict | None = None, infra: str | None = None, sha: str = "aa" * 32) -> DeviceRun:
-    records = [] if infra else [TestRecord(device=name, gate="G1", fixture="qwen3moe", name="G1[qwen3moe]",
-                                           classname="gates.test_streaming", outcome="pass")]
-    return DeviceRun(device=name, arch="x86_64", records=records, infra_error=infra, fixtures={"qwen3moe": sha},
-                     digests={"qwen3moe": digests} if digests is not None else {})
+    records = (
+        []
+        if infra
+        else [
+            TestRecord(
+                device=name,
+                gate="G1",
+                fixture="qwen3moe",
+                name="G1[qwen3moe]",
+                classname="gates.test_streaming",
+                outcome="pass",
+            )
+        ]
+    )
+    return DeviceRun(
+        device=name,
+        arch="x86_64",
+        records=records,
+        infra_error=infra,
+        fixtures={"qwen3moe": sha},
+        digests={"qwen3moe": digests} if digests is not None else {},
+    )
 
 
 def xdev(summary: dict, name: str) -> str:
@@ -56,8 +78,15 @@ def test_the_minority_fails_and_the_summary_names_what_differed(tmp_path: Path) 
     runs = [device("a", prints()), device("b", prints(**{"counters.cache_hits": 5})), device("c", prints())]
     s = finalize(tmp_path, runs, META)
     assert (xdev(s, "a"), xdev(s, "b"), xdev(s, "c")) == ("pass", "fail", "pass")
-    assert s["disagreements"] == [{"fixture": "qwen3moe", "entry": "stream-evict", "field": "counters.cache_hits",
-                                   "values": {"a": 4, "b": 5, "c": 4}, "minority": ["b"]}]
+    assert s["disagreements"] == [
+        {
+            "fixture": "qwen3moe",
+            "entry": "stream-evict",
+            "field": "counters.cache_hits",
+            "values": {"a": 4, "b": 5, "c": 4},
+            "minority": ["b"],
+        }
+    ]
     assert exit_code(s) == 1
     problem = next(p for p in s["problems"] if p["gate"] == "XDEV")
     assert problem["device"] == "b" and "stream-evict counters.cache_hits: 5" in problem["message"]
@@ -103,7 +132,8 @@ def test_devices_given_different_fixture_files_are_not_compared(tmp_path: Path) 
     assert s["disagreements"] == [] and (xdev(s, "a"), xdev(s, "b")) == ("skip", "skip")
     records = json.loads((tmp_path / "a" / "device.json").read_text())["records"]
     assert [r["message"] for r in records if r["gate"] == "XDEV"] == [
-        f"only a ran qwen3moe (file sha256 {'aa' * 6}) in these results: no other device to compare with"]
+        f"only a ran qwen3moe (file sha256 {'aa' * 6}) in these results: no other device to compare with"
+    ]
     assert exit_code(s) == 0
 
 

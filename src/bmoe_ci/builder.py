@@ -107,9 +107,7 @@ def zig_command() -> list[str]:
 
 def zig_version() -> str:
     try:
-        out = subprocess.run(
-            [*zig_command(), "version"], capture_output=True, text=True, check=True, timeout=60
-        )
+        out = subprocess.run([*zig_command(), "version"], capture_output=True, text=True, check=True, timeout=60)
     except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
         raise BuildError(
             "the zig toolchain is missing or broken: install it with `pip install 'ziglang>=0.17.1,<0.18'` "

@@ -333,9 +333,7 @@ CASES: list[Case] = [
     # --- --drop-cold-experts and its modifiers ---------------------------------------------
     *_real_cases(DROP, "drop"),
     _err("drop-no-cache", f"{DROP}: needs the expert cache (--cache-mb > 0)", DROP, "0.5"),
-    _err(
-        "drop-cache-zero", f"{DROP}: needs the expert cache (--cache-mb > 0)", DROP, "0.5", "--cache-mb", "0"
-    ),
+    _err("drop-cache-zero", f"{DROP}: needs the expert cache (--cache-mb > 0)", DROP, "0.5", "--cache-mb", "0"),
     _err("drop-mmap", f"{DROP}: not available with --mmap (nothing is streamed)", "--mmap", DROP, "0.5"),
     _err("drop-zero-no-cache", f"{DROP}: needs the expert cache (--cache-mb > 0)", DROP, "0"),
     _err(

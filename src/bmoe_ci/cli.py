@@ -32,11 +32,21 @@ class VersionAction(argparse.Action):
     """`--version`: computed only when asked (it may run git), printed on stdout, exit 0."""
 
     def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
-                         help="print the version and where bmoe-ci runs from (checkout and commit, or wheel)")
+        super().__init__(
+            option_strings,
+            dest,
+            nargs=0,
+            default=argparse.SUPPRESS,
+            help="print the version and where bmoe-ci runs from (checkout and commit, or wheel)",
+        )
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
-                 option_string: str | None = None) -> None:
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
         print(version_line(getattr(namespace, "places", Places())))
         parser.exit(0)
 
@@ -70,9 +80,7 @@ def cmd_fixtures(args: argparse.Namespace) -> int:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="bmoe-ci", description="Test-and-gate CI for the bmoe on-device MoE engine."
-    )
+    parser = argparse.ArgumentParser(prog="bmoe-ci", description="Test-and-gate CI for the bmoe on-device MoE engine.")
     parser.add_argument("--version", action=VersionAction)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

@@ -289,8 +289,12 @@ def _gc(device, keep: int | None) -> dict:
         with DeviceSession(device, run_id=f"gc-{default_run_id()}") as session:
             session.connect().lock()
             rep = session.gc(keep)
-            row.update(ok=True, removed=len(rep.removed), freed_bytes=rep.freed,
-                       detail=f"removed {len(rep.removed)} file(s), {rep.freed} bytes")
+            row.update(
+                ok=True,
+                removed=len(rep.removed),
+                freed_bytes=rep.freed,
+                detail=f"removed {len(rep.removed)} file(s), {rep.freed} bytes",
+            )
     except InfraError as exc:
         row["detail"] = f"{exc.kind}: {exc.reason}"
     return row
@@ -322,8 +326,11 @@ def cmd_unlock(args: argparse.Namespace) -> int:
     except FarmError as exc:
         return _err("unlock", exc)
     if not args.force:
-        print(f"bmoe-ci farm unlock: breaking {device.name}'s lease can let two runs share it; "
-              "add --force if its holder is gone", file=sys.stderr)
+        print(
+            f"bmoe-ci farm unlock: breaking {device.name}'s lease can let two runs share it; "
+            "add --force if its holder is gone",
+            file=sys.stderr,
+        )
         return 2
     actor = f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}"
     t = open_transport(device)
@@ -338,8 +345,10 @@ def cmd_unlock(args: argparse.Namespace) -> int:
     if broke is None:
         print(f"{device.name}: no lease held; nothing broken")
     else:
-        print(f"{device.name}: broke the lease of {broke.describe()} since {broke.since_iso}; {broke.lease_state()} "
-              f"(audit line in {device.workdir}/.bmoe-ci-audit.log)")
+        print(
+            f"{device.name}: broke the lease of {broke.describe()} since {broke.since_iso}; {broke.lease_state()} "
+            f"(audit line in {device.workdir}/.bmoe-ci-audit.log)"
+        )
     return 0
 
 

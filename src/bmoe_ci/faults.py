@@ -16,7 +16,16 @@ from typing import Any
 from bmoe_ci.paths import Places
 
 AREAS: tuple[str, ...] = (
-    "kernels", "attention", "streamer", "cache", "prefetch", "policies", "trace", "counters", "config", "engine",
+    "kernels",
+    "attention",
+    "streamer",
+    "cache",
+    "prefetch",
+    "policies",
+    "trace",
+    "counters",
+    "config",
+    "engine",
 )
 _NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _SITE = re.compile(r"\bBMOE_FAULT_([A-Z0-9_]+)\b")
@@ -103,9 +112,16 @@ def _entry(path: Path, i: int, raw: Any) -> Fault:
     for key in ("crash", "tested"):
         if not isinstance(raw.get(key, False), bool):
             raise CatalogueError(f"{where}.{key}: must be true or false")
-    return Fault(name=name, area=raw["area"], file=raw["file"], breaks=raw["breaks"].strip(),
-                 expected=tuple(expected), fixture=fixture, crash=raw.get("crash", False),
-                 tested=raw.get("tested", False))
+    return Fault(
+        name=name,
+        area=raw["area"],
+        file=raw["file"],
+        breaks=raw["breaks"].strip(),
+        expected=tuple(expected),
+        fixture=fixture,
+        crash=raw.get("crash", False),
+        tested=raw.get("tested", False),
+    )
 
 
 def load_catalogue(path: Path | None = None, places: Places | None = None) -> Catalogue:

@@ -46,10 +46,20 @@ def foreign_checkout_warning(cwd: Path) -> str | None:
 def git_commit(tree: Path) -> str:
     """``git <short hash>`` (``+dirty`` when tracked files changed), or ``git unknown``."""
     try:
-        head = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                              text=True, check=True, timeout=30).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+        head = subprocess.run(
+            ["git", "-C", str(tree), "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(tree), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "git unknown"
     return f"git {head}{'+dirty' if dirty else ''}"

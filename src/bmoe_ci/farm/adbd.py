@@ -1176,8 +1176,6 @@ def _write_tools(root: Path, config: DeviceConfig) -> Path:
     return bin_dir
 
 
-
-
 def _sweep_stale_roots(tmp: Path) -> None:
     """Remove the tools directories of stand-ins that died without cleaning up (SIGKILL): ours (same uid),
     named after a pid that no longer exists. A reused pid only keeps a stale directory a while longer."""

@@ -52,8 +52,12 @@ class DeviceHealth:
 class HealthBook:
     """The health state file of one farm (see the module docstring)."""
 
-    def __init__(self, farm_path: str | os.PathLike[str] | None, state_file: str | os.PathLike[str] | None = None,
-                 places: Places | None = None):
+    def __init__(
+        self,
+        farm_path: str | os.PathLike[str] | None,
+        state_file: str | os.PathLike[str] | None = None,
+        places: Places | None = None,
+    ):
         if state_file is None:
             state_file = (places or Places()).cache_dir() / HEALTH_FILE
         self.path = Path(state_file)
@@ -82,9 +86,7 @@ class HealthBook:
         if not raw:
             return DeviceHealth()
         q = raw.get("quarantine")
-        return DeviceHealth(
-            int(raw.get("failures", 0)), str(raw.get("last_error", "")), Quarantine(**q) if q else None
-        )
+        return DeviceHealth(int(raw.get("failures", 0)), str(raw.get("last_error", "")), Quarantine(**q) if q else None)
 
     def get(self, device: str, now: float | None = None) -> DeviceHealth:
         """The device's health; an expired quarantine is not reported."""

@@ -257,8 +257,13 @@ def _start_sshd(sshd: str, state: Path, spec: SshdSpec, port: int, timeout: floa
     return int(pidfile.read_text().strip())
 
 
-def up(state: Path | None = None, *, log: Callable[[str], None] | None = None, timeout: float = 15.0,
-       places: Places | None = None) -> Path:
+def up(
+    state: Path | None = None,
+    *,
+    log: Callable[[str], None] | None = None,
+    timeout: float = 15.0,
+    places: Places | None = None,
+) -> Path:
     """Start (or keep) the local farm; returns the resolved farm file. Idempotent."""
     say = log or (lambda _m: None)
     state = (state or state_dir(places)).resolve()
@@ -374,8 +379,6 @@ def _render(template: str, values: dict[str, object]) -> str:
     return header + out
 
 
-
-
 def _stop(pid: int, timeout: float = 5.0) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
@@ -388,8 +391,9 @@ def _stop(pid: int, timeout: float = 5.0) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-def down(state: Path | None = None, *, log: Callable[[str], None] | None = None,
-         places: Places | None = None) -> list[str]:
+def down(
+    state: Path | None = None, *, log: Callable[[str], None] | None = None, places: Places | None = None
+) -> list[str]:
     """Stop the sshds that :func:`up` started (only those still verifiably ours). Returns their names."""
     say = log or (lambda _m: None)
     state = (state or state_dir(places)).resolve()
@@ -462,18 +466,39 @@ def _start_adbd(state: Path, timeout: float) -> dict:
         portfile.unlink()
     with open(log, "ab") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "bmoe_ci.farm.adbd", "--listen", f"{ADBD_ADDRESS}:0", "--port-file", str(portfile),
-             "--prop", "ro.product.cpu.abi=arm64-v8a", "--prop", "ro.product.model=bmoe-ci stand-in",
-             "--prop", "ro.product.manufacturer=bmoe-ci", "--prop", "ro.build.version.sdk=34"],
-            stdin=subprocess.DEVNULL, stdout=fh, stderr=fh, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "bmoe_ci.farm.adbd",
+                "--listen",
+                f"{ADBD_ADDRESS}:0",
+                "--port-file",
+                str(portfile),
+                "--prop",
+                "ro.product.cpu.abi=arm64-v8a",
+                "--prop",
+                "ro.product.model=bmoe-ci stand-in",
+                "--prop",
+                "ro.product.manufacturer=bmoe-ci",
+                "--prop",
+                "ro.build.version.sdk=34",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=fh,
+            stderr=fh,
+            start_new_session=True,
         )
     deadline = time.monotonic() + timeout
     while not portfile.is_file():
         if proc.poll() is not None or time.monotonic() > deadline:
             raise FarmError(f"the stand-in adbd did not start: {log.read_text(errors='replace')[-400:].strip()}")
         time.sleep(0.05)
-    return {"pid": proc.pid, "port": int(portfile.read_text().strip()), "address": ADBD_ADDRESS,
-            "portfile": str(portfile)}
+    return {
+        "pid": proc.pid,
+        "port": int(portfile.read_text().strip()),
+        "address": ADBD_ADDRESS,
+        "portfile": str(portfile),
+    }
 
 
 def _adb_up(adb: str, state: Path, prev: dict, say: Callable[[str], None], timeout: float) -> dict:
@@ -492,14 +517,16 @@ def _adb_up(adb: str, state: Path, prev: dict, say: Callable[[str], None], timeo
     else:
         port = _free_port(ADB_SERVER_ADDRESS)
         with open(state / "adb" / "server.log", "ab") as fh:
-            r = subprocess.run([adb, "-P", str(port), "start-server"], stdout=fh, stderr=fh,
-                               timeout=timeout, check=False)
+            r = subprocess.run(
+                [adb, "-P", str(port), "start-server"], stdout=fh, stderr=fh, timeout=timeout, check=False
+            )
         if r.returncode != 0 or not _adb_server_answers(port):
             raise FarmError(f"the adb server did not start on port {port} (see {state / 'adb' / 'server.log'})")
         say(f"{ADB_DEVICE}: adb server started on {ADB_SERVER_ADDRESS}:{port}")
     serial = f"{ADBD_ADDRESS}:{adbd['port']}"
-    r = subprocess.run([adb, "-P", str(port), "connect", serial], capture_output=True, text=True,
-                       timeout=timeout, check=False)
+    r = subprocess.run(
+        [adb, "-P", str(port), "connect", serial], capture_output=True, text=True, timeout=timeout, check=False
+    )
     if "connected to" not in r.stdout:
         raise FarmError(f"adb connect {serial}: {(r.stdout + r.stderr).strip()}")
     return {"adbd": adbd, "server": {"port": port, "address": ADB_SERVER_ADDRESS, "adb": adb}}
@@ -509,8 +536,12 @@ def _adb_down(record: dict, say: Callable[[str], None]) -> list[str]:
     stopped = []
     server = record.get("server", {})
     if server.get("port") and _adb_server_answers(int(server["port"])):
-        subprocess.run([server.get("adb", "adb"), "-P", str(server["port"]), "kill-server"],
-                       capture_output=True, timeout=15, check=False)
+        subprocess.run(
+            [server.get("adb", "adb"), "-P", str(server["port"]), "kill-server"],
+            capture_output=True,
+            timeout=15,
+            check=False,
+        )
         stopped.append("adb-server")
         say(f"adb server on port {server['port']} stopped")
     adbd = record.get("adbd", {})
@@ -522,8 +553,9 @@ def _adb_down(record: dict, say: Callable[[str], None]) -> list[str]:
 
 
 @contextlib.contextmanager
-def running(state: Path | None = None, *, log: Callable[[str], None] | None = None,
-            places: Places | None = None) -> Iterator[Path]:
+def running(
+    state: Path | None = None, *, log: Callable[[str], None] | None = None, places: Places | None = None
+) -> Iterator[Path]:
     """``up`` on entry, ``down`` on exit (for test sessions): yields the resolved farm file."""
     path = up(state, log=log, places=places)
     try:

@@ -67,8 +67,6 @@ def _pid_start(pid: int) -> str | None:
     return rest[19].decode() if len(rest) > 19 else None
 
 
-
-
 @dataclass(frozen=True)
 class LockOwner:
     host: str

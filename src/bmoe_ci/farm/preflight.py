@@ -129,8 +129,10 @@ def check_lite(
     if abi:
         arch = ANDROID_ABIS.get(abi, abi)
         if arch != d.arch:
-            raise _fail(t, f"wrong ABI: declared arch {d.arch} but the device's user space is {abi} "
-                           f"(getprop ro.product.cpu.abi)")
+            raise _fail(
+                t,
+                f"wrong ABI: declared arch {d.arch} but the device's user space is {abi} (getprop ro.product.cpu.abi)",
+            )
         report.arch_confirmed_by = "getprop"
         if d.exec_prefix and d.emulated_arch == d.arch:
             report.notes.append(f"{d.arch} emulated by {d.exec_prefix[0]}")

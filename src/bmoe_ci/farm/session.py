@@ -49,9 +49,7 @@ class DeviceSession:
         self.results_dir = Path(results_dir) if results_dir is not None else None
         self.transport = transport or open_transport(device)
         self.progress = progress
-        self.device_lock = DeviceLock(
-            self.transport, self.run_id, ttl=lock_ttl or device.lease_ttl, progress=self._say
-        )
+        self.device_lock = DeviceLock(self.transport, self.run_id, ttl=lock_ttl or device.lease_ttl, progress=self._say)
         self.heartbeat: Heartbeat | None = None
         self.engine: str | None = None  #: device path of the pushed engine
         self.build_id: str | None = None
@@ -181,9 +179,7 @@ class DeviceSession:
         (link or device hung) and the whole plan has ``entries`` deadlines at most."""
         deadline = self.entry_deadline
         argv = watched_argv(self.engine_argv(args), deadline, self.transport.path(result_file_name()))
-        r = self.transport.run(
-            argv, deadline * max(1, entries) + 30.0, stdin=stdin, idle_timeout=deadline + IDLE_GRACE
-        )
+        r = self.transport.run(argv, deadline * max(1, entries) + 30.0, stdin=stdin, idle_timeout=deadline + IDLE_GRACE)
         self.engine_seconds += r.duration
         if r.outcome is Ending.EXITED and r.exit_code is not None and 128 < r.exit_code < 128 + 65:
             # the watcher's shell reports an engine killed by signal N as status 128+N (the engine's

@@ -124,7 +124,9 @@ hashit() {
 """
 
 # $1 store, $2 sweep (1: remove .tmp-* leftovers), $3 use list ("-": none), then pairs SHA MODE.
-_CHECK = _HASHIT + r"""
+_CHECK = (
+    _HASHIT
+    + r"""
 d=$1; sweep=$2; uses=$3; shift 3
 mkdir -p "$d" || exit 3
 command -v sha256sum >/dev/null 2>&1 || command -v shasum >/dev/null 2>&1 \
@@ -145,8 +147,11 @@ while [ $# -ge 2 ]; do
   shift 2
 done
 """
+)
 
-_COMMIT = _HASHIT + r"""
+_COMMIT = (
+    _HASHIT
+    + r"""
 d=$1; shift
 status=0
 while [ $# -ge 4 ]; do
@@ -167,6 +172,7 @@ while [ $# -ge 4 ]; do
 done
 exit $status
 """
+)
 
 
 def _check_name(name: str) -> str:

@@ -19,9 +19,7 @@ from bmoe_ci.paths import Places
 class GateState:
     """The run context and one runner per device, for the tests of one process."""
 
-    def __init__(
-        self, run: GateRun, sessions: dict[str, DeviceSession] | None = None, places: Places | None = None
-    ):
+    def __init__(self, run: GateRun, sessions: dict[str, DeviceSession] | None = None, places: Places | None = None):
         self.run = run
         self.places = places or Places()  # where the gate tests find the source tree and the caches
         self._sessions = sessions or {}

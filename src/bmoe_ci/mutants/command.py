@@ -49,21 +49,34 @@ def add_mutants_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--farm", metavar="FILE", help="farm YAML (default: the embedded local farm)")
     p.add_argument("--device", default="host", metavar="NAME", help="the one device to run on (default host)")
     p.add_argument("--fault", action="append", metavar="NAME", help="only this fault (repeatable; default: all)")
-    p.add_argument("--fixture", action="append", metavar="NAME",
-                   help="only this fixture (repeatable; default: every default fixture)")
-    p.add_argument("--own-fixture", action="store_true",
-                   help="run each fault on its catalogue fixture only (the one that exposes it); the clean "
-                   "run covers all of them. For slow (emulated) devices; not with --fixture")
+    p.add_argument(
+        "--fixture",
+        action="append",
+        metavar="NAME",
+        help="only this fixture (repeatable; default: every default fixture)",
+    )
+    p.add_argument(
+        "--own-fixture",
+        action="store_true",
+        help="run each fault on its catalogue fixture only (the one that exposes it); the clean "
+        "run covers all of them. For slow (emulated) devices; not with --fixture",
+    )
     p.add_argument("--results", metavar="DIR", help="results directory (default results/mutants-<time>)")
     p.add_argument("--jobs", type=int, default=2, metavar="N", help="engine builds at a time (default 2)")
     p.add_argument("--rebuild", action="store_true", help="ignore the engine build cache")
-    p.add_argument("--write-doc", metavar="FILE", help="also rewrite the generated fault table of FILE "
-                   "(docs/gates.md)")
-    p.add_argument("--from", dest="from_dir", metavar="DIR",
-                   help="run nothing: report (and --write-doc) from DIR/mutants.json of an earlier run")
-    p.add_argument("--compare", metavar="DIR",
-                   help="with --from: the two runs side by side, fault by fault (exit 1 when a fault is caught "
-                   "differently, e.g. on another architecture)")
+    p.add_argument("--write-doc", metavar="FILE", help="also rewrite the generated fault table of FILE (docs/gates.md)")
+    p.add_argument(
+        "--from",
+        dest="from_dir",
+        metavar="DIR",
+        help="run nothing: report (and --write-doc) from DIR/mutants.json of an earlier run",
+    )
+    p.add_argument(
+        "--compare",
+        metavar="DIR",
+        help="with --from: the two runs side by side, fault by fault (exit 1 when a fault is caught "
+        "differently, e.g. on another architecture)",
+    )
     p.add_argument("--list", action="store_true", help="list the fault catalogue and exit")
     p.set_defaults(func=cmd_mutants)
 
@@ -153,8 +166,14 @@ def _run(args: argparse.Namespace, catalogue: Catalogue) -> dict | None:
             where = f"the catalogue's fixture {name}" if args.own_fixture else f"--fixture {name}"
             raise ValueError(f"{where}: no such fixture (known: {', '.join(specs.specs)})")
     results = _results_dir(args.results)
-    spec = GateRunSpec(device=device.name, target=target_for(device), farm=farm.path, fixtures=fixtures,
-                       results=results, repo=args.places.source_tree())
+    spec = GateRunSpec(
+        device=device.name,
+        target=target_for(device),
+        farm=farm.path,
+        fixtures=fixtures,
+        results=results,
+        repo=args.places.source_tree(),
+    )
     started_wall = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     started = time.monotonic()
 
@@ -187,15 +206,32 @@ def _run(args: argparse.Namespace, catalogue: Catalogue) -> dict | None:
         _say(f"[{i}/{len(faults)}] {fault.name}: {r.outcome}{caught} ({r.seconds:.1f} s)")
 
     doc = mutants_doc(
-        device=device.name, arch=device.arch,
-        engine_builds={CLEAN: {spec.target: clean_build.build_id},
-                       **{r.fault.name: {spec.target: r.build_id} for r in done if r.build_id}},
+        device=device.name,
+        arch=device.arch,
+        engine_builds={
+            CLEAN: {spec.target: clean_build.build_id},
+            **{r.fault.name: {spec.target: r.build_id} for r in done if r.build_id},
+        },
         fixtures=list(fixtures) or sorted((clean_run.summary or {}).get("fixtures", {})),
-        faults=[{"name": r.fault.name, "area": r.fault.area, "caught_by": r.caught_by,
-                 "expected": list(r.fault.expected), "outcome": r.outcome, "message": r.message,
-                 "breaks": r.fault.breaks, "gates": r.gates, "seconds": round(r.seconds, 1),
-                 **({"fixtures": [r.fault.fixture]} if args.own_fixture else {})} for r in done],
-        gates=list(clean), clean=clean, started=started_wall, seconds=time.monotonic() - started,
+        faults=[
+            {
+                "name": r.fault.name,
+                "area": r.fault.area,
+                "caught_by": r.caught_by,
+                "expected": list(r.fault.expected),
+                "outcome": r.outcome,
+                "message": r.message,
+                "breaks": r.fault.breaks,
+                "gates": r.gates,
+                "seconds": round(r.seconds, 1),
+                **({"fixtures": [r.fault.fixture]} if args.own_fixture else {}),
+            }
+            for r in done
+        ],
+        gates=list(clean),
+        clean=clean,
+        started=started_wall,
+        seconds=time.monotonic() - started,
     )
     write_mutants(results, doc)
     _say(f"wrote {results / MUTANTS_JSON} and {results / MUTANTS_SVG}")

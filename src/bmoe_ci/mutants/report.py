@@ -25,9 +25,18 @@ class MutantsFileError(ValueError):
     """mutants.json is missing or not in the bmoe-ci.mutants/1 format."""
 
 
-def mutants_doc(*, device: str, arch: str, engine_builds: dict[str, dict[str, str]], fixtures: list[str],
-                faults: list[dict[str, Any]], gates: list[str], clean: dict[str, str], started: str,
-                seconds: float) -> dict[str, Any]:
+def mutants_doc(
+    *,
+    device: str,
+    arch: str,
+    engine_builds: dict[str, dict[str, str]],
+    fixtures: list[str],
+    faults: list[dict[str, Any]],
+    gates: list[str],
+    clean: dict[str, str],
+    started: str,
+    seconds: float,
+) -> dict[str, Any]:
     caught = sum(1 for f in faults if f["outcome"] == "caught")
     return {
         "schema": MUTANTS_SCHEMA,
@@ -69,8 +78,10 @@ def score_line(doc: dict[str, Any]) -> str:
     s = doc["score"]
     outcomes = [f["outcome"] for f in doc["faults"]]
     pct = 100.0 * s["caught"] / s["total"] if s["total"] else 0.0
-    return (f"mutation score on {doc['device']} ({doc['arch']}): {s['caught']}/{s['total']} caught ({pct:.0f}%), "
-            f"{outcomes.count('survived')} survived, {outcomes.count('error')} error(s)")
+    return (
+        f"mutation score on {doc['device']} ({doc['arch']}): {s['caught']}/{s['total']} caught ({pct:.0f}%), "
+        f"{outcomes.count('survived')} survived, {outcomes.count('error')} error(s)"
+    )
 
 
 def _gates(doc: dict[str, Any]) -> list[str]:
@@ -84,8 +95,10 @@ def console_table(doc: dict[str, Any]) -> str:
     """One row per fault: a cell per gate (X failed = caught, . passed, s skipped, E error)."""
     gates = _gates(doc)
     header = ["fault", "area", *gates, "outcome"]
-    rows = [[f["name"], f["area"], *(_CELL[f.get("gates", {}).get(g)] for g in gates), f["outcome"].upper()]
-            for f in doc["faults"]]
+    rows = [
+        [f["name"], f["area"], *(_CELL[f.get("gates", {}).get(g)] for g in gates), f["outcome"].upper()]
+        for f in doc["faults"]
+    ]
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]
     lines.append("cells: X the gate failed (caught), . passed, s skipped, E error (no verdict), - did not run")
@@ -125,8 +138,9 @@ def compare_runs(a: dict[str, Any], b: dict[str, Any]) -> tuple[str, bool]:
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]
     differ = sum(1 for r in rows if r[-1] == "DIFFERS")
     lines.append(f"{score_line(a)}\n{score_line(b)}")
-    lines.append("the two runs catch every fault with the same gates" if same
-                 else f"{differ} fault(s) caught differently")
+    lines.append(
+        "the two runs catch every fault with the same gates" if same else f"{differ} fault(s) caught differently"
+    )
     return "\n".join(lines), same
 
 
@@ -134,8 +148,10 @@ def matrix_svg(doc: dict[str, Any]) -> str:
     """The fault x gate matrix as a picture, in the style of the run's matrix.svg."""
     gates = _gates(doc)
     header = ["fault", "area", *gates, "outcome"]
-    rows = [[f["name"], f["area"], *(_CELL[f.get("gates", {}).get(g)] for g in gates), f["outcome"].upper()]
-            for f in doc["faults"]]
+    rows = [
+        [f["name"], f["area"], *(_CELL[f.get("gates", {}).get(g)] for g in gates), f["outcome"].upper()]
+        for f in doc["faults"]
+    ]
 
     def style(row: int, col: int) -> tuple[str, str]:
         fault = doc["faults"][row]
@@ -167,8 +183,10 @@ def doc_section(doc: dict[str, Any]) -> str:
     ]
     for f in doc["faults"]:
         caught = ", ".join(f["caught_by"]) or "none"
-        lines.append(f"| `{f['name']}` | {f['area']} | {_md(f.get('breaks', ''))} | {_md(caught)} | "
-                     f"{_md(', '.join(f['expected']))} | {f['outcome']} |")
+        lines.append(
+            f"| `{f['name']}` | {f['area']} | {_md(f.get('breaks', ''))} | {_md(caught)} | "
+            f"{_md(', '.join(f['expected']))} | {f['outcome']} |"
+        )
     lines += ["", DOC_END]
     return "\n".join(lines)
 
@@ -182,5 +200,5 @@ def write_doc(path: Path, doc: dict[str, Any]) -> None:
     begin, end = text.find(DOC_BEGIN), text.find(DOC_END)
     if begin < 0 or end < begin:
         raise MutantsFileError(f"{path}: no generated block (a line {DOC_BEGIN!r} followed by {DOC_END!r})")
-    new = text[:begin] + doc_section(doc) + text[end + len(DOC_END):]
+    new = text[:begin] + doc_section(doc) + text[end + len(DOC_END) :]
     atomic_write(path, new.encode("utf-8"))

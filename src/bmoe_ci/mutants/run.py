@@ -59,10 +59,18 @@ class FaultResult:
 def gate_run(spec: GateRunSpec, fault: str | None, out: Path) -> SuiteResult:
     """One gate run of the suite on the device (with ``fault`` built in); its console goes to
     out/pytest.log."""
-    return run_gate_suite(SuiteCall(
-        tree=spec.repo, farm=spec.farm, devices=(spec.device,), results=out, fixtures=spec.fixtures,
-        faults=(fault,) if fault else (), log=out / LOG_NAME, timeout=RUN_TIMEOUT_S,
-    ))
+    return run_gate_suite(
+        SuiteCall(
+            tree=spec.repo,
+            farm=spec.farm,
+            devices=(spec.device,),
+            results=out,
+            fixtures=spec.fixtures,
+            faults=(fault,) if fault else (),
+            log=out / LOG_NAME,
+            timeout=RUN_TIMEOUT_S,
+        )
+    )
 
 
 def classify(fault: Fault, run: SuiteResult, device: str) -> FaultResult:
@@ -71,8 +79,7 @@ def classify(fault: Fault, run: SuiteResult, device: str) -> FaultResult:
     caught_by = [g for g, v in gates.items() if v == "fail"]
     errors = [g for g, v in gates.items() if v == "error"]
     if caught_by:
-        return FaultResult(fault, "caught", caught_by, gates, run.problem_of(caught_by[0], "fail"),
-                           seconds=run.seconds)
+        return FaultResult(fault, "caught", caught_by, gates, run.problem_of(caught_by[0], "fail"), seconds=run.seconds)
     if why_none or errors:
         message = why_none or f"{', '.join(errors)}: {run.problem_of(errors[0], 'error')}"
         return FaultResult(fault, "error", [], gates, message, seconds=run.seconds)
@@ -89,13 +96,21 @@ def check_clean(run: SuiteResult, device: str) -> dict[str, str]:
     bad = {g: v for g, v in gates.items() if v in ("fail", "error")}
     if bad or not gates:
         listed = ", ".join(f"{g} {v}" for g, v in bad.items()) or "no gate ran"
-        raise NoVerdict(f"the clean engine does not pass the gate suite ({listed}; log {run.log}): "
-                        "a fault's failures would mean nothing")
+        raise NoVerdict(
+            f"the clean engine does not pass the gate suite ({listed}; log {run.log}): "
+            "a fault's failures would mean nothing"
+        )
     return gates
 
 
-def build_all(target: str, faults: Sequence[Fault], jobs: int, rebuild: bool, say: Callable[[str], None],
-              places: Places | None = None) -> tuple[Build, dict[str, Build | BuildError]]:
+def build_all(
+    target: str,
+    faults: Sequence[Fault],
+    jobs: int,
+    rebuild: bool,
+    say: Callable[[str], None],
+    places: Places | None = None,
+) -> tuple[Build, dict[str, Build | BuildError]]:
     """The clean engine and every fault's, `jobs` compilers at a time (each build is cached by its
     content hash, so an unchanged tree compiles nothing)."""
     quiet: Callable[[str], None] = lambda _msg: None  # noqa: E731 - one progress line per build instead

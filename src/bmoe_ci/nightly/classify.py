@@ -109,8 +109,15 @@ def _key(row: ResultRow) -> Key:
 
 
 def _finding(row: ResultRow, **extra: Any) -> Finding:
-    return Finding(device=row.device, arch=row.arch, gate=row.gate, fixture=row.fixture, name=row.name,
-                   message=row.message, **extra)
+    return Finding(
+        device=row.device,
+        arch=row.arch,
+        gate=row.gate,
+        fixture=row.fixture,
+        name=row.name,
+        message=row.message,
+        **extra,
+    )
 
 
 def is_flaky(history: list[ResultRow], policy: FlakyPolicy) -> bool:
@@ -122,15 +129,17 @@ def is_flaky(history: list[ResultRow], policy: FlakyPolicy) -> bool:
         by_build[r.engine_build_id].add(r.outcome)
     if any(len(outcomes) == 2 for outcomes in by_build.values()):
         return True
-    flips = sum(
-        1 for a, b in pairwise(verdicts)
-        if a.outcome != b.outcome and a.engine_build_id == b.engine_build_id
-    )
+    flips = sum(1 for a, b in pairwise(verdicts) if a.outcome != b.outcome and a.engine_build_id == b.engine_build_id)
     return flips >= policy.flips
 
 
-def classify(tonight: list[ResultRow], previous: list[ResultRow], devices: list[DeviceRow],
-             previous_devices: dict[str, list[DeviceRow]], policy: FlakyPolicy | None = None) -> Classification:
+def classify(
+    tonight: list[ResultRow],
+    previous: list[ResultRow],
+    devices: list[DeviceRow],
+    previous_devices: dict[str, list[DeviceRow]],
+    policy: FlakyPolicy | None = None,
+) -> Classification:
     """Classify *tonight*'s rows against *previous* (older runs' rows, oldest first).
 
     *devices*: tonight's device states (every device of the pool); *previous_devices*: per previous
@@ -174,8 +183,9 @@ def classify(tonight: list[ResultRow], previous: list[ResultRow], devices: list[
                 if old is None or old.reached:
                     break
                 since = run_id
-            out.devices_missing.append(MissingDevice(device=dev.device, arch=dev.arch,
-                                                     reason=dev.infra_error or "unreachable", since=since))
+            out.devices_missing.append(
+                MissingDevice(device=dev.device, arch=dev.arch, reason=dev.infra_error or "unreachable", since=since)
+            )
     return out
 
 
@@ -193,8 +203,11 @@ def disagreements_from_outputs(outputs: list[OutputRow]) -> list[Disagreement]:
         ordered = sorted(by_sha.items(), key=lambda kv: (-len(kv[1]), kv[0]))
         minority = sorted(d for _, devs in ordered[1:] for d in devs)
         values = {d: sha for sha, devs in by_sha.items() for d in devs}
-        found.append(Disagreement(fixture=fixture, entry=entry, field="sha256",
-                                  values=dict(sorted(values.items())), minority=minority))
+        found.append(
+            Disagreement(
+                fixture=fixture, entry=entry, field="sha256", values=dict(sorted(values.items())), minority=minority
+            )
+        )
     return found
 
 
@@ -202,14 +215,21 @@ def disagreements_from_summary(summary: dict[str, Any]) -> list[Disagreement] | 
     """The summary's own ``disagreements`` (the XDEV gate), or None when the summary holds no XDEV verdict
     (results recorded without per-entry digests): then the caller compares the per-device outputs."""
     raw = summary.get("disagreements")
-    judged = any(g == "XDEV" and o != "skip" for d in summary.get("devices", {}).values()
-                 for g, o in d.get("gates", {}).items())
+    judged = any(
+        g == "XDEV" and o != "skip" for d in summary.get("devices", {}).values() for g, o in d.get("gates", {}).items()
+    )
     if raw is None or (not raw and not judged):
         return None
-    return [Disagreement(fixture=str(d["fixture"]), entry=str(d.get("entry", "")), field=str(d.get("field", "")),
-                         values={str(k): str(v) for k, v in d.get("values", {}).items()},
-                         minority=sorted(str(m) for m in d.get("minority", [])))
-            for d in raw]
+    return [
+        Disagreement(
+            fixture=str(d["fixture"]),
+            entry=str(d.get("entry", "")),
+            field=str(d.get("field", "")),
+            values={str(k): str(v) for k, v in d.get("values", {}).items()},
+            minority=sorted(str(m) for m in d.get("minority", [])),
+        )
+        for d in raw
+    ]
 
 
 def output_changes(tonight: list[OutputRow], previous: list[OutputRow]) -> list[OutputChange]:
@@ -222,9 +242,18 @@ def output_changes(tonight: list[OutputRow], previous: list[OutputRow]) -> list[
     for o in sorted(tonight, key=lambda o: (o.device, o.fixture, o.entry)):
         old = last.get((o.device, o.fixture, o.entry))
         if old is not None and old.sha256 != o.sha256:
-            changes.append(OutputChange(device=o.device, arch=o.arch, fixture=o.fixture, entry=o.entry,
-                                        before=old.sha256, after=o.sha256, previous_run=old.run,
-                                        build_changed=old.engine_build_id != o.engine_build_id))
+            changes.append(
+                OutputChange(
+                    device=o.device,
+                    arch=o.arch,
+                    fixture=o.fixture,
+                    entry=o.entry,
+                    before=old.sha256,
+                    after=o.sha256,
+                    previous_run=old.run,
+                    build_changed=old.engine_build_id != o.engine_build_id,
+                )
+            )
     return changes
 
 

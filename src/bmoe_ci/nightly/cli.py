@@ -23,11 +23,17 @@ def _error(msg: str) -> int:
 def cmd_nightly(args: argparse.Namespace) -> int:
     try:
         opts = NightlyOptions(
-            history=Path(args.history), pool=args.pool, farm=Path(args.farm) if args.farm else None,
-            fixtures=tuple(args.fixture or ()), faults=tuple(args.fault or ()), mutants=args.mutants,
+            history=Path(args.history),
+            pool=args.pool,
+            farm=Path(args.farm) if args.farm else None,
+            fixtures=tuple(args.fixture or ()),
+            faults=tuple(args.fault or ()),
+            mutants=args.mutants,
             mutant_faults=tuple(args.mutants_fault or ()),
-            keep=args.keep, workers=args.workers,
-            flaky=FlakyPolicy(window=args.flaky_window, flips=args.flaky_flips), places=args.places,
+            keep=args.keep,
+            workers=args.workers,
+            flaky=FlakyPolicy(window=args.flaky_window, flips=args.flaky_flips),
+            places=args.places,
         )
         result = run_nightly(opts)
     except (NightlyUsageError, HistoryError, ValueError) as exc:
@@ -60,32 +66,65 @@ def add_nightly_commands(subparsers: Any) -> None:
     )
     p.add_argument("--farm", metavar="FILE", help="farm YAML (default: the embedded local farm)")
     p.add_argument("--pool", default="nightly", help="the pool to run (default: nightly)")
-    p.add_argument("--history", metavar="DIR", default=str(DEFAULT_HISTORY),
-                   help=f"history directory: runs, history.sqlite, index.html (default: {DEFAULT_HISTORY})")
-    p.add_argument("--fixture", action="append", metavar="NAME",
-                   help="only this fixture (repeatable; default: every default fixture)")
-    p.add_argument("--mutants", action="store_true",
-                   help="also run the mutation catalogue (bmoe-ci mutants) on one device per architecture")
-    p.add_argument("--mutants-fault", action="append", metavar="NAME",
-                   help="with --mutants: only this fault of the catalogue (repeatable; default: every fault)")
+    p.add_argument(
+        "--history",
+        metavar="DIR",
+        default=str(DEFAULT_HISTORY),
+        help=f"history directory: runs, history.sqlite, index.html (default: {DEFAULT_HISTORY})",
+    )
+    p.add_argument(
+        "--fixture",
+        action="append",
+        metavar="NAME",
+        help="only this fixture (repeatable; default: every default fixture)",
+    )
+    p.add_argument(
+        "--mutants",
+        action="store_true",
+        help="also run the mutation catalogue (bmoe-ci mutants) on one device per architecture",
+    )
+    p.add_argument(
+        "--mutants-fault",
+        action="append",
+        metavar="NAME",
+        help="with --mutants: only this fault of the catalogue (repeatable; default: every fault)",
+    )
     p.add_argument("--keep", type=int, metavar="N", help="keep the raw directories of the last N runs only")
-    p.add_argument("--workers", "-n", type=int, metavar="N",
-                   help="pytest-xdist workers (default: one per device of the pool, at most 4)")
-    p.add_argument("--fault", action="append", metavar="NAME",
-                   help="build the engine with fault BMOE_FAULT_<NAME> (to rehearse a failing night; "
-                        "recorded in nightly.json)")
-    p.add_argument("--flaky-window", type=int, default=FlakyPolicy.window, metavar="N",
-                   help=f"runs looked at for flakiness (default {FlakyPolicy.window})")
-    p.add_argument("--flaky-flips", type=int, default=FlakyPolicy.flips, metavar="K",
-                   help="pass/fail flips with one engine build that make a test flaky "
-                        f"(default {FlakyPolicy.flips})")
+    p.add_argument(
+        "--workers",
+        "-n",
+        type=int,
+        metavar="N",
+        help="pytest-xdist workers (default: one per device of the pool, at most 4)",
+    )
+    p.add_argument(
+        "--fault",
+        action="append",
+        metavar="NAME",
+        help="build the engine with fault BMOE_FAULT_<NAME> (to rehearse a failing night; recorded in nightly.json)",
+    )
+    p.add_argument(
+        "--flaky-window",
+        type=int,
+        default=FlakyPolicy.window,
+        metavar="N",
+        help=f"runs looked at for flakiness (default {FlakyPolicy.window})",
+    )
+    p.add_argument(
+        "--flaky-flips",
+        type=int,
+        default=FlakyPolicy.flips,
+        metavar="K",
+        help=f"pass/fail flips with one engine build that make a test flaky (default {FlakyPolicy.flips})",
+    )
     p.set_defaults(func=cmd_nightly)
 
     h = subparsers.add_parser("history", help="the nightly history store")
     hsub = h.add_subparsers(dest="history_command", required=True, metavar="SUBCOMMAND")
     imp = hsub.add_parser("import", help="record existing results directories in the history")
     imp.add_argument("results_dirs", nargs="+", metavar="RESULTS_DIR", help="one run's directory each")
-    imp.add_argument("--history", metavar="DIR", default=str(DEFAULT_HISTORY),
-                     help=f"history directory (default: {DEFAULT_HISTORY})")
+    imp.add_argument(
+        "--history", metavar="DIR", default=str(DEFAULT_HISTORY), help=f"history directory (default: {DEFAULT_HISTORY})"
+    )
     imp.add_argument("--pool", default="imported", help="pool recorded for runs without nightly.json")
     imp.set_defaults(func=cmd_history_import)

@@ -197,14 +197,33 @@ def device_facts(run: DeviceRun) -> dict[str, Any]:
     }
 
 
-def run_record(meta: RunMeta, devices: list[DeviceRun], *, pool: str, pool_devices: list[str] | None = None,
-               git_commit: str = "", git_dirty: bool = False, farm_sha256: str = "", results_dir: str = "",
-               verdicts: bool = True, mutation_scores: tuple[MutationScore, ...] = ()) -> RunRecord:
+def run_record(
+    meta: RunMeta,
+    devices: list[DeviceRun],
+    *,
+    pool: str,
+    pool_devices: list[str] | None = None,
+    git_commit: str = "",
+    git_dirty: bool = False,
+    farm_sha256: str = "",
+    results_dir: str = "",
+    verdicts: bool = True,
+    mutation_scores: tuple[MutationScore, ...] = (),
+) -> RunRecord:
     """A :class:`RunRecord` from a results directory's contents (``load_results``)."""
     return RunRecord(
-        id=meta.run, pool=pool, started=meta.started, finished=meta.finished, git_commit=git_commit,
-        git_dirty=git_dirty, farm_sha256=farm_sha256, results_dir=results_dir, verdicts=verdicts,
-        engine_builds=dict(meta.engine_builds), compiled=tuple(meta.compiled), devices=tuple(devices),
+        id=meta.run,
+        pool=pool,
+        started=meta.started,
+        finished=meta.finished,
+        git_commit=git_commit,
+        git_dirty=git_dirty,
+        farm_sha256=farm_sha256,
+        results_dir=results_dir,
+        verdicts=verdicts,
+        engine_builds=dict(meta.engine_builds),
+        compiled=tuple(meta.compiled),
+        devices=tuple(devices),
         pool_devices=tuple(pool_devices if pool_devices is not None else [d.device for d in devices]),
         mutation_scores=mutation_scores,
     )
@@ -271,8 +290,17 @@ class History:
             conn.execute(
                 "INSERT INTO runs (id, pool, started, finished, git_commit, git_dirty, farm_sha256, results_dir,"
                 " verdicts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (run.id, run.pool, run.started, run.finished, run.git_commit, int(run.git_dirty),
-                 run.farm_sha256, run.results_dir, int(run.verdicts)),
+                (
+                    run.id,
+                    run.pool,
+                    run.started,
+                    run.finished,
+                    run.git_commit,
+                    int(run.git_dirty),
+                    run.farm_sha256,
+                    run.results_dir,
+                    int(run.verdicts),
+                ),
             )
             conn.executemany(
                 "INSERT INTO run_builds (run, target, build_id, compiled) VALUES (?, ?, ?, ?)",
@@ -282,15 +310,36 @@ class History:
                 conn.execute(
                     "INSERT INTO device_state (run, device, arch, in_pool, reached, infra_error, engine_build_id,"
                     " engine_s, wall_s, facts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (run.id, dev.device, dev.arch, int(dev.device in run.pool_devices),
-                     int(gave_verdict(dev)), dev.infra_error, dev.engine_build_id,
-                     dev.engine_s, dev.wall_s, json.dumps(device_facts(dev), sort_keys=True)),
+                    (
+                        run.id,
+                        dev.device,
+                        dev.arch,
+                        int(dev.device in run.pool_devices),
+                        int(gave_verdict(dev)),
+                        dev.infra_error,
+                        dev.engine_build_id,
+                        dev.engine_s,
+                        dev.wall_s,
+                        json.dumps(device_facts(dev), sort_keys=True),
+                    ),
                 )
                 conn.executemany(
                     "INSERT OR REPLACE INTO results (run, device, arch, gate, fixture, name, outcome, duration,"
                     " message) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [(run.id, dev.device, dev.arch, r.gate, r.fixture or "", r.name, r.outcome, r.duration_s,
-                      r.message) for r in dev.reported_records()],
+                    [
+                        (
+                            run.id,
+                            dev.device,
+                            dev.arch,
+                            r.gate,
+                            r.fixture or "",
+                            r.name,
+                            r.outcome,
+                            r.duration_s,
+                            r.message,
+                        )
+                        for r in dev.reported_records()
+                    ],
                 )
                 conn.executemany(
                     "INSERT INTO outputs (run, device, fixture, entry, sha256) VALUES (?, ?, ?, ?, ?)",
@@ -338,8 +387,18 @@ class History:
             run_ids,
         ).fetchall()
         return [
-            ResultRow(run=r[0], started=r[1], device=r[2], arch=r[3], gate=r[4], fixture=r[5], name=r[6],
-                      outcome=r[7], message=r[8], engine_build_id=r[9])
+            ResultRow(
+                run=r[0],
+                started=r[1],
+                device=r[2],
+                arch=r[3],
+                gate=r[4],
+                fixture=r[5],
+                name=r[6],
+                outcome=r[7],
+                message=r[8],
+                engine_build_id=r[9],
+            )
             for r in rows
         ]
 
@@ -350,8 +409,18 @@ class History:
             (run_id,),
         ).fetchall()
         return [
-            DeviceRow(run=r[0], device=r[1], arch=r[2], in_pool=bool(r[3]), reached=bool(r[4]), infra_error=r[5],
-                      engine_build_id=r[6], engine_s=r[7], wall_s=r[8], facts=json.loads(r[9]))
+            DeviceRow(
+                run=r[0],
+                device=r[1],
+                arch=r[2],
+                in_pool=bool(r[3]),
+                reached=bool(r[4]),
+                infra_error=r[5],
+                engine_build_id=r[6],
+                engine_s=r[7],
+                wall_s=r[8],
+                facts=json.loads(r[9]),
+            )
             for r in rows
         ]
 
@@ -364,8 +433,10 @@ class History:
             f" WHERE o.run IN ({marks}) ORDER BY o.run, o.device, o.fixture, o.entry",
             run_ids,
         ).fetchall()
-        return [OutputRow(run=r[0], device=r[1], arch=r[2], fixture=r[3], entry=r[4], sha256=r[5],
-                          engine_build_id=r[6]) for r in rows]
+        return [
+            OutputRow(run=r[0], device=r[1], arch=r[2], fixture=r[3], entry=r[4], sha256=r[5], engine_build_id=r[6])
+            for r in rows
+        ]
 
     def run_summaries(self, run_ids: list[str]) -> list[RunSummary]:
         """Per run, in the order given: totals (the INFRA case counts as an error), engine time per
@@ -381,17 +452,29 @@ class History:
             ):
                 counts[outcome] = n
             builds = dict(self.conn.execute("SELECT target, build_id FROM run_builds WHERE run = ?", (rid,)))
-            engine_s = dict(self.conn.execute(
-                "SELECT device, engine_s FROM device_state WHERE run = ? AND reached = 1 ORDER BY device", (rid,)
-            ))
+            engine_s = dict(
+                self.conn.execute(
+                    "SELECT device, engine_s FROM device_state WHERE run = ? AND reached = 1 ORDER BY device", (rid,)
+                )
+            )
             mut = self.conn.execute(
                 "SELECT SUM(caught), SUM(total), COUNT(*) FROM mutation_scores WHERE run = ?", (rid,)
             ).fetchone()
-            out.append(RunSummary(
-                id=rid, pool=row[0], started=row[1], verdicts=bool(row[2]), engine_builds=builds,
-                tests=sum(counts.values()), passed=counts["pass"], failed=counts["fail"], errors=counts["error"],
-                engine_s=engine_s, mutation=(mut[0], mut[1]) if mut[2] else None,
-            ))
+            out.append(
+                RunSummary(
+                    id=rid,
+                    pool=row[0],
+                    started=row[1],
+                    verdicts=bool(row[2]),
+                    engine_builds=builds,
+                    tests=sum(counts.values()),
+                    passed=counts["pass"],
+                    failed=counts["fail"],
+                    errors=counts["error"],
+                    engine_s=engine_s,
+                    mutation=(mut[0], mut[1]) if mut[2] else None,
+                )
+            )
         return out
 
     def started(self, run_id: str) -> str | None:

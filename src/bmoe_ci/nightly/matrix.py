@@ -79,8 +79,10 @@ def _status(d: dict[str, Any]) -> Cell:
 
 def _td(c: Cell, where: str) -> str:
     fill, colour = _FAULT if c.verdict == "fault" else _STYLE[c.verdict]
-    return (f'<td style="background:{fill};color:{colour}" title="{html.escape(where + ": " + c.title)}">'
-            f"{html.escape(c.text)}</td>")
+    return (
+        f'<td style="background:{fill};color:{colour}" title="{html.escape(where + ": " + c.title)}">'
+        f"{html.escape(c.text)}</td>"
+    )
 
 
 def _device_th(name: str, d: dict[str, Any], mixed: bool) -> str:
@@ -106,25 +108,41 @@ def matrix_html(s: dict[str, Any]) -> str:
         heads = "".join(f'<th class="v"><span>{html.escape(g)}</span></th>' for g in [*gates, "status"])
         out.append(f"<thead><tr><th>device</th>{heads}</tr></thead><tbody>")
         for dev, d in devices.items():
-            out.append("<tr>" + _device_th(dev, d, mixed) + "".join(_td(grid[dev, g], f"{dev} {g}") for g in gates)
-                       + _td(_status(d), dev) + "</tr>")
+            out.append(
+                "<tr>"
+                + _device_th(dev, d, mixed)
+                + "".join(_td(grid[dev, g], f"{dev} {g}") for g in gates)
+                + _td(_status(d), dev)
+                + "</tr>"
+            )
     else:
-        out.append('<thead><tr><th>gate</th>' + "".join(
-            f'<th class="v"><span>{html.escape(dev)}</span></th>' for dev in devices) + "</tr></thead><tbody>")
+        out.append(
+            "<thead><tr><th>gate</th>"
+            + "".join(f'<th class="v"><span>{html.escape(dev)}</span></th>' for dev in devices)
+            + "</tr></thead><tbody>"
+        )
         for g in gates:
-            out.append(f"<tr><th>{html.escape(g)}</th>" + "".join(_td(grid[dev, g], f"{dev} {g}") for dev in devices)
-                       + "</tr>")
+            out.append(
+                f"<tr><th>{html.escape(g)}</th>" + "".join(_td(grid[dev, g], f"{dev} {g}") for dev in devices) + "</tr>"
+            )
         out.append("<tr><th>status</th>" + "".join(_td(_status(d), dev) for dev, d in devices.items()) + "</tr>")
     out.append("</tbody></table>")
     swatch = "".join(
         f'<span class="sw" style="background:{_STYLE[v][0]};color:{_STYLE[v][1]}">{html.escape(t)}</span>{w}'
-        for v, t, w in (("pass", "3/3", "passed (of fixtures run)"), ("pass", "2/3", "passed, the rest skipped"),
-                        ("fail", "✗1/3", "failed"), ("error", "E1/3", "infrastructure error"),
-                        ("skip", "S3/3", "skipped"), (None, NOT_RUN, "not run"))
+        for v, t, w in (
+            ("pass", "3/3", "passed (of fixtures run)"),
+            ("pass", "2/3", "passed, the rest skipped"),
+            ("fail", "✗1/3", "failed"),
+            ("error", "E1/3", "infrastructure error"),
+            ("skip", "S3/3", "skipped"),
+            (None, NOT_RUN, "not run"),
+        )
     )
-    out.append(f'<p class="legend">Cells count fixtures: {swatch}. '
-               f'<span class="sw" style="background:{_FAULT[0]};color:{_FAULT[1]}">status</span>'
-               "fault build. Hover a cell for its full text.</p>")
+    out.append(
+        f'<p class="legend">Cells count fixtures: {swatch}. '
+        f'<span class="sw" style="background:{_FAULT[0]};color:{_FAULT[1]}">status</span>'
+        "fault build. Hover a cell for its full text.</p>"
+    )
     return "\n".join(out)
 
 

@@ -32,8 +32,14 @@ def _counts(runs: list[DeviceRun]) -> dict[str, int]:
     """Devices and tests, and the outcomes of every test but XDEV (re-judged over all shards)."""
     recs = [r for run in runs for r in run.reported_records()]
     c = Counts.of(r.outcome for r in recs if r.gate != XDEV_GATE)
-    return {"devices": len(runs), "tests": len(recs), "passed": c.passed, "failed": c.failed,
-            "errors": c.errors, "skipped": c.skipped}
+    return {
+        "devices": len(runs),
+        "tests": len(recs),
+        "passed": c.passed,
+        "failed": c.failed,
+        "errors": c.errors,
+        "skipped": c.skipped,
+    }
 
 
 def _shard_nightly(shard: Path) -> dict[str, Any] | None:
@@ -82,16 +88,25 @@ def merged_nightly(run: str, shards: list[dict[str, Any]], summary: dict[str, An
     """nightly.json of the merged report: the shards' lists concatenated, totals and agreement from
     the merged summary."""
     n: dict[str, Any] = {
-        "schema": NIGHTLY_SCHEMA, "run": run, "pool": "+".join(s["pool"] for s in shards) or "merged",
-        "shards": [s["run"] for s in shards], "started": summary["started"], "finished": summary["finished"],
+        "schema": NIGHTLY_SCHEMA,
+        "run": run,
+        "pool": "+".join(s["pool"] for s in shards) or "merged",
+        "shards": [s["run"] for s in shards],
+        "started": summary["started"],
+        "finished": summary["finished"],
         "git_commit": ",".join(sorted({s["git_commit"] for s in shards if s["git_commit"]})),
-        "git_dirty": any(s["git_dirty"] for s in shards), "farm_sha256": "",
+        "git_dirty": any(s["git_dirty"] for s in shards),
+        "farm_sha256": "",
         # a shard's fault build makes the merged report a fault build: it must never read as the real engine
         "faults": sorted({f for s in shards for f in s.get("faults") or []} | set(summary.get("faults") or [])),
-        "engine_builds": summary["engine_builds"], "verdicts": any(s["verdicts"] for s in shards) or not shards,
+        "engine_builds": summary["engine_builds"],
+        "verdicts": any(s["verdicts"] for s in shards) or not shards,
         "no_verdict_reason": "; ".join(s["no_verdict_reason"] for s in shards if s["no_verdict_reason"]),
-        "totals": summary["totals"], "devices": device_facts_table(summary, out), "output_changes": [],
-        "changed_archs": {}, "mutation_score": None,
+        "totals": summary["totals"],
+        "devices": device_facts_table(summary, out),
+        "output_changes": [],
+        "changed_archs": {},
+        "mutation_score": None,
     }
     for key, _, _ in CLASSES:
         n[key] = [f for s in shards for f in s[key]]
@@ -104,13 +119,26 @@ def merged_nightly(run: str, shards: list[dict[str, Any]], summary: dict[str, An
                 mine[k] = sorted(set(mine[k]) | set(d[k]))
     scores = [s["mutation_score"] for s in shards if s["mutation_score"]]
     if scores:
-        n["mutation_score"] = {"caught": sum(m["caught"] for m in scores), "total": sum(m["total"] for m in scores),
-                               "devices": [d for m in scores for d in m["devices"]]}
+        n["mutation_score"] = {
+            "caught": sum(m["caught"] for m in scores),
+            "total": sum(m["total"] for m in scores),
+            "devices": [d for m in scores for d in m["devices"]],
+        }
     found = disagreements_from_summary(summary)
     if found is None:
-        rows = [OutputRow(run=run, device=dev, arch=d["arch"], fixture=f, entry=GREEDY_ENTRY, sha256=sha,
-                          engine_build_id=d["engine_build_id"])
-                for dev, d in summary["devices"].items() for f, sha in d["outputs"].items()]
+        rows = [
+            OutputRow(
+                run=run,
+                device=dev,
+                arch=d["arch"],
+                fixture=f,
+                entry=GREEDY_ENTRY,
+                sha256=sha,
+                engine_build_id=d["engine_build_id"],
+            )
+            for dev, d in summary["devices"].items()
+            for f, sha in d["outputs"].items()
+        ]
         found = disagreements_from_outputs(rows)
         n["disagreement_source"] = "per-device outputs"
     else:
@@ -139,5 +167,9 @@ def _merge_commit_range(n: dict[str, Any], shards: list[dict[str, Any]]) -> None
     spans = {(r["from"], r["to"], r["count"]) for r in ranges}
     if len(spans) == 1:
         old, new, count = spans.pop()
-        n["commit_range"] = {"previous_run": ", ".join(r["previous_run"] for r in ranges), "from": old, "to": new,
-                             "count": count}
+        n["commit_range"] = {
+            "previous_run": ", ".join(r["previous_run"] for r in ranges),
+            "from": old,
+            "to": new,
+            "count": count,
+        }

@@ -73,8 +73,11 @@ def failure_artifacts(summary: dict[str, Any] | None) -> dict[tuple[str, str], t
     relative to the run directory) as links."""
     if not summary:
         return {}
-    return {(p["device"], p["name"]): tuple(Link(Path(a).name, a) for a in p["artifacts"])
-            for p in summary.get("problems", []) if p.get("artifacts")}
+    return {
+        (p["device"], p["name"]): tuple(Link(Path(a).name, a) for a in p["artifacts"])
+        for p in summary.get("problems", [])
+        if p.get("artifacts")
+    }
 
 
 @dataclass(frozen=True)
@@ -91,8 +94,10 @@ def fault_warning(n: dict[str, Any]) -> str | None:
     faults = n.get("faults") or []
     if not faults:
         return None
-    return (f"FAULT BUILD: the engine tonight was built with the fault(s) {', '.join(faults)} injected "
-            "(--fault). These results rehearse the pipeline; they say nothing about the real engine.")
+    return (
+        f"FAULT BUILD: the engine tonight was built with the fault(s) {', '.join(faults)} injected "
+        "(--fault). These results rehearse the pipeline; they say nothing about the real engine."
+    )
 
 
 def verdict_line(n: dict[str, Any]) -> str:
@@ -108,8 +113,10 @@ def verdict_line(n: dict[str, Any]) -> str:
         parts.append(f"{len(n['disagreements'])} cross-device disagreement(s)")
     head = "FAIL" if n["exit_code"] == 1 else "OK"
     t = n["totals"]
-    counts = (f"{t['devices']} device(s), {t['tests']} tests: {t['passed']} passed, {t['failed']} failed, "
-              f"{t['errors']} errors, {t['skipped']} skipped")
+    counts = (
+        f"{t['devices']} device(s), {t['tests']} tests: {t['passed']} passed, {t['failed']} failed, "
+        f"{t['errors']} errors, {t['skipped']} skipped"
+    )
     return f"{head}{built}: {', '.join(parts) if parts else 'nothing new'} ({counts})"
 
 
@@ -160,8 +167,9 @@ def _device_links(name: str, d: dict[str, Any]) -> list[Cell]:
     return [junit, files]
 
 
-def _finding_section(n: dict[str, Any], key: str, title: str, note: str,
-                     artifacts: dict[tuple[str, str], tuple[Link, ...]]) -> Section:
+def _finding_section(
+    n: dict[str, Any], key: str, title: str, note: str, artifacts: dict[tuple[str, str], tuple[Link, ...]]
+) -> Section:
     header, rows = _finding_header(key), [_finding_row(f, key) for f in n[key]]
     links = [artifacts.get((f["device"], f.get("name", ""))) for f in n[key]]
     if any(links):  # the column only where a test left artifacts
@@ -174,39 +182,102 @@ def sections(n: dict[str, Any], artifacts: dict[tuple[str, str], tuple[Link, ...
     """The report's tables from nightly.json content, in report order; a table with nothing to say is
     left out (a green night is short). *artifacts*: :func:`failure_artifacts`, linked from the findings."""
     out = [_finding_section(n, key, title, note, artifacts or {}) for key, title, note in CLASSES]
-    out.append(Section(
-        "disagreements", f"Cross-device disagreements ({len(n['disagreements'])})",
-        f"devices whose output differs from the others (source: {n['disagreement_source']})",
-        ["fixture", "entry", "field", "minority", "values"],
-        [[d["fixture"], d["entry"], d["field"], ", ".join(d["minority"]),
-          "; ".join(f"{dev}: {v[:12]}" for dev, v in d["values"].items())] for d in n["disagreements"]],
-    ))
-    out.append(Section(
-        "output_changes", f"Outputs changed since the previous run ({len(n['output_changes'])})",
-        "expected when the device's engine build changed too; unexpected means the device or toolchain",
-        ["device", "arch", "fixture", "entry", "before", "after", "engine build changed"],
-        [[c["device"], c["arch"], c["fixture"], c["entry"], c["before"][:12], c["after"][:12],
-          "yes (expected)" if c["build_changed"] else "NO (device or toolchain)"] for c in n["output_changes"]],
-    ))
+    out.append(
+        Section(
+            "disagreements",
+            f"Cross-device disagreements ({len(n['disagreements'])})",
+            f"devices whose output differs from the others (source: {n['disagreement_source']})",
+            ["fixture", "entry", "field", "minority", "values"],
+            [
+                [
+                    d["fixture"],
+                    d["entry"],
+                    d["field"],
+                    ", ".join(d["minority"]),
+                    "; ".join(f"{dev}: {v[:12]}" for dev, v in d["values"].items()),
+                ]
+                for d in n["disagreements"]
+            ],
+        )
+    )
+    out.append(
+        Section(
+            "output_changes",
+            f"Outputs changed since the previous run ({len(n['output_changes'])})",
+            "expected when the device's engine build changed too; unexpected means the device or toolchain",
+            ["device", "arch", "fixture", "entry", "before", "after", "engine build changed"],
+            [
+                [
+                    c["device"],
+                    c["arch"],
+                    c["fixture"],
+                    c["entry"],
+                    c["before"][:12],
+                    c["after"][:12],
+                    "yes (expected)" if c["build_changed"] else "NO (device or toolchain)",
+                ]
+                for c in n["output_changes"]
+            ],
+        )
+    )
     m = n["mutation_score"]
     if m:
-        out.append(Section(
-            "mutation_score", f"Mutation score ({m['caught']}/{m['total']})",
-            "faults built into the engine and caught by the gates, one device per architecture",
-            ["device", "arch", "caught", "total"],
-            [[d["device"], d["arch"], str(d["caught"]), str(d["total"])] for d in m["devices"]],
-        ))
+        out.append(
+            Section(
+                "mutation_score",
+                f"Mutation score ({m['caught']}/{m['total']})",
+                "faults built into the engine and caught by the gates, one device per architecture",
+                ["device", "arch", "caught", "total"],
+                [[d["device"], d["arch"], str(d["caught"]), str(d["total"])] for d in m["devices"]],
+            )
+        )
     if n.get("mutation_problem"):
-        out.append(Section("mutation_problem", "Mutation score incomplete", "with --mutants: devices without a score",
-                           ["problem"], [[p] for p in n["mutation_problem"].split("; ")]))
-    out.append(Section(
-        "devices", f"Devices ({len(n['devices'])})", "per-device facts confirmed at preflight, and the session",
-        ["device", "arch", "os", "kind", "target", "engine build", "pushed bytes", "engine s", "wall s", "state",
-         "junit", "results"],
-        [[name, d["arch"], d["os"], d["kind"], d["target"], d["engine_build_id"], str(d["pushed_bytes"]),
-          f"{d['engine_s']:.2f}", f"{d['wall_s']:.2f}", d["infra_error"] or "reached", *_device_links(name, d)]
-         for name, d in n["devices"].items()],
-    ))
+        out.append(
+            Section(
+                "mutation_problem",
+                "Mutation score incomplete",
+                "with --mutants: devices without a score",
+                ["problem"],
+                [[p] for p in n["mutation_problem"].split("; ")],
+            )
+        )
+    out.append(
+        Section(
+            "devices",
+            f"Devices ({len(n['devices'])})",
+            "per-device facts confirmed at preflight, and the session",
+            [
+                "device",
+                "arch",
+                "os",
+                "kind",
+                "target",
+                "engine build",
+                "pushed bytes",
+                "engine s",
+                "wall s",
+                "state",
+                "junit",
+                "results",
+            ],
+            [
+                [
+                    name,
+                    d["arch"],
+                    d["os"],
+                    d["kind"],
+                    d["target"],
+                    d["engine_build_id"],
+                    str(d["pushed_bytes"]),
+                    f"{d['engine_s']:.2f}",
+                    f"{d['wall_s']:.2f}",
+                    d["infra_error"] or "reached",
+                    *_device_links(name, d),
+                ]
+                for name, d in n["devices"].items()
+            ],
+        )
+    )
     return [s for s in out if s.rows]
 
 
@@ -244,8 +315,10 @@ def markdown(n: dict[str, Any], summary: dict[str, Any] | None = None, files: Se
     if warning:
         lines += [f"> **{warning}**", ""]
     lines += [f"**{verdict_line(n)}**", ""]
-    lines += [f"{commit_line(n)}. Started {n['started'] or '?'}, finished {n['finished'] or '?'}; "
-              f"exit {n['exit_code']}.", ""]
+    lines += [
+        f"{commit_line(n)}. Started {n['started'] or '?'}, finished {n['finished'] or '?'}; exit {n['exit_code']}.",
+        "",
+    ]
     if summary and summary["devices"]:
         lines += ["## Device x gate", "", *matrix_markdown(summary), ""]
     findings, devices = _split(n, summary)
@@ -262,7 +335,8 @@ def markdown(n: dict[str, Any], summary: dict[str, Any] | None = None, files: Se
 # ---------------------------------------------------------------------------- HTML
 
 # Also the release gate's report style (bmoe_ci.release.report): keep its classes (.empty, .verdict, ...).
-_CSS = """
+_CSS = (
+    """
 body { font-family: system-ui, sans-serif; margin: 1.5em; color: #1f2328; max-width: 80em; }
 h1 { font-size: 1.4em; margin-bottom: .2em; } h1 small { font-weight: normal; color: #57606a; font-size: .6em; }
 h2 { font-size: 1.1em; margin-top: 1.6em; border-bottom: 1px solid #d0d7de; }
@@ -279,7 +353,9 @@ table.findings th { white-space: nowrap; }
 table.findings td:last-child { overflow-wrap: anywhere; min-width: 16em; }
 th { background: #f6f8fa; } .note { color: #57606a; font-style: italic; } .empty { color: #57606a; }
 figure { margin: 1em 0; overflow-x: auto; } figure svg { max-width: 100%; height: auto; }
-""" + MATRIX_CSS
+"""
+    + MATRIX_CSS
+)
 
 
 def _html_cell(c: Cell) -> str:
@@ -291,14 +367,15 @@ def _html_cell(c: Cell) -> str:
 
 
 def _html_section(s: Section) -> list[str]:
-    out = [f'<h2 id="{s.key}">{html.escape(s.title)}</h2><p class="note">{html.escape(s.note)}</p>',
-           '<table class="findings"><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in s.header) + "</tr>"]
+    out = [
+        f'<h2 id="{s.key}">{html.escape(s.title)}</h2><p class="note">{html.escape(s.note)}</p>',
+        '<table class="findings"><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in s.header) + "</tr>",
+    ]
     out += ["<tr>" + "".join(f"<td>{_html_cell(c)}</td>" for c in row) + "</tr>" for row in s.rows]
     return [*out, "</table>"]
 
 
-def render_html(n: dict[str, Any], summary: dict[str, Any] | None, trend: str | None,
-                files: Sequence[str] = ()) -> str:
+def render_html(n: dict[str, Any], summary: dict[str, Any] | None, trend: str | None, files: Sequence[str] = ()) -> str:
     """report.html; *summary*: the gate run's summary.json (for the matrix); *trend*: the chart's SVG;
     *files*: the run directory's files (names of :data:`FILES`) that exist, to link."""
     klass = "none" if not n["verdicts"] else "fail" if n["exit_code"] == 1 else "ok"
@@ -306,7 +383,8 @@ def render_html(n: dict[str, Any], summary: dict[str, Any] | None, trend: str | 
     if n.get("faults"):
         head = f"FAULT BUILD {head}"
     out = [
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{html.escape(head)}: bmoe-ci nightly {html.escape(n['pool'])} {html.escape(n['run'])}</title>"
         f"<style>{_CSS}</style></head><body>",
@@ -319,7 +397,8 @@ def render_html(n: dict[str, Any], summary: dict[str, Any] | None, trend: str | 
         f'<p class="verdict {klass}" id="verdict">{html.escape(verdict_line(n))}</p>',
         f'<p id="commits">{html.escape(commit_line(n))}. Started {html.escape(n["started"] or "?")}, finished '
         f"{html.escape(n['finished'] or '?')}; exit {n['exit_code']}. Engine builds: "
-        + html.escape(", ".join(f"{t} {b}" for t, b in n["engine_builds"].items()) or "none") + ".</p>",
+        + html.escape(", ".join(f"{t} {b}" for t, b in n["engine_builds"].items()) or "none")
+        + ".</p>",
     ]
     if summary and summary["devices"]:
         out.append(f'<h2>Device x gate</h2><figure id="matrix">{matrix_html(summary)}</figure>')
@@ -330,16 +409,22 @@ def render_html(n: dict[str, Any], summary: dict[str, Any] | None, trend: str | 
         out.append(f'<h2>Trend</h2><figure id="trend">{trend}</figure>')
     for s in devices:
         out += _html_section(s)
-    links = [f'<li><a href="{html.escape(name)}">{html.escape(label)}</a> ({html.escape(name)})</li>'
-             for name, label in FILES if name in files]
-    out.append(f'<h2 id="files">Files</h2><ul>{"".join(links)}<li><a href="{REPORT_MD}">this report, as '
-               f"markdown</a> ({REPORT_MD})</li></ul>")
+    links = [
+        f'<li><a href="{html.escape(name)}">{html.escape(label)}</a> ({html.escape(name)})</li>'
+        for name, label in FILES
+        if name in files
+    ]
+    out.append(
+        f'<h2 id="files">Files</h2><ul>{"".join(links)}<li><a href="{REPORT_MD}">this report, as '
+        f"markdown</a> ({REPORT_MD})</li></ul>"
+    )
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 
 
-def write_report(run_dir: Path, n: dict[str, Any], summary: dict[str, Any] | None,
-                 trend_runs: list[RunSummary]) -> Path:
+def write_report(
+    run_dir: Path, n: dict[str, Any], summary: dict[str, Any] | None, trend_runs: list[RunSummary]
+) -> Path:
     """nightly.json, report.md, trend.svg and report.html in *run_dir*; returns the HTML's path."""
     write_json(run_dir / NIGHTLY_JSON, n)
     trend = trend_svg(trend_runs) if trend_runs else None
@@ -360,7 +445,7 @@ def write_index(history_dir: Path, latest: Path, runs: list[tuple[str, str]]) ->
         for rid, v in runs
     )
     body = (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>bmoe-ci nightly: latest</title><style>{_CSS}</style></head><body>"
         f'<h1>bmoe-ci nightly</h1><p>Latest: <a href="{html.escape(rel)}">{html.escape(rel)}</a></p>'
         f"<h2>Runs on disk</h2><ul>{items}</ul></body></html>\n"

@@ -83,10 +83,19 @@ def _log(msg: str) -> None:
 
 def _git_state(repo: Path) -> tuple[str, bool]:
     try:
-        commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
-                                check=True, timeout=30).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True, timeout=30).stdout.strip() != ""
+        commit = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True, timeout=30
+        ).stdout.strip()
+        dirty = (
+            subprocess.run(
+                ["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=30,
+            ).stdout.strip()
+            != ""
+        )
     except (OSError, subprocess.SubprocessError):
         return "", False
     return commit, dirty
@@ -141,8 +150,15 @@ def _run_mutants(opts: NightlyOptions, run_dir: Path, devices: dict[str, str]) -
 def gate_call(opts: NightlyOptions, run_dir: Path, n_devices: int) -> SuiteCall:
     """The plain gate run the nightly drives, on the farm this nightly loaded and hashed."""
     workers = opts.workers if opts.workers is not None else min(n_devices, 4)
-    return SuiteCall(tree=opts.places.source_tree(), farm=_farm_path(opts), devices=(f"pool:{opts.pool}",),
-                     results=run_dir, fixtures=opts.fixtures, faults=opts.faults, workers=workers)
+    return SuiteCall(
+        tree=opts.places.source_tree(),
+        farm=_farm_path(opts),
+        devices=(f"pool:{opts.pool}",),
+        results=run_dir,
+        fixtures=opts.fixtures,
+        faults=opts.faults,
+        workers=workers,
+    )
 
 
 def gate_command(opts: NightlyOptions, run_dir: Path, n_devices: int) -> list[str]:
@@ -152,13 +168,33 @@ def gate_command(opts: NightlyOptions, run_dir: Path, n_devices: int) -> list[st
 
 def _empty_nightly(run_id: str, opts: NightlyOptions) -> dict[str, Any]:
     return {
-        "schema": NIGHTLY_SCHEMA, "run": run_id, "pool": opts.pool, "started": None, "finished": None,
-        "git_commit": "", "git_dirty": False, "farm_sha256": "", "faults": list(opts.faults),
-        "engine_builds": {}, "verdicts": False, "no_verdict_reason": "", "exit_code": EXIT_NO_VERDICT,
+        "schema": NIGHTLY_SCHEMA,
+        "run": run_id,
+        "pool": opts.pool,
+        "started": None,
+        "finished": None,
+        "git_commit": "",
+        "git_dirty": False,
+        "farm_sha256": "",
+        "faults": list(opts.faults),
+        "engine_builds": {},
+        "verdicts": False,
+        "no_verdict_reason": "",
+        "exit_code": EXIT_NO_VERDICT,
         "totals": {"devices": 0, "tests": 0, "passed": 0, "failed": 0, "errors": 0, "skipped": 0},
-        "new_failures": [], "fixed": [], "flaky": [], "still_failing": [], "new_errors": [],
-        "devices_missing": [], "disagreements": [], "disagreement_source": "none", "output_changes": [],
-        "changed_archs": {}, "mutation_score": None, "mutation_problem": "", "devices": {},
+        "new_failures": [],
+        "fixed": [],
+        "flaky": [],
+        "still_failing": [],
+        "new_errors": [],
+        "devices_missing": [],
+        "disagreements": [],
+        "disagreement_source": "none",
+        "output_changes": [],
+        "changed_archs": {},
+        "mutation_score": None,
+        "mutation_problem": "",
+        "devices": {},
         "flaky_policy": {"window": opts.flaky.window, "flips": opts.flaky.flips},
     }
 
@@ -167,9 +203,15 @@ def device_facts_table(summary: dict[str, Any], run_dir: Path) -> dict[str, dict
     out = {}
     for name, d in summary["devices"].items():
         out[name] = {
-            "arch": d["arch"], "os": d["os"], "kind": d["kind"], "target": d["target"],
-            "engine_build_id": d["engine_build_id"], "pushed_bytes": d["pushed_bytes"], "engine_s": d["engine_s"],
-            "wall_s": d["wall_s"], "infra_error": d["infra_error"],
+            "arch": d["arch"],
+            "os": d["os"],
+            "kind": d["kind"],
+            "target": d["target"],
+            "engine_build_id": d["engine_build_id"],
+            "pushed_bytes": d["pushed_bytes"],
+            "engine_s": d["engine_s"],
+            "wall_s": d["wall_s"],
+            "infra_error": d["infra_error"],
             "junit": f"{name}/{JUNIT_XML}" if (run_dir / name / JUNIT_XML).is_file() else "",
             "artifacts": f"{name}/",
         }
@@ -204,8 +246,9 @@ def run_nightly(opts: NightlyOptions) -> NightlyResult:
     except FarmError as exc:
         raise NightlyUsageError(str(exc)) from None
     if opts.pool not in farm.pools:
-        raise NightlyUsageError(f"pool {opts.pool!r} is not defined in {farm_path} "
-                                f"(pools: {', '.join(farm.pools) or 'none'})")
+        raise NightlyUsageError(
+            f"pool {opts.pool!r} is not defined in {farm_path} (pools: {', '.join(farm.pools) or 'none'})"
+        )
     pool_devices = list(farm.pools[opts.pool])
     run_id = default_run_id()
     run_dir = opts.history / run_id
@@ -228,11 +271,23 @@ def run_nightly(opts: NightlyOptions) -> NightlyResult:
         verdicts = summary is not None and any(r.outcome in ("pass", "fail") for d in runs for r in d.records)
         if summary is not None and not verdicts:
             n["no_verdict_reason"] = "no device of the pool gave a verdict"
-        hist.record(run_record(meta, runs, pool=opts.pool, pool_devices=pool_devices, git_commit=n["git_commit"],
-                               git_dirty=n["git_dirty"], farm_sha256=n["farm_sha256"], results_dir=str(run_dir),
-                               verdicts=verdicts, mutation_scores=tuple(scores)))
-        n.update(started=meta.started, finished=meta.finished, engine_builds=dict(meta.engine_builds),
-                 verdicts=verdicts)
+        hist.record(
+            run_record(
+                meta,
+                runs,
+                pool=opts.pool,
+                pool_devices=pool_devices,
+                git_commit=n["git_commit"],
+                git_dirty=n["git_dirty"],
+                farm_sha256=n["farm_sha256"],
+                results_dir=str(run_dir),
+                verdicts=verdicts,
+                mutation_scores=tuple(scores),
+            )
+        )
+        n.update(
+            started=meta.started, finished=meta.finished, engine_builds=dict(meta.engine_builds), verdicts=verdicts
+        )
         if summary is not None:
             n["totals"] = summary["totals"]
             n["devices"] = device_facts_table(summary, run_dir)
@@ -241,8 +296,11 @@ def run_nightly(opts: NightlyOptions) -> NightlyResult:
         _compare_with_history(n, hist, opts, summary)
         n["commit_range"] = commit_range(hist, opts.pool, run_id, n["git_commit"], opts.places.checkout())
         if scores:
-            n["mutation_score"] = {"caught": sum(s.caught for s in scores), "total": sum(s.total for s in scores),
-                                   "devices": [vars(s) for s in scores]}
+            n["mutation_score"] = {
+                "caught": sum(s.caught for s in scores),
+                "total": sum(s.total for s in scores),
+                "devices": [vars(s) for s in scores],
+            }
         n["exit_code"] = decide_exit(n)
         trend = hist.run_summaries(hist.run_ids(opts.pool, limit=TREND_RUNS))
         report = write_report(run_dir, n, summary, trend)
@@ -256,8 +314,9 @@ def run_nightly(opts: NightlyOptions) -> NightlyResult:
     return NightlyResult(n["exit_code"], report, n)
 
 
-def _gate_run(opts: NightlyOptions, run_dir: Path, n_devices: int,
-              n: dict[str, Any]) -> tuple[RunMeta, list[DeviceRun], dict[str, Any] | None]:
+def _gate_run(
+    opts: NightlyOptions, run_dir: Path, n_devices: int, n: dict[str, Any]
+) -> tuple[RunMeta, list[DeviceRun], dict[str, Any] | None]:
     """Run the gate suite into *run_dir*; returns what it wrote (summary None: no verdicts, and
     ``n["no_verdict_reason"]`` says why)."""
     call = gate_call(opts, run_dir, n_devices)
@@ -273,8 +332,9 @@ def _gate_run(opts: NightlyOptions, run_dir: Path, n_devices: int,
     if not run.complete:
         # a summary that is there but cannot be read says so; anything else is a run that did not finish
         unreadable = run.returncode in (0, 1) and run.problem is not None and (run_dir / SUMMARY_JSON).is_file()
-        n["no_verdict_reason"] = (str(run.problem) if unreadable
-                                  else f"the gate run exited {run.returncode} without a summary")
+        n["no_verdict_reason"] = (
+            str(run.problem) if unreadable else f"the gate run exited {run.returncode} without a summary"
+        )
         return RunMeta(run=run_dir.name), [], None
     try:
         meta, runs = load_results(run_dir)
@@ -293,15 +353,22 @@ def _one_device_per_arch(runs: list[DeviceRun]) -> dict[str, str]:
     return chosen
 
 
-def _compare_with_history(n: dict[str, Any], hist: History, opts: NightlyOptions,
-                          summary: dict[str, Any] | None) -> None:
+def _compare_with_history(
+    n: dict[str, Any], hist: History, opts: NightlyOptions, summary: dict[str, Any] | None
+) -> None:
     """Classification and cross-device agreement of run ``n["run"]`` against the pool's earlier runs."""
     run_id = n["run"]
     previous = hist.run_ids(opts.pool, before=run_id)
-    fill_classification(n, classify(
-        hist.results([run_id]), hist.results(previous), hist.devices(run_id),
-        {rid: hist.devices(rid) for rid in previous}, opts.flaky,
-    ))
+    fill_classification(
+        n,
+        classify(
+            hist.results([run_id]),
+            hist.results(previous),
+            hist.devices(run_id),
+            {rid: hist.devices(rid) for rid in previous},
+            opts.flaky,
+        ),
+    )
     outs_now = hist.outputs([run_id])
     from_summary = disagreements_from_summary(summary) if summary is not None else None
     disagreements = from_summary if from_summary is not None else disagreements_from_outputs(outs_now)
@@ -323,8 +390,13 @@ def commit_range(hist: History, pool: str, run_id: str, commit: str, repo: Path 
     count = None
     if old and commit and old != commit and repo is not None:
         try:
-            proc = subprocess.run(["git", "-C", str(repo), "rev-list", "--count", f"{old}..{commit}"],
-                                  capture_output=True, text=True, check=False, timeout=30)
+            proc = subprocess.run(
+                ["git", "-C", str(repo), "rev-list", "--count", f"{old}..{commit}"],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=30,
+            )
             if proc.returncode == 0 and proc.stdout.strip().isdigit():
                 count = int(proc.stdout)
         except (OSError, subprocess.SubprocessError):

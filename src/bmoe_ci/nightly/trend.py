@@ -67,11 +67,9 @@ def trend_figure(runs: list[RunSummary]) -> Any | None:
     rate = [100.0 * r.passed / r.tests if r.tests else float("nan") for _, r in dated]
     # clip_on=False: a point at exactly 100 % is drawn whole instead of cut in half by the axis' top
     rate_ax.plot(xs, rate, marker="o", color="#2da44e", label="pass rate % (passed / all tests)", clip_on=False)
-    mut = [100.0 * r.mutation[0] / r.mutation[1] if r.mutation and r.mutation[1] else float("nan")
-           for _, r in dated]
+    mut = [100.0 * r.mutation[0] / r.mutation[1] if r.mutation and r.mutation[1] else float("nan") for _, r in dated]
     if any(v == v for v in mut):
-        rate_ax.plot(xs, mut, marker="s", linestyle="none", color="#8250df", label="mutation score %",
-                     clip_on=False)
+        rate_ax.plot(xs, mut, marker="s", linestyle="none", color="#8250df", label="mutation score %", clip_on=False)
     rate_ax.set_ylim(0, 100)
     rate_ax.set_ylabel("%")
     rate_ax.legend(loc="lower left", fontsize=8)
@@ -105,4 +103,4 @@ def trend_svg(runs: list[RunSummary]) -> str | None:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", metadata={"Date": None})
     svg = buf.getvalue()
-    return svg[svg.index("<svg"):]  # drop the XML prolog and DOCTYPE: the SVG is embedded in HTML
+    return svg[svg.index("<svg") :]  # drop the XML prolog and DOCTYPE: the SVG is embedded in HTML

@@ -99,8 +99,7 @@ def pytest_configure(config: pytest.Config) -> None:
                 + ", ".join(options.option(n.lstrip("-")) for n in foreign)
             )
         gate_options = options.from_config(config, os.environ)
-        config.pluginmanager.register(Controller(config, gate_options, reporter_progress(config)),
-                                      "bmoe-controller")
+        config.pluginmanager.register(Controller(config, gate_options, reporter_progress(config)), "bmoe-controller")
 
 
 def reporter_progress(config: pytest.Config) -> Progress:
@@ -139,16 +138,23 @@ class Controller:
             raise pytest.UsageError(f"{options.option('lock-wait')} {opts.lock_wait:g}: must be 0 or more seconds")
         try:
             # an unknown fault would build a normal engine and report it green: refuse it first
-            faults = ([f.name for f in load_catalogue(places=opts.places).resolve(list(opts.faults))]
-                      if opts.faults else [])
+            faults = (
+                [f.name for f in load_catalogue(places=opts.places).resolve(list(opts.faults))] if opts.faults else []
+            )
         except CatalogueError as exc:
             # the catalogue names the option as `bmoe-ci mutants` spells it
             msg = str(exc)
-            raise pytest.UsageError(options.option("fault") + msg[len("--fault"):] if msg.startswith("--fault ")
-                                    else msg) from exc
-        origins = [f"{what} {value} from {where}" for what, value, where in (
-            ("farm", opts.farm, opts.farm_from), ("devices", " ".join(opts.selectors), opts.selectors_from),
-        ) if where not in ("command line", "default")]
+            raise pytest.UsageError(
+                options.option("fault") + msg[len("--fault") :] if msg.startswith("--fault ") else msg
+            ) from exc
+        origins = [
+            f"{what} {value} from {where}"
+            for what, value, where in (
+                ("farm", opts.farm, opts.farm_from),
+                ("devices", " ".join(opts.selectors), opts.selectors_from),
+            )
+            if where not in ("command line", "default")
+        ]
         if origins:  # a setting the user did not type: say where it came from
             self.progress.step("; ".join(origins))
         if results.is_dir() and not options.dry_run(config):
@@ -158,8 +164,14 @@ class Controller:
             if options.dry_run(config):
                 # only looking at the tests: parametrise them over the selection, touch nothing
                 config.stash[RUN_KEY] = plan_only(
-                    selectors=opts.selectors, farm_file=opts.farm, results_dir=results, run_id=run_id,
-                    fixture_names=opts.fixtures, faults=faults, progress=self.progress, places=opts.places,
+                    selectors=opts.selectors,
+                    farm_file=opts.farm,
+                    results_dir=results,
+                    run_id=run_id,
+                    fixture_names=opts.fixtures,
+                    faults=faults,
+                    progress=self.progress,
+                    places=opts.places,
                 )
                 return
             self.prepared = prepare(
@@ -229,10 +241,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     for item in session.items:
         props = {str(k): str(v) for k, v in item.user_properties if str(k).startswith("bmoe.")}
         if "bmoe.device" in props:
-            planned.append(PlannedTest(
-                device=props["bmoe.device"], gate=props["bmoe.gate"], fixture=props.get("bmoe.fixture") or None,
-                name=props["bmoe.name"], classname=props.get("bmoe.classname", "gates"),
-            ))
+            planned.append(
+                PlannedTest(
+                    device=props["bmoe.device"],
+                    gate=props["bmoe.gate"],
+                    fixture=props.get("bmoe.fixture") or None,
+                    name=props["bmoe.name"],
+                    classname=props.get("bmoe.classname", "gates"),
+                )
+            )
     write_plan(state.run.results_dir, state.run.run_id, planned)
 
 
@@ -301,13 +318,15 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     label = fixture or callspec.params.get("case_id") or ""
     name = f"{gate}{'-' + sub if sub else ''}[{label}]" if label else f"{gate}{'-' + sub if sub else ''}"
     module = getattr(item, "module", None)
-    item.user_properties.extend([
-        ("bmoe.device", callspec.params["device"].name),
-        ("bmoe.gate", gate),
-        ("bmoe.fixture", fixture or ""),
-        ("bmoe.name", name),
-        ("bmoe.classname", module.__name__ if module is not None else "gates"),
-    ])
+    item.user_properties.extend(
+        [
+            ("bmoe.device", callspec.params["device"].name),
+            ("bmoe.gate", gate),
+            ("bmoe.fixture", fixture or ""),
+            ("bmoe.name", name),
+            ("bmoe.classname", module.__name__ if module is not None else "gates"),
+        ]
+    )
 
 
 @pytest.hookimpl(wrapper=True)

@@ -127,13 +127,24 @@ class RecordCollector:
     def _device_run(self, name: str) -> DeviceRun:
         d = self.run.device(name)
         return DeviceRun(
-            device=d.name, arch=d.arch, os=d.os, kind=d.kind, engine_build_id=d.build_id,
-            target=d.target, fixtures=dict(self.run.fixtures), pushed_bytes=d.pushed_bytes,
-            verified_files=d.verified_files, repushed=list(d.repushed), retries=list(d.retries),
+            device=d.name,
+            arch=d.arch,
+            os=d.os,
+            kind=d.kind,
+            engine_build_id=d.build_id,
+            target=d.target,
+            fixtures=dict(self.run.fixtures),
+            pushed_bytes=d.pushed_bytes,
+            verified_files=d.verified_files,
+            repushed=list(d.repushed),
+            retries=list(d.retries),
             engine_s=round(self.engine_s.get(d.name, 0.0), 3),
             wall_s=round(self.wall_s.get(d.name, 0.0), 3),
-            outputs=self.outputs.get(d.name, {}), infra_error=d.infra_error,
-            started=self.run.started, records=self.records.get(d.name, []), faults=list(self.run.faults),
+            outputs=self.outputs.get(d.name, {}),
+            infra_error=d.infra_error,
+            started=self.run.started,
+            records=self.records.get(d.name, []),
+            faults=list(self.run.faults),
             digests=self.digests.get(d.name, {}),
         )
 
@@ -148,9 +159,13 @@ class RecordCollector:
         if plan is not None:  # tests that never ran (stopped session) are errors, not absent
             reconcile(runs, plan)
         meta = RunMeta(
-            run=self.run.run_id, started=self.run.started,
-            finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"), engine_builds=self.run.engine_builds,
-            compiled=self.run.compiled, fixtures=self.run.fixtures, notes=list(self.run.notes),
+            run=self.run.run_id,
+            started=self.run.started,
+            finished=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            engine_builds=self.run.engine_builds,
+            compiled=self.run.compiled,
+            fixtures=self.run.fixtures,
+            notes=list(self.run.notes),
             faults=list(self.run.faults),
         )
         data = finalize(self.run.results_dir, runs, meta, absolute=self.absolute)
@@ -160,7 +175,9 @@ class RecordCollector:
         engine = sum(self.engine_s.values())
         busiest = max(self.engine_s.values(), default=0.0)
         lines.append(f"built: {built}; pushed: {pushed} bytes")
-        lines.append(f"time: session wall {wall_s:.1f} s; engine on the devices {engine:.1f} s in all, "
-                     f"{busiest:.1f} s on the busiest device (per-device overhead in summary.md)")
+        lines.append(
+            f"time: session wall {wall_s:.1f} s; engine on the devices {engine:.1f} s in all, "
+            f"{busiest:.1f} s on the busiest device (per-device overhead in summary.md)"
+        )
         lines.append(f"results: {self.run.results_dir}")
         return "\n".join(lines), exit_code(data)

@@ -34,20 +34,32 @@ GROUP = "bmoe"
 # short name -> argparse attributes. The option is --bmoe-<name> with dest bmoe_<name> ("-" -> "_");
 # the alias --<name> writes the same dest.
 OPTIONS: dict[str, dict[str, Any]] = {
-    "device": dict(action="append", metavar="SEL",
-                   help="NAME, a,b, pool:NAME, arch:A, label:L or all (repeatable; default: $BMOE_DEVICE, "
-                        "ini bmoe_device, else all)"),
-    "farm": dict(metavar="FILE",
-                 help="farm YAML (default: $BMOE_FARM, ini bmoe_farm, else the embedded local farm)"),
+    "device": dict(
+        action="append",
+        metavar="SEL",
+        help="NAME, a,b, pool:NAME, arch:A, label:L or all (repeatable; default: $BMOE_DEVICE, "
+        "ini bmoe_device, else all)",
+    ),
+    "farm": dict(metavar="FILE", help="farm YAML (default: $BMOE_FARM, ini bmoe_farm, else the embedded local farm)"),
     "results": dict(metavar="DIR", help="results directory (default results/<run-id>)"),
     "rebuild": dict(action="store_true", default=False, help="ignore the engine build cache"),
-    "fixture": dict(action="append", metavar="NAME",
-                    help="only this fixture (repeatable; default: ini bmoe_fixture, else every default fixture)"),
-    "lock-wait": dict(type=float, default=0.0, metavar="SECONDS",
-                      help="wait up to SECONDS for a device another run holds (default 0: busy is an error)"),
-    "fault": dict(action="append", metavar="NAME",
-                  help="build the engine with fault BMOE_FAULT_<NAME> of engine/faults.toml injected "
-                       "(to show a gate can fail; repeatable)"),
+    "fixture": dict(
+        action="append",
+        metavar="NAME",
+        help="only this fixture (repeatable; default: ini bmoe_fixture, else every default fixture)",
+    ),
+    "lock-wait": dict(
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait up to SECONDS for a device another run holds (default 0: busy is an error)",
+    ),
+    "fault": dict(
+        action="append",
+        metavar="NAME",
+        help="build the engine with fault BMOE_FAULT_<NAME> of engine/faults.toml injected "
+        "(to show a gate can fail; repeatable)",
+    ),
 }
 
 ENV_FARM = "BMOE_FARM"
@@ -72,12 +84,15 @@ def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup(GROUP, "bmoe-ci gate suite")
     for name, attrs in OPTIONS.items():
         group.addoption(option(name), dest=dest(name), **attrs)
-    parser.addini(INI_FARM, "farm YAML of the gate suite, relative to the ini file (--bmoe-farm wins)",
-                  type="string", default="")
-    parser.addini(INI_DEVICE, "device selectors of the gate suite, space-separated (--bmoe-device wins)",
-                  type="args", default=[])
-    parser.addini(INI_FIXTURE, "fixtures of the gate suite, space-separated (--bmoe-fixture wins)",
-                  type="args", default=[])
+    parser.addini(
+        INI_FARM, "farm YAML of the gate suite, relative to the ini file (--bmoe-farm wins)", type="string", default=""
+    )
+    parser.addini(
+        INI_DEVICE, "device selectors of the gate suite, space-separated (--bmoe-device wins)", type="args", default=[]
+    )
+    parser.addini(
+        INI_FIXTURE, "fixtures of the gate suite, space-separated (--bmoe-fixture wins)", type="args", default=[]
+    )
 
 
 def _taken(parser: pytest.Parser) -> set[str]:

@@ -55,8 +55,9 @@ def rewrite_args(args: Sequence[str], positional: Sequence[str], cwd: Path, tree
     return {i: suite_path(a, tree) for i, a in enumerate(args) if a in wanted}
 
 
-def _positional_indices(parser: pytest.Parser, args: list[str], candidates: dict[int, str],
-                        namespace: object) -> dict[int, str]:
+def _positional_indices(
+    parser: pytest.Parser, args: list[str], candidates: dict[int, str], namespace: object
+) -> dict[int, str]:
     """Keep only the candidates that pytest parses as path arguments (not, say, the value of `-k gates`):
     each is swapped for a sentinel and the arguments parsed again."""
     kept = {}

@@ -53,16 +53,18 @@ class ReferenceOutput:
     quant_margins: list[float]
 
     def to_json(self) -> str:
-        return json.dumps({
-            "format": FORMAT,
-            "request": asdict(self.request),
-            "prompt_tokens": self.prompt_tokens,
-            "tokens": self.tokens,
-            "logits": self.logits.tolist(),
-            "min_logit_margin": self.min_logit_margin,
-            "min_route_margin": self.min_route_margin,
-            "quant_margins": self.quant_margins,
-        })
+        return json.dumps(
+            {
+                "format": FORMAT,
+                "request": asdict(self.request),
+                "prompt_tokens": self.prompt_tokens,
+                "tokens": self.tokens,
+                "logits": self.logits.tolist(),
+                "min_logit_margin": self.min_logit_margin,
+                "min_route_margin": self.min_route_margin,
+                "quant_margins": self.quant_margins,
+            }
+        )
 
     @classmethod
     def from_json(cls, text: str) -> ReferenceOutput:

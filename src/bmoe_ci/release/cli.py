@@ -42,8 +42,10 @@ def cmd_release_gate(args: argparse.Namespace) -> int:
             if repo is None:
                 # the gate reads the base's defaults with git and writes results/ beside them: a wheel's
                 # packaged tree has neither git history nor a place to write
-                raise ReleaseUsageError(f"release-gate needs a bmoe-ci git checkout: run it from an editable "
-                                        f"install of one, or set {ENV_REPO}")
+                raise ReleaseUsageError(
+                    f"release-gate needs a bmoe-ci git checkout: run it from an editable "
+                    f"install of one, or set {ENV_REPO}"
+                )
             opts = ReleaseOptions(
                 proposed=Path(args.proposed),
                 repo=repo,

@@ -129,8 +129,9 @@ def run_gates(
 ) -> tuple[dict[str, GateRecord], str | None]:
     """The gate suite on ``devices`` now; returns per-device evidence, or an error when the run wrote no
     summary (it could not start). Its console is kept in ``results``/pytest.log."""
-    call = SuiteCall(tree=repo, farm=farm, devices=(",".join(devices),), results=results, fixtures=fixtures,
-                     log=results / LOG_NAME)
+    call = SuiteCall(
+        tree=repo, farm=farm, devices=(",".join(devices),), results=results, fixtures=fixtures, log=results / LOG_NAME
+    )
     say(f"gate run: {' '.join(suite_command(call)[2:])}")
     run = run_gate_suite(call)
     if run.summary is None:

@@ -8,5 +8,14 @@ from bmoe_ci.replay.diff import Mismatch, mismatches
 from bmoe_ci.replay.model import Prediction, replay
 from bmoe_ci.replay.trace import Trace, TraceError, TraceRow, parse_trace
 
-__all__ = ["Mismatch", "Prediction", "RunConfig", "Trace", "TraceError", "TraceRow", "mismatches", "parse_trace",
-           "replay"]
+__all__ = [
+    "Mismatch",
+    "Prediction",
+    "RunConfig",
+    "Trace",
+    "TraceError",
+    "TraceRow",
+    "mismatches",
+    "parse_trace",
+    "replay",
+]

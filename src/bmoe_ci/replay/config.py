@@ -7,8 +7,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 MIB = 1 << 20
-SWITCHES = frozenset({"--mmap", "--force-cache", "--no-odirect", "--prefetch-sync", "--drop-in-prefill",
-                      "--drop-no-renorm", "--json", "--chat"})
+SWITCHES = frozenset(
+    {
+        "--mmap",
+        "--force-cache",
+        "--no-odirect",
+        "--prefetch-sync",
+        "--drop-in-prefill",
+        "--drop-no-renorm",
+        "--json",
+        "--chat",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -44,7 +54,12 @@ class RunConfig:
                 i += 1
             i += 1
         F, L = values.get("--drop-cold-experts"), values.get("--expert-substitute")
-        return cls(cache_mb=int(values.get("--cache-mb", "0")), prefetch=int(values.get("--prefetch", "0")),
-                   drop_F=float(F) if F is not None else None, renorm="--drop-no-renorm" not in switches,
-                   drop_in_prefill="--drop-in-prefill" in switches, subst_L=float(L) if L is not None else None,
-                   mmap="--mmap" in switches)
+        return cls(
+            cache_mb=int(values.get("--cache-mb", "0")),
+            prefetch=int(values.get("--prefetch", "0")),
+            drop_F=float(F) if F is not None else None,
+            renorm="--drop-no-renorm" not in switches,
+            drop_in_prefill="--drop-in-prefill" in switches,
+            subst_L=float(L) if L is not None else None,
+            mmap="--mmap" in switches,
+        )

@@ -18,8 +18,20 @@ from bmoe_ci.replay.subst import subst_row
 from bmoe_ci.replay.trace import Trace, TraceRow, f32
 
 STREAM_ALIGN = 4096
-COUNTERS = ("experts_routed", "experts_dropped", "subst_examined", "subst_changed", "cache_hits", "cache_misses",
-            "flash_bytes", "flash_reads", "prefetch_issued", "prefetch_used", "weight_routed", "weight_dropped")
+COUNTERS = (
+    "experts_routed",
+    "experts_dropped",
+    "subst_examined",
+    "subst_changed",
+    "cache_hits",
+    "cache_misses",
+    "flash_bytes",
+    "flash_reads",
+    "prefetch_issued",
+    "prefetch_used",
+    "weight_routed",
+    "weight_dropped",
+)
 
 
 def round_up(n: int, m: int) -> int:
@@ -130,12 +142,14 @@ class _Replayer:
         for t in range(0, len(rows), k):
             scores = rows[t].scores
             if scores is None:
-                self.pred.problems.append(f"line {rows[t].line}: step {rows[t].step} layer {rows[t].layer}: "
-                                          "substitution armed but the routing's scores are not in the trace")
-                ids += router[t:t + k]
+                self.pred.problems.append(
+                    f"line {rows[t].line}: step {rows[t].step} layer {rows[t].layer}: "
+                    "substitution armed but the routing's scores are not in the trace"
+                )
+                ids += router[t : t + k]
                 flags += [0] * k
                 continue
-            res = subst_row(scores, self.trace.scores_are_probs, resident, router[t:t + k], self.cfg.subst_L)
+            res = subst_row(scores, self.trace.scores_are_probs, resident, router[t : t + k], self.cfg.subst_L)
             self.count("subst_examined", res.examined)
             self.count("subst_changed", res.changed)
             ids += res.ids
@@ -174,7 +188,7 @@ class _Replayer:
         self.unpin_layer()  # ffn_moe_logits: a new layer
         self.count("experts_routed", len(rows))
         ids, subst = self.substitute(li, rows, k)  # ffn_moe_topk
-        self.last[li] = ids[len(rows) - k:]  # the batch's last token, for prefetch
+        self.last[li] = ids[len(rows) - k :]  # the batch's last token, for prefetch
         # the drop rule at the terminal node: decode, or prefill with --drop-in-prefill, and only on a
         # layer whose chain was learned from an earlier pass (a one-batch prompt is every layer's first)
         weights = [r.router_weight for r in rows]
@@ -182,8 +196,8 @@ class _Replayer:
         applies = phase == 1 or self.cfg.drop_in_prefill
         if self.cfg.drop_F is not None and applies and li in self.learned:
             for t in range(0, len(rows), k):
-                w = weights[t:t + k]
-                res = [self.resident(li, e) for e in ids[t:t + k]]
+                w = weights[t : t + k]
+                res = [self.resident(li, e) for e in ids[t : t + k]]
                 d, w2 = drop_row(w, res, self.cfg.drop_F, self.cfg.renorm)
                 routed = gone = 0.0
                 for s in range(k):
@@ -192,7 +206,7 @@ class _Replayer:
                         gone += w[s]
                 self.count("weight_routed", routed)
                 self.count("weight_dropped", gone)
-                dropped[t:t + k], weights[t:t + k] = d, w2
+                dropped[t : t + k], weights[t : t + k] = d, w2
         self.count("experts_dropped", sum(dropped))
         self.learned.add(li)
         # the load: residency per slot before anything loads, then one lookup per unique kept expert
@@ -253,8 +267,10 @@ def replay(trace: Trace, cfg: RunConfig) -> Prediction:
     k = trace.top_k
     for rows in _passes(trace.rows):
         if rows[0].layer not in li_of or len(rows) % k:
-            pred.problems.append(f"line {rows[0].line}: a pass of {len(rows)} rows at layer {rows[0].layer} "
-                                 f"(top-k {k}, MoE layers {trace.moe_layers})")
+            pred.problems.append(
+                f"line {rows[0].line}: a pass of {len(rows)} rows at layer {rows[0].layer} "
+                f"(top-k {k}, MoE layers {trace.moe_layers})"
+            )
             continue
         r.run_pass(rows)
     pred.over_budget_loads = cache.over_budget_loads if cache is not None else 0

@@ -77,13 +77,17 @@ class SubstResult:
     changed: int
 
 
-def subst_row(scores: Sequence[float], scores_are_probs: bool, resident: Sequence[bool], router: Sequence[int],
-              L: float) -> SubstResult:
+def subst_row(
+    scores: Sequence[float], scores_are_probs: bool, resident: Sequence[bool], router: Sequence[int], L: float
+) -> SubstResult:
     k = len(router)
     key = [key_of(v, scores_are_probs) for v in scores]
     margin = L * finite_range(key)
-    adj = [v + margin if resident[e] else v for e, v in enumerate(key)] if margin != 0.0 and not math.isnan(margin) \
+    adj = (
+        [v + margin if resident[e] else v for e, v in enumerate(key)]
+        if margin != 0.0 and not math.isnan(margin)
         else key
+    )
     fresh = top_k(adj, k)
     came_in = [int(e not in router) for e in fresh]
     if not any(came_in):

@@ -6,8 +6,22 @@ import struct
 from dataclasses import dataclass, field
 
 VERSION_LINE = "# route_trace v3"
-COLUMNS = ("turn", "phase", "step", "layer", "slot", "router_expert", "expert", "router_weight", "weight",
-           "residency", "expert_bytes", "dropped", "substituted", "scores")
+COLUMNS = (
+    "turn",
+    "phase",
+    "step",
+    "layer",
+    "slot",
+    "router_expert",
+    "expert",
+    "router_weight",
+    "weight",
+    "residency",
+    "expert_bytes",
+    "dropped",
+    "substituted",
+    "scores",
+)
 FLOAT_COLUMNS = frozenset({"router_weight", "weight"})
 N_PARTS = 4  # gate, up, gate_up, down: the order of `part_bytes`
 
@@ -125,11 +139,16 @@ def parse_trace(text: str, path: str = "<trace>") -> Trace:
     if i >= len(lines) or tuple(lines[i].split(",")) != COLUMNS:
         got = lines[i] if i < len(lines) else "end of file"
         raise TraceError(f"{path}:{i + 1}: expected the header {','.join(COLUMNS)!r}, got {got[:80]!r}")
-    t = Trace(path=path, model=meta["model"], arch=meta["arch"],
-              **{k: _int(meta[k], f"{path}:{k}") for k in ("layers", "experts", "top_k", "slot_bytes", "page_bytes")},
-              scores_are_probs=_int(meta["scores_are_probs"], f"{path}:scores_are_probs") != 0,
-              expert_bytes=layer_bytes, part_bytes=parts)
-    for n, line in enumerate(lines[i + 1:], start=i + 2):
+    t = Trace(
+        path=path,
+        model=meta["model"],
+        arch=meta["arch"],
+        **{k: _int(meta[k], f"{path}:{k}") for k in ("layers", "experts", "top_k", "slot_bytes", "page_bytes")},
+        scores_are_probs=_int(meta["scores_are_probs"], f"{path}:scores_are_probs") != 0,
+        expert_bytes=layer_bytes,
+        part_bytes=parts,
+    )
+    for n, line in enumerate(lines[i + 1 :], start=i + 2):
         cells = line.split(",")
         if len(cells) != len(COLUMNS):
             raise TraceError(f"{path}:{n}: {len(cells)} fields, expected {len(COLUMNS)}")

@@ -237,9 +237,7 @@ def merge(results_dir: Path | str, *, absolute: bool = False) -> Path:
         raise ReportError(f"{root}: no such results directory")
     dirs = device_dirs(root)
     if not dirs:
-        raise ReportError(
-            f"{root}: no device results (expected <device>/{DEVICE_JSON} or <device>/{JUNIT_XML})"
-        )
+        raise ReportError(f"{root}: no device results (expected <device>/{DEVICE_JSON} or <device>/{JUNIT_XML})")
     merged = JUnitXml(root.resolve().name)
     for dev_dir in dirs:
         path = dev_dir / JUNIT_XML
@@ -405,8 +403,4 @@ def _device_run_from_xml(xml: JUnitXml, path: Path) -> DeviceRun:
 
 def _prefixed(props: dict[str, str], prefix: str) -> dict[str, str]:
     suffix = ".sha256"
-    return {
-        k[len(prefix) : -len(suffix)]: v
-        for k, v in props.items()
-        if k.startswith(prefix) and k.endswith(suffix)
-    }
+    return {k[len(prefix) : -len(suffix)]: v for k, v in props.items() if k.startswith(prefix) and k.endswith(suffix)}

@@ -146,15 +146,21 @@ def reconcile(runs: list[DeviceRun], plan: Plan) -> list[str]:
             keep = sorted(have, key=lambda r: _SEVERITY[r.outcome])[: len(tests)]
             dropped.update(id(r) for r in have if all(r is not k for k in keep))
             touched(key[0])
-        for t in tests[len(have):]:
+        for t in tests[len(have) :]:
             run = by_device.get(t.device)
             if run is None:
                 run = by_device[t.device] = DeviceRun(device=t.device, arch="")
                 runs.append(run)
             run.records.append(
                 TestRecord(
-                    device=t.device, gate=t.gate, fixture=t.fixture, name=t.name, classname=t.classname,
-                    outcome="error", message=INTERRUPTED, details=INTERRUPTED,
+                    device=t.device,
+                    gate=t.gate,
+                    fixture=t.fixture,
+                    name=t.name,
+                    classname=t.classname,
+                    outcome="error",
+                    message=INTERRUPTED,
+                    details=INTERRUPTED,
                 )
             )
             touched(t.device)

@@ -136,8 +136,10 @@ def _load_device(dev_dir: Path, salvage: bool, notes: list[str]) -> DeviceRun:
     run = from_xml if from_xml is not None and (from_json is None or n_xml > n_json) else from_json
     if run is None:
         run = DeviceRun(device=dev_dir.name, arch="")
-    notes.append(f"{damage}: damaged, {len(run.records)} whole result(s) read from it; "
-                 "the planned tests it does not hold count as interrupted")
+    notes.append(
+        f"{damage}: damaged, {len(run.records)} whole result(s) read from it; "
+        "the planned tests it does not hold count as interrupted"
+    )
     return run
 
 
@@ -158,9 +160,7 @@ def _load(root: Path, salvage: bool) -> tuple[RunMeta | None, list[DeviceRun], l
     if not runs:
         runs_below = any(is_run_dir(p) for p in root.iterdir())
         hint = " (a results root? pass one run's directory)" if runs_below else ""
-        raise ReportError(
-            f"{root}: no device results (no <device>/{DEVICE_JSON} or <device>/{JUNIT_XML}){hint}"
-        )
+        raise ReportError(f"{root}: no device results (no <device>/{DEVICE_JSON} or <device>/{JUNIT_XML}){hint}")
     meta_path = root / RUN_JSON
     meta = read_run_json(meta_path) if meta_path.is_file() else None
     return meta, runs, notes
@@ -173,7 +173,9 @@ def derive_run_meta(results_dir: Path | str, runs: list[DeviceRun]) -> RunMeta:
     for r in runs:
         fixtures.update(r.fixtures)
     return RunMeta(
-        run=Path(results_dir).resolve().name, engine_builds=builds, fixtures=dict(sorted(fixtures.items())),
+        run=Path(results_dir).resolve().name,
+        engine_builds=builds,
+        fixtures=dict(sorted(fixtures.items())),
         faults=sorted({f for r in runs for f in r.faults}),
     )
 
@@ -242,9 +244,7 @@ def build_summary(meta: RunMeta, runs: list[DeviceRun], interrupted: str | None 
     for run in runs:
         for fixture, sha in run.outputs.items():
             groups[fixture][sha].append(run.device)
-    output_groups = {
-        f: {sha: sorted(devs) for sha, devs in sorted(g.items())} for f, g in sorted(groups.items())
-    }
+    output_groups = {f: {sha: sorted(devs) for sha, devs in sorted(g.items())} for f, g in sorted(groups.items())}
     cross_arch = {}
     for fixture, g in output_groups.items():
         archs = sorted({devices[d]["arch"] for devs in g.values() for d in devs})
@@ -334,8 +334,10 @@ def console_matrix(s: dict[str, Any]) -> str:
         lines.append(f"  ... and {len(s['problems']) - _MAX_LISTED} more (see {SUMMARY_MD})")
     lines.append(_agreement_line(s))
     for d in s["disagreements"][:_MAX_LISTED]:
-        lines.append(f"  XDEV {d['fixture']} {d['entry']} {d['field']}: {_values_text(d['values'])} "
-                     f"(minority: {', '.join(d['minority'])})")
+        lines.append(
+            f"  XDEV {d['fixture']} {d['entry']} {d['field']}: {_values_text(d['values'])} "
+            f"(minority: {', '.join(d['minority'])})"
+        )
     if len(s["disagreements"]) > _MAX_LISTED:
         lines.append(f"  ... and {len(s['disagreements']) - _MAX_LISTED} more disagreements (see {SUMMARY_MD})")
     lines += [f"note: {n}" for n in s.get("notes", [])]
@@ -344,6 +346,7 @@ def console_matrix(s: dict[str, Any]) -> str:
 
 def _values_text(values: dict[str, Any]) -> str:
     """``{"a": <sha256>, "b": 3}`` -> ``a=0123456789ab b=3`` (digests shortened to 12 characters)."""
+
     def short(v: Any) -> str:
         return v[:12] if isinstance(v, str) and len(v) == 64 else str(v)
 
@@ -458,14 +461,8 @@ def markdown(s: dict[str, Any]) -> str:
         on = []
         for name, d in s["devices"].items():
             if d["target"] == target:
-                on.append(
-                    name
-                    if not bid or d["engine_build_id"] == bid
-                    else f"{name} (build {d['engine_build_id']})"
-                )
-        build_rows.append(
-            [target, bid or "?", "compiled" if target in s["compiled"] else "cached", ", ".join(on)]
-        )
+                on.append(name if not bid or d["engine_build_id"] == bid else f"{name} (build {d['engine_build_id']})")
+        build_rows.append([target, bid or "?", "compiled" if target in s["compiled"] else "cached", ", ".join(on)])
     lines += _table(["target", "build id", "this run", "devices"], build_rows)
     if s["fixtures"]:
         lines += ["", "## Fixtures", ""]
@@ -491,8 +488,10 @@ def markdown(s: dict[str, Any]) -> str:
         lines += _table(["fixture", "verdict", "output sha256: devices (arch)"], rows_o)
     if s["disagreements"]:
         lines += ["", "## XDEV: what differed between devices", ""]
-        rows_d = [[d["fixture"], d["entry"], d["field"], _values_text(d["values"]), ", ".join(d["minority"])]
-                  for d in s["disagreements"]]
+        rows_d = [
+            [d["fixture"], d["entry"], d["field"], _values_text(d["values"]), ", ".join(d["minority"])]
+            for d in s["disagreements"]
+        ]
         lines += _table(["fixture", "plan entry", "field", "values", "minority (fails XDEV)"], rows_d)
     return "\n".join(lines) + "\n"
 
@@ -523,8 +522,9 @@ def svg_table(title: str, header: list[str], rows: list[list[Any]], style: CellS
         x = 1.0
         for ci, text in enumerate(row):
             fill, colour = ("#f6f8fa", "#1f2328") if ri == 0 else style(ri - 1, ci)
-            out.append(f'<rect x="{x:.1f}" y="{y}" width="{widths[ci]:.1f}" height="{row_h}" fill="{fill}" '
-                       'stroke="#d0d7de"/>')
+            out.append(
+                f'<rect x="{x:.1f}" y="{y}" width="{widths[ci]:.1f}" height="{row_h}" fill="{fill}" stroke="#d0d7de"/>'
+            )
             weight = ' font-weight="bold"' if ri == 0 or ci == len(row) - 1 else ""
             out.append(f'<text x="{x + pad:.1f}" y="{y + 16}" fill="{colour}"{weight}>{escape(str(text))}</text>')
             x += widths[ci]

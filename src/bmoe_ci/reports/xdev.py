@@ -117,8 +117,10 @@ def xdev_records(runs: list[DeviceRun]) -> dict[str, list[TestRecord]]:
             mine = [d for d in found if d.fixture == fixture and device in d.minority]
             if len(devices) < 2:
                 outcome = "skip"
-                message = details = (f"only {device} ran {fixture} (file sha256 {sha[:12] or '?'}) in these "
-                                     "results: no other device to compare with")
+                message = details = (
+                    f"only {device} ran {fixture} (file sha256 {sha[:12] or '?'}) in these "
+                    "results: no other device to compare with"
+                )
             elif mine:
                 parts = []
                 for d in mine[:_LISTED]:
@@ -126,16 +128,28 @@ def xdev_records(runs: list[DeviceRun]) -> dict[str, list[TestRecord]]:
                     parts.append(f"{d.entry} {d.field}: {_short(d.values[device])} (vs {others})")
                 more = f"; and {len(mine) - _LISTED} more" if len(mine) > _LISTED else ""
                 outcome = "fail"
-                message = (f"{device} disagrees with the other devices on {fixture}: " + "; ".join(parts) + more)
+                message = f"{device} disagrees with the other devices on {fixture}: " + "; ".join(parts) + more
                 details = "\n".join(
-                    f"{d.entry} {d.field}: " + ", ".join(f"{o}={v}" for o, v in d.values.items())
-                    + f" (minority: {', '.join(d.minority)})" for d in mine)
+                    f"{d.entry} {d.field}: "
+                    + ", ".join(f"{o}={v}" for o, v in d.values.items())
+                    + f" (minority: {', '.join(d.minority)})"
+                    for d in mine
+                )
             else:
                 outcome = "pass"
                 message = details = ""
-            out[device].append(TestRecord(device=device, gate=XDEV_GATE, fixture=fixture, name=name,
-                                          classname=XDEV_CLASSNAME, outcome=outcome, message=message,
-                                          details=details))
+            out[device].append(
+                TestRecord(
+                    device=device,
+                    gate=XDEV_GATE,
+                    fixture=fixture,
+                    name=name,
+                    classname=XDEV_CLASSNAME,
+                    outcome=outcome,
+                    message=message,
+                    details=details,
+                )
+            )
     return out
 
 

@@ -209,10 +209,18 @@ class AdbTransport(Transport):
             said = _tail(stderr)
             if any(k in said.lower() for k in _GONE):
                 return infra("disconnect", f"the device went away while the command ran: {said}")
-            return infra("disconnect", f"the remote wrapper ended without reporting a status (adb exit "
-                         f"{p.returncode}: {said})")
+            return infra(
+                "disconnect", f"the remote wrapper ended without reporting a status (adb exit {p.returncode}: {said})"
+            )
         return status_result(
-            name, shown, status, stdout=p.stdout, stderr=stderr, duration=p.duration, seconds=secs, timeout=timeout,
+            name,
+            shown,
+            status,
+            stdout=p.stdout,
+            stderr=stderr,
+            duration=p.duration,
+            seconds=secs,
+            timeout=timeout,
             cwd=cwd or self.workdir,
         )
 

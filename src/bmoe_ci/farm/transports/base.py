@@ -283,11 +283,19 @@ class Transport(ABC):
         if probe.infra is not None and not probe.link_hung:  # not hung any more: gone (or refusing)
             if probe.infra.kind == "disconnect":
                 self._drop()
-            return RunResult(self.device.name, shown, Ending.INFRA, infra=probe.infra, duration=probe.duration,
-                             timeout=timeout)
+            return RunResult(
+                self.device.name, shown, Ending.INFRA, infra=probe.infra, duration=probe.duration, timeout=timeout
+            )
         why = f"the link hung earlier and still gives no answer in {wait:g}s; {shlex.join(shown)[:120]} not run"
-        return RunResult(self.device.name, shown, Ending.INFRA, infra=InfraError(self.device.name, "timeout", why),
-                         duration=probe.duration, timeout=timeout, link_hung=True)
+        return RunResult(
+            self.device.name,
+            shown,
+            Ending.INFRA,
+            infra=InfraError(self.device.name, "timeout", why),
+            duration=probe.duration,
+            timeout=timeout,
+            link_hung=True,
+        )
 
     def sh(self, script: str, *args: str, timeout: float = 60.0) -> RunResult:
         """Run a POSIX shell script with positional arguments (each quoted; never interpolated)."""
@@ -368,4 +376,3 @@ def safe_local_path(root: str | os.PathLike[str], local_path: str | os.PathLike[
 def _tail(data: bytes, n: int = 300) -> str:
     text = data.decode("utf-8", "replace").strip()
     return text[-n:] if text else "(no output)"
-

@@ -157,12 +157,11 @@ class LocalTransport(Transport):
         return local.stat().st_size
 
 
-def _pump(
-    proc: subprocess.Popen, stdin: bytes | None, deadline_at: float, idle: float
-) -> tuple[bytes, bytes, bool]:
+def _pump(proc: subprocess.Popen, stdin: bytes | None, deadline_at: float, idle: float) -> tuple[bytes, bytes, bool]:
     """Like ``communicate`` with a deadline, plus a watchdog: returns (stdout, stderr, silent) where
     ``silent`` means nothing arrived for ``idle`` seconds. Raises TimeoutExpired at the deadline."""
     if proc.stdin is not None:
+
         def feed() -> None:
             with contextlib.suppress(OSError):
                 if stdin:

@@ -279,7 +279,14 @@ class SshTransport(Transport):
                 stderr,
             )
         return status_result(
-            name, shown, status, stdout=bytes(out), stderr=stderr, duration=dur, seconds=secs, timeout=timeout,
+            name,
+            shown,
+            status,
+            stdout=bytes(out),
+            stderr=stderr,
+            duration=dur,
+            seconds=secs,
+            timeout=timeout,
             cwd=cwd or self.workdir,
         )
 
