@@ -22,6 +22,7 @@ TREE: tuple[str, ...] = (
     "engine/faults.toml",  # the fault catalogue
     "fixtures/fixtures.yaml",  # the fixture specifications
     "fixtures/trained",  # the committed trained model, its held-out texts and multiple-choice set
+    "fixtures/vocabs",  # the committed vocabularies of the fixtures and of gate TOK
     "devices/local.yaml",  # the local farm's template
     "gates",  # the gate suite, with its data/
 )

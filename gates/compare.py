@@ -120,6 +120,8 @@ def counter_invariants(entry: str, r: EngineResult, trace: Trace | None) -> list
         )
     else:
         want(c["flash_reads"] == c["flash_bytes"] == 0, "flash_reads", c["flash_reads"], "0 with --mmap")
+    if r.data.get("prompts") is not None:
+        bad += session_invariants(entry, r)
     if trace is None:
         return bad
 
@@ -188,6 +190,71 @@ def counter_invariants(entry: str, r: EngineResult, trace: Trace | None) -> list
         renorm = not _flag(r.argv, "--drop-no-renorm")
         for slots in examined:
             bad += _renorm_problems(entry, slots, renorm)
+    return bad
+
+
+#: counters a session's prompts add up to the run's exactly (the weight masses are float sums)
+SESSION_SUMMED = (
+    "experts_routed",
+    "cache_hits",
+    "cache_misses",
+    "flash_reads",
+    "flash_bytes",
+    "prefetch_issued",
+    "prefetch_used",
+    "experts_dropped",
+    "subst_examined",
+    "subst_changed",
+)
+
+
+def session_invariants(entry: str, r: EngineResult) -> list[str]:
+    """A `--session` run, prompt by prompt (docs/engine-flags.md, --session): each prompt's own counters
+    hold the run's identities, and they add up to the run's (without --prefetch exactly; with it the
+    reads still in flight when a prompt ends are settled at the end of the run, so the prompts' issued
+    and used prefetches are at most the run's)."""
+    bad: list[str] = []
+    total = counters(r)
+    prompts = r.data["prompts"]
+    streamed = "--mmap" not in r.argv
+    eb = r.data["model"]["expert_bytes"]
+    sums = dict.fromkeys(SESSION_SUMMED, 0)
+    for i, p in enumerate(prompts):
+        c = p["counters"]
+        where = f"{entry}: prompt {i}"
+        for k in SESSION_SUMMED:
+            sums[k] += c[k]
+        if streamed and c["cache_hits"] + c["cache_misses"] != c["experts_routed"]:
+            bad.append(
+                f"{where}: cache_hits + cache_misses {c['cache_hits'] + c['cache_misses']}, expected experts_routed "
+                f"= {c['experts_routed']}"
+            )
+        if streamed and c["flash_bytes"] != c["flash_reads"] * eb:
+            want = f"flash_reads x expert_bytes = {c['flash_reads']} x {eb}"
+            bad.append(f"{where}: flash_bytes {c['flash_bytes']}, expected {want}")
+        if not 0 <= c["prefetch_used"] <= c["prefetch_issued"]:
+            bad.append(
+                f"{where}: prefetch_used {c['prefetch_used']}, expected 0..prefetch_issued = {c['prefetch_issued']}"
+            )
+        if c["experts_dropped"] > c["experts_routed"] or c["subst_changed"] > c["subst_examined"]:
+            bad.append(f"{where}: dropped/changed above routed/examined: {c}")
+        # every position the prompt evaluated (its tokens, then each generated one but the last) routed
+        # top-k experts in every MoE layer
+        m = r.data["model"]
+        evaluated = p["prompt_tokens"] + max(len(p["tokens"]) - 1, 0)
+        expected = evaluated * len(m["moe_layers"]) * m["top_k_effective"]
+        if c["experts_routed"] != expected:
+            bad.append(
+                f"{where}: experts_routed {c['experts_routed']}, expected {evaluated} positions x "
+                f"{len(m['moe_layers'])} MoE layers x top-k {m['top_k_effective']} = {expected}"
+            )
+    settled_late = ("prefetch_issued", "prefetch_used", "flash_reads", "flash_bytes")
+    for k, v in sums.items():
+        if _flag(r.argv, "--prefetch") and k in settled_late:
+            if v > total[k]:
+                bad.append(f"{entry}: the prompts' {k} add up to {v}, above the run's {total[k]}")
+        elif v != total[k]:
+            bad.append(f"{entry}: the prompts' {k} add up to {v}, the run's is {total[k]}")
     return bad
 
 

@@ -15,7 +15,7 @@ from bmoe_ci.gaterun.state import GateState
 from bmoe_ci.plugin.options import add_short_aliases
 from bmoe_ci.replay import Trace, TraceError, parse_trace
 from bmoe_ci.reports.xdev import fingerprint
-from gates.plan import TracePath, fixture_plan
+from gates.plan import TracePath, fixture_plan, is_dense
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -23,6 +23,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     # every installed plugin, so a short name another plugin owns (pytest-playwright's --device) is
     # already known and left alone instead of colliding. `--bmoe-device` and the rest always work.
     add_short_aliases(parser)
+
+
+# Gates about expert streaming and routing: on a dense model (gemma3) there is no expert to stream,
+# cache, prefetch, drop or substitute, so they are skipped there, saying so (never passed).
+MOE_GATES = frozenset({"G1", "G2", "G5", "G8a", "G8a'", "G8b", "G8c", "G8d", "G8e", "G8w", "REPLAY"})
+MOE_SUBGATES = frozenset({("DET", "io-lanes")})
+
+
+@pytest.fixture(autouse=True)
+def _moe_gates_skip_dense_models(request: pytest.FixtureRequest) -> None:
+    marker = request.node.get_closest_marker("gate")
+    callspec = getattr(request.node, "callspec", None)
+    fixture = callspec.params.get("fixture") if callspec is not None else None
+    if marker is None or not marker.args or fixture is None:
+        return
+    gate, sub = str(marker.args[0]), str(marker.args[1]) if len(marker.args) > 1 else ""
+    if (gate in MOE_GATES or (gate, sub) in MOE_SUBGATES) and is_dense(
+        fixture, request.getfixturevalue("gate_state").places
+    ):
+        pytest.skip(f"{fixture} is a dense model: no expert to stream, route, drop or substitute")
 
 
 # (device, fixture) plans whose fingerprints this process already handed to the controller

@@ -50,12 +50,15 @@ PREFETCH2 = ("--prefetch", "2", "--prefetch-sync")
 # The quality instruments (gate SCORE, gates/test_scoring.py): the text pushed beside the fixtures
 # (gates/data/score.txt, see bmoe_ci.gaterun.prepare), scored wide and step-wise.
 SCORE_TEXT = "score.txt"
+CHOICES = "choices.jsonl"  # --ppl-choices: each option against the reference's log-probabilities
+SESSION = "session.txt"  # --session: each prompt against the reference's own generation
+SESSION_N = 8
 SCORING_DIR = "scoring"  # the text's directory, beside the device's fixtures
 
 # Plan entries that write a route trace (REPLAY replays each; INV and the direction checks read them).
 # Every streamed entry but the warning's one-token runs and the scoring runs (REPLAY models generation:
 # a prefill, then decode steps at growing positions; a scoring run's steps restart at position 0).
-UNTRACED = frozenset({"drop-warn", "drop-warn-k4", "score-step", "score-step-subst", "score-wide-subst"})
+UNTRACED = frozenset({"drop-warn", "drop-warn-k4", "score-step", "score-step-subst", "score-wide-subst", "session"})
 
 
 def scoring_file(model: str, name: str) -> str:
@@ -73,6 +76,18 @@ def _spec_dims(fixture: str, places: Places | None) -> tuple[int, int] | None:
 
     spec = load_specs(places=places).specs.get(fixture)
     return (spec.dims.top_k, spec.dims.experts) if spec is not None else None
+
+
+def is_dense(fixture: str | None, places: Places | None = None) -> bool:
+    """A fixture of a dense architecture (gemma3): no expert to stream, route, drop or substitute."""
+    dims = _spec_dims(fixture, places) if fixture else None
+    return dims is not None and dims[1] == 0
+
+
+# What a dense model's plan keeps: the resident and determinism runs and the scoring runs without a
+# routing knob (the knobs are refused at load on a dense model; the streamed runs are --mmap's bytes
+# with every expert counter 0, so the streaming gates have nothing to compare: they skip).
+DENSE_PLAN = frozenset({"ref", "again", "threads2", "score-wide", "score-step", "score-choices", "session"})
 
 
 def fixture_plan(
@@ -125,9 +140,21 @@ def fixture_plan(
         ("score-step", model_args(model, "--ppl-step", text, *EVICTING, "--json", "-t", "1")),
         ("score-step-subst", model_args(model, "--ppl-step", text, *EVICTING, SUBST, "1.0", "--json", "-t", "1")),
         ("score-wide-subst", model_args(model, "--ppl", text, *EVICTING, SUBST, "1.0", "--json", "-t", "1")),
+        (
+            "score-choices",
+            model_args(model, "--mmap", "--ppl-choices", scoring_file(model, CHOICES), "--json", "-t", "1"),
+        ),
+        (
+            "session",
+            model_args(
+                model, "--session", scoring_file(model, SESSION), "-n", str(SESSION_N), *EVICTING, "--json", "-t", "1"
+            ),
+        ),
     ]
     dims = _spec_dims(fixture, places) if fixture else None
-    if dims is not None:
+    if dims is not None and dims[1] == 0:
+        entries = [(i, a) for i, a in entries if i in DENSE_PLAN]
+    elif dims is not None:
         k, n_expert = dims
         # the threshold at a width above the model's: F/(k+1), not F/k (REPLAY predicts each drop)
         entries.append(

@@ -27,7 +27,12 @@ DEFAULTS = [
     "qwen3moe-q4k",
     "qwen3moe-nonorm",
     "qwen3moe-tied",
+    "qwen3moe-bpe",  # a real byte-level BPE vocabulary (fixtures/vocabs/qwen2-2k.json)
+    "gemma3-spm",  # the dense recipe with a real SentencePiece vocabulary (fixtures/vocabs/phi3-spm-2k.json)
 ]
+#: the default fixtures with experts (gemma3-spm is dense) and those with the byte vocabulary
+MOE_DEFAULTS = [n for n in DEFAULTS if n != "gemma3-spm"]
+BYTE_VOCAB = [n for n in DEFAULTS if n not in ("qwen3moe-bpe", "gemma3-spm")]
 VARIANTS = ["qwen3moe-sigmoid", "qwen3moe-softmax-sel"]
 #: one fixture per further weight type (not default: the reference and kernel tests of each type)
 QUANT_VARIANTS = ["qwen3moe-q5k", "qwen3moe-q6k", "qwen3moe-q4_0", "qwen3moe-q5_0", "qwen3moe-bf16"]
@@ -62,7 +67,7 @@ def generated(fixture_dir: Path) -> dict:
 # ------------------------------------------------------------------ specs
 
 
-def test_spec_file_defaults_are_the_eight_generated_and_the_two_committed():
+def test_spec_file_defaults_are_the_generated_and_the_two_committed():
     specs = load_specs()
     assert specs.defaults == DEFAULTS + COMMITTED
     assert {"bench-large", *VARIANTS} <= set(specs.specs)
@@ -338,7 +343,7 @@ def _expected_shapes(meta: dict, arch: str, tensors: dict) -> dict[str, tuple[in
     return out
 
 
-@pytest.mark.parametrize("name", DEFAULTS + VARIANTS)
+@pytest.mark.parametrize("name", MOE_DEFAULTS + VARIANTS)
 def test_shapes_follow_model_math(generated: dict, name: str):
     meta = _meta(generated[name].path)
     arch = meta["general.architecture"]
@@ -373,7 +378,7 @@ REQUIRED_KEYS = [
 ]
 
 
-@pytest.mark.parametrize("name", DEFAULTS + COMMITTED)
+@pytest.mark.parametrize("name", BYTE_VOCAB + COMMITTED)
 def test_metadata_and_vocabulary(generated: dict, name: str):
     meta = _meta(generated[name].path)
     arch = meta["general.architecture"]
@@ -389,6 +394,25 @@ def test_metadata_and_vocabulary(generated: dict, name: str):
     assert meta["tokenizer.ggml.token_type"] == [1] * 256 + [3] * 3
     assert meta["tokenizer.ggml.merges"] == []
     assert meta["tokenizer.ggml.add_bos_token"] is False
+
+
+@pytest.mark.parametrize(("name", "vocab"), [("qwen3moe-bpe", "qwen2-2k"), ("gemma3-spm", "phi3-spm-2k")])
+def test_real_vocabulary_fixtures(generated: dict, name: str, vocab: str):
+    """A fixture with a committed vocabulary carries it whole, and its special tokens' output rows are 0."""
+    from bmoe_ci.models.vocab import load_vocab
+
+    v = load_vocab(vocab)
+    meta = _meta(generated[name].path)
+    assert meta["tokenizer.ggml.model"] == v.model and meta["tokenizer.ggml.tokens"] == list(v.tokens)
+    assert meta["tokenizer.ggml.token_type"] == list(v.types)
+    assert meta.get("tokenizer.ggml.merges") == (list(v.merges) if v.merges is not None else None)
+    if v.scores is not None:
+        assert np.allclose(meta["tokenizer.ggml.scores"], v.scores)
+    assert meta["tokenizer.ggml.eos_token_id"] == v.eos
+    tensors = _tensors(generated[name].path)
+    out = tensors.get("output.weight", tensors["token_embd.weight"])
+    rows = np.asarray(out.data, dtype=np.float32).reshape(v.n_vocab, -1)
+    assert not rows[v.special_ids].any() and rows[[i for i in range(v.n_vocab) if i not in v.special_ids]].any()
 
 
 def test_gating_and_structure_keys(generated: dict):
@@ -606,7 +630,7 @@ def test_special_tokens_can_never_win(generated: dict):
     assert not embd[256:].any()
 
 
-@pytest.mark.parametrize("name", DEFAULTS)
+@pytest.mark.parametrize("name", MOE_DEFAULTS)
 def test_experts_exceed_a_2_mib_cache(generated: dict, name: str):
     """The gates run `--cache-mb 2`: every default fixture's experts must not all fit in it."""
     total = sum(int(t.n_bytes) for n, t in _tensors(generated[name].path).items() if "_exps." in n)

@@ -26,11 +26,14 @@ TREE_FILES = (
     "fixtures/fixtures.yaml",
     "fixtures/trained/trained.gguf",
     "fixtures/trained/choices.jsonl",
+    "fixtures/vocabs/qwen2-2k.json",
+    "fixtures/vocabs/phi3-spm-2k.json",
     "devices/local.yaml",
     "gates/__init__.py",
     "gates/conftest.py",
     "gates/plan.py",
     "gates/data/score.txt",
+    "gates/data/tok/pinned.json",
 )
 
 

@@ -93,7 +93,7 @@ def test_wide_equals_step_equals_reference(engine_bin: Path, fixtures: dict[str,
     for key in SCORES:
         assert wide[key] == step[key] == streamed[key] == streamed_wide[key], key
     ref = Model.load(model)
-    tokens = ref.tokenize(TEXT.read_bytes())
+    tokens = ref.tokenize(TEXT.read_bytes(), parse_special=False)  # a scored text's specials are text
     assert wide["prompt_tokens"] == tokens
     assert wide["tokens_scored"] == len(tokens) - 1 and wide["windows"] == 1
     nll, top1 = reference_nll(ref, tokens)
@@ -121,7 +121,7 @@ def test_windows_cover_every_prediction_once(engine_bin: Path, fixtures: dict[st
     for key in SCORES:
         assert wide[key] == step[key], key
     ref = Model.load(model)
-    tokens = ref.tokenize(TEXT.read_bytes())
+    tokens = ref.tokenize(TEXT.read_bytes(), parse_special=False)  # a scored text's specials are text
     n = len(tokens)
     assert wide["tokens_scored"] == n - 1
     starts = list(range(0, n - 1, 63))
@@ -200,10 +200,10 @@ def test_choices_match_reference(engine_bin: Path, fixtures: dict[str, Path], na
     atol = 2e-3 if name in GELU else 1e-4  # gemma4: the f16 GELU steps (NLL_TOL_GELU); measured 2e-4
     for q, got in zip(lines, data["questions"], strict=True):
         assert got["id"] == q["id"] and got["answer"] == q["answer"]
-        ctx = ref.tokenize(q["context"].encode())
+        ctx = ref.tokenize(q["context"].encode(), parse_special=False)
         want = []
         for opt in q["options"]:
-            full = ref.tokenize(opt.encode())
+            full = ref.tokenize(opt.encode(), parse_special=False)
             toks = ctx + full[len(full) - len(opt.encode()) :]  # the option's bytes, no BOS
             logits = np.asarray(ref.logits(toks), dtype=np.float64)
             m = logits.max(axis=1, keepdims=True)

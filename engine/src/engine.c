@@ -600,7 +600,12 @@ static int score_choices(bmoe_engine *e, bmoe_error *err) {
             for (int j = 0; j < m; j++) {
                 lp += score_row(&e->acc, cur, V, ids[j], NULL);
                 if (j == m - 1) break;
+#ifndef BMOE_FAULT_SCORE_CHOICE_POSITION
                 rc = forward_eval(e->fwd, ids + j, 1, n + j, 1, gstep++, 0, e->logits, msg, sizeof msg);
+#else
+                /* fault: an option's tokens are evaluated one position past their place after the context */
+                rc = forward_eval(e->fwd, ids + j, 1, n + j + 1, 1, gstep++, 0, e->logits, msg, sizeof msg);
+#endif
                 if (rc) { forward_failed(e, err, rc, msg); goto done; }
                 cur = e->logits;
             }
@@ -628,12 +633,17 @@ static int run_session(bmoe_engine *e, bmoe_error *err) {
         const int32_t *ids = e->prompt_ids[pi];
         int P = e->prompt_len[pi];
         bmoe_counters before, after;
+#ifndef BMOE_FAULT_SESSION_COUNTERS_LATE
         counters_now(e, &before);
+#endif
         e->gen_off[pi] = e->n_out;
         e->text_off[pi] = e->text_len;
         double t0 = now_s();
         rc = forward_eval(e->fwd, ids, P, 0, 0, 0, 0, e->logits, msg, sizeof msg);
         if (rc) { forward_failed(e, err, rc, msg); break; }
+#ifdef BMOE_FAULT_SESSION_COUNTERS_LATE
+        counters_now(e, &before); /* fault: the prompt's counters start after its prefill */
+#endif
         int32_t tok = -1, made = 0;
         if (e->cfg.n_predict > 0) {
             tok = argmax_first(e->logits, V);

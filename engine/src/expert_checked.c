@@ -27,7 +27,11 @@ static int checked_view(void *self, int il, int e, bmoe_expert_view *out) {
     bmoe_checked *c = self;
     int rc = c->inner.view(c->inner.self, il, e, out);
     if (rc) return rc;
+#ifndef BMOE_FAULT_BADDATA_SEEN_BY_EXPERT
     uint8_t *seen = &c->seen[(size_t)il * (size_t)c->model->hp.n_expert + (size_t)e];
+#else
+    uint8_t *seen = &c->seen[(size_t)e]; /* fault: checked once per expert id, whichever layer it is in */
+#endif
     if (*seen) return 0;
     const bmoe_layer *ly = &c->model->layers[il];
     const void *data[BMOE_EXP_NPARTS] = { out->gate, out->up, out->gate_up, out->down };

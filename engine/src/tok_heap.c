@@ -4,7 +4,11 @@
 #include <stdlib.h>
 
 static int before(const tok_bigram *a, const tok_bigram *b) {
+#ifndef BMOE_FAULT_TOK_MERGE_RIGHTMOST
     return a->key < b->key || (a->key == b->key && a->left < b->left);
+#else
+    return a->key < b->key || (a->key == b->key && a->left > b->left); /* fault: the rightmost of equals */
+#endif
 }
 
 int tok_heap_push(tok_heap *q, tok_bigram b) {

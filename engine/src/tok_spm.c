@@ -63,7 +63,11 @@ int tok_spm_fragment(const bmoe_tokenizer *tk, const uint8_t *text, size_t len, 
             if (tok_vec_push(out, id)) { rc = -3; goto done; }
             continue;
         }
+#ifndef BMOE_FAULT_TOK_FALLBACK_LAST_BYTE
         for (size_t j = 0; j < s[i].n; j++) { /* byte fallback */
+#else
+        for (size_t j = 0; j + 1 < s[i].n || (s[i].n == 1 && j == 0); j++) { /* fault: a piece's last byte is lost */
+#endif
             uint8_t b = t[s[i].off + j];
             if (tk->byte_token[b] < 0) {
                 snprintf(err, errlen, "byte 0x%02x has no token in this model's vocabulary", b);

@@ -514,7 +514,13 @@ static int frag_push(frag_vec *v, frag f) {
 
 static const uint8_t *find_bytes(const uint8_t *h, size_t hn, const uint8_t *nd, size_t nn) {
     if (nn == 0 || nn > hn) return NULL;
+#ifndef BMOE_FAULT_TOK_SPECIAL_AT_END
     for (const uint8_t *p = h; (p = memchr(p, nd[0], hn - (size_t)(p - h) - nn + 1)) != NULL; p++)
+#else
+    if (nn == hn) return memcmp(h, nd, nn) == 0 ? h : NULL;
+    /* fault: the last position a match can start at is not searched (a special ending the text is missed) */
+    for (const uint8_t *p = h; hn - (size_t)(p - h) > nn && (p = memchr(p, nd[0], hn - (size_t)(p - h) - nn)) != NULL; p++)
+#endif
         if (memcmp(p, nd, nn) == 0) return p;
     return NULL;
 }

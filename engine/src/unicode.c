@@ -28,6 +28,10 @@ unsigned uni_flags(uint32_t cp) {
     if (cp > UNI_MAX) return 0;
     unsigned f = 1u << uni_class(cp);
     if (uni_is_whitespace(cp)) f |= UF_WHITESPACE;
+#ifdef BMOE_FAULT_TOK_NUMBER_ASCII_ONLY
+    /* fault: \p{N} taken as isdigit(): other scripts' digits and No/Nl numbers read as symbols */
+    if ((f & UF_NUMBER) && !(cp >= '0' && cp <= '9')) f = (f & ~UF_NUMBER) | UF_SYMBOL;
+#endif
     return f;
 }
 

@@ -26,6 +26,9 @@ AREAS: tuple[str, ...] = (
     "counters",
     "config",
     "engine",
+    "tokenizer",
+    "scoring",
+    "loader",
 )
 _NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _SITE = re.compile(r"\bBMOE_FAULT_([A-Z0-9_]+)\b")

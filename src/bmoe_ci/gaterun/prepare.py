@@ -189,7 +189,7 @@ def prepare(
         + ", ".join(f"{f.name} {f.origin} ({mib(f.size)})" for f in fixtures)
         + f"; {time.monotonic() - t0:.1f} s"
     )
-    items = _fixture_items(fixtures, places.source_tree())
+    items = _fixture_items(fixtures, places.source_tree()) + _tok_items(places)
 
     def open_one(device: Device) -> tuple[DeviceContext, DeviceSession | None]:
         b = builds[target_for(device)]
@@ -308,6 +308,14 @@ def _fixture_items(fixtures: Sequence[FixtureFile], tree: Path) -> list[PushItem
     data = tree / "gates" / "data"
     scoring = [PushItem(data / name, name=f"fixtures/scoring/{name}") for name in SCORING_INPUTS]
     return [PushItem(p, name=f"fixtures/{p.name}") for f in fixtures for p in f.files] + scoring
+
+
+def _tok_items(places: Places) -> list[PushItem]:
+    """The TOK gate's inputs (bmoe_ci.tokgate): its vocabulary files and texts, made in the cache."""
+    from bmoe_ci.tokgate import TOK_DIR, write_inputs
+
+    files = write_inputs(places.cache_dir() / TOK_DIR, places)
+    return [PushItem(path, name=f"fixtures/{TOK_DIR}/{name}") for name, path in files.items()]
 
 
 __all__ = ["FarmError", "Prepared", "plan_only", "prepare", "results_dir_problem"]

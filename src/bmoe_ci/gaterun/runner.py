@@ -148,6 +148,23 @@ class DeviceRunner:
             raise result.infra
         return result
 
+    def lines(self, argv: Sequence[str]) -> tuple[EngineResult, list[dict[str, Any]]]:
+        """One engine process whose stdout is one JSON object per line (`bmoe tokenize --texts`): how it
+        ended (`data` empty, `exit_code`, `crashed`, `stderr`) and the objects, in order (a line that is
+        not one becomes a `protocol` error object)."""
+        self._check_in_run()
+        r = self.session.run_engine(list(argv), self.session.device.entry_timeout)
+        self.engine_s += r.duration
+        if r.outcome is Ending.INFRA:
+            infra = r.infra or InfraError(self.session.device.name, "disconnect", r.describe())
+            if infra.kind == "timeout":
+                raise self._timed_out(infra) from None
+            raise infra
+        stderr = _without_emulator_lines(r.stderr.decode(errors="replace"))
+        result = EngineResult(tuple(argv), {}, crash_of(r), r.exit_code, stderr, None, r.duration)
+        rows = [parse_result(line) for line in r.stdout.decode(errors="replace").splitlines() if line.strip()]
+        return result, rows
+
     def _check_in_run(self) -> None:
         if self.retired is not None:
             raise InfraError(self.session.device.name, "timeout", self.retired)

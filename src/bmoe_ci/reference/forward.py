@@ -29,7 +29,8 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
-from .eog import eog_ids
+from .eog import EOG_TEXTS, FIM_KINDS, eog_ids
+from .tokenizer import Tokenizer
 
 __all__ = ["Generation", "HParams", "Model", "ModelError", "Route", "shard_paths"]
 
@@ -285,16 +286,7 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     return e / np.sum(e, axis=-1, keepdims=True)
 
 
-def _bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's byte -> character map (printable bytes map to themselves, others to 256+n)."""
-    keep = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
-    out = {b: chr(b) for b in keep}
-    n = 0
-    for b in range(256):
-        if b not in out:
-            out[b] = chr(256 + n)
-            n += 1
-    return out
+FIM_TEXTS = frozenset(t for _, texts in FIM_KINDS for t in texts)
 
 
 class Model:
@@ -310,6 +302,7 @@ class Model:
         q8_0: frozenset[str] = frozenset(),
         q8_k: frozenset[str] = frozenset(),
         eog: frozenset[int] | None = None,
+        tokenizer: Tokenizer | None = None,
     ) -> None:
         self.hp = hp
         self.q8_0 = q8_0  # tensors whose matmuls quantise their input to Q8_0 (Q8_0, Q4_0, Q5_0 weights)
@@ -324,13 +317,7 @@ class Model:
         self.bos = bos
         self.add_bos = add_bos
         self.n_vocab = len(vocab)
-        b2u = _bytes_to_unicode()
-        text_to_id = {text: i for i, text in enumerate(vocab)}
-        try:
-            self._byte_token = [text_to_id[b2u[b]] for b in range(256)]
-        except KeyError as exc:
-            raise ModelError(f"tokenizer.ggml.tokens: no token for byte image {exc}") from None
-        self._u2b = {c: b for b, c in b2u.items()}
+        self.tokenizer = tokenizer
         self._out_name = "output.weight" if "output.weight" in tensors else "token_embd.weight"
         self._out = tensors[self._out_name]
         if self._out.shape != (self.n_vocab, hp.d):
@@ -466,18 +453,21 @@ class Model:
         types = list(get("tokenizer.ggml.token_type", [1] * len(vocab)))
         eos = get("tokenizer.ggml.eos_token_id", None)
         bos = get("tokenizer.ggml.bos_token_id", None)
-        add_bos = bool(get("tokenizer.ggml.add_bos_token", False))
+        eog = eog_ids(vocab, get)
+        by_text = frozenset(i for i in eog if vocab[i] in EOG_TEXTS or vocab[i] in FIM_TEXTS)
+        tokenizer = Tokenizer.from_metadata(get, by_text)
         model = cls(
             hp,
             tensors,
             vocab,
             types,
             None if eos is None else int(eos),
-            add_bos,
+            tokenizer.add_bos,
             None if bos is None else int(bos),
             frozenset(q8_0),
             frozenset(q8_k),
-            eog_ids(vocab, get),
+            eog,
+            tokenizer,
         )
         model._check_shapes()
         return model
@@ -548,20 +538,19 @@ class Model:
         return il < self.hp.n_dense or f"blk.{il}.ffn_gate_inp.weight" not in self.t
 
     # ---------------------------------------------------------------- tokens
-    def tokenize(self, text: str | bytes) -> list[int]:
-        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
-        toks = [self._byte_token[b] for b in data]
-        if self.add_bos and self.bos is not None:
-            toks.insert(0, self.bos)
-        return toks
+    def tokenize(self, text: str | bytes, parse_special: bool = True) -> list[int]:
+        """The text's ids as `-p` gives them (specials parsed, BOS/EOS as the model asks); a scored text
+        (`--ppl`, `--ppl-step`, `--ppl-choices`) reads special-token texts as plain text:
+        parse_special=False (docs/engine-flags.md, scoring)."""
+        if self.tokenizer is None:
+            raise ModelError("the model has no tokenizer metadata the reference models")
+        return self.tokenizer.tokenize(text, parse_special=parse_special)
 
     def detokenize(self, tokens: Sequence[int]) -> bytes:
-        out = bytearray()
-        for t in tokens:
-            if self.token_types[t] in (3, 4):  # CONTROL / USER_DEFINED specials decode to nothing
-                continue
-            out.extend(self._u2b[c] for c in self.vocab[t])
-        return bytes(out)
+        """What the generated tokens print (llama.cpp's token_to_piece without specials)."""
+        if self.tokenizer is None:
+            raise ModelError("the model has no tokenizer metadata the reference models")
+        return self.tokenizer.detokenize(tokens)
 
     # ---------------------------------------------------------------- forward
     def new_cache(self) -> dict[str, Any]:

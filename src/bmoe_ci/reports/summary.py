@@ -73,6 +73,8 @@ GATE_ORDER: tuple[str, ...] = (
     "XDEV",
     "BATCH-STDERR",
     "SCORE",
+    "TOK",
+    "BAD-DATA",
 )
 
 _WORD = {"pass": "", "fail": "FAIL", "error": "ERR", "skip": "SKIP"}
