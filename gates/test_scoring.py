@@ -42,6 +42,10 @@ NLL_TOL = 1e-5
 # moves the nll by far more (the K-quant faults: REF and SCORE catch them, docs/gates.md).
 NLL_TOL_Q8_0 = 2e-3
 TOP1_TOL_Q8_0 = 0.01
+# A model whose matmuls round their inputs both ways (Q8_0 blocks and Q8_K super-blocks, a mix of types)
+# has near-ties at almost every position: measured 4.6e-3 on qwen3moe-types (eight types), 1.25e-3 on
+# qwen3moe-q4k (llama.cpp's Q4_K_M mix); a wrong kernel moves the nll by tenths of a nat and more.
+NLL_TOL_MIXED = 1e-2
 # gemma4's GELU rounds its input and output to f16 as ggml's table does (docs/model-math.md): the same kind
 # of step, many per token, so later logits move by ~1e-4 and a near-tie routing can flip: measured 3.6e-4
 # of mean nll on the text (llama.cpp is 1.6e-5 from the reference there).
@@ -53,6 +57,12 @@ KNOB_ENTRIES = ("score-step-subst", "score-wide-subst")
 @cache
 def reference_model(model_path: str) -> Model:
     return Model.load(model_path)
+
+
+@cache
+def mixed_rounding(model_path: str) -> bool:
+    model = reference_model(model_path)
+    return bool(model.q8_0) and bool(model.q8_k)
 
 
 @cache
@@ -109,6 +119,8 @@ def test_scoring_instruments(
     nll_tol, top1_tol = (
         (NLL_TOL_Q8_0, TOP1_TOL_Q8_0) if q8_0 else (NLL_TOL_GELU, TOP1_TOL_Q8_0) if gelu else (NLL_TOL, 0.0)
     )
+    if mixed_rounding(str(local_model(gate_state, device, fixture))):
+        nll_tol = NLL_TOL_MIXED
     check(
         abs(wide.data["nll_mean"] - nll) < nll_tol,
         f"nll_mean {wide.data['nll_mean']!r}, reference {nll!r} (tolerance {nll_tol})",

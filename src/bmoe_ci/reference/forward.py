@@ -617,12 +617,14 @@ class Model:
         gate: np.ndarray,
         up: np.ndarray,
         down: np.ndarray,
-        names: tuple[str, str],
+        names: tuple[str, str, str],
         qz: _Quant,
     ) -> np.ndarray:
-        """names: the tensors gate/up and down come from (they decide the input quantisation)."""
-        h = self._q(h, names[0], qz)
-        return self._q(self._act(h @ gate.T) * (h @ up.T), names[1], qz) @ down.T
+        """names: the tensors gate, up and down come from: each matmul quantises its input as its own
+        weight type asks (gate and up of one layer can differ, as in llama.cpp's mixes)."""
+        hg = self._q(h, names[0], qz)
+        hu = hg if names[1] == names[0] else self._q(h, names[1], qz)
+        return self._q(self._act(hg @ gate.T) * (hu @ up.T), names[2], qz) @ down.T
 
     def _ffn(self, il: int, x: np.ndarray, qz: _Quant, routes: list[Route] | None) -> np.ndarray:
         hp, r, t, b = self.hp, self.recipe, self.t, f"blk.{il}."
@@ -633,7 +635,7 @@ class Model:
                 t[b + "ffn_gate.weight"],
                 t[b + "ffn_up.weight"],
                 t[b + "ffn_down.weight"],
-                (b + "ffn_gate.weight", b + "ffn_down.weight"),
+                (b + "ffn_gate.weight", b + "ffn_up.weight", b + "ffn_down.weight"),
                 qz,
             )
             if b + "post_ffw_norm.weight" in t:
@@ -650,7 +652,7 @@ class Model:
                 t[b + "ffn_gate_shexp.weight"],
                 t[b + "ffn_up_shexp.weight"],
                 t[b + "ffn_down_shexp.weight"],
-                (b + "ffn_gate_shexp.weight", b + "ffn_down_shexp.weight"),
+                (b + "ffn_gate_shexp.weight", b + "ffn_up_shexp.weight", b + "ffn_down_shexp.weight"),
                 qz,
             )
         if r.shared_expert != "ffn":
@@ -660,7 +662,7 @@ class Model:
             t[b + "ffn_gate.weight"],
             t[b + "ffn_up.weight"],
             t[b + "ffn_down.weight"],
-            (b + "ffn_gate.weight", b + "ffn_down.weight"),
+            (b + "ffn_gate.weight", b + "ffn_up.weight", b + "ffn_down.weight"),
             qz,
         )
         z = (
@@ -703,13 +705,13 @@ class Model:
             acc = np.zeros(hp.d)
             for e, we in zip(ids, w, strict=True):
                 if r.fused_gate_up:
-                    gname = b + "ffn_gate_up_exps.weight"
+                    gname = uname = b + "ffn_gate_up_exps.weight"
                     gu = t[gname][e]
                     gate, up = gu[:f], gu[f:]
                 else:
-                    gname = b + "ffn_gate_exps.weight"
-                    gate, up = t[gname][e], t[b + "ffn_up_exps.weight"][e]
-                names = (gname, b + "ffn_down_exps.weight")
+                    gname, uname = b + "ffn_gate_exps.weight", b + "ffn_up_exps.weight"
+                    gate, up = t[gname][e], t[uname][e]
+                names = (gname, uname, b + "ffn_down_exps.weight")
                 acc += we * self._mlp(h_moe[row], gate, up, down[e], names, qz.row(row))
             out[row] = acc
         return out
