@@ -28,7 +28,7 @@ from bmoe_ci.reference.forward import Model
 from gates.plan import model_args
 
 #: the fixtures whose copies are corrupted (quantised dense and expert tensors; the K-quant mix)
-BASES = ("qwen3moe-q4k",)
+BASES = ("qwen3moe-q4k", "qwen3moe-types")
 MODES = (("resident", ("--mmap",)), ("streamed", ()))
 N_PREDICT = "4"
 

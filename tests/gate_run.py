@@ -52,6 +52,30 @@ def host_farm(tmp_path: Path) -> Path:
     return farm
 
 
+def emulated_farm(tmp_path: Path, arch: str) -> Path | None:
+    """A one-device local farm whose device `emu` runs the `arch` engine under qemu-user (the local
+    farm's phone-emu), or None when qemu for that architecture is not installed."""
+    import shutil
+
+    qemu = shutil.which(f"qemu-{arch}-static") or shutil.which(f"qemu-{arch}")
+    if qemu is None:
+        return None
+    farm = tmp_path / "farm-emu.yaml"
+    farm.write_text(
+        "version: 1\n"
+        "devices:\n"
+        "  - name: emu\n"
+        "    kind: phone\n"
+        "    os: linux\n"
+        f"    arch: {arch}\n"
+        "    transport: local\n"
+        f"    workdir: {tmp_path / 'work-emu'}\n"
+        f"    exec_prefix: [{qemu}]\n"
+        "    timeout_scale: 8\n"
+    )
+    return farm
+
+
 def run_gates(
     tmp_path: Path,
     *,

@@ -27,7 +27,7 @@ import pytest
 from bmoe_ci.builder import BuildError
 from bmoe_ci.faults import Fault, load_catalogue
 from bmoe_ci.mutants.run import build_all
-from gate_run import REPO, run_gates
+from gate_run import REPO, emulated_farm, run_gates
 
 DETERMINISM = ("gates/test_determinism.py",)
 CONFIG = ("gates/test_config.py",)
@@ -98,6 +98,7 @@ def gate_modules() -> dict[str, str]:
 
 MODULES = gate_modules()
 FAULTS = [f for f in load_catalogue().faults if f.tested]
+HOST_ARCH = {"arm64": "aarch64", "amd64": "x86_64"}.get(platform.machine().lower(), platform.machine().lower())
 
 
 def test_every_tested_fault_names_gates_of_the_suite() -> None:
@@ -111,7 +112,8 @@ def fault_engines() -> None:
     """Every tested fault's host engine, compiled up front one compiler per CPU: each build recompiles
     the whole engine (about 9 CPU seconds), and one at a time, inside each test's gate run, they were
     a third of this file's time. The gate runs then find them in the build cache."""
-    _clean, builds = build_all("host", FAULTS, os.cpu_count() or 1, False, lambda _msg: None)
+    here = [f for f in FAULTS if f.runs_on(HOST_ARCH)]
+    _clean, builds = build_all("host", here, os.cpu_count() or 1, False, lambda _msg: None)
     failed = {name: str(b) for name, b in builds.items() if isinstance(b, BuildError)}
     assert not failed, failed
 
@@ -119,9 +121,17 @@ def fault_engines() -> None:
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.name for f in FAULTS])
 def test_fault_makes_its_gates_fail(tmp_path: Path, fault: Fault, fault_engines: None) -> None:
     modules = tuple(sorted({MODULES[g] for g in fault.expected if g in MODULES}))
-    run = run_gates(tmp_path, faults=(fault.name,), modules=modules, fixtures=(fault.fixture,))
+    device, farm = "host", None
+    if not fault.runs_on(HOST_ARCH):  # a SIMD path's own kernel: on a device of its architecture
+        assert fault.arch is not None
+        device, farm = "emu", emulated_farm(tmp_path, fault.arch)
+        if farm is None:
+            pytest.skip(f"{fault.name} runs on {fault.arch} only, and there is no qemu-{fault.arch}-static here")
+    run = run_gates(
+        tmp_path, faults=(fault.name,), modules=modules, fixtures=(fault.fixture,), farm=farm, device=device
+    )
     assert run.returncode != 0
-    verdicts = run.summary["devices"]["host"]["gates"]
+    verdicts = run.summary["devices"][device]["gates"]
     failed = sorted(g for g, v in verdicts.items() if v == "fail")
     # caught, by gates the catalogue expects (which of them fire can depend on the fixture), and by no other
     assert failed, (verdicts, run.output[-3000:])

@@ -222,8 +222,13 @@ AVX2_FN static inline __m256i q45_0_levels(uint32_t type, const uint8_t *blk) {
     if (!five) return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
     uint32_t qh = (uint32_t)blk[2] | ((uint32_t)blk[3] << 8) | ((uint32_t)blk[4] << 16) | ((uint32_t)blk[5] << 24);
     /* byte i gets qh's byte i / 8, then its bit i mod 8 decides 0x10 or 0 */
+#ifndef BMOE_FAULT_AVX2_Q5_0_HIGH_BITS
     __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh),
                                         _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL));
+#else /* fault: values 8-15 take their fifth bit from qh's byte 0, not byte 1 */
+    __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh),
+                                        _mm256_setr_epi64x(0, 0, 0x0202020202020202LL, 0x0303030303030303LL));
+#endif
     const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
     __m256i hb = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(0x10));
     return _mm256_sub_epi8(_mm256_or_si256(v, hb), _mm256_set1_epi8(16));
@@ -268,7 +273,11 @@ AVX2_MT_FN void q45_0_mt(uint32_t type, const uint8_t *w, const int8_t *xq, cons
         for (int t = 0; t < NT; t++) {
             __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(h[0][t], h[1][t], 0x20),
                                          _mm256_permute2x128_si256(h[0][t], h[1][t], 0x31));
+#ifndef BMOE_FAULT_MT_Q45_0_TOKEN_SCALES
             __m256 dd = _mm256_mul_ps(dw, _mm256_loadu_ps(xd + (size_t)t * nb + b));
+#else /* fault: every token of the group is scaled by the first token's activation scales */
+            __m256 dd = _mm256_mul_ps(dw, _mm256_loadu_ps(xd + b));
+#endif
             acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(_mm256_cvtepi32_ps(s), dd));
         }
     }

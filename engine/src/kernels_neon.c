@@ -323,6 +323,13 @@ static inline void q45_0_levels(uint32_t type, const uint8_t *blk, int8x16_t *v0
         hi = vorrq_u8(hi, vandq_u8(vtstq_u8(vqtbl1q_u8(q4, vld1q_u8(IDX1)), bit), k16));
     }
     const int8x16_t off = vdupq_n_s8(five ? 16 : 8);
+#ifdef BMOE_FAULT_NEON_Q4_0_NIBBLES
+    if (!five) { /* fault: Q4_0's high nibbles taken as values 0-15 and its low ones as 16-31 */
+        uint8x16_t swap = lo;
+        lo = hi;
+        hi = swap;
+    }
+#endif
     *v0 = vsubq_s8(vreinterpretq_s8_u8(lo), off);
     *v1 = vsubq_s8(vreinterpretq_s8_u8(hi), off);
 }
@@ -335,6 +342,12 @@ static inline void scales8_stride(const uint8_t *blk, size_t bb, float32x4_t *d0
     *d0 = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h)));
     *d1 = vcvt_f32_f16(vreinterpret_f16_u16(vget_high_u16(h)));
 }
+
+#ifndef BMOE_FAULT_MT_Q45_0_TOKEN_SCALES
+#define Q45_0_TOKEN_SCALES(t, nb) ((size_t)(t) * (nb))
+#else /* fault: every token of the group is scaled by the first token's activation scales */
+#define Q45_0_TOKEN_SCALES(t, nb) ((size_t)0 * (size_t)(t) * (nb))
+#endif
 
 #define Q45_0_MT_BODY(PART)                                                                                        \
     const size_t nb = n / BMOE_Q8_0_BLOCK, bb = bm_q45_0_bytes(type);                                              \
@@ -357,7 +370,7 @@ static inline void scales8_stride(const uint8_t *blk, size_t bb, float32x4_t *d0
         float32x4_t dw0, dw1;                                                                                      \
         scales8_stride(blk, bb, &dw0, &dw1);                                                                       \
         _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                                       \
-            acc8(&a0[t], &a1[t], s[0][t], s[1][t], dw0, dw1, xd + (size_t)t * nb + b);                             \
+            acc8(&a0[t], &a1[t], s[0][t], s[1][t], dw0, dw1, xd + Q45_0_TOKEN_SCALES(t, nb) + b);                   \
     }                                                                                                              \
     for (int t = 0; t < NT; t++) {                                                                                 \
         float l[8];                                                                                                \

@@ -32,7 +32,9 @@ AREAS: tuple[str, ...] = (
 )
 _NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 _SITE = re.compile(r"\bBMOE_FAULT_([A-Z0-9_]+)\b")
-_KEYS = {"name", "area", "file", "breaks", "expected", "fixture", "crash", "tested"}
+_KEYS = {"name", "area", "file", "breaks", "expected", "fixture", "crash", "tested", "arch"}
+#: a fault's `arch`: the one architecture whose engine runs the faulty code (a SIMD path's own kernel)
+ARCHES = ("x86_64", "aarch64")
 
 
 class CatalogueError(ValueError):
@@ -49,6 +51,10 @@ class Fault:
     fixture: str = "qwen3moe"
     crash: bool = False
     tested: bool = False
+    arch: str | None = None  # only this architecture's engine runs the code (None: every one)
+
+    def runs_on(self, arch: str) -> bool:
+        return self.arch is None or self.arch == arch
 
     @property
     def define(self) -> str:
@@ -115,6 +121,9 @@ def _entry(path: Path, i: int, raw: Any) -> Fault:
     for key in ("crash", "tested"):
         if not isinstance(raw.get(key, False), bool):
             raise CatalogueError(f"{where}.{key}: must be true or false")
+    arch = raw.get("arch")
+    if arch is not None and arch not in ARCHES:
+        raise CatalogueError(f"{where}.arch: {arch!r} is not one of {', '.join(ARCHES)}")
     return Fault(
         name=name,
         area=raw["area"],
@@ -124,6 +133,7 @@ def _entry(path: Path, i: int, raw: Any) -> Fault:
         fixture=fixture,
         crash=raw.get("crash", False),
         tested=raw.get("tested", False),
+        arch=arch,
     )
 
 

@@ -178,8 +178,9 @@ def _run(args: argparse.Namespace, catalogue: Catalogue) -> dict | None:
     started = time.monotonic()
 
     _say(f"{len(faults)} fault(s) on {device.name} ({device.arch}); results in {results}")
+    runnable = [f for f in faults if f.runs_on(device.arch)]
     try:
-        clean_build, builds = build_all(spec.target, faults, args.jobs, args.rebuild, _say, args.places)
+        clean_build, builds = build_all(spec.target, runnable, args.jobs, args.rebuild, _say, args.places)
     except BuildError as exc:
         _say(f"no verdict: the clean engine does not build: {exc}")
         return None
@@ -194,8 +195,10 @@ def _run(args: argparse.Namespace, catalogue: Catalogue) -> dict | None:
 
     done: list[FaultResult] = []
     for i, fault in enumerate(faults, 1):
-        b = builds[fault.name]
-        if isinstance(b, BuildError):
+        b = builds.get(fault.name)
+        if not fault.runs_on(device.arch):
+            r = FaultResult(fault, "n/a", message=f"its code runs on {fault.arch} only; {device.name} is {device.arch}")
+        elif isinstance(b, BuildError) or b is None:
             r = FaultResult(fault, "error", message=f"the fault does not build: {str(b).splitlines()[0]}")
         else:
             fault_spec = replace(spec, fixtures=(fault.fixture,)) if args.own_fixture else spec

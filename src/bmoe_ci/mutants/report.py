@@ -18,7 +18,7 @@ DOC_END = "<!-- END GENERATED: bmoe-ci mutants -->"
 DOC_HEADER = "| fault | area | breaks | caught by | expected | outcome |"
 _CELL = {"fail": "X", "pass": ".", "skip": "s", "error": "E", None: "-"}
 _COLOURS = {"fail": "#2da44e", "pass": "#eaeef2", "skip": "#d0d7de", "error": "#bc4c00", None: "#ffffff"}
-_OUTCOME_COLOURS = {"caught": "#2da44e", "survived": "#cf222e", "error": "#bc4c00"}
+_OUTCOME_COLOURS = {"caught": "#2da44e", "survived": "#cf222e", "error": "#bc4c00", "n/a": "#8c959f"}
 
 
 class MutantsFileError(ValueError):
@@ -38,6 +38,7 @@ def mutants_doc(
     seconds: float,
 ) -> dict[str, Any]:
     caught = sum(1 for f in faults if f["outcome"] == "caught")
+    applicable = sum(1 for f in faults if f["outcome"] != "n/a")  # a fault whose code this arch never runs
     return {
         "schema": MUTANTS_SCHEMA,
         "device": device,
@@ -46,7 +47,7 @@ def mutants_doc(
         "fixtures": fixtures,
         "started": started,
         "seconds": round(seconds, 1),
-        "score": {"caught": caught, "total": len(faults)},
+        "score": {"caught": caught, "total": applicable},
         "gates": gates,
         "clean": clean,
         "faults": faults,
@@ -81,6 +82,7 @@ def score_line(doc: dict[str, Any]) -> str:
     return (
         f"mutation score on {doc['device']} ({doc['arch']}): {s['caught']}/{s['total']} caught ({pct:.0f}%), "
         f"{outcomes.count('survived')} survived, {outcomes.count('error')} error(s)"
+        + (f", {outcomes.count('n/a')} not run (their code runs on another architecture)" if "n/a" in outcomes else "")
     )
 
 

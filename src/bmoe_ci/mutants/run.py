@@ -24,7 +24,8 @@ from bmoe_ci.gaterun.suite import LOG_NAME, SuiteCall, SuiteResult, run_gate_sui
 from bmoe_ci.paths import Places
 
 #: What a fault's gate run says of it (the gates' own outcomes are :data:`bmoe_ci.reports.Outcome`).
-FaultVerdict = Literal["caught", "survived", "error"]
+#: "n/a": the fault's code does not run on the device's architecture (its `arch`), so it was not run
+FaultVerdict = Literal["caught", "survived", "error", "n/a"]
 CLEAN = "clean"  # the key of the clean build in engine_builds (fault names are upper case)
 RUN_TIMEOUT_S = 3600
 
