@@ -353,7 +353,11 @@ static int read_swa_periodic(loader *L) {
                                             (unsigned long long)v, MAX_LAYERS);
             period = (int)v;
         }
+#ifndef BMOE_FAULT_DENSE_SWA_PERIOD
         for (int il = 0; il < hp->n_layer; il++) m->swa_pattern[il] = period == 0 || il % period < period - 1;
+#else /* fault: the pattern's last layer of each period slides too (every layer local) */
+        for (int il = 0; il < hp->n_layer; il++) m->swa_pattern[il] = period == 0 || il % period < period;
+#endif
     }
     if ((rc = get_real(L, "rope.freq_base_swa", 0, 10000.0, 1e-6, 1e30, &hp->rope_base_swa))) return rc;
     return 0;

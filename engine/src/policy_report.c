@@ -11,7 +11,11 @@ uint64_t report_pct_tenths(uint64_t part, uint64_t whole) {
     if (whole == 0) return 0;
     uint64_t q = part / whole, r = part % whole;
     if (r <= UINT64_MAX / 1000u && q <= UINT64_MAX / 1000u - 1u)
+#ifndef BMOE_FAULT_REPORT_PCT_TRUNCATED
         return q * 1000u + (r * 1000u + whole / 2u) / whole;
+#else
+        return q * 1000u + (r * 1000u) / whole; /* fault: the tenths are truncated, not rounded half up */
+#endif
     /* counters beyond 1.8e16: the last digit may be off by one, nothing worse */
     return (uint64_t)floorl((long double)part * 1000.0L / (long double)whole + 0.5L);
 }
