@@ -253,6 +253,8 @@ def test_gates_are_selected_by_their_id_with_m_and_k(tmp_path: Path) -> None:
         "REF",
         "BATCH-STDERR",
         "SCORE",
+        "TOK",
+        "BAD-DATA",
     )
     for gate in ids:
         selections[f"-m {gate}"] = ["-m", marker_name(gate)]
@@ -419,10 +421,12 @@ def test_progress_lines_follow_the_verbosity(tmp_path: Path) -> None:
     text = "\n".join(lines)
     assert re.search(r"^bmoe-ci: build \S+-linux-musl: (cached|compiled), [\d.]+ s \(build \w+\)$", text, re.M), text
     assert re.search(r"^bmoe-ci: fixtures: qwen3moe (cached|generated) \([\d.]+ MiB\); [\d.]+ s$", text, re.M), text
-    for device in ("host", "host2"):  # new work directories: everything is uploaded
+    # new work directories: everything is uploaded (the engine, the fixture, the three scoring inputs, and
+    # gate TOK's six vocabulary files and its texts)
+    for device in ("host", "host2"):
         assert re.search(
-            rf"^bmoe-ci: {device}: pushed [\d.]+ MiB in 5 of 5 files \([\d.]+ MiB/s, 0 already there\), "
-            r"5 verified, [\d.]+ s$",
+            rf"^bmoe-ci: {device}: pushed [\d.]+ MiB in 12 of 12 files \([\d.]+ MiB/s, 0 already there\), "
+            r"12 verified, [\d.]+ s$",
             text,
             re.M,
         ), text
@@ -444,4 +448,4 @@ def test_progress_lines_follow_the_verbosity(tmp_path: Path) -> None:
     assert spread.returncode == 0, spread.output[-3000:]
     plans = [ln for ln in spread.output.splitlines() if re.match(r"bmoe-ci: host2? x qwen3moe: plan of", ln)]
     assert len(plans) == 2, spread.output[-3000:]
-    assert re.search(r"^bmoe-ci: host: push: all 5 files already on the device, 5 verified", spread.output, re.M)
+    assert re.search(r"^bmoe-ci: host: push: all 12 files already on the device, 12 verified", spread.output, re.M)
