@@ -394,12 +394,18 @@ def test_artifacts_are_relative_links_that_work_from_a_copy(tmp_path: Path) -> N
         "pixel8/junit.xml",
         "rpi5/",
         "matrix.svg",
-        f"pixel8/{artifact}",
+        "pixel8/artifacts/G1[qwen3moe]/index.html",  # the failed cell's and the finding's evidence
     ):
         assert expected in links, (expected, links)
     for link in links:
         assert not re.match(r"^([a-z]+:|/|\.\.)", link) and str(tmp_path) not in link, link
         assert (copy / link).exists(), link
+    # the evidence page links the files the test saved, relative to itself, and back to the report
+    evidence = copy / "pixel8" / "artifacts" / "G1[qwen3moe]" / "index.html"
+    ev_links = _links(evidence.read_text(), "")
+    assert "bmoe stdout.txt" in ev_links, ev_links
+    for link in ev_links:
+        assert not re.match(r"^([a-z]+:|/)", link) and (evidence.parent / link).exists(), link
     # A file that is not there is not linked.
     (copy / "summary.md").unlink()
     (copy / "trend.svg").unlink()
@@ -476,8 +482,11 @@ def test_matrix_cells_and_orientation() -> None:
     assert matrix_markdown(few) == [
         "2 device(s) x 20 gate(s); not passing:",
         "",
-        "- a (x86_64) G5: 1 of 1 fixture(s) failed",
+        "- a (x86_64) G5: 1 of 1 fixture(s) failed; G5[qwen3moe] ([evidence](a/artifacts/G5%5Bqwen3moe%5D/index.html))",
     ]
+    # in the HTML the failed cell is a link to that evidence, its tooltip the test and its reason
+    page = matrix_html(few)
+    assert '<a href="a/artifacts/G5%5Bqwen3moe%5D/index.html"' in page and "G5[qwen3moe]" in html.unescape(page)
     green = build_summary(RunMeta(run="r"), device_runs(["a", "b"], gates))
     assert matrix_markdown(green) == ["2 device(s) x 20 gate(s): every gate that ran passed on every device."]
     # a fault build's status is never green; a merge of a fault shard and a real one says which is which

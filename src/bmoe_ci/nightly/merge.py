@@ -77,11 +77,12 @@ def merge_shards(shards: list[Path], out: Path, *, absolute: bool = False) -> tu
         for dev_dir in device_dirs(shard):
             shutil.copytree(dev_dir, out / dev_dir.name)
     summary = rebuild(out, absolute=absolute)
-    got = _counts(load_results(out)[1])
+    merged_runs = load_results(out)[1]
+    got = _counts(merged_runs)
     if got != expected:
         raise ReportError(f"{out}: merged counts {got} differ from the sum of the shards {expected}")
     n = merged_nightly(out.resolve().name, nightlies, summary, out)
-    return n["exit_code"], write_report(out, n, summary, [])
+    return n["exit_code"], write_report(out, n, summary, [], runs=merged_runs)
 
 
 def merged_nightly(run: str, shards: list[dict[str, Any]], summary: dict[str, Any], out: Path) -> dict[str, Any]:

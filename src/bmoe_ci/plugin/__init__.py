@@ -42,6 +42,7 @@ from bmoe_ci.gaterun.context import DeviceContext, GateRun
 from bmoe_ci.gaterun.progress import Progress
 from bmoe_ci.gaterun.runner import DeviceRunner
 from bmoe_ci.gaterun.state import GateState, plan_line
+from bmoe_ci.gaterun.suite import ENV_RUN_ID
 from bmoe_ci.models import SpecError
 from bmoe_ci.paths import Places
 from bmoe_ci.plugin import options
@@ -57,10 +58,6 @@ if TYPE_CHECKING:
 
 RUN_KEY = pytest.StashKey[GateRun]()
 STATE_KEY = pytest.StashKey["GateState"]()
-
-
-#: The run id a caller gives the gate run (`bmoe-ci nightly`: its own, so both name the run alike).
-ENV_RUN_ID = "BMOE_CI_RUN_ID"
 
 
 def run_id_from(environ: Mapping[str, str]) -> str:

@@ -25,7 +25,7 @@ ARTIFACTS = "artifacts"
 INDEX = "index.html"
 INLINE_BYTES = 8 * 1024  # text files up to this size are shown on the page, not only linked
 DETAILS_CHARS = 40_000  # the reason's full text is cut beyond this (device.json keeps it whole)
-_TEXT_SUFFIXES = (".txt", ".json", ".csv", ".log", ".md")
+_TEXT_SUFFIXES = (".txt", ".csv", ".log", ".md")  # shown inline; the runs' JSON (long) is linked only
 
 
 MAX_NAME = 96  # a directory name longer than this is cut and told apart by a digest of the whole name
@@ -110,7 +110,8 @@ def render(
     if files:
         out.append('<h2 id="files">Files</h2><table><tr><th>file</th><th>size</th></tr>')
         out += [
-            f'<tr><td><a href="{html.escape(href(name))}">{html.escape(name)}</a></td><td>{_size(size)}</td></tr>'
+            f'<tr><td><a href="{html.escape(href(name))}">{html.escape(name)}</a></td>'
+            f"<td>{_size(size) if size else 'empty'}</td></tr>"
             for name, size, _ in files
         ]
         out.append("</table>")
@@ -135,7 +136,7 @@ def _files(directory: Path) -> list[tuple[str, int, str | None]]:
         rel = path.relative_to(directory).as_posix()
         size = path.stat().st_size
         text = None
-        if size <= INLINE_BYTES and path.suffix in _TEXT_SUFFIXES:
+        if 0 < size <= INLINE_BYTES and path.suffix in _TEXT_SUFFIXES:
             try:
                 text = path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError):
