@@ -125,7 +125,9 @@ def suite_command(call: SuiteCall) -> list[str]:
     cmd = [sys.executable, "-m", "pytest", str(call.tree / "gates"), "-p", "no:cacheprovider", "-q"]
     for selector in call.devices:
         cmd += ["--bmoe-device", selector]
-    cmd += ["--bmoe-results", str(call.results), "--bmoe-farm", str(call.farm)]
+    # absolute: the gate run's working directory is the source tree, not the caller's (a farm file given
+    # as devices/lab.yaml is the caller's devices/lab.yaml)
+    cmd += ["--bmoe-results", str(call.results.absolute()), "--bmoe-farm", str(call.farm.absolute())]
     if call.workers > 1:
         cmd += ["-n", str(call.workers)]
     for name in call.fixtures:
