@@ -73,7 +73,7 @@ def shot(page: Path, png: Path, height: int) -> None:
 
 
 def crop(png: Path) -> None:
-    """Cut the picture 24 px below its last row that is not plain white."""
+    """Cut the picture 24 px below its last row that is not plain white; store it with a palette."""
     from PIL import Image
 
     img = Image.open(png).convert("RGB")
@@ -84,7 +84,8 @@ def crop(png: Path) -> None:
         if any(pixels[x, y] != (255, 255, 255) for x in range(0, width - 16, 4)):  # the scroll bar aside
             last = y
             break
-    img.crop((0, 0, width, min(height, last + 24))).save(png, optimize=True)
+    # 256 colours are plenty for a page of text and flat colours, and a third of the bytes
+    img.crop((0, 0, width, min(height, last + 24))).quantize(colors=256).save(png, optimize=True)
 
 
 def main() -> int:

@@ -432,6 +432,11 @@ def test_progress_lines_follow_the_verbosity(tmp_path: Path) -> None:
             rf"^plans: {device} 1 \(\d+ entries\), [\d.]+ s; the slowest qwen3moe [\d.]+ s$", normal.output, re.M
         ), normal.output[-3000:]
     assert "plan of" not in normal.output, normal.output[-3000:]
+    # the matrix fits pytest's terminal (80 columns here), sizes read as the progress lines give them
+    tail = normal.output.split("bmoe-ci gate matrix", 1)[1].split("\noutputs: ", 1)[0]
+    matrix = tail.split("\nbmoe-ci run ", 1)[1].splitlines()[1:]  # after the headline, a sentence
+    assert matrix and max(map(len, matrix)) <= 80, "\n".join(matrix)
+    assert re.search(r"^built: .*; pushed: [\d.]+ (MiB|KiB|B)$", normal.output, re.M), normal.output[-3000:]
     # pytest's line of dots for the module is whole: no line of ours cut it in two
     assert re.search(r"^gates/test_determinism\.py \.+ +\[100%\]$", normal.output, re.M), normal.output[-3000:]
     # quiet: one line for the whole preparation, none per step; warm devices push nothing
