@@ -184,8 +184,8 @@ def render_page(
         f"up to run {html.escape(run)}</small></h1>",
         f'<p><a href="{up}report.html">the night\'s report</a></p>',
         '<h2 id="devices">Per device</h2>',
-        "<table><tr><th>device</th><th>tonight</th><th>last pass before tonight</th><th>flips</th><th>failing since</th>"
-        "<th>evidence</th></tr>",
+        "<table><tr><th>device</th><th>tonight</th><th>last pass before tonight</th><th>flips</th>"
+        "<th>failing since</th><th>evidence</th></tr>",
     ]
     for h in histories:
         tonight = h.points.get(run)
