@@ -53,7 +53,24 @@ typedef struct bmoe_recipe {
     int attn_scale_embd_at; /* at this block_count the scores are scaled by 1/sqrt(n_embd / n_head) instead
                              * of 1/sqrt(head dim) (llama.cpp's gemma3 27B); 0: never */
     int rope_scaling;       /* rope.scaling.type / .factor are read: linear scaling of the global layers */
+    /* hybrid architectures (docs/model-math.md, "Hybrid architectures") */
+    int mixer;              /* bmoe_mixer: which layers are recurrent, and how the file says so */
+    int attn_gate;          /* attn_q holds each head's queries then as many gate values: the head's output
+                             * is multiplied by sigmoid(gate) before attn_output */
+    int rope_sections;      /* rope.dimension_sections is required: interleaved M-RoPE (text positions) */
+    int probs_bias;         /* exp_probs_b.bias [E] on every MoE layer: added to the probs for the selection
+                             * only, the weights stay the unbiased probs */
+    const char *output_norm; /* the output norm tensor's full name; NULL: output_norm.weight */
 } bmoe_recipe;
+
+/* Which layers mix positions recurrently instead of attending (bmoe_layer_kind in model.h). */
+typedef enum {
+    BMOE_MIXER_ATTN = 0,       /* every layer attends */
+    BMOE_MIXER_DELTA_NET = 1,  /* qwen35moe: attention.recurrent_layers (per layer), else every
+                                * full_attention_interval-th layer (default 4) attends and the others are
+                                * gated delta-net layers */
+    BMOE_MIXER_SHORTCONV = 2,  /* lfm2moe: attention.head_count_kv per layer, 0 = a short-convolution layer */
+} bmoe_mixer;
 
 /* Sliding-window attention: a local layer's position p sees keys p - n_swa + 1 .. p. */
 typedef enum {
@@ -78,6 +95,8 @@ typedef enum {
                                     * a file whose keys say otherwise is refused, never silently ignored */
     BMOE_GATING_KEYS_READ = 1,     /* read; expert_gating_func is required (llama.cpp aborts without one),
                                     * expert_weights_norm defaults to false, expert_weights_scale 0 means 1 */
+    BMOE_GATING_KEYS_FUNC = 2,     /* expert_gating_func is read (and required); the norm and the scale are
+                                    * the recipe's, fixed as with BMOE_GATING_KEYS_FIXED (lfm2moe) */
 } bmoe_gating_keys;
 
 /* NULL when the architecture has no recipe. */
