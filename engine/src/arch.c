@@ -10,25 +10,31 @@ static const bmoe_recipe RECIPES[] = {
     { "qwen3moe", BMOE_ACT_SILU,      1, 0, BMOE_GATING_SOFTMAX, 1,   0,    BMOE_SHEXP_NONE,  0,   0,
                   BMOE_GATING_KEYS_FIXED,  1,        0,     0,              0,     0,      0,         BMOE_SWA_NONE,
                   0, 0.0,           1,  0,         0,         0,
-                  BMOE_MIXER_ATTN, 0, 0, 0, NULL },
+                  BMOE_MIXER_ATTN, 0, 0, 0, NULL, NULL },
     { "gemma4",   BMOE_ACT_GELU_TANH, 1, 1, BMOE_GATING_SOFTMAX, 1,   1,    BMOE_SHEXP_FFN,   1,   0,
                   BMOE_GATING_KEYS_FIXED,  0,        0,     1,              1,     1,      1,         BMOE_SWA_REQUIRED,
                   1, 30.0,          1,  0,         0,         0,
-                  BMOE_MIXER_ATTN, 0, 0, 0, NULL },
+                  BMOE_MIXER_ATTN, 0, 0, 0, NULL, NULL },
     { "dots1",    BMOE_ACT_SILU,      1, 0, 0,                   0,   0,    BMOE_SHEXP_NAMED, 0,   0,
                   BMOE_GATING_KEYS_READ,   1,        1,     0,              0,     0,      0,         BMOE_SWA_NONE,
                   0, 0.0,           1,  0,         0,         0,
-                  BMOE_MIXER_ATTN, 0, 0, 0, NULL },
+                  BMOE_MIXER_ATTN, 0, 0, 0, NULL, NULL },
     /* dense: GELU FFN in every layer, local layers with their own RoPE base between global ones */
     { "gemma3",   BMOE_ACT_GELU_TANH, 1, 1, BMOE_GATING_SOFTMAX, 1,   0,    BMOE_SHEXP_NONE,  1,   0,
                   BMOE_GATING_KEYS_FIXED,  0,        0,     0,              0,     0,      0,         BMOE_SWA_PERIODIC,
                   1, 0.0,           0,  6,         62,        1,
-                  BMOE_MIXER_ATTN, 0, 0, 0, NULL },
+                  BMOE_MIXER_ATTN, 0, 0, 0, NULL, NULL },
     /* hybrid: short-convolution layers where head_count_kv is 0, sigmoid routing chosen by probs + bias */
     { "lfm2moe",  BMOE_ACT_SILU,      1, 0, 0,                   1,   0,    BMOE_SHEXP_NONE,  0,   0,
                   BMOE_GATING_KEYS_FUNC,   0,        0,     0,              0,     0,      0,         BMOE_SWA_NONE,
                   0, 0.0,           1,  0,         0,         0,
-                  BMOE_MIXER_SHORTCONV, 0, 0, 1, "token_embd_norm.weight" },
+                  BMOE_MIXER_SHORTCONV, 0, 0, 1, "token_embd_norm.weight", NULL },
+    /* hybrid: gated delta-net layers between gated full-attention layers with M-RoPE; the FFN's norm is
+     * post_attention_norm; a sigmoid-gated shared expert */
+    { "qwen35moe", BMOE_ACT_SILU,     1, 0, BMOE_GATING_SOFTMAX, 1,   0,    BMOE_SHEXP_GATED, 0,   0,
+                  BMOE_GATING_KEYS_FIXED,  0,        0,     0,              0,     0,      0,         BMOE_SWA_NONE,
+                  0, 0.0,           1,  0,         0,         0,
+                  BMOE_MIXER_DELTA_NET, 1, 1, 0, NULL, "post_attention_norm" },
 };
 
 static const bmoe_gating GATINGS[] = {

@@ -61,6 +61,7 @@ typedef struct bmoe_recipe {
     int probs_bias;         /* exp_probs_b.bias [E] on every MoE layer: added to the probs for the selection
                              * only, the weights stay the unbiased probs */
     const char *output_norm; /* the output norm tensor's full name; NULL: output_norm.weight */
+    const char *ffn_norm;   /* the FFN input norm of a layer (blk.N.<this>.weight); NULL: ffn_norm */
 } bmoe_recipe;
 
 /* Which layers mix positions recurrently instead of attending (bmoe_layer_kind in model.h). */
@@ -87,6 +88,8 @@ typedef enum {
     BMOE_SHEXP_FFN = 1,     /* ffn_gate/up/down of feed_forward_length, in the norm sandwich (gemma4) */
     BMOE_SHEXP_NAMED = 2,   /* ffn_gate/up/down_shexp of expert_feed_forward_length x expert_shared_count,
                              * added to the routed sum (dots1) */
+    BMOE_SHEXP_GATED = 3,   /* ffn_gate/up/down_shexp of expert_shared_feed_forward_length (default
+                             * feed_forward_length), times sigmoid(ffn_gate_inp_shexp . h), added (qwen35moe) */
 } bmoe_shexp;
 
 /* Whether the gating keys are part of the architecture in llama.cpp. */

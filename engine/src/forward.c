@@ -805,6 +805,14 @@ static int moe_ffn(bmoe_forward *f, const moe_ctx *c, char *err, size_t errlen) 
     if (ly->post_ffw_norm_2) rmsnorm_rows(f->moe, f->moe, ly->post_ffw_norm_2, T, d, hp->eps);
     if (ly->ffn_gate.t) {
         ffn_dense(f, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, f->xn, T, f->sh);
+        if (ly->ffn_gate_inp_shexp.t) { /* the shared expert's gate: sigmoid(ffn_gate_inp_shexp . h) per position */
+            float gs[1];
+            for (int t = 0; t < T; t++) {
+                matmul(f, &ly->ffn_gate_inp_shexp, f->xn + (size_t)t * d, 1, gs);
+                float gt = (float)(1.0 / (1.0 + bm_exp(-(double)gs[0])));
+                for (int i = 0; i < d; i++) f->sh[(size_t)t * d + i] *= gt;
+            }
+        }
         if (ly->post_ffw_norm_1) rmsnorm_rows(f->sh, f->sh, ly->post_ffw_norm_1, T, d, hp->eps);
         for (size_t i = 0; i < (size_t)T * d; i++) f->moe[i] = f->sh[i] + f->moe[i];
     }

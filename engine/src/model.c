@@ -307,6 +307,8 @@ static int read_shared_width(loader *L) {
                         "(llama.cpp's %s graph sizes the shared expert by feed_forward_length)", m->path, m->arch,
                         given, hp->n_ff, m->arch);
         hp->n_ff_shexp = hp->n_ff;
+    } else if (r->shared_expert == BMOE_SHEXP_GATED) {
+        hp->n_ff_shexp = given >= 0 ? given : hp->n_ff; /* llama.cpp: n_ff_shexp, else feed_forward_length */
     } else if (r->shared_expert == BMOE_SHEXP_NAMED) {
         if (given >= 0)
             return fail(L, 3, "%s: %s.expert_shared_feed_forward_length is not read by llama.cpp's %s graph (the "
@@ -700,8 +702,11 @@ static int bind_tensors(loader *L) {
         } else if ((rc = bind_recurrent(L, il))) {
             return rc;
         }
-        if ((rc = bind_layer_vec(L, il, "post_attention_norm", r->post_norms, d, &ly->post_attention_norm))) return rc;
-        if ((rc = bind_layer_vec(L, il, "ffn_norm", 1, d, &ly->ffn_norm))) return rc;
+        /* the norm of the attention's output, in recipes with post norms; elsewhere a tensor of that name
+         * may be the FFN's input norm (qwen35moe), never this */
+        if (r->post_norms && (rc = bind_layer_vec(L, il, "post_attention_norm", 1, d, &ly->post_attention_norm)))
+            return rc;
+        if ((rc = bind_layer_vec(L, il, r->ffn_norm ? r->ffn_norm : "ffn_norm", 1, d, &ly->ffn_norm))) return rc;
 
         char name[96];
         /* parts of llama.cpp's graphs the engine does not implement: refused, never ignored */
@@ -757,7 +762,7 @@ static int bind_tensors(loader *L) {
         if ((rc = bind_layer(L, il, "ffn_down_exps", 1, 3, f, d, E, &ly->exps[BMOE_EXP_DOWN]))) return rc;
         if ((rc = expert_part(L, il, BMOE_EXP_DOWN, &ly->exps[BMOE_EXP_DOWN]))) return rc;
         if (r->shared_expert != BMOE_SHEXP_NONE) {
-            int named = r->shared_expert == BMOE_SHEXP_NAMED;
+            int named = r->shared_expert == BMOE_SHEXP_NAMED || r->shared_expert == BMOE_SHEXP_GATED;
             if (hp->n_ff_shexp < 1)
                 return fail(L, 3, "%s: required metadata key %s.%s is missing", m->path, m->arch,
                             named ? "expert_shared_count" : "feed_forward_length");
@@ -765,6 +770,9 @@ static int bind_tensors(loader *L) {
             if ((rc = bind_layer(L, il, named ? "ffn_gate_shexp" : "ffn_gate", 1, 2, d, S, 1, &ly->ffn_gate))) return rc;
             if ((rc = bind_layer(L, il, named ? "ffn_up_shexp" : "ffn_up", 1, 2, d, S, 1, &ly->ffn_up))) return rc;
             if ((rc = bind_layer(L, il, named ? "ffn_down_shexp" : "ffn_down", 1, 2, S, d, 1, &ly->ffn_down))) return rc;
+            if (r->shared_expert == BMOE_SHEXP_GATED &&
+                (rc = bind_layer(L, il, "ffn_gate_inp_shexp", 1, 1, d, 1, 1, &ly->ffn_gate_inp_shexp)))
+                return rc;
         }
         if (r->post_norms) {
             if ((rc = bind_layer_vec(L, il, "pre_ffw_norm_2", 1, d, &ly->pre_ffw_norm_2))) return rc;

@@ -57,6 +57,7 @@ typedef struct bmoe_layer {
     bmoe_weight attn_q, attn_k, attn_v, attn_output;
     bmoe_weight ffn_gate, ffn_up, ffn_down;   /* the dense FFN, or the shared expert of a MoE layer */
     bmoe_weight ffn_gate_inp;                 /* router [d, E] */
+    bmoe_weight ffn_gate_inp_shexp;           /* BMOE_SHEXP_GATED: the shared expert's gate [d] (one output) */
     float *ffn_gate_inp_s;                    /* router input scale [d] (recipes with router_prescale) */
     bmoe_weight exps[BMOE_EXP_NPARTS];        /* whole 3-D expert tensors (data may be unused) */
     bmoe_expert_part exp_part[BMOE_EXP_NPARTS];

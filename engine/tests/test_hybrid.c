@@ -198,10 +198,118 @@ static void test_lfm2(const char *dir) {
     unlink(path);
 }
 
+/* qwen35moe: delta-net layers 0 and 2, gated attention layers 1 and 3 (full_attention_interval 2),
+ * M-RoPE sections [2, 1, 0, 1] over 8 of 16 dims, a gated shared expert */
+enum { QS = 8, QHK = 2, QHV = 4, QTAPS = 4, QHD = 16, QSH = 24 };
+
+static void build_q35(const char *path, int sections_ok) {
+    gguf_build g = { .rng = 3535 };
+    char n[96];
+    const char *a = "qwen35moe";
+    char k[96];
+#define KEY(s) (snprintf(k, sizeof k, "%s." s, a), k)
+    gb_kv_str(&g, "general.architecture", a);
+    gb_kv_u32(&g, KEY("block_count"), L);
+    gb_kv_u32(&g, KEY("context_length"), 64);
+    gb_kv_u32(&g, KEY("embedding_length"), D);
+    gb_kv_u32(&g, KEY("attention.head_count"), 2);
+    gb_kv_u32(&g, KEY("attention.head_count_kv"), 1);
+    gb_kv_u32(&g, KEY("attention.key_length"), QHD);
+    gb_kv_u32(&g, KEY("attention.value_length"), QHD);
+    gb_kv_f32(&g, KEY("attention.layer_norm_rms_epsilon"), 1e-6f);
+    gb_kv_u32(&g, KEY("rope.dimension_count"), 8);
+    const uint32_t sec[4] = { 2, 1, 0, 1 };
+    gb_kv_u32s(&g, KEY("rope.dimension_sections"), sec, sections_ok ? 4 : 3);
+    gb_kv_u32(&g, KEY("expert_count"), E);
+    gb_kv_u32(&g, KEY("expert_used_count"), K);
+    gb_kv_u32(&g, KEY("expert_feed_forward_length"), F);
+    gb_kv_u32(&g, KEY("expert_shared_feed_forward_length"), QSH);
+    gb_kv_u32(&g, KEY("ssm.conv_kernel"), QTAPS);
+    gb_kv_u32(&g, KEY("ssm.state_size"), QS);
+    gb_kv_u32(&g, KEY("ssm.group_count"), QHK);
+    gb_kv_u32(&g, KEY("ssm.time_step_rank"), QHV);
+    gb_kv_u32(&g, KEY("ssm.inner_size"), QHV * QS);
+    gb_kv_u32(&g, KEY("full_attention_interval"), 2);
+#undef KEY
+    gb_kv_vocab(&g, V);
+    gb_tensor(&g, "token_embd.weight", 2, D, V, 1, 0.0f, 1.0f);
+    gb_tensor(&g, "output_norm.weight", 1, D, 1, 1, 1.0f, 0.1f);
+    gb_tensor(&g, "output.weight", 2, D, V, 1, 0.0f, 0.3f);
+    int C = (2 * QHK + QHV) * QS;
+    for (int il = 0; il < L; il++) {
+#define T(name, nd, x, y, z, ctr, s) do { snprintf(n, sizeof n, "blk.%d." name, il); gb_tensor(&g, n, nd, x, y, z, ctr, s); } while (0)
+        T("attn_norm.weight", 1, D, 1, 1, 1.0f, 0.1f);
+        T("post_attention_norm.weight", 1, D, 1, 1, 1.0f, 0.1f);
+        if (il % 2) {
+            T("attn_q.weight", 2, D, 2 * 2 * QHD, 1, 0.0f, 0.3f);
+            T("attn_k.weight", 2, D, QHD, 1, 0.0f, 0.3f);
+            T("attn_v.weight", 2, D, QHD, 1, 0.0f, 0.3f);
+            T("attn_output.weight", 2, 2 * QHD, D, 1, 0.0f, 0.3f);
+            T("attn_q_norm.weight", 1, QHD, 1, 1, 1.0f, 0.1f);
+            T("attn_k_norm.weight", 1, QHD, 1, 1, 1.0f, 0.1f);
+        } else {
+            T("attn_qkv.weight", 2, D, C, 1, 0.0f, 0.3f);
+            T("attn_gate.weight", 2, D, QHV * QS, 1, 0.0f, 0.3f);
+            T("ssm_conv1d.weight", 2, QTAPS, C, 1, 0.0f, 0.5f);
+            T("ssm_dt.bias", 1, QHV, 1, 1, 0.0f, 0.5f);
+            T("ssm_a", 1, QHV, 1, 1, -1.0f, 0.5f);
+            T("ssm_beta.weight", 2, D, QHV, 1, 0.0f, 0.3f);
+            T("ssm_alpha.weight", 2, D, QHV, 1, 0.0f, 0.3f);
+            T("ssm_norm.weight", 1, QS, 1, 1, 1.0f, 0.1f);
+            T("ssm_out.weight", 2, QHV * QS, D, 1, 0.0f, 0.3f);
+        }
+        T("ffn_gate_inp.weight", 2, D, E, 1, 0.0f, 1.0f);
+        T("ffn_gate_exps.weight", 3, D, F, E, 0.0f, 0.3f);
+        T("ffn_up_exps.weight", 3, D, F, E, 0.0f, 0.3f);
+        T("ffn_down_exps.weight", 3, F, D, E, 0.0f, 0.3f);
+        T("ffn_gate_inp_shexp.weight", 1, D, 1, 1, 0.0f, 0.3f);
+        T("ffn_gate_shexp.weight", 2, D, QSH, 1, 0.0f, 0.3f);
+        T("ffn_up_shexp.weight", 2, D, QSH, 1, 0.0f, 0.3f);
+        T("ffn_down_shexp.weight", 2, QSH, D, 1, 0.0f, 0.3f);
+#undef T
+    }
+    CHECK(gb_write(&g, path) == 0);
+}
+
+static void test_q35(const char *dir) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/qwen35moe.gguf", dir);
+    build_q35(path, 1);
+    enum { T = 9 };
+    const int32_t toks[T] = { 2, 7, 1, 8, 2, 8, 1, 8, 3 };
+    static float a[T * V], b[T * V], c[T * V];
+    rig r;
+    CHECK(rig_open(&r, path, 1, T, NULL) == 0);
+    CHECK(r.m->layers[0].kind == BMOE_LAYER_DELTA && r.m->layers[1].kind == BMOE_LAYER_ATTN &&
+          r.m->layers[2].kind == BMOE_LAYER_DELTA && r.m->n_attn_layers == 2 && r.m->n_moe_layers == L);
+    CHECK(r.m->rec_floats == (size_t)2 * ((QTAPS - 1) * (2 * QHK + QHV) * QS + QHV * QS * QS));
+    CHECK(r.m->layers[1].ffn_norm != NULL && r.m->layers[1].post_attention_norm == NULL); /* the FFN's norm */
+    CHECK(eval(&r, toks, T, 0, a) == 0);
+    CHECK(eval(&r, toks, T, 0, b) == 0 && memcmp(a, b, sizeof a) == 0);
+    rig_close(&r);
+    for (int i = 0; i < T * V; i++) CHECK(isfinite(a[i]));
+    /* token by token on four threads, and after a mark and a detour: the same bits */
+    CHECK(rig_open(&r, path, 4, 2, NULL) == 0);
+    for (int t = 0; t < 5; t++) CHECK(eval(&r, toks + t, 1, t, c + (size_t)t * V) == 0);
+    CHECK(forward_mark(r.f) == 0);
+    const int32_t detour[2] = { 4, 4 };
+    CHECK(eval(&r, detour, 2, 5, b) == 0);
+    for (int t = 5; t < T; t++) CHECK(eval(&r, toks + t, 1, t, c + (size_t)t * V) == 0);
+    CHECK(memcmp(a, c, sizeof a) == 0);
+    rig_close(&r);
+    build_q35(path, 0);
+    bmoe_model *m = NULL;
+    char err[512] = "";
+    CHECK(model_open(path, 1, &m, err, sizeof err) == 3 && strstr(err, "rope.dimension_sections has 3 entries"));
+    model_close(m);
+    unlink(path);
+}
+
 int main(void) {
     char dir[] = "/tmp/bmoe-hybrid-XXXXXX";
     if (!mkdtemp(dir)) return 2;
     test_lfm2(dir);
+    test_q35(dir);
     rmdir(dir);
     return check_report("test_hybrid");
 }
