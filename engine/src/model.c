@@ -631,7 +631,10 @@ static int read_vocab_size(loader *L) {
     return 0;
 }
 
-/* Records the layout of one expert tensor and checks it agrees with the first MoE layer's. */
+/* Records the layout of one expert tensor. Each tensor keeps its own type: llama.cpp's mixes give a
+ * part different types in different layers (Q4_K_M's Q6_K ffn_down_exps in some layers) and its
+ * narrow-row fallbacks give gate, up and down different types in one layer, so every size derived
+ * from it (the expert's bytes, its slot, its cache cost) is per layer. */
 static int expert_part(loader *L, int il, int part, const bmoe_weight *w) {
     bmoe_model *m = L->m;
     bmoe_layer *ly = &m->layers[il];
@@ -647,12 +650,6 @@ static int expert_part(loader *L, int il, int part, const bmoe_weight *w) {
     p->bytes = w->row_bytes * w->ne[1];
     p->stride = p->bytes;
     ly->expert_bytes += p->bytes;
-    if (m->n_moe_layers > 0) {
-        const bmoe_expert_part *f = &m->layers[m->moe_layers[0]].exp_part[part];
-        if (f->type != p->type)
-            return fail(L, 3, "%s: %s: type %s but %s is %s (expert tensors must agree across layers)",
-                        shard_path(m, w->t), p->name, ggml_type_name(p->type), f->name, ggml_type_name(f->type));
-    }
     return 0;
 }
 
@@ -780,7 +777,6 @@ static int bind_tensors(loader *L) {
             if ((rc = bind_layer_vec(L, il, "post_ffw_norm_2", 1, d, &ly->post_ffw_norm_2))) return rc;
             if ((rc = bind_layer_vec(L, il, "post_ffw_norm", 1, d, &ly->post_ffw_norm))) return rc;
         }
-        if (m->n_moe_layers == 0) m->expert_bytes = ly->expert_bytes;
         m->moe_layers[m->n_moe_layers++] = il;
     }
     return 0;

@@ -61,7 +61,8 @@ typedef struct bmoe_layer {
     float *ffn_gate_inp_s;                    /* router input scale [d] (recipes with router_prescale) */
     bmoe_weight exps[BMOE_EXP_NPARTS];        /* whole 3-D expert tensors (data may be unused) */
     bmoe_expert_part exp_part[BMOE_EXP_NPARTS];
-    uint64_t expert_bytes;                    /* bytes of one expert over all its parts */
+    uint64_t expert_bytes;                    /* bytes of one expert of this layer over all its parts (each
+                                               * part in its own type: layers may differ) */
     float *exp_probs_b;                       /* [E] selection-only bias of the routing (recipes with
                                                * probs_bias), else NULL */
     /* delta-net layers: attn_qkv [d, 2 Hk S + Hv S], attn_gate (z) [d, Hv S], ssm_beta / ssm_alpha [d, Hv],
@@ -113,10 +114,10 @@ typedef struct bmoe_model {
     uint8_t *layer_kinds;         /* [n_layer]: bmoe_layer_kind of each layer */
     bmoe_layer *layers;
     int n_moe_layers;
-    int *moe_layers;              /* indices of the MoE layers, ascending */
+    int *moe_layers;              /* indices of the MoE layers, ascending; layers[il].expert_bytes is
+                                   * one expert of layer il (the parts' types may differ per layer) */
     int n_attn_layers;            /* layers with a KV cache (kind BMOE_LAYER_ATTN) */
     size_t rec_floats;            /* floats of recurrent state over every recurrent layer (0: none) */
-    uint64_t expert_bytes;        /* one expert of one MoE layer, all its parts (same for every layer) */
 } bmoe_model;
 
 /* Opens and checks the model. `map`: map every shard read-only (needed to run; `info` does not).
