@@ -848,6 +848,27 @@ fail:
     return rc ? rc : 1;
 }
 
+enum { DENSE_PER_LAYER = 16 };
+
+size_t model_dense_capacity(const bmoe_model *m) { return 2 + (size_t)m->hp.n_layer * DENSE_PER_LAYER; }
+
+size_t model_dense_weights(bmoe_model *m, bmoe_weight **out) {
+    size_t n = 0;
+    out[n++] = &m->token_embd;
+    if (!m->output_tied) out[n++] = &m->output;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        bmoe_layer *ly = &m->layers[il];
+        bmoe_weight *lw[DENSE_PER_LAYER] = {
+            &ly->attn_q, &ly->attn_k, &ly->attn_v, &ly->attn_output,
+            &ly->attn_qkv, &ly->attn_z, &ly->ssm_beta, &ly->ssm_alpha, &ly->ssm_out, &ly->sc_in, &ly->sc_out,
+            &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, &ly->ffn_gate_inp, &ly->ffn_gate_inp_shexp,
+        };
+        for (int i = 0; i < DENSE_PER_LAYER; i++)
+            if (lw[i]->t) out[n++] = lw[i];
+    }
+    return n;
+}
+
 void model_close(bmoe_model *m) {
     if (!m) return;
     if (m->layers) {

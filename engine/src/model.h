@@ -125,4 +125,12 @@ typedef struct bmoe_model {
 int model_open(const char *path, int map, bmoe_model **out, char *err, size_t errlen);
 void model_close(bmoe_model *m);
 
+/* Every dense (non-expert) weight matrix of the model that is bound, in a fixed order: the token
+ * embedding, the output (unless tied), then per layer its attention or recurrent projections, its dense
+ * FFN or shared expert, its router and shared-expert gate. out: room for model_dense_capacity(m). Returns
+ * the count. Whoever copies or checks the dense weights walks this list, so a new weight is listed once,
+ * here. */
+size_t model_dense_capacity(const bmoe_model *m);
+size_t model_dense_weights(bmoe_model *m, bmoe_weight **out);
+
 #endif
