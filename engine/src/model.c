@@ -575,22 +575,24 @@ static int read_hparams(loader *L) {
     if (hp->n_rot % 2 != 0)
         return fail(L, 3, "%s: %s.rope.dimension_count = %d is odd (it defaults to attention.key_length)", m->path,
                     m->arch, hp->n_rot);
-    if (r->moe) { /* a dense architecture's graph reads none of these: they stay 0 */
+    if (r->moe_layers != BMOE_MOE_NONE) { /* a dense architecture's graph reads none of these: they stay 0 */
         if ((rc = get_int(L, "expert_count", 0, 0, 0, MAX_EXPERTS, &hp->n_expert))) return rc;
         if ((rc = get_int(L, "expert_used_count", 0, 0, 0, MAX_EXPERTS, &hp->n_expert_used))) return rc;
         if ((rc = get_int(L, "expert_feed_forward_length", 0, 0, 0, MAX_DIM, &hp->n_ff_exp))) return rc;
-        if ((rc = get_int(L, "leading_dense_block_count", 0, r->n_dense_lead, 0, hp->n_layer, &hp->n_dense_lead)))
-            return rc;
-    } else {
-        hp->n_dense_lead = hp->n_layer;
     }
+    /* leading dense blocks: read where llama.cpp's graph reads the key; elsewhere every block is MoE (all),
+     * dense (none) or MoE by its router (by_router) */
+    hp->n_dense_lead = r->moe_layers == BMOE_MOE_NONE ? hp->n_layer : 0;
+    if (r->moe_layers == BMOE_MOE_LEAD_DENSE &&
+        (rc = get_int(L, "leading_dense_block_count", 0, r->n_dense_lead, 0, hp->n_layer, &hp->n_dense_lead)))
+        return rc;
     if (hp->head_dim_v != hp->head_dim)
         return fail(L, 3, "%s: %s.attention.value_length %d differs from key_length %d (llama.cpp's %s graph "
                     "requires them equal)", m->path, m->arch, hp->head_dim_v, hp->head_dim, m->arch);
     if (r->full_rope && hp->n_rot != hp->head_dim)
         return fail(L, 3, "%s: %s.rope.dimension_count %d differs from key_length %d (partial RoPE is not part of "
                     "llama.cpp's %s graph)", m->path, m->arch, hp->n_rot, hp->head_dim, m->arch);
-    if (r->moe) {
+    if (r->moe_layers != BMOE_MOE_NONE) {
         if ((rc = read_gating(L))) return rc;
     } else { /* no router: the recipe's fixed gating, only so that reports name one */
         hp->gating = arch_gating(r->gating);
@@ -653,6 +655,41 @@ static int expert_part(loader *L, int il, int part, const bmoe_weight *w) {
     return 0;
 }
 
+/* Tensors of block il that the recipe says are not part of the architecture's graph, and parts of
+ * llama.cpp's graphs the engine does not implement: refused, never ignored. */
+static int refuse_foreign(loader *L, int il) {
+    const bmoe_model *m = L->m;
+    const bmoe_recipe *r = m->recipe;
+    const bmoe_layer *ly = &m->layers[il];
+    static const char *const unsupported[] = { "layer_output_scale.weight", "exp_probs_b.bias", "attn_qkv.weight" };
+    const struct { const char *name; int allowed; } by_recipe[] = {
+        { "attn_q.bias", r->qkv_bias != BMOE_BIAS_NONE },
+        { "attn_k.bias", r->qkv_bias != BMOE_BIAS_NONE },
+        { "attn_v.bias", r->qkv_bias != BMOE_BIAS_NONE },
+        { "attn_output.bias", r->out_bias != BMOE_BIAS_NONE },
+        { "attn_sinks.weight", r->attn_sinks },
+        { "ffn_gate_inp.bias", r->router_bias != BMOE_BIAS_NONE },
+        { "ffn_gate_exps.bias", r->expert_bias != BMOE_BIAS_NONE },
+        { "ffn_up_exps.bias", r->expert_bias != BMOE_BIAS_NONE },
+        { "ffn_down_exps.bias", r->expert_bias != BMOE_BIAS_NONE },
+        { "ffn_gate_inp_shexp.weight", r->shared_expert == BMOE_SHEXP_GATED },
+    };
+    char name[96];
+    for (size_t u = 0; u < sizeof unsupported / sizeof unsupported[0]; u++) {
+        if (u == 1 && r->probs_bias) continue;                /* exp_probs_b: bound with the router */
+        if (u == 2 && ly->kind == BMOE_LAYER_DELTA) continue; /* attn_qkv: a delta-net layer's input */
+        snprintf(name, sizeof name, "blk.%d.%s", il, unsupported[u]);
+        if (gguf_find_tensor(m->g, name))
+            return fail(L, 3, "%s: tensor %s is not implemented by the engine", m->path, name);
+    }
+    for (size_t u = 0; u < sizeof by_recipe / sizeof by_recipe[0]; u++) {
+        snprintf(name, sizeof name, "blk.%d.%s", il, by_recipe[u].name);
+        if (!by_recipe[u].allowed && gguf_find_tensor(m->g, name))
+            return fail(L, 3, "%s: tensor %s is not part of llama.cpp's %s graph", m->path, name, m->arch);
+    }
+    return 0;
+}
+
 static int bind_tensors(loader *L) {
     bmoe_model *m = L->m;
     const bmoe_hparams *hp = &m->hp;
@@ -662,7 +699,9 @@ static int bind_tensors(loader *L) {
     uint64_t H = (uint64_t)hp->n_head, Hkv = (uint64_t)hp->n_head_kv;
     int rc;
     if ((rc = bind(L, "token_embd.weight", 1, 2, d, V, 1, &m->token_embd))) return rc;
-    if ((rc = bind_vec(L, r->output_norm ? r->output_norm : "output_norm.weight", 1, d, &m->output_norm))) return rc;
+    char output_norm_name[96];
+    snprintf(output_norm_name, sizeof output_norm_name, "%s.weight", arch_output_norm(r));
+    if ((rc = bind_vec(L, output_norm_name, 1, d, &m->output_norm))) return rc;
     if ((rc = bind(L, "output.weight", r->output_required, 2, d, V, 1, &m->output))) return rc;
     if (!m->output.t) { m->output = m->token_embd; m->output_tied = 1; }
     if (hp->n_layer < 1) return fail(L, 3, "%s: %s.block_count is 0", m->path, m->arch);
@@ -703,23 +742,18 @@ static int bind_tensors(loader *L) {
          * may be the FFN's input norm (qwen35moe), never this */
         if (r->post_norms && (rc = bind_layer_vec(L, il, "post_attention_norm", 1, d, &ly->post_attention_norm)))
             return rc;
-        if ((rc = bind_layer_vec(L, il, r->ffn_norm ? r->ffn_norm : "ffn_norm", 1, d, &ly->ffn_norm))) return rc;
+        if ((rc = bind_layer_vec(L, il, arch_ffn_norm(r), 1, d, &ly->ffn_norm))) return rc;
 
         char name[96];
-        /* parts of llama.cpp's graphs the engine does not implement: refused, never ignored */
-        static const char *const unsupported[] = { "layer_output_scale.weight", "exp_probs_b.bias",
-                                                   "attn_qkv.weight", "ffn_gate_inp.bias" };
-        for (size_t u = 0; u < sizeof unsupported / sizeof unsupported[0]; u++) {
-            if (u == 1 && r->probs_bias) continue;                /* exp_probs_b: bound below */
-            if (u == 2 && ly->kind == BMOE_LAYER_DELTA) continue; /* attn_qkv: a delta-net layer's input */
-            snprintf(name, sizeof name, "blk.%d.%s", il, unsupported[u]);
-            if (gguf_find_tensor(m->g, name))
-                return fail(L, 3, "%s: tensor %s is not implemented by the engine", m->path, name);
-        }
+        if ((rc = refuse_foreign(L, il))) return rc;
         snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il);
-        if (!r->moe && gguf_find_tensor(m->g, name))
+        int has_router = gguf_find_tensor(m->g, name) != NULL;
+        if (r->moe_layers == BMOE_MOE_NONE && has_router)
             return fail(L, 3, "%s: tensor %s: llama.cpp's %s graph has no routed experts", m->path, name, m->arch);
-        ly->is_moe = il >= hp->n_dense_lead && gguf_find_tensor(m->g, name) != NULL;
+        /* which blocks are MoE (arch.h, bmoe_moe_layers); a block that must be MoE needs its router */
+        ly->is_moe = r->moe_layers == BMOE_MOE_BY_ROUTER ? has_router
+                     : r->moe_layers != BMOE_MOE_NONE && il >= hp->n_dense_lead;
+        if (ly->is_moe && !has_router) return fail(L, 3, "%s: tensor %s is missing", m->path, name);
         if (!ly->is_moe) {
             if (hp->n_ff < 1)
                 return fail(L, 3, "%s: layer %d is dense but %s.feed_forward_length is missing", m->path, il, m->arch);
