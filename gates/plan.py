@@ -54,6 +54,7 @@ SCORE_TEXT = "score.txt"
 # third the gate's own prompt (gates/data/session.txt, pushed with the scoring inputs)
 SESSION_TEXT = "session.txt"
 SESSION_REPEATS = (0, 2)
+SESSION_ARGS = ("-n", str(N_PREDICT), "--json", "-t", "1")
 SCORING_DIR = "scoring"  # the text's directory, beside the device's fixtures
 
 # Plan entries that write a route trace (REPLAY replays each; INV and the direction checks read them).
@@ -102,9 +103,7 @@ def fixture_plan(
         # every --session prompt a new context: the gate prompt again after another one (DET-session)
         (
             "session",
-            model_args(
-                model, "--mmap", "--session", scoring_file(model, SESSION_TEXT), "-n", str(N_PREDICT), "--json", "-t", "1"
-            ),
+            model_args(model, "--mmap", "--session", scoring_file(model, SESSION_TEXT), *SESSION_ARGS),
         ),
         # streaming (gates/test_streaming.py); stream-evict is also the lossy gates' cached reference
         ("stream", model_args(model, *STREAMED, "-t", "1")),

@@ -57,7 +57,8 @@ def test_session_prompts_are_new_contexts(runs: dict[str, EngineResult], artifac
             ref=ref,
             session=ses,
         )
-        first = next((j for j, (a, b) in enumerate(zip(got["tokens"], ref.data["tokens"])) if a != b), None)
+        pairs = enumerate(zip(got["tokens"], ref.data["tokens"], strict=False))
+        first = next((j for j, (a, b) in pairs if a != b), None)
         check(
             got["tokens"] == ref.data["tokens"] and got["text_hex"] == ref.data["text_hex"],
             f"session prompt {i} (the gate prompt after {i} other prompts) generated other tokens than ref"
