@@ -51,8 +51,12 @@ PREFETCH2 = ("--prefetch", "2", "--prefetch-sync")
 # (gates/data/score.txt, see bmoe_ci.gaterun.prepare), scored wide and step-wise.
 SCORE_TEXT = "score.txt"
 CHOICES = "choices.jsonl"  # --ppl-choices: each option against the reference's log-probabilities
-SESSION = "session.txt"  # --session: each prompt against the reference's own generation
-SESSION_N = 8
+# --session (gates/data/session.txt, pushed with the scoring inputs), through the evicting cache: DET-session
+# (the first and the third prompt are the gate's own: each a new context, they generate what `ref` does),
+# SCORE-session (every prompt against the reference's own generation) and INV (the prompts' counters)
+SESSION_TEXT = "session.txt"
+SESSION_REPEATS = (0, 2)
+SESSION_ARGS = ("-n", str(N_PREDICT), "--json", "-t", "1")
 SCORING_DIR = "scoring"  # the text's directory, beside the device's fixtures
 
 # Plan entries that write a route trace (REPLAY replays each; INV and the direction checks read them).
@@ -110,6 +114,10 @@ def fixture_plan(
         ("ref", model_args(model, *REFERENCE, "-t", "1", *logits_out)),
         ("again", model_args(model, *REFERENCE, "-t", "1")),
         ("threads2", model_args(model, *REFERENCE, "-t", "2")),
+        # every --session prompt a new context: the gate prompt again after another one (DET-session)
+        # every --session prompt a new context, through the warm evicting cache (DET-session, SCORE-session,
+        # INV per prompt)
+        ("session", model_args(model, "--session", scoring_file(model, SESSION_TEXT), *EVICTING, *SESSION_ARGS)),
         # streaming (gates/test_streaming.py); stream-evict is also the lossy gates' cached reference
         ("stream", model_args(model, *STREAMED, "-t", "1")),
         ("stream-evict", model_args(model, *STREAMED, *EVICTING, "-t", "1")),
@@ -143,12 +151,6 @@ def fixture_plan(
         (
             "score-choices",
             model_args(model, "--mmap", "--ppl-choices", scoring_file(model, CHOICES), "--json", "-t", "1"),
-        ),
-        (
-            "session",
-            model_args(
-                model, "--session", scoring_file(model, SESSION), "-n", str(SESSION_N), *EVICTING, "--json", "-t", "1"
-            ),
         ),
     ]
     dims = _spec_dims(fixture, places) if fixture else None

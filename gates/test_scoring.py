@@ -29,7 +29,7 @@ from bmoe_ci.reference import agreement
 from bmoe_ci.reference.forward import Model
 from bmoe_ci.reference.scoring import run_session, score_choices, score_text
 from gates.compare import check, counters, require_ok
-from gates.plan import CHOICES, SCORE_TEXT, SESSION, SESSION_N, is_dense
+from gates.plan import CHOICES, N_PREDICT, SCORE_TEXT, SESSION_TEXT, is_dense
 
 # engine f32 against reference float64: measured at most 1.4e-7 on the default fixtures (gemma4, before its f16 GELU)
 NLL_TOL = 1e-5
@@ -229,8 +229,8 @@ def test_session_matches_reference(
     r = runs["session"]
     require_ok(r, "session")
     model = reference_model(str(local_model(gate_state, device, fixture)))
-    data = (gate_state.places.source_tree() / "gates" / "data" / SESSION).read_bytes()
-    want = run_session(model, data, SESSION_N)
+    data = (gate_state.places.source_tree() / "gates" / "data" / SESSION_TEXT).read_bytes()
+    want = run_session(model, data, N_PREDICT)
     got = r.data["prompts"]
     check(
         r.data["prompts_run"] == len(want) == len(got),

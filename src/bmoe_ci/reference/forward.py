@@ -34,6 +34,7 @@ from bmoe_ci.recipes import RECIPES
 from bmoe_ci.weight_types import supported, weight_type
 
 from .eog import EOG_TEXTS, FIM_KINDS, eog_ids
+from .recurrent import DeltaNetDims, delta_net, mrope_rotated, short_conv
 from .tokenizer import Tokenizer
 
 __all__ = ["Generation", "HParams", "Model", "ModelError", "Route", "shard_paths"]
@@ -87,9 +88,17 @@ class HParams:
     softcap: float = 0.0  # final logit soft-capping: logits = c tanh(logits / c); 0 = none
     rope_scale: float = 1.0  # global layers rotate by position * rope_scale (1 / rope.scaling.factor)
     attn_scale: float = 0.0  # scores = q.k * attn_scale
+    #: per layer: "attention", "delta_net" or "shortconv" (hybrid architectures; empty: every layer attends)
+    mixers: tuple[str, ...] = ()
+    delta: DeltaNetDims | None = None  # qwen35moe's delta-net sizes
+    conv_taps: int = 0  # lfm2moe's short convolution
+    rope_sections: tuple[int, ...] = ()  # interleaved M-RoPE sections [t, h, w, e] (qwen35moe)
 
     def is_swa(self, il: int) -> bool:
         return bool(self.swa) and self.swa[il]
+
+    def mixer(self, il: int) -> str:
+        return self.mixers[il] if self.mixers else "attention"
 
 
 @dataclass(frozen=True)
@@ -177,7 +186,9 @@ def _margin(t: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return dist.reshape(*shape[:-1], -1).min(axis=-1)
 
 
-def _q8_0(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _q8_0_blocks(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, ...]]:
+    """x's Q8_0 blocks as the engine forms them: (q [..., nb, 32] as float32 integers, d = amax / 127
+    [..., nb, 1] in float32 before its f16 rounding, the scaled values t, x's shape)."""
     x32 = np.asarray(x, dtype=np.float32)
     shape = x32.shape
     if shape[-1] % 32:
@@ -191,8 +202,34 @@ def _q8_0(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         t = np.clip(b * inv, np.float32(-127), np.float32(127))
         t = np.where(np.isnan(t), np.float32(0), t)
         q = np.rint(t)  # ties to even
-        scale = d.astype(np.float16).astype(np.float64)
-        return (q.astype(np.float64) * scale).reshape(shape), _margin(t, shape)
+    return q, d, t, shape
+
+
+def _q8_0(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    q, d, t, shape = _q8_0_blocks(x)
+    scale = d.astype(np.float16).astype(np.float64)
+    return (q.astype(np.float64) * scale).reshape(shape), _margin(t, shape)
+
+
+def _q8_1(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x's Q8_1 blocks (docs/model-math.md): Q8_0's values, and per block the difference between the
+    block sum the dot product uses, s = f16(d * sum q) (d before its own f16 rounding, as ggml's x86
+    quantize_row_q8_1), and the values' exact sum f16(d) * sum q: a Q4_1 / Q5_1 weight block's minimum m
+    multiplies s, so its matmul is values @ W.T + diff @ M.T. The margin includes how close d * sum q
+    came to an f16 rounding boundary (in f16 ulps), where the engine's f32 inputs could round it the
+    other way."""
+    q, d, t, shape = _q8_0_blocks(x)
+    scale = d.astype(np.float16).astype(np.float64)
+    sq = q.sum(axis=-1, keepdims=True)  # exact in float32 (|sum| <= 4064)
+    with np.errstate(invalid="ignore", over="ignore"):
+        v = (d * sq).astype(np.float32)
+        s = v.astype(np.float16).astype(np.float64)
+        diff = (s - scale * sq.astype(np.float64))[..., 0]
+        ulp = np.spacing(np.abs(v).astype(np.float16)).astype(np.float64)
+        frac = np.where((ulp > 0) & np.isfinite(v), v.astype(np.float64) / np.where(ulp > 0, ulp, 1.0), 0.0)
+        s_margin = np.abs(np.abs(frac - np.floor(frac)) - 0.5)
+    s_margin = np.where(np.isfinite(s_margin), s_margin, 0.5).reshape(*shape[:-1], -1).min(axis=-1)
+    return (q.astype(np.float64) * scale).reshape(shape), diff, np.minimum(_margin(t, shape), s_margin)
 
 
 def _q8_k(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -211,6 +248,23 @@ def _q8_k(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     out[m == 0] = 0.0
     out[~np.all(np.isfinite(b), axis=1)] = np.nan
     return out.reshape(shape), _margin(t, shape)
+
+
+@dataclass(frozen=True)
+class _QIn:
+    """A matmul's input as the weights multiply it: the (rounded) values, and for Q8_1 inputs the per
+    block difference between the activation sum the kernel uses and the values' own (see _q8_1)."""
+
+    x: np.ndarray
+    diff: np.ndarray | None = None
+
+    def times(self, w: np.ndarray, mins: np.ndarray | None) -> np.ndarray:
+        """x @ w.T, plus diff @ mins.T where the weights are a Q8_1 type (mins: their block minima,
+        [rows, blocks])."""
+        y = self.x @ w.T
+        if self.diff is not None and mins is not None:
+            y = y + self.diff @ mins.T
+        return y
 
 
 def _rmsnorm(x: np.ndarray, eps: float) -> np.ndarray:
@@ -251,11 +305,17 @@ class Model:
         q8_0: frozenset[str] = frozenset(),
         q8_k: frozenset[str] = frozenset(),
         eog: frozenset[int] | None = None,
+        q8_1: frozenset[str] = frozenset(),
+        mins: dict[str, np.ndarray] | None = None,
         tokenizer: Tokenizer | None = None,
     ) -> None:
         self.hp = hp
-        self.q8_0 = q8_0  # tensors whose matmuls quantise their input to Q8_0 (Q8_0, Q4_0, Q5_0 weights)
-        self.q8_k = q8_k  # ... to Q8_K (Q4_K, Q5_K, Q6_K weights)
+        # the tensors whose matmuls quantise their input (bmoe_ci.weight_types, activation): to Q8_0
+        # blocks, to Q8_1 blocks, to Q8_K super-blocks
+        self.q8_0 = q8_0
+        self.q8_1 = q8_1
+        self.q8_k = q8_k
+        self.mins = mins or {}  # Q8_1 tensors: their blocks' minima m (numpy order, [..., rows, blocks])
         self.recipe = RECIPES[hp.arch]
         self.t = tensors
         self.vocab = vocab
@@ -305,10 +365,13 @@ class Model:
         gating = int(get(f"{arch}.expert_gating_func", 0)) if recipe.moe else 0
         norm_key = get(f"{arch}.expert_weights_norm", None)
         scale_key = float(get(f"{arch}.expert_weights_scale", 0.0))
-        if recipe.gating_keys == "fixed":
-            fixed = recipe.gating_id
+        if recipe.gating_keys in ("fixed", "func"):
+            # "func": the function is the file's (required), the norm and scale the recipe's
+            fixed = recipe.gating_id if recipe.gating_keys == "fixed" else gating
             if gating not in (0, fixed) or norm_key not in (None, recipe.norm_w) or scale_key not in (0, 1):
                 raise ModelError(f"{arch}: the gating keys contradict the architecture's fixed gating")
+            if fixed == 0 and recipe.moe:
+                raise ModelError(f"{arch}.expert_gating_func: required for this architecture")
             gating, norm_key, scale_key = fixed, recipe.norm_w, 1.0
         elif gating == 0:
             raise ModelError(f"{arch}.expert_gating_func: required for this architecture")
@@ -318,6 +381,8 @@ class Model:
             )
         elif recipe.shared_expert == "ffn":
             n_ff_shexp = None if n_ff is None else int(n_ff)
+        elif recipe.shared_expert == "gated":
+            n_ff_shexp = int(get(f"{arch}.expert_shared_feed_forward_length", n_ff))
         else:
             n_ff_shexp = None
         n_layer = int(get(f"{arch}.block_count"))
@@ -349,6 +414,8 @@ class Model:
         else:
             attn_scale = 1.0 / math.sqrt(hd)
 
+        mixers, n_head_kv, delta, conv_taps, sections = _mixers(get, arch, recipe.mixer, n_layer, n_head)
+
         def expert_key(key: str) -> int:
             return int(get(f"{arch}.{key}")) if recipe.moe else 0
 
@@ -359,7 +426,7 @@ class Model:
             d=d,
             n_ff=None if n_ff is None else int(n_ff),
             n_head=n_head,
-            n_head_kv=int(get(f"{arch}.attention.head_count_kv", n_head)),
+            n_head_kv=n_head_kv,
             hd=hd,
             hdv=int(get(f"{arch}.attention.value_length", hd)),
             eps=float(get(f"{arch}.attention.layer_norm_rms_epsilon")),
@@ -381,6 +448,10 @@ class Model:
             softcap=softcap,
             rope_scale=rope_scale,
             attn_scale=attn_scale,
+            mixers=mixers,
+            delta=delta,
+            conv_taps=conv_taps,
+            rope_sections=sections,
         )
         if hp.gating not in (1, 2, 3):
             raise ModelError(f"{arch}.expert_gating_func: {hp.gating} is not 1, 2 or 3")
@@ -388,16 +459,21 @@ class Model:
             raise ModelError(f"{arch}.attention.head_count_kv: {hp.n_head_kv} does not divide {hp.n_head}")
         tensors: dict[str, np.ndarray] = {}
         q8_0: set[str] = set()
+        q8_1: set[str] = set()
         q8_k: set[str] = set()
+        mins: dict[str, np.ndarray] = {}
         for p, r in zip(paths, readers, strict=True):
             for t in r.tensors:
                 if t.name in tensors:
                     raise ModelError(f"{p.name}: duplicate tensor {t.name}")
                 tensors[t.name] = _to_f64(t)
-                act = weight_type(t.tensor_type).activation
-                if act == "q8_0":
+                wt = weight_type(t.tensor_type)
+                if wt.activation == "q8_0":
                     q8_0.add(t.name)
-                elif act == "q8_K":
+                elif wt.activation == "q8_1":
+                    q8_1.add(t.name)
+                    mins[t.name] = _block_mins(t, wt.block, wt.block_bytes, wt.min_offset or 0)
+                elif wt.activation == "q8_K":
                     q8_k.add(t.name)
         if len(paths) > 1 and int(get("split.tensors.count")) != len(tensors):
             raise ModelError(f"split.tensors.count {get('split.tensors.count')} != {len(tensors)} tensors")
@@ -420,6 +496,8 @@ class Model:
             frozenset(q8_k),
             eog,
             tokenizer,
+            q8_1=frozenset(q8_1),
+            mins=mins,
         )
         model._check_shapes()
         return model
@@ -435,17 +513,38 @@ class Model:
                 raise ModelError(f"{name}: numpy shape {self.t[name].shape}, expected {shape}")
 
         need("token_embd.weight", (V, d))
-        need("output_norm.weight", (d,))
+        need(r.output_norm + ".weight", (d,))
         for i in range(hp.n_layer):
             b = f"blk.{i}."
             need(b + "attn_norm.weight", (d,))
-            need(b + "attn_q.weight", (hp.n_head * hp.hd, d))
-            need(b + "attn_k.weight", (hp.n_head_kv * hp.hd, d))
-            need(b + "attn_v.weight", (hp.n_head_kv * hp.hdv, d))
-            need(b + "attn_output.weight", (d, hp.n_head * hp.hdv))
-            if r.qk_norm:
-                need(b + "attn_q_norm.weight", (hp.hd,))
-                need(b + "attn_k_norm.weight", (hp.hd,))
+            if hp.mixer(i) == "delta_net":
+                dn = hp.delta
+                assert dn is not None
+                C, Z = dn.conv_channels, dn.Hv * dn.S
+                for name, shape in (
+                    ("attn_qkv.weight", (C, d)),
+                    ("attn_gate.weight", (Z, d)),
+                    ("ssm_conv1d.weight", (C, dn.K)),
+                    ("ssm_dt.bias", (dn.Hv,)),
+                    ("ssm_a", (dn.Hv,)),
+                    ("ssm_beta.weight", (dn.Hv, d)),
+                    ("ssm_alpha.weight", (dn.Hv, d)),
+                    ("ssm_norm.weight", (dn.S,)),
+                    ("ssm_out.weight", (d, Z)),
+                ):
+                    need(b + name, shape)
+            elif hp.mixer(i) == "shortconv":
+                need(b + "shortconv.in_proj.weight", (3 * d, d))
+                need(b + "shortconv.conv.weight", (d, hp.conv_taps))
+                need(b + "shortconv.out_proj.weight", (d, d))
+            else:
+                need(b + "attn_q.weight", (hp.n_head * hp.hd * (2 if r.attn_gate else 1), d))
+                need(b + "attn_k.weight", (hp.n_head_kv * hp.hd, d))
+                need(b + "attn_v.weight", (hp.n_head_kv * hp.hdv, d))
+                need(b + "attn_output.weight", (d, hp.n_head * hp.hdv))
+                if r.qk_norm:
+                    need(b + "attn_q_norm.weight", (hp.hd,))
+                    need(b + "attn_k_norm.weight", (hp.hd,))
             need(b + r.ffn_norm + ".weight", (d,))
             if not r.moe and b + "ffn_gate_inp.weight" in self.t:
                 raise ModelError(f"{b}ffn_gate_inp.weight: {hp.arch} has no routed experts")
@@ -462,6 +561,10 @@ class Model:
                     need(b + "post_ffw_norm.weight", (d,))
                 continue
             need(b + "ffn_gate_inp.weight", (E, d))
+            if r.probs_bias:
+                need(b + "exp_probs_b.bias", (E,))
+            if r.shared_expert == "gated":
+                need(b + "ffn_gate_inp_shexp.weight", (d,))
             if r.fused_gate_up:
                 need(b + "ffn_gate_up_exps.weight", (E, 2 * f, d))
             else:
@@ -474,7 +577,7 @@ class Model:
                 sf = hp.n_ff_shexp
                 if sf is None:
                     raise ModelError(f"{hp.arch}: the shared expert's width is not given")
-                sx = "_shexp" if r.shared_expert == "named" else ""
+                sx = "_shexp" if r.shared_expert in ("named", "gated") else ""
                 need(f"{b}ffn_gate{sx}.weight", (sf, d))
                 need(f"{b}ffn_up{sx}.weight", (sf, d))
                 need(f"{b}ffn_down{sx}.weight", (d, sf))
@@ -508,7 +611,10 @@ class Model:
 
     # ---------------------------------------------------------------- forward
     def new_cache(self) -> dict[str, Any]:
-        return {"pos": 0, "k": [None] * self.hp.n_layer, "v": [None] * self.hp.n_layer}
+        """A context: the KV cache of the attention layers and the recurrent layers' state (each layer's
+        dict filled by its first position)."""
+        n = self.hp.n_layer
+        return {"pos": 0, "k": [None] * n, "v": [None] * n, "rec": [{} for _ in range(n)]}
 
     def forward(
         self,
@@ -535,31 +641,50 @@ class Model:
         for il in range(hp.n_layer):
             b = f"blk.{il}."
             h = _rmsnorm(x, hp.eps) * t[b + "attn_norm.weight"]
-            o = self._attention(il, h, qz, cache)
+            mixer = hp.mixer(il)
+
+            def mm(rows: np.ndarray, name: str) -> np.ndarray:
+                return self._mm(rows, name, qz)
+
+            if mixer == "delta_net":
+                assert hp.delta is not None
+                o = delta_net(h, b, t, hp.delta, hp.eps, cache["rec"][il], mm)
+            elif mixer == "shortconv":
+                o = short_conv(h, b, t, cache["rec"][il], mm)
+            else:
+                o = self._attention(il, h, qz, cache)
             if r.post_norms:
                 o = _rmsnorm(o, hp.eps) * t[b + "post_attention_norm.weight"]
             x = x + o
             x = x + self._ffn(il, x, qz, routes)
         cache["pos"] = p0 + n
-        y = _rmsnorm(x, hp.eps) * t["output_norm.weight"]
-        logits = self._q(y, self._out_name, qz) @ self._out.T
+        y = _rmsnorm(x, hp.eps) * t[r.output_norm + ".weight"]
+        logits = self._q(y, self._out_name, qz).times(self._out, self.mins.get(self._out_name))
         if hp.softcap:
             logits = hp.softcap * np.tanh(logits / hp.softcap)
         return logits
 
-    def _q(self, x: np.ndarray, name: str, qz: _Quant) -> np.ndarray:
+    def _q(self, x: np.ndarray, name: str, qz: _Quant) -> _QIn:
         """The input of a matmul with tensor `name` (rows at qz.pos), quantised as its weight type asks."""
+        diff = None
         if name in self.q8_0:
             y, margin = _q8_0(x)
+        elif name in self.q8_1:
+            y, diff, margin = _q8_1(x)
         elif name in self.q8_k:
             y, margin = _q8_k(x)
         else:
-            return x
+            return _QIn(x)
         qz.note(margin)
-        return y
+        return _QIn(y, diff)
+
+    def _m(self, name: str, e: int | None = None) -> np.ndarray | None:
+        """A Q8_1 tensor's block minima (expert e's), or None."""
+        m = self.mins.get(name)
+        return m if m is None or e is None else m[e]
 
     def _mm(self, x: np.ndarray, name: str, qz: _Quant) -> np.ndarray:
-        return self._q(x, name, qz) @ self.t[name].T
+        return self._q(x, name, qz).times(self.t[name], self._m(name))
 
     def _rope(self, v: np.ndarray, pos: np.ndarray, swa: bool = False) -> np.ndarray:
         """NeoX pairing on the first n_rot dims of the last axis; v is [n, heads, hd]. A sliding-window
@@ -570,6 +695,8 @@ class Model:
         freq = (self.hp.rope_base_swa if swa else self.hp.rope_base) ** (-2.0 * j / nrot)
         if self.recipe.rope_freqs and not swa:
             freq = freq / self.t["rope_freqs.weight"][:half]
+        if self.hp.rope_sections:  # interleaved M-RoPE: a pair of the extra sector has position 0
+            freq = np.where(mrope_rotated(nrot, self.hp.rope_sections), freq, 0.0)
         if not swa:
             pos = pos * self.hp.rope_scale  # linear RoPE scaling: global layers only
         theta = pos[:, None] * freq  # [n, half]
@@ -583,7 +710,12 @@ class Model:
     def _attention(self, il: int, h: np.ndarray, qz: _Quant, cache: dict[str, Any]) -> np.ndarray:
         hp, t, b, pos = self.hp, self.t, f"blk.{il}.", qz.pos
         n = h.shape[0]
-        q = self._mm(h, b + "attn_q.weight", qz).reshape(n, hp.n_head, hp.hd)
+        gate = None
+        if self.recipe.attn_gate:  # per head: hd queries, then hd gate values
+            qg = self._mm(h, b + "attn_q.weight", qz).reshape(n, hp.n_head, 2, hp.hd)
+            q, gate = qg[:, :, 0, :], qg[:, :, 1, :]
+        else:
+            q = self._mm(h, b + "attn_q.weight", qz).reshape(n, hp.n_head, hp.hd)
         k = self._mm(h, b + "attn_k.weight", qz).reshape(n, hp.n_head_kv, hp.hd)
         v = self._mm(h, b + "attn_v.weight", qz).reshape(n, hp.n_head_kv, hp.hdv)
         if self.recipe.qk_norm:
@@ -609,6 +741,8 @@ class Model:
                 mask |= pos[:, None] - np.arange(K.shape[0])[None, :] >= hp.n_swa
             s = np.where(mask, -np.inf, s)
             out[:, hh, :] = _softmax(s) @ Vv[:, g, :]
+        if gate is not None:
+            out = out / (1.0 + np.exp(-gate))  # times sigmoid(gate)
         return self._mm(out.reshape(n, hp.n_head * hp.hdv), b + "attn_output.weight", qz)
 
     def _act(self, z: np.ndarray) -> np.ndarray:
@@ -622,12 +756,18 @@ class Model:
         down: np.ndarray,
         names: tuple[str, str, str],
         qz: _Quant,
+        mins: tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None] = (None, None, None),
     ) -> np.ndarray:
         """names: the tensors gate, up and down come from: each matmul quantises its input as its own
-        weight type asks (gate and up of one layer can differ, as in llama.cpp's mixes)."""
+        weight type asks (gate and up of one layer can differ, as in llama.cpp's mixes); mins: gate's,
+        up's and down's block minima where they are a Q8_1 type."""
         hg = self._q(h, names[0], qz)
         hu = hg if names[1] == names[0] else self._q(h, names[1], qz)
-        return self._q(self._act(hg @ gate.T) * (hu @ up.T), names[2], qz) @ down.T
+        a = self._act(hg.times(gate, mins[0])) * hu.times(up, mins[1])
+        return self._q(a, names[2], qz).times(down, mins[2])
+
+    def _mins3(self, b: str, suffix: str = "") -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+        return tuple(self._m(f"{b}ffn_{p}{suffix}.weight") for p in ("gate", "up", "down"))  # type: ignore[return-value]
 
     def _ffn(self, il: int, x: np.ndarray, qz: _Quant, routes: list[Route] | None) -> np.ndarray:
         hp, r, t, b = self.hp, self.recipe, self.t, f"blk.{il}."
@@ -640,6 +780,7 @@ class Model:
                 t[b + "ffn_down.weight"],
                 (b + "ffn_gate.weight", b + "ffn_up.weight", b + "ffn_down.weight"),
                 qz,
+                self._mins3(b),
             )
             if b + "post_ffw_norm.weight" in t:
                 y = _rmsnorm(y, hp.eps) * t[b + "post_ffw_norm.weight"]
@@ -649,6 +790,20 @@ class Model:
         if r.router_prescale:
             router_in = _rmsnorm(x, hp.eps) / math.sqrt(hp.d) * t[b + "ffn_gate_inp.scale"]
         moe = self._moe(il, router_in, h_moe, qz, routes)
+        if r.shared_expert == "gated":  # times sigmoid(ffn_gate_inp_shexp . h), one number per position
+            g = self._mm(h, b + "ffn_gate_inp_shexp.weight", qz)
+            return (
+                moe
+                + self._mlp(
+                    h,
+                    t[b + "ffn_gate_shexp.weight"],
+                    t[b + "ffn_up_shexp.weight"],
+                    t[b + "ffn_down_shexp.weight"],
+                    (b + "ffn_gate_shexp.weight", b + "ffn_up_shexp.weight", b + "ffn_down_shexp.weight"),
+                    qz,
+                )
+                / (1.0 + np.exp(-g))[:, None]
+            )
         if r.shared_expert == "named":
             return moe + self._mlp(
                 h,
@@ -657,6 +812,7 @@ class Model:
                 t[b + "ffn_down_shexp.weight"],
                 (b + "ffn_gate_shexp.weight", b + "ffn_up_shexp.weight", b + "ffn_down_shexp.weight"),
                 qz,
+                self._mins3(b, "_shexp"),
             )
         if r.shared_expert != "ffn":
             return moe
@@ -667,6 +823,7 @@ class Model:
             t[b + "ffn_down.weight"],
             (b + "ffn_gate.weight", b + "ffn_up.weight", b + "ffn_down.weight"),
             qz,
+            self._mins3(b),
         )
         z = (
             _rmsnorm(sh, hp.eps) * t[b + "post_ffw_norm_1.weight"]
@@ -674,8 +831,9 @@ class Model:
         )
         return _rmsnorm(z, hp.eps) * t[b + "post_ffw_norm.weight"]
 
-    def route(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-        """One position's gating: (ids in rank order, final weights, selection margin)."""
+    def route(self, logits: np.ndarray, bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+        """One position's gating: (ids in rank order, final weights, selection margin). `bias` (recipes
+        with probs_bias: the layer's exp_probs_b) is added to the probs for the selection only."""
         hp, k = self.hp, self.hp.n_expert_used
         if hp.gating == 1:
             probs = _softmax(logits)
@@ -683,9 +841,10 @@ class Model:
             probs = 1.0 / (1.0 + np.exp(-logits))
         else:
             probs = logits.copy()
-        order = np.argsort(-probs, kind="stable")  # descending; ties keep the lower id first
+        sel = probs if bias is None else probs + bias
+        order = np.argsort(-sel, kind="stable")  # descending; ties keep the lower id first
         ids = order[:k]
-        margin = float(probs[order[k - 1]] - probs[order[k]]) if k < len(probs) else math.inf
+        margin = float(sel[order[k - 1]] - sel[order[k]]) if k < len(probs) else math.inf
         w = probs[ids].copy()
         if hp.gating == 3:
             w = _softmax(w)
@@ -701,21 +860,26 @@ class Model:
         logits = self._mm(h, b + "ffn_gate_inp.weight", qz)  # [n, E]
         out = np.zeros_like(h_moe)
         down = t[b + "ffn_down_exps.weight"]
+        bias = t[b + "exp_probs_b.bias"] if r.probs_bias else None
         for row in range(h.shape[0]):
-            ids, w, margin = self.route(logits[row])
+            ids, w, margin = self.route(logits[row], bias)
             if routes is not None:
                 routes.append(Route(int(pos[row]), il, tuple(int(i) for i in ids), tuple(float(v) for v in w), margin))
             acc = np.zeros(hp.d)
             for e, we in zip(ids, w, strict=True):
                 if r.fused_gate_up:
                     gname = uname = b + "ffn_gate_up_exps.weight"
-                    gu = t[gname][e]
+                    gu, gum = t[gname][e], self._m(gname, e)
                     gate, up = gu[:f], gu[f:]
+                    mg, mu = (None, None) if gum is None else (gum[:f], gum[f:])
                 else:
                     gname, uname = b + "ffn_gate_exps.weight", b + "ffn_up_exps.weight"
                     gate, up = t[gname][e], t[uname][e]
-                names = (gname, uname, b + "ffn_down_exps.weight")
-                acc += we * self._mlp(h_moe[row], gate, up, down[e], names, qz.row(row))
+                    mg, mu = self._m(gname, e), self._m(uname, e)
+                dname = b + "ffn_down_exps.weight"
+                names = (gname, uname, dname)
+                mins = (mg, mu, self._m(dname, e))
+                acc += we * self._mlp(h_moe[row], gate, up, down[e], names, qz.row(row), mins)
             out[row] = acc
         return out
 
@@ -751,6 +915,41 @@ class Model:
         return Generation(list(prompt), out, logits, routes, stopped, margins)
 
 
+def _mixers(
+    get: Any, arch: str, mixer: str, n_layer: int, n_head: int
+) -> tuple[tuple[str, ...], int, DeltaNetDims | None, int, tuple[int, ...]]:
+    """The hybrid architectures' layer kinds (docs/model-math.md, "Hybrid architectures"), with the KV
+    head count, the delta-net sizes, the convolution's taps and the M-RoPE sections."""
+    kv = get(f"{arch}.attention.head_count_kv", n_head)
+    if mixer == "attention":
+        return (), int(kv), None, 0, ()
+    if mixer == "shortconv":  # head_count_kv per layer: 0 is a conv layer
+        per = [int(v) for v in kv] if isinstance(kv, list) else [int(kv)] * n_layer
+        if len(per) != n_layer:
+            raise ModelError(f"{arch}.attention.head_count_kv: {len(per)} entries, {n_layer} layers")
+        heads = {v for v in per if v}
+        if len(heads) > 1:
+            raise ModelError(f"{arch}.attention.head_count_kv: attention layers with different KV heads {heads}")
+        kinds = tuple("shortconv" if v == 0 else "attention" for v in per)
+        return kinds, heads.pop() if heads else n_head, None, int(get(f"{arch}.shortconv.l_cache")), ()
+    rec = get(f"{arch}.attention.recurrent_layers", None)
+    if rec is not None:
+        if len(rec) != n_layer:
+            raise ModelError(f"{arch}.attention.recurrent_layers: {len(rec)} entries, {n_layer} layers")
+        kinds = tuple("delta_net" if v else "attention" for v in rec)
+    else:
+        every = int(get(f"{arch}.full_attention_interval", 4))
+        kinds = tuple("attention" if (il + 1) % every == 0 else "delta_net" for il in range(n_layer))
+    S, Hv = int(get(f"{arch}.ssm.state_size")), int(get(f"{arch}.ssm.time_step_rank"))
+    dims = DeltaNetDims(S=S, Hk=int(get(f"{arch}.ssm.group_count")), Hv=Hv, K=int(get(f"{arch}.ssm.conv_kernel")))
+    if int(get(f"{arch}.ssm.inner_size")) != Hv * S or Hv % dims.Hk:
+        raise ModelError(f"{arch}.ssm.*: inner_size must be time_step_rank x state_size, a multiple of group_count")
+    sections = tuple(int(v) for v in get(f"{arch}.rope.dimension_sections"))
+    if len(sections) != 4:
+        raise ModelError(f"{arch}.rope.dimension_sections: {len(sections)} entries, expected 4")
+    return kinds, int(kv), dims, 0, sections
+
+
 def _periodic_swa(get: Any, arch: str, n_layer: int, period: int) -> tuple[tuple[bool, ...], int]:
     """gemma3's local layers (docs/model-math.md): no window key (or 0) means every layer global; else
     the pattern key is a per-layer list (true = local), a period, or absent (the recipe's period)."""
@@ -773,6 +972,14 @@ def _rope_scale(get: Any, arch: str) -> float:
         raise ModelError(f"{arch}.rope.scaling.type: {kind!r} is not modelled (linear only)")
     factor = float(get(f"{arch}.rope.scaling.factor", 0.0)) or float(get(f"{arch}.rope.scale_linear", 0.0))
     return 1.0 if factor == 0.0 else 1.0 / factor
+
+
+def _block_mins(t: Any, block: int, block_bytes: int, offset: int) -> np.ndarray:
+    """A Q8_1-type tensor's per-block f16 minimum m (at `offset` in each block), float64, numpy order:
+    [..., rows, blocks per row]."""
+    shape = tuple(int(s) for s in reversed([int(x) for x in t.shape]))
+    raw = np.ascontiguousarray(np.asarray(t.data, dtype=np.uint8).reshape(-1, block_bytes)[:, offset : offset + 2])
+    return raw.view("<f2").astype(np.float64).reshape(*shape[:-1], shape[-1] // block)
 
 
 def _to_f64(t: Any) -> np.ndarray:

@@ -125,9 +125,12 @@ class Tokenizer:
         scores: tuple[float, ...] = ()
         if model == "gpt2":
             pre = str(get("tokenizer.ggml.pre", "default"))
+            merges = list(get("tokenizer.ggml.merges", []))
             if pre not in PRE:
-                raise TokenizerError(f"tokenizer.ggml.pre {pre!r} is not modelled")
-            for rank, merge in enumerate(get("tokenizer.ggml.merges", [])):
+                if merges:
+                    raise TokenizerError(f"tokenizer.ggml.pre {pre!r} is not modelled")
+                pre = "default"  # without merges every byte is its own token, however the words are cut
+            for rank, merge in enumerate(merges):
                 left, sep, right = str(merge)[1:].partition(" ")  # the separator is the first space after 1
                 if sep:
                     ranks.setdefault((str(merge)[0] + left, right), rank)
