@@ -25,10 +25,11 @@ SRC = REPO / "src" / "bmoe_ci"
 
 #: Low -> high. Each unit imports only units of lower layers.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("bmoe_ci", "paths", "recipes", "weight_types"),  # the package root (its version), where things live, the recipe and type tables
-    ("origin", "builder", "faults", "reference", "replay", "check_table", "vocabs"),
+    # the package root (its version), where things live, the recipe and type tables
+    ("bmoe_ci", "paths", "recipes", "weight_types"),
+    ("origin", "builder", "faults", "reference", "replay", "check_table", "vocabs", "baddata"),
     ("enginecheck", "models", "farm"),
-    ("reports",),
+    ("reports", "tokgate"),
     ("gaterun",),  # the gate run library: prepare, run the engine, run the suite
     ("ab", "mutants", "nightly"),
     ("release",),
