@@ -495,9 +495,9 @@ class Model:
             frozenset(q8_0),
             frozenset(q8_k),
             eog,
-            tokenizer,
             q8_1=frozenset(q8_1),
             mins=mins,
+            tokenizer=tokenizer,
         )
         model._check_shapes()
         return model
