@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass
 
 from .errors import DeviceBusy, InfraError
 from .pids import pid_alive
-from .transports import Transport
+from .transports import Transport, name_script
 
 LOCK_DIR = ".bmoe-ci-lock"
 #: Seconds a lease lives without a heartbeat (a farm file can set ``lease_ttl`` per device).
@@ -148,7 +148,8 @@ class LockOwner:
         return None
 
 
-_ACQUIRE = r"""
+_ACQUIRE = name_script(
+    r"""
 d=$1; owner=$2
 if mkdir "$d" 2>/dev/null; then
   if printf '%s\n' "$owner" > "$d/owner"; then echo ACQUIRED; else rmdir "$d" 2>/dev/null; echo NOWRITE; fi
@@ -158,21 +159,37 @@ echo BUSY
 if [ -n "$(find "$d" -prune -mmin +$3 2>/dev/null)" ]; then echo OLD; fi
 cat "$d/owner" 2>/dev/null
 exit 0
-"""
+""",
+    "lease acquire",
+)
 
-_BREAK = r"""
+_BREAK = name_script(
+    r"""
 d=$1; expect=$2; grave=$3
 cur=$(cat "$d/owner" 2>/dev/null)
 if [ "$cur" = "$expect" ] && mv "$d" "$grave" 2>/dev/null; then rm -rf "$grave"; echo BROKEN; fi
-"""
+""",
+    "lease break",
+)
 
-_REWRITE = r"""
+_REWRITE = name_script(
+    r"""
 d=$1; expect=$2; new=$3
 cur=$(cat "$d/owner" 2>/dev/null)
 if [ "$cur" != "$expect" ]; then echo NOTOURS; exit 0; fi
 if [ "$new" = "-" ]; then rm -rf "$d" && echo RELEASED
 else printf '%s\n' "$new" > "$d/owner.tmp" && mv -f "$d/owner.tmp" "$d/owner" && echo REFRESHED; fi
-"""
+""",
+    "lease rewrite",
+)
+
+
+def lease_deadline(transport: Transport) -> float:
+    """The deadline of one lease command (acquire, heartbeat, release, status): the device's
+    ``connect_timeout`` (at least 2 s). These are tiny; a link that cannot do one in that time is hung,
+    and a run ending on a hung device waits that long for each, not minutes."""
+    return max(2.0, float(transport.device.connect_timeout))
+
 
 _live_locks: weakref.WeakSet[DeviceLock] = weakref.WeakSet()
 
@@ -213,7 +230,7 @@ class DeviceLock:
         return self.owner is not None or self.adopted
 
     def _sh(self, script: str, *args: str):
-        r = self.transport.sh(script, *args, timeout=60).raise_for_infra()
+        r = self.transport.sh(script, *args, timeout=lease_deadline(self.transport)).raise_for_infra()
         if not r.ok:
             raise InfraError(
                 self.transport.device.name,
@@ -279,7 +296,7 @@ class DeviceLock:
                 return
             new = LockOwner(**{**asdict(owner), "beat": time.time()})
             t = transport or self.transport
-            r = t.sh(_REWRITE, self.path, owner.to_json(), new.to_json(), timeout=60).raise_for_infra()
+            r = t.sh(_REWRITE, self.path, owner.to_json(), new.to_json(), timeout=lease_deadline(t)).raise_for_infra()
             out = r.stdout.decode(errors="replace")
             if "REFRESHED" in out:
                 if self.owner is owner:  # not released meanwhile
@@ -306,7 +323,9 @@ class DeviceLock:
 
 def read_lock(transport: Transport) -> LockOwner | None:
     """The current holder of a device's lock, if any (for ``farm status``)."""
-    r = transport.sh('cat "$1/owner" 2>/dev/null', transport.path(LOCK_DIR), timeout=30).raise_for_infra()
+    r = transport.sh(
+        'cat "$1/owner" 2>/dev/null', transport.path(LOCK_DIR), timeout=lease_deadline(transport)
+    ).raise_for_infra()
     return LockOwner.from_json(r.stdout.decode(errors="replace").strip()) if r.ok else None
 
 
@@ -358,7 +377,8 @@ class Heartbeat:
     def stop(self) -> None:
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout=70)
+            # a renewal under way ends within its own deadline (plus the controller's grace)
+            self._thread.join(timeout=lease_deadline(self.lock.transport) + 15)
         if self._transport is not None:
             with contextlib.suppress(Exception):
                 self._transport.close()
@@ -368,17 +388,19 @@ def force_unlock(transport: Transport, *, actor: str) -> LockOwner | None:
     """Break the device's lease whatever its state; append an audit line naming ``actor`` and what
     was broken to ``<workdir>/.bmoe-ci-audit.log``. Returns the owner it broke (None: no lease)."""
     path = transport.path(LOCK_DIR)
-    r = transport.sh('cat "$1/owner" 2>/dev/null', path, timeout=30).raise_for_infra()
+    r = transport.sh('cat "$1/owner" 2>/dev/null', path, timeout=lease_deadline(transport)).raise_for_infra()
     raw = r.stdout.decode(errors="replace").strip()
     holder = LockOwner.from_json(raw)
-    if not raw and not transport.sh('[ -d "$1" ]', path, timeout=30).raise_for_infra().ok:
+    if not raw and not transport.sh('[ -d "$1" ]', path, timeout=lease_deadline(transport)).raise_for_infra().ok:
         return None
     what = f"{holder.describe()} since {holder.since_iso}, {holder.lease_state()}" if holder else "unreadable owner"
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     line = f"{stamp} force-unlock by {actor}: broke the lease of {what}"
     grave = f"{path}.forced-{secrets.token_hex(4)}"
     script = 'mv "$1" "$2" 2>/dev/null && rm -rf "$2"; printf "%s\\n" "$3" >> "$4"'
-    r = transport.sh(script, path, grave, line, transport.path(AUDIT_LOG), timeout=30).raise_for_infra()
+    r = transport.sh(
+        script, path, grave, line, transport.path(AUDIT_LOG), timeout=lease_deadline(transport)
+    ).raise_for_infra()
     if not r.ok:
         raise InfraError(transport.device.name, "setup", f"cannot write {AUDIT_LOG}: {r.stderr.decode().strip()}")
     return holder or LockOwner("?", "", 0, None, "unreadable owner", 0.0, 0.0, "")

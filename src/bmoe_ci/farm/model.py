@@ -202,6 +202,8 @@ class DeviceSpec(BaseModel):
     min_free_mb: Annotated[StrictInt, Field(ge=0)] = 256
     keep_runs: Annotated[StrictInt, Field(ge=1, le=10000)] = 10
     entry_timeout: Annotated[float, Field(gt=0, le=86400)] = 120.0
+    command_timeout: Annotated[float, Field(gt=0, le=86400)] = 120.0
+    transfer_timeout: Annotated[float, Field(gt=0, le=86400)] = 60.0
     lease_ttl: Annotated[float, Field(ge=4, le=86400)] = 180.0
     retries: Annotated[StrictInt, Field(ge=0, le=10)] = 2
     max_clock_skew: Annotated[float, Field(gt=0, le=31_536_000)] = 300.0

@@ -33,8 +33,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from .deadline import KILL_LEFTOVERS_FN
 from .errors import InfraError
-from .transports import Transport
+from .transports import Transport, name_script
 
 STORE = "store"
 
@@ -116,22 +117,25 @@ class PushReport:
         raise KeyError(key)
 
 
-_HASHIT = r"""
+HASHIT = r"""
 hashit() {
-  { sha256sum "$1" 2>/dev/null || shasum -a 256 "$1" 2>/dev/null || openssl dgst -sha256 -r "$1" 2>/dev/null; } \
+  # the file on stdin: a tool prints a name it was given escaped ("\HASH" for a name with a newline)
+  { sha256sum <"$1" 2>/dev/null || shasum -a 256 <"$1" 2>/dev/null || openssl dgst -sha256 -r <"$1" 2>/dev/null; } \
     | cut -c1-64
 }
 """
 
 # $1 store, $2 sweep (1: remove .tmp-* leftovers), $3 use list ("-": none), then pairs SHA MODE.
-_CHECK = (
-    _HASHIT
+_CHECK = name_script(
+    HASHIT
+    + KILL_LEFTOVERS_FN
     + r"""
 d=$1; sweep=$2; uses=$3; shift 3
 mkdir -p "$d" || exit 3
 command -v sha256sum >/dev/null 2>&1 || command -v shasum >/dev/null 2>&1 \
   || command -v openssl >/dev/null 2>&1 || { echo nohash; exit 3; }
 if [ "$sweep" = 1 ]; then
+  kill_leftovers "$d"
   for f in "$d"/.tmp-*; do [ -e "$f" ] || [ -L "$f" ] || continue; rm -f "$f" && echo swept; done
 fi
 if [ "$uses" != - ]; then mkdir -p "$(dirname "$uses")" || exit 3; : >> "$uses" || exit 3; fi
@@ -146,11 +150,12 @@ while [ $# -ge 2 ]; do
   fi
   shift 2
 done
-"""
+""",
+    "store check",
 )
 
-_COMMIT = (
-    _HASHIT
+_COMMIT = name_script(
+    HASHIT
     + r"""
 d=$1; shift
 status=0
@@ -171,7 +176,8 @@ while [ $# -ge 4 ]; do
   shift 4
 done
 exit $status
-"""
+""",
+    "store commit",
 )
 
 
@@ -187,7 +193,7 @@ def push(
     items: Iterable[PushItem | str | os.PathLike[str]],
     *,
     progress: Callable[[str], None] | None = None,
-    timeout: float = 600.0,
+    timeout: float | None = None,
     sweep: bool = False,
     uses: str | None = None,
     min_free_mb: int | None = None,
@@ -201,6 +207,7 @@ def push(
     Raises :class:`InfraError` (``push``, ``transfer``, ``disconnect``, ...) on any failure.
     """
     dev = transport.device.name
+    timeout = float(transport.device.command_timeout) if timeout is None else timeout
     norm = [it if isinstance(it, PushItem) else PushItem(Path(it)) for it in items]
     store = transport.path(STORE)
     entries: list[tuple[PushItem, str, int]] = []
@@ -300,7 +307,8 @@ RUNS = "runs"
 
 # $1 store, $2 runs dir, $3 how many use lists to keep. Newest use lists (by mtime) are kept; every
 # stored file none of them names is removed, and printed with its size; upload temporaries too.
-_GC = r"""
+_GC = name_script(
+    r"""
 s=$1; r=$2; keep=$3
 mkdir -p "$r" "$s" || exit 3
 n=0
@@ -315,7 +323,9 @@ for f in "$s"/*; do
     size=$(wc -c < "$f"); rm -f "$f" && echo "removed $b $size"
   fi
 done
-"""
+""",
+    "store gc",
+)
 
 
 @dataclass
@@ -329,13 +339,14 @@ class GcReport:
         return sum(n for _, n in self.removed)
 
 
-def gc(transport: Transport, keep_runs: int, *, timeout: float = 120.0) -> GcReport:
+def gc(transport: Transport, keep_runs: int, *, timeout: float | None = None) -> GcReport:
     """Remove stored files that none of the last ``keep_runs`` runs used, and upload temporaries
     (hold the lock to call this).
 
     A run's use list ``<workdir>/runs/<run id>`` is written by :func:`push` (``uses=``)."""
     if keep_runs < 1:
         raise ValueError("keep_runs must be at least 1")
+    timeout = float(transport.device.command_timeout) if timeout is None else timeout
     r = transport.sh(_GC, transport.path(STORE), transport.path(RUNS), str(keep_runs), timeout=timeout)
     r.raise_for_infra()
     if not r.ok:

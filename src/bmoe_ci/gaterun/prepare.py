@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -32,6 +32,14 @@ from bmoe_ci.paths import Places
 from bmoe_ci.reference import GATE_REQUEST
 
 
+def _step(name: str, call: Callable[[], object]) -> None:
+    """One step of a device's set-up; an infrastructure error says which step it was."""
+    try:
+        call()
+    except InfraError as exc:
+        raise exc.at(name) from None
+
+
 def mib(n: int) -> str:
     return f"{n / 2**20:.1f} MiB"
 
@@ -44,8 +52,11 @@ class Prepared:
         self.sessions = sessions
 
     def close(self) -> None:
-        for session in self.sessions.values():
-            session.close()
+        """Release every device (in parallel: a hung device costs its own deadlines, not the others')."""
+        if not self.sessions:
+            return
+        with ThreadPoolExecutor(max_workers=len(self.sessions)) as pool:
+            list(pool.map(lambda s: s.close(), self.sessions.values()))
 
 
 def _available(
@@ -212,23 +223,26 @@ def prepare(
                 results_dir=results_dir / device.name,
                 progress=lambda m: _session_message(progress, device.name, m),
             )
-            session.connect()
-            session.lock(wait=lock_wait)
+            s = session
+            _step("connect", s.connect)
+            _step("lease", lambda: s.lock(wait=lock_wait))
             t_push = time.monotonic()
             progress.detail(f"{device.name}: connected and leased in {t_push - started:.1f} s")
-            session.push_engine(b.path, b.build_id)
-            session.push_files(items)
-            progress.step(
-                f"{device.name}: " + _push_line(session.pushes, time.monotonic() - t_push, session.verified_files)
-            )
-            session.gc()
+            # arch (the Android ABI), exec prefix, free space and clock before anything is pushed
+            _step("preflight", s.check_platform)
+            _step("push", lambda: (s.push_engine(b.path, b.build_id), s.push_files(items)))
+            progress.step(f"{device.name}: " + _push_line(s.pushes, time.monotonic() - t_push, s.verified_files))
+            _step("store gc", s.gc)
             t_check = time.monotonic()
-            report = session.preflight()
+            _step("preflight", s.check_engine)
+            report = s.preflight_report
+            assert report is not None
             progress.step(f"{device.name}: preflight ok, {time.monotonic() - t_check:.1f} s ({report.summary()})")
         except InfraError as exc:
             if session is not None:
                 session.close()
-            ctx.infra_error = str(exc)
+            ctx.infra_error = exc.line().split(": ", 1)[1]  # the line without the device's name
+            ctx.infra_kind, ctx.infra_step, ctx.infra_reason = exc.kind, exc.step, exc.reason
             ctx.setup_s = time.monotonic() - started
             progress.notice(f"{device.name}: unavailable: {exc}")
             if exc.kind != "busy":  # another run's lease says nothing about the device's health

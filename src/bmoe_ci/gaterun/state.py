@@ -27,7 +27,8 @@ class GateState:
 
     def runner(self, device: DeviceContext) -> DeviceRunner:
         if device.infra_error:
-            raise InfraError(device.name, "setup", device.infra_error)
+            reason = device.infra_reason or device.infra_error
+            raise InfraError(device.name, device.infra_kind, reason, device.infra_step or "set-up")
         if device.name not in self._runners:
             session = self._sessions.get(device.name)
             if session is None:  # an xdist worker: its own connection, the controller holds the lock

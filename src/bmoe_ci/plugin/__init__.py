@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -119,6 +120,7 @@ class Controller:
         self.prepared: Prepared | None = None
         self.collector: RecordCollector | None = None
         self.started = time.monotonic()
+        self.crashed: set[str] = set()  # node ids whose xdist worker was lost while running them
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -198,10 +200,23 @@ class Controller:
             config.stash[STATE_KEY] = GateState(run, self.prepared.sessions, opts.places)
         self.collector = RecordCollector(run, opts.absolute_attachments)
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config):
+        if report.nodeid in self.crashed and report.when != "???":
+            return "", "", ""  # xdist's second run of a test whose worker was lost: not a verdict, not counted
+        # pytest counts a failed call phase as a failure: an infrastructure error is an error there too,
+        # as in the JUnit files and the matrix
+        if is_infra(report) and report.when in ("call", "???"):
+            return "error", "E", "ERROR"
+        return None
+
     def pytest_configure_node(self, node) -> None:
         node.workerinput["bmoe_gate_run"] = self.config.stash[RUN_KEY].to_json()
 
+    @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "???":  # xdist lost the worker running this test (and will run it again)
+            self.crashed.add(report.nodeid)
         if self.collector is not None:
             self.collector.add(report)
         for key, value in report.user_properties:
@@ -296,11 +311,20 @@ def runner(gate_state: GateState, device: DeviceContext, request: pytest.Fixture
         request.node.user_properties.append(("bmoe.plans", json.dumps([p.to_json() for p in plans])))
 
 
+#: What each test's phases gave (for the artifacts fixture's teardown)
+PHASES_KEY = pytest.StashKey[dict[str, str]]()
+
+
 @pytest.fixture
-def artifacts(gate_state: GateState, device: DeviceContext, request: pytest.FixtureRequest) -> Path:
-    """A directory for this test's artifacts (kept only when the test fails)."""
+def artifacts(gate_state: GateState, device: DeviceContext, request: pytest.FixtureRequest):
+    """A directory for this test's artifacts, its own: nothing else writes there. Kept when the test did
+    not pass; removed at its teardown when it passed. The device's ``artifacts/`` directory, which every
+    test of the device shares, is never removed by a test (another may be writing into it)."""
     safe = "".join(c if c.isalnum() or c in "-_.[]" else "_" for c in request.node.name)
-    return Path(gate_state.run.results_dir) / device.name / "artifacts" / safe
+    own = Path(gate_state.run.results_dir) / device.name / "artifacts" / safe
+    yield own
+    if request.node.stash.get(PHASES_KEY, {}).get("call") == "passed" and own.is_dir() and not own.is_symlink():
+        shutil.rmtree(own, ignore_errors=True)
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
@@ -329,9 +353,27 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     )
 
 
+def full_tracebacks(config: pytest.Config) -> bool:
+    """Did the user ask for tracebacks (``-v``, ``--tb=long``)? Otherwise an infrastructure error is
+    reported as its one line."""
+    return config.get_verbosity() > 0 or config.getoption("tbstyle", "auto") == "long"
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
+    if item.config.stash.get(STATE_KEY, None) is None:
+        return report  # not a gate run: pytest's reports as they are
+    item.stash.setdefault(PHASES_KEY, {})[report.when] = report.outcome
     if call.excinfo is not None and call.excinfo.errisinstance(InfraError):
         report.user_properties.append(("bmoe.infra", "1"))
+        if not full_tracebacks(item.config):
+            # one line naming device, step, kind and cause: the same for a test that called the engine in
+            # its own body (CFG, DET, G8w, REF) as for one whose fixture did, and the same on every phase
+            report.longrepr = call.excinfo.value.line()
     return report
+
+
+def is_infra(report: pytest.TestReport) -> bool:
+    """An infrastructure error: an InfraError in any phase, or a test whose xdist worker was lost."""
+    return report.failed and (report.when == "???" or ("bmoe.infra", "1") in list(report.user_properties))

@@ -8,6 +8,7 @@ is an error too.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -21,6 +22,13 @@ from bmoe_ci.reports import DeviceRun, RunMeta, TestRecord, console_matrix, exit
 from bmoe_ci.reports.plan import read_plan, reconcile, write_pending_plan
 from bmoe_ci.reports.records import RUN_JSON
 from bmoe_ci.reports.summary import SUMMARY_JSON
+
+#: The record of a test whose xdist worker died while running it (xdist runs it again elsewhere; that
+#: second run is not recorded: a test is never retried).
+CRASHED = (
+    "infrastructure: the test process crashed (xdist worker lost) while running this test; "
+    "xdist's second run of it is not a verdict"
+)
 
 
 @dataclass
@@ -61,6 +69,7 @@ class RecordCollector:
         self.run = run
         self.absolute = absolute_attachments  # JUnit attachments by absolute path
         self.pending: dict[str, _Pending] = {}
+        self.crashed: set[str] = set()  # node ids whose xdist worker died under them
         self.records: dict[str, list[TestRecord]] = {d.name: [] for d in run.devices}
         self.engine_s: dict[str, float] = {d.name: 0.0 for d in run.devices}
         self.wall_s: dict[str, float] = {d.name: d.setup_s for d in run.devices}
@@ -74,6 +83,17 @@ class RecordCollector:
 
     def add(self, report: pytest.TestReport) -> None:
         props = _props(report)
+        if report.nodeid in self.crashed:
+            return  # xdist's second run of a test whose worker was lost: the crash is its record
+        if report.when == "???":  # xdist: the worker died running this test (its report carries no labels)
+            self.crashed.add(report.nodeid)
+            if report.nodeid in self.pending:
+                p = self.pending[report.nodeid]
+                p.outcome, p.message = "error", CRASHED
+                p.details = CRASHED
+                self._finish(report.nodeid)
+            # else: it died before its set-up was reported; the plan records it as not run (an error)
+            return
         if "bmoe.device" not in props:
             return  # not a gate test
         p = self.pending.setdefault(report.nodeid, _Pending(props))
@@ -90,9 +110,7 @@ class RecordCollector:
                     p.outcome, p.message, p.details = "error", _one_line(report), report.longreprtext
             elif p.outcome == "pass":
                 p.outcome, p.message, p.details = "fail", _one_line(report), report.longreprtext
-        if report.when == "teardown" or report.when == "???":
-            if report.when == "???":  # xdist: the worker crashed while running this test
-                p.outcome, p.message = "error", "the test process crashed (xdist worker lost)"
+        if report.when == "teardown":
             self._finish(report.nodeid)
 
     def _finish(self, nodeid: str) -> None:
@@ -168,6 +186,11 @@ class RecordCollector:
             notes=list(self.run.notes),
             faults=list(self.run.faults),
         )
+        for d in self.run.devices:  # what passing tests left: the devices' artifacts/ dirs, when empty
+            shared = Path(self.run.results_dir) / d.name / "artifacts"
+            with contextlib.suppress(OSError):
+                if shared.is_dir() and not shared.is_symlink() and not any(shared.iterdir()):
+                    shared.rmdir()
         data = finalize(self.run.results_dir, runs, meta, absolute=self.absolute)
         lines = [console_matrix(data)]
         built = ", ".join(self.run.compiled) or "nothing (every target from the cache)"

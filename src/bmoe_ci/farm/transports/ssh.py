@@ -10,7 +10,6 @@ import contextlib
 import math
 import os
 import select
-import shlex
 import socket
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 from ..errors import InfraError
 from ..model import Device
-from .base import DEADLINE_GRACE, Ending, Problem, RunResult, Transport
+from .base import DEADLINE_GRACE, Ending, Problem, RunResult, Transport, command_text
 from .remote_shell import build_remote_command, new_marker, split_marker, status_result
 
 
@@ -152,7 +151,10 @@ class SshTransport(Transport):
         if isinstance(exc, paramiko.AuthenticationException):
             return InfraError(d.name, "auth", f"{where} refused key {d.key} for user {user!r}: {exc}")
         if isinstance(exc, TimeoutError | socket.timeout):
-            return InfraError(d.name, "unreachable", f"{where}: connect timed out after {ct:g}s")
+            # no answer at all: not retried (a retry would wait out the same silence again)
+            return InfraError(d.name, "timeout", f"{where}: connect timed out after {ct:g}s")
+        if isinstance(exc, paramiko.SSHException) and "banner" in str(exc).lower():
+            return InfraError(d.name, "timeout", f"{where}: no SSH banner within {ct:g}s ({exc})")
         if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
             why = "; ".join(sorted({e.strerror or str(e) for e in exc.errors.values()}))
             return InfraError(d.name, "unreachable", f"{where}: {why}")
@@ -253,7 +255,7 @@ class SshTransport(Transport):
         if silent:
             return infra(
                 "timeout",
-                f"{shlex.join(shown)[:200]}: no progress for {idle_timeout:g}s (the device-side deadline "
+                f"{command_text(shown)}: no progress for {idle_timeout:g}s (the device-side deadline "
                 "should have answered; device or link hung)",
                 bytes(out),
                 bytes(err),
@@ -262,7 +264,7 @@ class SshTransport(Transport):
         if timed_out:
             return infra(
                 "timeout",
-                f"{shlex.join(shown)[:200]}: no answer {secs + DEADLINE_GRACE:g}s after start "
+                f"{command_text(shown)}: no answer {secs + DEADLINE_GRACE:g}s after start "
                 "(link hung; the device-side timeout kills the process)",
                 bytes(out),
                 bytes(err),
@@ -294,6 +296,8 @@ class SshTransport(Transport):
     def _sftp_client(self):
         if self._sftp is None:
             self._sftp = self._conn.sftp()
+            # a transfer that stalls for transfer_timeout is a hung link, not a wait without end
+            self._sftp.get_channel().settimeout(float(self.device.transfer_timeout))
         return self._sftp
 
     def _put(self, local: Path, remote: str) -> int:
