@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import platform
+import socket
 import threading
 import time
 from pathlib import Path
@@ -189,3 +190,26 @@ def test_an_engine_left_running_by_a_lost_link_is_killed_before_the_plan_runs_ag
         assert len({r[-1] for r in rows}) == 1, "rows of two runs in one trace"
         assert trace.read_text() == text, "the trace changed after the run that wrote it had ended"
     assert not list((work / "store").glob(".tmp-batch-*")), "the killed run's files are gone too"
+
+
+@needs_adb
+def test_a_hung_adb_server_costs_one_connect_timeout(tmp_path: Path) -> None:
+    """A server that accepts and never answers (it used to cost 48.6 s per connect: three tries of
+    connect_timeout + 5 s and their backoff)."""
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(8)  # the kernel accepts; nobody reads
+        port = hung.getsockname()[1]
+        farm = _farm(
+            tmp_path,
+            f"  - name: phone\n    kind: phone\n    os: android\n    arch: {ARCH}\n    transport: adb\n"
+            f'    serial: "127.0.0.1:5555"\n    adb_server: "127.0.0.1:{port}"\n    workdir: /data/local/tmp/x\n'
+            "    connect_timeout: 2\n    retries: 2\n",
+        )
+        session = DeviceSession(load_farm_file(farm).device("phone"))
+        started = time.monotonic()
+        with pytest.raises(InfraError) as err:
+            session.connect()
+        took = time.monotonic() - started
+    assert err.value.kind == "timeout" and "no answer" in err.value.reason, err.value
+    assert took < 2 + 2, f"{took:.1f}s"

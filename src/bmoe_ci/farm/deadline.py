@@ -37,6 +37,19 @@ from .transports.base import Transport, name_script
 DEADLINE_MARK = "__bmoe_ci_entry_deadline__"
 #: Seconds of silence past the entry deadline before the controller itself gives up on a plan.
 IDLE_GRACE = 30.0
+#: The watcher says it is alive at least this often (seconds), growth or not.
+ALIVE_S = 5
+#: Missed alive lines after which a link is taken for hung (with at least ``connect_timeout`` of silence).
+ALIVE_MISSED = 3
+
+
+def silence_limit(entry_deadline: float, connect_timeout: float) -> float:
+    """Seconds without a byte from a watched command after which the controller takes the device or its
+    link for hung: three missed alive lines (at least ``connect_timeout``), never more than the entry
+    deadline plus :data:`IDLE_GRACE`."""
+    return min(entry_deadline + IDLE_GRACE, max(float(connect_timeout), float(ALIVE_S * ALIVE_MISSED)))
+
+
 PROGRESS_MARK = "__bmoe_ci_progress__"
 
 # $1 deadline (whole seconds), $2 result file, then the engine's argv (exec prefix included).
@@ -48,15 +61,16 @@ d=$1; f=$2; shift 2
 parent=$$
 loop='
 d=$1; f=$2; pid=$3; parent=$4
-last=0; idle=0
+last=0; idle=0; tick=0
 while kill -0 "$pid" 2>/dev/null; do
   sleep 1 </dev/null >/dev/null 2>&1
   if ! kill -0 "$parent" 2>/dev/null; then
     kill -KILL -"$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null; rm -f "$f.pid"; exit 0
   fi
   n=$(wc -c <"$f" 2>/dev/null) || n=0
+  tick=$((tick + 1))
   if [ "$n" -ne "$last" ]; then last=$n; idle=0; echo "__bmoe_ci_progress__ $n" >&2
-  else idle=$((idle + 1)); fi
+  else idle=$((idle + 1)); [ $((tick % 5)) -eq 0 ] && echo "__bmoe_ci_alive__" >&2; fi
   if [ "$idle" -ge "$d" ]; then
     echo "__bmoe_ci_entry_deadline__ $d" >&2
     kill -KILL -"$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null

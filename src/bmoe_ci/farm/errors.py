@@ -95,6 +95,10 @@ class InfraError(FarmError):
         out.step = step
         return out
 
+    def __str__(self) -> str:
+        step = f"{self.step}: " if self.step else ""
+        return f"{self.device}: {step}{self.kind}: {self.reason}"
+
     def line(self) -> str:
         """``DEVICE: STEP: KIND: REASON`` on one line (the reason's first line, at most 400 characters)."""
         reason = " ".join(self.reason.split())

@@ -314,6 +314,13 @@ class DeviceLock:
         if owner is not None:
             self._sh(_REWRITE, self.path, owner.to_json(), "-")
 
+    def abandon(self) -> None:
+        """Give the lease up without a word to the device (it does not answer): it expires after its TTL,
+        and nothing (not the exit hook either) waits on the device for it."""
+        self.adopted = False
+        self.owner = None  # not under the renewal lock: a renewal hung on the device holds it
+        _live_locks.discard(self)
+
     def __enter__(self) -> DeviceLock:
         return self.acquire()
 
@@ -340,6 +347,8 @@ class Heartbeat:
         self.lock = lock
         self.progress = progress
         self.lost: str | None = None
+        #: the last renewal got no answer (a hung device or link): releasing would only wait as long again
+        self.unanswered = False
         self._stop = threading.Event()
         self._transport: Transport | None = None
         self._thread = threading.Thread(
@@ -362,7 +371,9 @@ class Heartbeat:
                     self._transport = open_transport(self.lock.transport.device)
                     self._transport.workdir = self.lock.transport.workdir
                 self.lock.refresh(self._transport)
+                self.unanswered = False
             except InfraError as exc:
+                self.unanswered = exc.kind == "timeout"
                 if exc.kind == "busy":
                     self.lost = exc.reason
                     if self.progress:
@@ -377,8 +388,9 @@ class Heartbeat:
     def stop(self) -> None:
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
-            # a renewal under way ends within its own deadline (plus the controller's grace)
-            self._thread.join(timeout=lease_deadline(self.lock.transport) + 15)
+            # a renewal under way ends within its own deadline (plus the controller's grace); the release
+            # waits for it anyway (it takes the lease's lock), unless the device stopped answering
+            self._thread.join(timeout=1.0 if self.unanswered else lease_deadline(self.lock.transport) + 15)
         if self._transport is not None:
             with contextlib.suppress(Exception):
                 self._transport.close()

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from .deadline import IDLE_GRACE, result_file_name, watched_argv
+from .deadline import result_file_name, silence_limit, watched_argv
 from .errors import InfraError
 from .lock import DeviceLock, Heartbeat
 from .model import Device
@@ -187,14 +187,16 @@ class DeviceSession:
     ) -> RunResult:
         """Run an engine plan (``bmoe batch``) of ``entries`` entries under the device-side watcher
         (:mod:`~bmoe_ci.farm.deadline`): an entry that gives no result within :attr:`entry_deadline` is
-        killed on the device. The controller gives up when nothing at all arrives for the deadline + 30 s
-        (link or device hung) and the whole plan has ``entries`` deadlines at most."""
+        killed on the device. The watcher says it is alive every few seconds; the controller takes the
+        device or its link for hung after :func:`~bmoe_ci.farm.deadline.silence_limit` seconds without a
+        byte, and the whole plan has ``entries`` deadlines at most. ``env``: variables for the engine."""
         deadline = self.entry_deadline
         command = self.engine_argv(args)
         if env:
             command = ["env", *(f"{k}={v}" for k, v in env.items()), *command]
         argv = watched_argv(command, deadline, self.transport.path(result_file_name()))
-        r = self.transport.run(argv, deadline * max(1, entries) + 30.0, stdin=stdin, idle_timeout=deadline + IDLE_GRACE)
+        silence = silence_limit(deadline, self.device.connect_timeout)
+        r = self.transport.run(argv, deadline * max(1, entries) + 30.0, stdin=stdin, idle_timeout=silence)
         self.engine_seconds += r.duration
         if r.outcome is Ending.EXITED and r.exit_code is not None and 128 < r.exit_code < 128 + 65:
             # the watcher's shell reports an engine killed by signal N as status 128+N (the engine's
@@ -230,11 +232,21 @@ class DeviceSession:
 
     def close(self) -> None:
         """Stop the heartbeat, release the lock (if we took it) and close the transport. Never raises."""
+        unanswered = False
         if self.heartbeat is not None:
+            unanswered = self.heartbeat.unanswered
             self.heartbeat.stop()
             self.heartbeat = None
-        with contextlib.suppress(InfraError, OSError):
-            self.device_lock.release()
+        if unanswered and self.device_lock.owner is not None:
+            # the device gave its last heartbeat no answer: a release would wait out its deadline too
+            self._say(
+                f"lease not released: the device did not answer its last heartbeat; it expires after its "
+                f"{self.device_lock.ttl:g}s TTL (sooner for a run on this machine: its process is gone)"
+            )
+            self.device_lock.abandon()
+        else:
+            with contextlib.suppress(InfraError, OSError):
+                self.device_lock.release()
         with contextlib.suppress(Exception):
             self.transport.close()
 

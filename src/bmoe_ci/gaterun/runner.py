@@ -194,7 +194,7 @@ class DeviceRunner:
             raise InfraError(self.session.device.name, "timeout", self.retired)
 
     def _timed_out(self, exc: InfraError) -> InfraError:
-        self.timeouts.append(exc.reason)
+        self.timeouts.append(f"{exc.step}: {exc.reason}" if exc.step else exc.reason)
         if len(self.timeouts) >= MAX_TIMEOUTS and self.retired is None:
             self.retired = f"taken out of the run after {len(self.timeouts)} timeouts: " + "; ".join(self.timeouts)
         return exc
@@ -214,7 +214,7 @@ class DeviceRunner:
             r = self.session.run_plan(["batch", "/dev/stdin"], len(pending), stdin=plan.encode())
             if r.outcome is Ending.INFRA and r.infra is not None and r.infra.kind == "timeout":
                 first_id = pending[0][0]
-                raise InfraError(device, "timeout", f"plan {key!r}, from entry {first_id!r}: {r.infra.reason}")
+                raise InfraError(device, "timeout", f"from entry {first_id!r}: {r.infra.reason}")
             r = self._checked(r)
             stderr = _without_emulator_lines(strip_marks(r.stderr.decode(errors="replace")))
             for line in r.stdout.decode(errors="replace").splitlines():
@@ -233,7 +233,7 @@ class DeviceRunner:
                 raise InfraError(
                     device,
                     "timeout",
-                    f"plan {key!r} entry {first_id!r} gave no result within its deadline of "
+                    f"entry {first_id!r} gave no result within its deadline of "
                     f"{self.session.entry_deadline:g}s; killed on the device ({' '.join(map(str, first_argv))[:160]})",
                 )
             crashed = crash_of(r)

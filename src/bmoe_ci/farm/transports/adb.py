@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InfraError
-from .base import DEADLINE_GRACE, Ending, Problem, RunResult, Transport, _tail, command_text
+from .base import Ending, Problem, RunResult, Transport, _tail, command_text, grace
 from .local import ProcessRun, run_process
 from .remote_shell import build_remote_command, new_marker, split_marker, status_result
 
@@ -188,7 +188,7 @@ class AdbTransport(Transport):
         except InfraError as exc:
             return RunResult(name, shown, Ending.INFRA, infra=exc, timeout=timeout)
         shell = [*client, "shell", "-T", *(["-n"] if stdin is None else []), command]
-        p = run_process(shell, secs + DEADLINE_GRACE, stdin=stdin, idle_timeout=idle_timeout)
+        p = run_process(shell, secs + grace(secs), stdin=stdin, idle_timeout=idle_timeout)
 
         def infra(kind: str, reason: str) -> RunResult:
             return RunResult(
@@ -214,7 +214,7 @@ class AdbTransport(Transport):
         if p.timed_out:
             return infra(
                 "timeout",
-                f"{command_text(shown)}: no answer {secs + DEADLINE_GRACE:g}s after start "
+                f"{command_text(shown)}: no answer {secs + grace(secs):g}s after start "
                 "(link hung; the device-side timeout kills the process)",
             )
         status, stderr = split_marker(p.stderr, marker)

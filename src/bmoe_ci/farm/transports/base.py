@@ -37,8 +37,16 @@ if TYPE_CHECKING:
 #: Reports a problem with a device key: ``problem(key, message)`` (``key`` "" for the device itself).
 Problem = Callable[[str, str], None]
 
-#: Extra seconds the controller waits past a command's own timeout before declaring the link dead.
+#: Extra seconds the controller waits past a command's own timeout before declaring the link dead (the
+#: device-side ``timeout`` answers first when the link is fine): a quarter of the timeout, 2 to 10 s.
 DEADLINE_GRACE = 10.0
+
+
+def grace(timeout: float) -> float:
+    """The controller's grace past a command's own ``timeout`` (see :data:`DEADLINE_GRACE`)."""
+    return min(DEADLINE_GRACE, max(2.0, timeout / 4))
+
+
 #: First wait before retrying a transient connect or upload failure; doubled at each retry.
 RETRY_BACKOFF = 1.0
 
@@ -63,6 +71,8 @@ def command_text(argv: Sequence[str], limit: int = 200) -> str:
         if parts[i] == "sh" and parts[i + 1] == "-c":
             script = parts[i + 2]
             name = _SCRIPT_NAMES.get(script)
+            if name is not None:  # a script of ours: its name says it (the caller says what it was for)
+                return f"<{name}>"
             if name is None:
                 lines = [ln.strip() for ln in script.splitlines() if ln.strip()]
                 first = lines[0] if lines else ""

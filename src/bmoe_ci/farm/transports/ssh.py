@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import InfraError
 from ..model import Device
-from .base import DEADLINE_GRACE, Ending, Problem, RunResult, Transport, command_text
+from .base import Ending, Problem, RunResult, Transport, command_text, grace
 from .remote_shell import build_remote_command, new_marker, split_marker, status_result
 
 
@@ -214,7 +214,7 @@ class SshTransport(Transport):
             return infra("disconnect", f"cannot start a command: {type(exc).__name__}: {exc}")
 
         out, err = bytearray(), bytearray()
-        deadline = start + secs + DEADLINE_GRACE
+        deadline = start + secs + grace(secs)
         timed_out = silent = False
         last = start
         try:
@@ -264,7 +264,7 @@ class SshTransport(Transport):
         if timed_out:
             return infra(
                 "timeout",
-                f"{command_text(shown)}: no answer {secs + DEADLINE_GRACE:g}s after start "
+                f"{command_text(shown)}: no answer {secs + grace(secs):g}s after start "
                 "(link hung; the device-side timeout kills the process)",
                 bytes(out),
                 bytes(err),
