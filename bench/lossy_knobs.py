@@ -134,7 +134,8 @@ def main() -> int:
         subprocess.run([engine, "info", "-m", str(model.path)], capture_output=True, text=True, check=True).stdout
     )
     k, n_layers = facts["top_k"], len(facts["moe_layers"])
-    experts_mib = facts["expert_bytes"] * facts["n_expert"] * n_layers / MIB
+    per_layer = facts["expert_bytes_per_layer"]  # one expert of each MoE layer (types may differ per layer)
+    experts_mib = sum(per_layer) * facts["n_expert"] / MIB
     widths = [int(w) for w in args.widths.split(",") if w]
     configs: dict[str, list[str]] = {"baseline (cached, undropped)": []}
     for F in ("0.5", "0.75", "1.0"):
@@ -145,7 +146,7 @@ def main() -> int:
         configs[f"--expert-substitute {L}"] = ["--expert-substitute", L]
     print(
         f"model {model.name}: {facts['n_expert']} experts x {n_layers} MoE layers, top-{k}, "
-        f"{facts['expert_bytes'] / 1024:.0f} KiB per expert, {experts_mib:.1f} MiB of experts; "
+        f"{sum(per_layer) / n_layers / 1024:.0f} KiB per expert (mean over layers), {experts_mib:.1f} MiB of experts; "
         f"cache {args.cache_mb} MiB ({args.cache_mb / experts_mib:.0%} of them); {len(PROMPTS)} prompts x "
         f"{args.tokens} tokens, -t {args.threads}; engine {engine}"
     )

@@ -124,7 +124,7 @@ def main() -> int:
         engine = str(build("host").path)
     model = resolve_model(args)
     facts = engine_json([engine, "info", "-m", model])
-    experts_mib = facts["expert_bytes"] * facts["n_expert"] * len(facts["moe_layers"]) / MIB
+    experts_mib = sum(facts["expert_bytes_per_layer"]) * facts["n_expert"] / MIB
     with tempfile.TemporaryDirectory() as tmp:
         text = Path(tmp) / "text.txt"
         text.write_bytes(b"".join(Path(t).read_bytes() for t in args.text)[: args.text_bytes])

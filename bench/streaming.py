@@ -109,7 +109,8 @@ def main() -> int:
     facts = json.loads(
         subprocess.run([engine, "info", "-m", str(model.path)], capture_output=True, text=True, check=True).stdout
     )
-    experts_mib = facts["expert_bytes"] * facts["n_expert"] * len(facts["moe_layers"]) / MIB
+    per_layer = facts["expert_bytes_per_layer"]  # one expert of each MoE layer (types may differ per layer)
+    experts_mib = sum(per_layer) * facts["n_expert"] / MIB
     budgets = [int(b) for b in args.budgets.split(",") if b]
     streamed: dict[str, list[str]] = {"cache off": []}
     for b in budgets:
@@ -122,7 +123,8 @@ def main() -> int:
         configs.update({f"{name} @{args.baseline}": (base_engine, a, off) for name, a in streamed.items()})
     print(
         f"model {model.name}: {size_mib:.0f} MiB file, {experts_mib:.0f} MiB of experts "
-        f"({facts['n_expert']} x {len(facts['moe_layers'])} layers, {facts['expert_bytes'] / MIB:.2f} MiB each, "
+        f"({facts['n_expert']} x {len(facts['moe_layers'])} layers, "
+        f"{sum(per_layer) / len(per_layer) / MIB:.2f} MiB each on average, "
         f"top-{facts['top_k']}); engine {engine}; {args.tokens} tokens, -t {args.threads}, {args.rounds} rounds"
     )
     if base_engine:

@@ -110,15 +110,26 @@ def counter_invariants(entry: str, r: EngineResult, trace: Trace | None) -> list
         c["weight_dropped"],
         f"0..weight_routed = {c['weight_routed']}",
     )
-    eb = r.data["model"]["expert_bytes"]
-    if streamed:  # a read is one whole expert, whatever its number of parts
-        want(
-            c["flash_bytes"] == c["flash_reads"] * eb,
-            "flash_bytes",
-            c["flash_bytes"],
-            f"flash_reads x expert_bytes = {c['flash_reads']} x {eb}",
-        )
-    else:
+    # bytes per MoE layer: each layer's experts in their own types (llama.cpp's mixes), so a read costs
+    # its own layer's expert bytes, and each layer's bytes are its reads times that
+    model = r.data["model"]
+    layers = list(model["moe_layers"])
+    eb = dict(zip(layers, model["expert_bytes_per_layer"], strict=True))
+    per = {int(x["layer"]): x for x in r.data["flash_by_layer"]}
+    want(sorted(per) == layers, "flash_by_layer", sorted(per), f"one entry per MoE layer {layers}")
+    for name in ("flash_reads", "flash_bytes"):
+        total = sum(x[name] for x in per.values())
+        want(c[name] == total, name, c[name], f"the sum of flash_by_layer's {name} = {total}")
+    for il in layers:
+        x = per.get(il, {"flash_reads": 0, "flash_bytes": 0})
+        if streamed:  # a read is one whole expert of its layer, whatever its number of parts
+            want(
+                x["flash_bytes"] == x["flash_reads"] * eb[il],
+                f"flash_by_layer[{il}].flash_bytes",
+                x["flash_bytes"],
+                f"flash_reads x layer {il}'s expert_bytes = {x['flash_reads']} x {eb[il]}",
+            )
+    if not streamed:
         want(c["flash_reads"] == c["flash_bytes"] == 0, "flash_reads", c["flash_reads"], "0 with --mmap")
     if trace is None:
         return bad
@@ -127,18 +138,28 @@ def counter_invariants(entry: str, r: EngineResult, trace: Trace | None) -> list
     unused = c["prefetch_issued"] - c["prefetch_used"]
     read_rows = [x for x in rows if x.expert_bytes]
     want(len(rows) == routed, "experts_routed", routed, f"{len(rows)} trace rows")
-    want(
-        c["flash_bytes"] == sum(x.expert_bytes for x in rows) + unused * eb,
-        "flash_bytes",
-        c["flash_bytes"],
-        f"sum of the trace's expert_bytes + unused prefetches x expert_bytes = "
-        f"{sum(x.expert_bytes for x in rows) + unused * eb}",
-    )
+    wrong = [x for x in read_rows if x.expert_bytes != eb.get(x.layer)]
+    if wrong:  # the first row charged another layer's bytes (or a partial expert)
+        x = wrong[0]
+        want(False, f"trace line {x.line}: expert_bytes", x.expert_bytes, f"layer {x.layer}'s {eb.get(x.layer)}")
+    # a read no trace row carries is a speculative one whose expert was never used: per layer, the
+    # reads beyond the trace's are those, and together they are prefetch_issued - prefetch_used
+    beyond = {il: per[il]["flash_reads"] - sum(1 for x in read_rows if x.layer == il) for il in layers if il in per}
+    for il, n in beyond.items():
+        want(n >= 0, f"flash_by_layer[{il}].flash_reads", per[il]["flash_reads"], "at least the trace's reads there")
     want(
         c["flash_reads"] == len(read_rows) + unused,
         "flash_reads",
         c["flash_reads"],
         f"trace rows that read + unused prefetches = {len(read_rows) + unused}",
+    )
+    spec = sum(n * eb[il] for il, n in beyond.items())
+    want(
+        c["flash_bytes"] == sum(x.expert_bytes for x in rows) + spec,
+        "flash_bytes",
+        c["flash_bytes"],
+        f"sum of the trace's expert_bytes + the unused prefetches' bytes per layer = "
+        f"{sum(x.expert_bytes for x in rows) + spec}",
     )
     want(
         c["cache_misses"] == sum(x.residency == 0 for x in rows),

@@ -35,7 +35,7 @@ def test_engine_matches_the_replay(
         r = runs[entry]
         pred = replay(trace, RunConfig.from_argv(r.argv))
         problems += [f"{entry}: {p}" for p in pred.problems]
-        problems += [f"{entry}: {m}" for m in mismatches(trace, pred, r.data["counters"])]
+        problems += [f"{entry}: {m}" for m in mismatches(trace, pred, r.data["counters"], r.data["flash_by_layer"])]
     if problems:
         artifacts.mkdir(parents=True, exist_ok=True)
         (artifacts / "replay_mismatches.txt").write_text("\n".join(problems) + "\n")

@@ -60,7 +60,7 @@ def reference_scores(model_path: str, text_path: str) -> tuple[list[int], float,
     nxt = np.array(tokens[1:])
     nll = lse[:-1] - logits[np.arange(len(tokens) - 1), nxt]
     top1 = float((logits[:-1].argmax(axis=1) == nxt).mean())
-    return tokens, float(nll.mean()), top1, bool(model.q8_0 or model.q8_k), model.recipe.act == "gelu"
+    return tokens, float(nll.mean()), top1, bool(model.q8_0 or model.q8_k), model.recipe.act == "gelu_tanh"
 
 
 def local_model(gate_state: GateState, device: DeviceContext, fixture: str) -> Path:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -45,24 +46,33 @@ CONFIGS = {
 }
 
 
-def traced_run(binary: Path, model: Path, tmp_path: Path, *args: str, n: int = 24) -> tuple[list[str], dict, str]:
+def traced_result(binary: Path, model: Path, tmp_path: Path, *args: str, n: int = 24) -> tuple[list[str], dict, str]:
+    """(argv, the result JSON, the route trace's text)."""
     trace = tmp_path / "trace.csv"
     argv = ["run", "-m", str(model), "-p", PROMPT, "-n", str(n), "--json", *args, "--route-trace", str(trace)]
     proc = subprocess.run([str(binary), *argv], capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
-    return argv, json.loads(proc.stdout)["counters"], trace.read_text()
+    return argv, json.loads(proc.stdout), trace.read_text()
+
+
+def traced_run(binary: Path, model: Path, tmp_path: Path, *args: str, n: int = 24) -> tuple[list[str], dict, str]:
+    argv, data, text = traced_result(binary, model, tmp_path, *args, n=n)
+    return argv, data["counters"], text
 
 
 @pytest.mark.parametrize("config", sorted(CONFIGS))
-@pytest.mark.parametrize("name", ["qwen3moe", "gemma4", "qwen3moe-nonorm"])
+@pytest.mark.parametrize("name", ["qwen3moe", "gemma4", "qwen3moe-nonorm", "qwen3moe-q4k"])
 def test_replay_predicts_every_decision_and_counter(
     engine_bin: Path, fixtures: dict[str, Path], tmp_path: Path, name: str, config: str
 ) -> None:
-    argv, counters, text = traced_run(engine_bin, fixtures[name], tmp_path, *CONFIGS[config])
+    """qwen3moe-q4k is llama.cpp's Q4_K_M mix: its layers' experts differ in size, so each layer's
+    slot and reads are its own."""
+    argv, data, text = traced_result(engine_bin, fixtures[name], tmp_path, *CONFIGS[config])
+    counters = data["counters"]
     trace = parse_trace(text, "trace.csv")
     pred = replay(trace, RunConfig.from_argv(argv))
     assert pred.problems == []
-    assert mismatches(trace, pred, counters) == []
+    assert mismatches(trace, pred, counters, data["flash_by_layer"]) == []
     assert len(pred.rows) == counters["experts_routed"] > 0
     if "--drop-cold-experts" in argv:  # the rule really decided something here
         assert counters["experts_dropped"] > 0
@@ -80,7 +90,7 @@ def test_one_layer_larger_than_the_cache_is_replayed(
     argv, counters, text = traced_run(engine_bin, fixtures["wide"], tmp_path, *stress, "--n-expert-used", "16", n=8)
     pred = replay(parse_trace(text, "trace.csv"), RunConfig.from_argv(argv))
     assert pred.problems == [] and mismatches(parse_trace(text, "trace.csv"), pred, counters) == []
-    assert 16 * pred.slot_bytes > 1 << 20 and pred.over_budget_loads > 0
+    assert all(16 * b > 1 << 20 for b in pred.slot_bytes.values()) and pred.over_budget_loads > 0
     argv, counters, text = traced_run(engine_bin, fixtures["qwen3moe"], tmp_path, *stress, "--n-expert-used", "8", n=8)
     pred = replay(parse_trace(text, "trace.csv"), RunConfig.from_argv(argv))
     assert mismatches(parse_trace(text, "trace.csv"), pred, counters) == [] and pred.over_budget_loads == 0
@@ -141,6 +151,18 @@ def test_a_changed_counter_or_trace_field_is_named(prefetch_run) -> None:
     [m] = mismatches(trace, pred, counters)
     assert m.field == "residency" and (m.engine, m.replay) == (0, 1)
     assert f"step {r.step} layer {r.layer} slot {r.slot} (line {r.line})" in m.where
+    trace.rows[i] = r
+    # one layer's slot in the preamble, and one layer's reads in the result, named by layer
+    il = trace.moe_layers[1]
+    trace.slot_bytes[il] += 4096
+    [m] = mismatches(trace, pred, counters)
+    assert (m.where, m.field, m.engine - m.replay) == (f"preamble layer {il}", "slot_bytes", 4096)
+    trace.slot_bytes[il] -= 4096
+    per = [{"layer": x, "flash_reads": n, "flash_bytes": b} for x, (n, b) in pred.flash_by_layer.items()]
+    assert mismatches(trace, pred, counters, per) == []
+    per[1]["flash_reads"] += 1
+    [m] = mismatches(trace, pred, counters, per)
+    assert (m.where, m.field) == (f"flash_by_layer layer {per[1]['layer']}", "flash_reads")
 
 
 @pytest.mark.parametrize("L", ["0.15", "1.0"])
@@ -206,7 +228,7 @@ def test_a_wrong_configuration_is_caught(prefetch_run) -> None:
 
 
 def test_lru_refreshes_pins_and_never_speculates_over_budget() -> None:
-    c = LruCache(budget=3 * 100, slot_bytes=100)
+    c = LruCache(budget=3 * 100, slot_bytes={0: 100})
     for e in range(3):
         c.insert((0, e))
     c.touch((0, 0))  # a hit is made most recent: 1 is now the least recent
@@ -221,10 +243,22 @@ def test_lru_refreshes_pins_and_never_speculates_over_budget() -> None:
     assert (0, 2) not in c and c.bytes == 300
 
 
+def test_lru_charges_each_layer_its_own_slot() -> None:
+    """Layers whose experts differ in type cost differently: an insert evicts until its own cost fits."""
+    c = LruCache(budget=400, slot_bytes={0: 100, 1: 250})
+    for e in range(3):
+        c.insert((0, e))
+    c.insert((1, 0))  # 300 + 250 > 400: the two least recent layer-0 entries go
+    assert list(c.entries) == [(0, 2), (1, 0)] and c.bytes == 350 and c.evictions == 2
+    c.pin((1, 0))
+    assert c.insert((1, 1), speculative=True) is False  # 350 - 100 + 250 > 400 without the pinned one
+    assert c.insert((0, 3), speculative=True) is True and c.bytes == 350 and (0, 2) not in c
+
+
 def test_malformed_trace_is_one_error_naming_file_line_key(prefetch_run) -> None:
     _, _, text = prefetch_run
-    with pytest.raises(TraceError, match=r"^t.csv:1: expected '# route_trace v3'"):
-        parse_trace(text.replace("v3", "v2", 1), "t.csv")
+    with pytest.raises(TraceError, match=r"^t.csv:1: expected '# route_trace v4'"):
+        parse_trace(text.replace("v4", "v3", 1), "t.csv")
     lines = text.splitlines()
     bad = "\n".join([*lines[:20], lines[20].replace(",0,", ",x,", 1), *lines[21:]])
     with pytest.raises(TraceError, match=r"^t.csv:21:\w+: not an integer: 'x'$"):
@@ -233,8 +267,11 @@ def test_malformed_trace_is_one_error_naming_file_line_key(prefetch_run) -> None
     few = "\n".join([*lines[:20], lines[20] + "0.5 0.25", *lines[21:]])
     with pytest.raises(TraceError, match=r"^t.csv:21:scores: 2 scores, expected \d+ \(one per expert\)$"):
         parse_trace(few, "t.csv")
-    no_slot = "\n".join(ln for ln in lines if not ln.startswith("# slot_bytes="))
-    with pytest.raises(TraceError, match=r"^t.csv:\d+:slot_bytes: missing from the preamble$"):
+    no_page = "\n".join(ln for ln in lines if not ln.startswith("# page_bytes="))
+    with pytest.raises(TraceError, match=r"^t.csv:\d+:page_bytes: missing from the preamble$"):
+        parse_trace(no_page, "t.csv")
+    no_slot = "\n".join(re.sub(r" slot_bytes=\d+$", "", ln) if ln.startswith("# layer=") else ln for ln in lines)
+    with pytest.raises(TraceError, match=r"^t.csv:\d+:slot_bytes: not an integer: ''$"):
         parse_trace(no_slot, "t.csv")
 
 
@@ -287,7 +324,7 @@ def test_traces_come_back_in_one_round_trip(tmp_path: Path) -> None:
     from bmoe_ci.gaterun.runner import DeviceRunner
 
     a, b, gone = tmp_path / "a.csv", tmp_path / "b.csv", tmp_path / "gone.csv"
-    a.write_text("# route_trace v3\nx,y\n1,2\n")
+    a.write_text("# route_trace v4\nx,y\n1,2\n")
     b.write_text("second\n\nwith a blank line and no final newline")
     session = _Session()
     runner = DeviceRunner(session)  # type: ignore[arg-type]

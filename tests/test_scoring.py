@@ -65,7 +65,11 @@ def invariants(data: dict, streamed: bool) -> None:
     c = data["counters"]
     if streamed:
         assert c["cache_hits"] + c["cache_misses"] == c["experts_routed"]
-        assert c["flash_bytes"] == c["flash_reads"] * data["model"]["expert_bytes"]
+        eb = dict(zip(data["model"]["moe_layers"], data["model"]["expert_bytes_per_layer"], strict=True))
+        per = data["flash_by_layer"]
+        assert all(x["flash_bytes"] == x["flash_reads"] * eb[x["layer"]] for x in per)
+        assert c["flash_bytes"] == sum(x["flash_bytes"] for x in per)
+        assert c["flash_reads"] == sum(x["flash_reads"] for x in per)
     else:
         assert c["flash_reads"] == c["flash_bytes"] == 0
     assert c["subst_changed"] <= c["subst_examined"]

@@ -6,8 +6,10 @@
 * the route trace's preamble and columns are the documented format;
 * I/O lanes, O_DIRECT on/off and async vs sync prefetch change no byte of the output, the counters
   or the trace;
+* expert tensors whose types differ between layers stream as they compute resident, each layer's
+  reads and cache slots in its own bytes;
 * bad input is a clear one-line error with the documented exit code, never a crash or a wrong
-  output: expert tensors that disagree in shape or type (3), a cache budget below one expert (2),
+  output: expert tensors that disagree in shape (3), a cache budget below one expert (2),
   a shard truncated after the model was opened, discovered by an expert read mid-stream (4).
 """
 
@@ -60,20 +62,23 @@ def run_json(binary: Path, model: Path, *args: str | Path, n: int = 24) -> dict:
 
 
 def read_trace(path: Path) -> tuple[dict[str, str], dict[int, int], list[dict[str, int | float | str]]]:
-    """(preamble keys, expert_bytes per MoE layer, rows)."""
+    """(preamble keys, expert_bytes per MoE layer, rows); each layer's slot bytes are in the preamble
+    keys as slot_bytes.<layer>."""
     text = path.read_text()
     lines = text.splitlines()
-    assert lines[0] == "# route_trace v3"
+    assert lines[0] == "# route_trace v4"
     meta: dict[str, str] = {}
     layers: dict[int, int] = {}
     i = 1
     while lines[i].startswith("# "):
         body = lines[i][2:]
         if body.startswith("layer="):
-            a, b, parts = body.split(" ")
-            layers[int(a.split("=")[1])] = int(b.split("=")[1])
-            assert sum(map(int, parts.removeprefix("part_bytes=").split(","))) == layers[int(a.split("=")[1])]
-        elif body.startswith("slot_bytes="):
+            a, b, parts, slot = body.split(" ")
+            il = int(a.split("=")[1])
+            layers[il] = int(b.split("=")[1])
+            assert sum(map(int, parts.removeprefix("part_bytes=").split(","))) == layers[il]
+            meta[f"slot_bytes.{il}"] = slot.removeprefix("slot_bytes=")
+        elif body.startswith("page_bytes="):
             meta.update(kv.split("=") for kv in body.split(" "))
         else:
             k, v = body.split("=", 1)
@@ -116,10 +121,13 @@ def test_counters_agree_with_route_trace(
 
     # the preamble is the model's facts
     k = res["model"]["top_k_effective"]
-    slot, page = int(meta.pop("slot_bytes")), int(meta.pop("page_bytes"))
+    page, shared = int(meta.pop("page_bytes")), int(meta.pop("shared_slot_bytes"))
+    slots = {il: int(meta.pop(f"slot_bytes.{il}")) for il in layer_bytes}
     # substitution ranks log(scores) only when the sorted tensor holds softmax probabilities
     assert meta.pop("scores_are_probs") == ("1" if facts["gating"]["func"] == "softmax" else "0")
-    assert page % 4096 == 0 and slot % page == 0 and slot > facts["expert_bytes"]
+    assert page % 4096 == 0 and all(slots[il] % page == 0 and slots[il] > layer_bytes[il] for il in slots)
+    # a shared slot holds any layer's expert: the largest layer's slot; none with the cache on
+    assert shared == (max(slots.values()) if mode == "cache-off" else 0)
     assert meta == {
         "model": str(model),
         "arch": facts["arch"],
@@ -128,6 +136,7 @@ def test_counters_agree_with_route_trace(
         "top_k": str(k),
     }
     assert layer_bytes == {e["layer"]: e["expert_bytes"] for e in facts["expert_layout"]}
+    assert dict(zip(facts["moe_layers"], facts["expert_bytes_per_layer"], strict=True)) == layer_bytes
 
     # one row per routed slot, in rank order, for every MoE layer of every evaluated token
     assert len(rows) == c["experts_routed"] > 0
@@ -152,8 +161,15 @@ def test_counters_agree_with_route_trace(
     assert all(r["expert_bytes"] == layer_bytes[r["layer"]] for r in charged)
     assert all(r["residency"] in (0, 2) for r in charged)
     unused = c["prefetch_issued"] - c["prefetch_used"]
-    eb = facts["expert_bytes"]
-    assert c["flash_bytes"] == sum(r["expert_bytes"] for r in rows) + unused * eb
+    per = {x["layer"]: x for x in res["flash_by_layer"]}
+    assert sorted(per) == sorted(layer_bytes)
+    assert all(x["flash_bytes"] == x["flash_reads"] * layer_bytes[il] for il, x in per.items())
+    assert sum(x["flash_reads"] for x in per.values()) == c["flash_reads"]
+    # per layer, the reads no row carries are the speculative reads never used
+    beyond = {il: per[il]["flash_reads"] - sum(1 for r in charged if r["layer"] == il) for il in per}
+    assert all(n >= 0 for n in beyond.values()) and sum(beyond.values()) == unused
+    spec = sum(n * layer_bytes[il] for il, n in beyond.items())
+    assert c["flash_bytes"] == sum(r["expert_bytes"] for r in rows) + spec
     assert c["flash_reads"] == len(charged) + unused
     if mode != "prefetch":
         assert c["prefetch_issued"] == c["prefetch_used"] == 0
@@ -261,35 +277,42 @@ def _one_line_error(proc: subprocess.CompletedProcess[str], code: int, *fragment
     return lines[0]
 
 
-@pytest.mark.parametrize(
-    ("case", "change", "fragments"),
-    [
-        ("shape", {"dims": [64, 96, 8]}, ("blk.1.ffn_up_exps.weight", "shape [64,96,8] but expected [64,128,8]")),
-        (
-            "type",
-            {"ggml_type": gc.GGML_F16, "data": b"\x00\x3c" * (64 * 128 * 8)},
-            (
-                "blk.1.ffn_up_exps.weight",
-                "type f16 but blk.0.ffn_up_exps.weight is f32",
-                "expert tensors must agree across layers",
-            ),
-        ),
-    ],
-)
-def test_expert_tensors_that_disagree(
-    engine_asan_bin: Path,
-    fixtures: dict[str, Path],
-    tmp_path: Path,
-    case: str,
-    change: dict,
-    fragments: tuple[str, ...],
+def test_expert_tensors_that_disagree_in_shape(
+    engine_asan_bin: Path, fixtures: dict[str, Path], tmp_path: Path
 ) -> None:
-    img = _retype(gc.parse(Path(fixtures["qwen3moe"]).read_bytes()), "blk.1.ffn_up_exps.weight", **change)
-    path = img.write(tmp_path / f"{case}.gguf")
+    img = _retype(gc.parse(Path(fixtures["qwen3moe"]).read_bytes()), "blk.1.ffn_up_exps.weight", dims=[64, 96, 8])
+    path = img.write(tmp_path / "shape.gguf")
     for mode in ((), EVICTING):
         proc = run(engine_asan_bin, "run", "-m", path, "-p", PROMPT, "-n", "4", *mode)
-        _one_line_error(proc, 3, str(path), *fragments)
+        _one_line_error(proc, 3, str(path), "blk.1.ffn_up_exps.weight", "shape [64,96,8] but expected [64,128,8]")
         assert proc.stdout == ""
+
+
+def test_expert_tensors_of_different_types(engine_asan_bin: Path, fixtures: dict[str, Path], tmp_path: Path) -> None:
+    """Each tensor its own type (llama.cpp's mixes): layer 1's up experts in F16, the others F32. The
+    model loads, `info` gives layer 1's smaller experts and the type, and streaming through an
+    evicting cache, with the cache off and with prefetch gives the resident output, each layer's reads
+    charged its own bytes."""
+    img = _retype(
+        gc.parse(Path(fixtures["qwen3moe"]).read_bytes()),
+        "blk.1.ffn_up_exps.weight",
+        ggml_type=gc.GGML_F16,
+        data=b"\x00\x3c" * (64 * 128 * 8),
+    )
+    path = img.write(tmp_path / "mixed.gguf")
+    facts = info(engine_asan_bin, path)
+    layout = {e["layer"]: e for e in facts["expert_layout"]}
+    types = {t["name"]: t["type"] for e in layout.values() for t in e["tensors"]}
+    assert types["blk.1.ffn_up_exps.weight"] == "f16" and types["blk.0.ffn_up_exps.weight"] == "f32"
+    assert layout[1]["expert_bytes"] == layout[0]["expert_bytes"] - 64 * 128 * 2
+    assert facts["expert_bytes_per_layer"] == [layout[il]["expert_bytes"] for il in facts["moe_layers"]]
+    ref = run_json(engine_asan_bin, path, "--mmap")
+    for mode in MODES.values():
+        res = run_json(engine_asan_bin, path, *mode)
+        assert res["tokens"] == ref["tokens"] and res["text_hex"] == ref["text_hex"], mode
+        per = {x["layer"]: x for x in res["flash_by_layer"]}
+        assert all(x["flash_bytes"] == x["flash_reads"] * layout[il]["expert_bytes"] for il, x in per.items())
+        assert per[1]["flash_reads"] > 0
 
 
 BIG_EXPERTS = """\
@@ -405,4 +428,4 @@ def test_shard_truncated_mid_stream(
     assert "ffn_" in lines[0] and "_exps.weight expert" in lines[0]
     result = json.loads(out)
     assert result == {"ok": False, "error": {"kind": "io", "message": lines[0][len("bmoe: error: ") :]}}
-    assert trace_text.startswith("# route_trace v3\n")
+    assert trace_text.startswith("# route_trace v4\n")

@@ -18,6 +18,7 @@ OK_RUN = {
     "tokens": [5, 6, 7],
     "text_hex": "616263",
     "counters": {"cache_hits": 4, "cache_misses": 8, "weight_routed": 1.5},
+    "flash_by_layer": [{"layer": 0, "flash_reads": 3, "flash_bytes": 300}],
 }
 META = RunMeta(run="run-x")
 
@@ -60,6 +61,7 @@ def xdev(summary: dict, name: str) -> str:
 def test_fingerprint_covers_bytes_tokens_counters_and_failures() -> None:
     fp = fingerprint(OK_RUN)
     assert fp["outcome"] == "ok" and fp["counters.cache_hits"] == 4 and fp["counters.weight_routed"] == 1.5
+    assert fp["flash_by_layer.0"] == [3, 300]
     assert fp["output"] != fingerprint({**OK_RUN, "text_hex": "616264"})["output"]
     assert fp["tokens"] != fingerprint({**OK_RUN, "tokens": [5, 6, 8]})["tokens"]
     assert fingerprint({}, "SIGSEGV") == {"outcome": "crashed (SIGSEGV)"}

@@ -372,6 +372,7 @@ int engine_generate(bmoe_engine *e, bmoe_error *err) {
     r->text = e->text;
     r->text_len = e->text_len;
     r->counters = e->counters;
+    if (e->stream) r->n_flash_layers = stream_hook_flash_layers(e->stream, &r->flash_layer_reads, &r->flash_layer_bytes);
     r->timing = e->timing;
     r->kernels = bm_kpath_name(forward_kernels(e->fwd));
     r->decode_step_s = e->step_s;
@@ -765,6 +766,7 @@ static int run_scoring(bmoe_engine *e, bmoe_error *err) {
     r->text = e->text;
     r->text_len = e->text_len;
     r->counters = e->counters;
+    if (e->stream) r->n_flash_layers = stream_hook_flash_layers(e->stream, &r->flash_layer_reads, &r->flash_layer_bytes);
     r->kernels = bm_kpath_name(forward_kernels(e->fwd)); /* scoring and sessions run the same kernels */
     r->timing = e->timing;
     r->write_extra = write_scoring;

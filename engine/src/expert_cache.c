@@ -2,10 +2,12 @@
 #include "expert_cache.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 struct bmoe_cache {
     int n_layers, n_expert, n_keys;
-    uint64_t budget, entry_bytes, bytes, evictions;
+    uint64_t budget, bytes, evictions;
+    uint64_t *layer_bytes;   /* [n_layers] what an entry of the layer costs */
     int count;
     int head, tail;          /* most / least recently used key, -1 when empty */
     int *prev, *next;        /* towards head / towards tail */
@@ -13,21 +15,24 @@ struct bmoe_cache {
     int *pins;
 };
 
-bmoe_cache *cache_create(int n_layers, int n_expert, uint64_t budget, uint64_t entry_bytes) {
-    if (n_layers < 1 || n_expert < 1 || entry_bytes == 0 || (long long)n_layers * n_expert > (1 << 30)) return NULL;
+bmoe_cache *cache_create(int n_layers, int n_expert, uint64_t budget, const uint64_t *entry_bytes) {
+    if (n_layers < 1 || n_expert < 1 || !entry_bytes || (long long)n_layers * n_expert > (1 << 30)) return NULL;
+    for (int l = 0; l < n_layers; l++)
+        if (entry_bytes[l] == 0) return NULL;
     bmoe_cache *c = calloc(1, sizeof *c);
     if (!c) return NULL;
     c->n_layers = n_layers;
     c->n_expert = n_expert;
     c->n_keys = n_layers * n_expert;
     c->budget = budget;
-    c->entry_bytes = entry_bytes;
+    c->layer_bytes = malloc((size_t)n_layers * sizeof *c->layer_bytes);
+    if (c->layer_bytes) memcpy(c->layer_bytes, entry_bytes, (size_t)n_layers * sizeof *c->layer_bytes);
     c->head = c->tail = -1;
     c->prev = malloc((size_t)c->n_keys * sizeof *c->prev);
     c->next = malloc((size_t)c->n_keys * sizeof *c->next);
     c->in = calloc((size_t)c->n_keys, 1);
     c->pins = calloc((size_t)c->n_keys, sizeof *c->pins);
-    if (!c->prev || !c->next || !c->in || !c->pins) {
+    if (!c->layer_bytes || !c->prev || !c->next || !c->in || !c->pins) {
         cache_destroy(c);
         return NULL;
     }
@@ -40,6 +45,7 @@ void cache_destroy(bmoe_cache *c) {
     free(c->next);
     free(c->in);
     free(c->pins);
+    free(c->layer_bytes);
     free(c);
 }
 
@@ -47,6 +53,8 @@ static int key(const bmoe_cache *c, int layer, int e) {
     if (layer < 0 || layer >= c->n_layers || e < 0 || e >= c->n_expert) return -1;
     return layer * c->n_expert + e;
 }
+
+static uint64_t cost(const bmoe_cache *c, int k) { return c->layer_bytes[k / c->n_expert]; }
 
 static void unlink_key(bmoe_cache *c, int k) {
     int p = c->prev[k], n = c->next[k];
@@ -86,7 +94,7 @@ static void drop(bmoe_cache *c, int k) {
     unlink_key(c, k);
     c->in[k] = 0;
     c->count--;
-    c->bytes -= c->entry_bytes;
+    c->bytes -= cost(c, k);
 }
 
 /* The next victim: the least recently used unpinned entry, or -1. */
@@ -111,7 +119,7 @@ static int victim(const bmoe_cache *c) {
 static int evictable_bytes(const bmoe_cache *c, uint64_t *out) {
     uint64_t b = 0;
     for (int k = c->tail; k >= 0; k = c->prev[k])
-        if (c->pins[k] == 0) b += c->entry_bytes;
+        if (c->pins[k] == 0) b += cost(c, k);
     *out = b;
     return 0;
 }
@@ -126,16 +134,17 @@ int cache_insert(bmoe_cache *c, int layer, int e, int allow_over, bmoe_evict_fn 
     int k = key(c, layer, e);
     if (k < 0) return 0;
     if (c->in[k]) return cache_touch(c, layer, e);
-    if (!allow_over && c->bytes + c->entry_bytes > c->budget) {
+    uint64_t need = cost(c, k);
+    if (!allow_over && c->bytes + need > c->budget) {
         /* only insert when evicting unpinned entries makes it fit; otherwise change nothing */
         uint64_t free_b;
         evictable_bytes(c, &free_b);
-        if (c->entry_bytes > c->budget || c->bytes - free_b + c->entry_bytes > c->budget) return 0;
+        if (need > c->budget || c->bytes - free_b + need > c->budget) return 0;
     }
 #ifdef BMOE_FAULT_CACHE_BUDGET_OFF_BY_ONE
     while (c->count > 0 && c->bytes > c->budget) { /* fault: the cache keeps one slot more than its budget */
 #else
-    while (c->count > 0 && c->bytes + c->entry_bytes > c->budget) {
+    while (c->count > 0 && c->bytes + need > c->budget) {
 #endif
         int v = victim(c);
         if (v < 0) break;
@@ -143,7 +152,7 @@ int cache_insert(bmoe_cache *c, int layer, int e, int allow_over, bmoe_evict_fn 
     }
     c->in[k] = 1;
     c->count++;
-    c->bytes += c->entry_bytes;
+    c->bytes += need;
     push_head(c, k);
     return 1;
 }

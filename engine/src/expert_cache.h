@@ -1,7 +1,8 @@
 /* The expert cache: an LRU over (layer, expert) with a byte budget. Bookkeeping only: it decides what
  * is resident and what to evict; the caller (stream_hook.c) reads and releases the memory.
  *
- * - Every entry costs `entry_bytes` (one committed slot, expert_stream.h).
+ * - An entry of layer l costs entry_bytes[l] (one committed slot of that layer, expert_stream.h: layers
+ *   whose experts differ in type or width cost differently); the budget is in bytes.
  * - An entry can be pinned (counted): a pinned entry is never evicted. The hook pins the experts of
  *   the layer being computed, so when one layer needs more than the budget holds, the cache goes
  *   over budget until the pins are dropped (cache_trim then brings it back).
@@ -18,8 +19,9 @@ typedef struct bmoe_cache bmoe_cache;
 /* Called for each evicted entry, in eviction order. */
 typedef void (*bmoe_evict_fn)(void *user, int layer, int e);
 
-/* NULL when out of memory or the sizes are not positive. budget may be anything >= 0. */
-bmoe_cache *cache_create(int n_layers, int n_expert, uint64_t budget, uint64_t entry_bytes);
+/* entry_bytes [n_layers] is copied. NULL when out of memory or a size is not positive. budget may be
+ * anything >= 0. */
+bmoe_cache *cache_create(int n_layers, int n_expert, uint64_t budget, const uint64_t *entry_bytes);
 void cache_destroy(bmoe_cache *c);
 
 int cache_contains(const bmoe_cache *c, int layer, int e);
@@ -38,7 +40,7 @@ void cache_trim(bmoe_cache *c, bmoe_evict_fn evict, void *user);
 /* Removes an entry without calling the callback (the caller has already released it). */
 void cache_remove(bmoe_cache *c, int layer, int e);
 
-uint64_t cache_bytes(const bmoe_cache *c);   /* resident entries x entry_bytes */
+uint64_t cache_bytes(const bmoe_cache *c);   /* the sum of the resident entries' costs */
 uint64_t cache_budget(const bmoe_cache *c);
 int cache_count(const bmoe_cache *c);
 uint64_t cache_evictions(const bmoe_cache *c);

@@ -18,19 +18,25 @@
  * neither holds an expert before its read, so opening them early exposes nothing.
  *
  * Frame pool (per-expert layout with frame_pool_bytes > 0): the memory behind the slots is an arena
- * of slot-sized frames. Committing gives the slot a free frame and opens it read-write; the expert's
+ * of slot-sized frames per slot size (a class: layers whose experts differ in type have slots of
+ * different sizes, and a frame serves the slots of its own size). Committing gives the slot a free
+ * frame of its class and opens it read-write; the expert's
  * address is then its frame (stream_view). Releasing takes the frame back and closes it (PROT_NONE)
  * with its pages kept, so the next commit of any slot reuses them: no zero-filled page faults inside
  * the read. Closing is deferred to stream_settle, so a frame released and committed again in between
  * (the usual eviction for a miss) changes no protection at all. A released or never-loaded expert's address is its slot in the reserved range, never
  * committed with a pool, so it faults; a pointer kept into a free frame faults too. Free frames keep
  * their pages until stream_trim, which the hook calls once per forward pass: it returns the pages
- * (MADV_DONTNEED) of the free frames beyond max(frame_pool_bytes, the most frames in use at once
- * since the previous trim). So the pool holds what the budget and the last pass's peak need, and a
- * pass that pins more than the budget reuses its frames instead of faulting fresh pages in.
+ * (MADV_DONTNEED) of free frames while the frames held (in use and free, in bytes) exceed
+ * max(frame_pool_bytes, the most bytes in use at once since the previous trim). So the pool holds what
+ * the budget and the last pass's peak need, and a pass that pins more than the budget reuses its
+ * frames instead of faulting fresh pages in.
  *
- * Slot geometry: each part (gate, up, gate_up, down) of an expert gets a sub-slot aligned to
- * BMOE_STREAM_ALIGN; the part's bytes start at (file offset mod BMOE_STREAM_ALIGN) inside it, so an
+ * Slot geometry, per layer: each part (gate, up, gate_up, down) of one of the layer's experts gets a
+ * sub-slot aligned to BMOE_STREAM_ALIGN, sized for that layer's slice of the part (its own type and
+ * width); a layer's slot is its sub-slots rounded up to a page. Shared slots hold any layer's expert, so
+ * they are as large as the largest layer's slot. The part's bytes start at (file offset mod
+ * BMOE_STREAM_ALIGN) inside its sub-slot, so an
  * O_DIRECT read of the aligned covering range lands the slice exactly there, with no bounce buffer
  * and no copy, and the data keeps the alignment it has in the file (F32 rows stay 4-aligned).
  *
@@ -79,9 +85,11 @@ typedef struct bmoe_stream bmoe_stream;
 int stream_open(const bmoe_stream_opts *o, bmoe_stream **out, char *err, size_t errlen);
 void stream_close(bmoe_stream *s); /* joins the lanes first; NULL is fine */
 
-/* Bytes one committed slot holds (the parts' aligned sub-slots, rounded to pages): what the cache
- * budget is charged per resident expert. */
-size_t stream_slot_bytes(const bmoe_stream *s);
+/* Bytes one committed slot of streamed layer `layer` holds (its parts' aligned sub-slots, rounded to
+ * pages): what the cache budget is charged per resident expert of that layer. 0 for no such layer. */
+size_t stream_slot_bytes(const bmoe_stream *s, int layer);
+/* The largest layer's slot (at least one page): the size of a shared slot. */
+size_t stream_slot_max(const bmoe_stream *s);
 /* The page the slot is rounded up to (the system page, at least BMOE_STREAM_ALIGN). */
 size_t stream_page_bytes(const bmoe_stream *s);
 int stream_shared_slots(const bmoe_stream *s);  /* S, or 0 for per-expert slots */
@@ -111,9 +119,10 @@ void stream_release(bmoe_stream *s, int layer, int slot);
  * Until then a pointer kept into such a frame still reads it; the expert's own view faults at once.
  * The hook settles before it returns to the forward pass, so nothing computes in between. */
 void stream_settle(bmoe_stream *s);
-/* Once per forward pass (the hook calls it at the first streamed layer): returns the pages of the
- * free frames beyond max(frame_pool_bytes, the most frames in use at once since the previous call)
- * and closes them. No-op without a pool. */
+/* Once per forward pass (the hook calls it at the first streamed layer): returns the pages of free
+ * frames, and closes them, while the frames held (in use and free, in bytes) exceed
+ * max(frame_pool_bytes, the most bytes in use at once since the previous call); classes in the order
+ * their first layer comes, the latest released frame first. No-op without a pool. */
 void stream_trim(bmoe_stream *s);
 int stream_committed(const bmoe_stream *s, int layer, int slot);
 

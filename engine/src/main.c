@@ -1,6 +1,6 @@
 /* bmoe: the command line (docs/design.md, engine: command line).
  *
- *   bmoe --version | run [options] | check [options] | info -m MODEL | batch PLAN.jsonl | tokenize ...
+ *   bmoe --version | run [options] | check [options] | info -m MODEL | batch PLAN.jsonl | tokenize ... | archs
  *
  * Exit codes: 0 ok, 2 invalid configuration or usage, 3 unreadable or malformed model, 4 I/O error,
  * 1 internal error. A failing command writes exactly one line `bmoe: error: <message>` to stderr.
@@ -13,6 +13,7 @@
 
 #include "config.h"
 #include "engine.h"
+#include "json.h"
 #include "model.h"
 #include "plan.h"
 #include "policy_report.h"
@@ -24,6 +25,7 @@ static const char USAGE[] =
     "       bmoe run [options]        greedy generation (--json for the result object)\n"
     "       bmoe check [options]      validate the options only, no model: prints ok or error: ...\n"
     "       bmoe info -m MODEL        model facts as JSON\n"
+    "       bmoe archs                the architecture recipes (arch.c) as JSON\n"
     "       bmoe batch PLAN.jsonl     one {\"id\": ..., \"argv\": [\"run\"|\"check\", ...]} per line, a JSON result each\n"
     "       bmoe tokenize -m MODEL -p TEXT | --texts FILE | --eog [--chat] [--no-special] [--no-parse-special]\n"
     "                                 token ids (and the ids decoded) as JSON, one line per text\n"
@@ -147,6 +149,24 @@ static int do_info(int argc, char **argv) {
     return 0;
 }
 
+/* The recipe table as one JSON object: {"ok": true, "recipes": [row, ...]} (arch.h, arch_write_json). */
+static int do_archs(int argc, char **argv) {
+    bmoe_error err = {0};
+    if (argc > 0 && strcmp(argv[0], "--json") != 0)
+        return failed((err_set(&err, 2, "usage", "archs: unexpected argument '%.40s' (usage: bmoe archs)", argv[0]), &err), 1);
+    json_writer w;
+    json_init(&w, stdout);
+    json_begin_object(&w, NULL);
+    json_bool(&w, "ok", 1);
+    json_begin_array(&w, "recipes");
+    for (int i = 0; i < arch_count(); i++) arch_write_json(&w, arch_at(i));
+    json_end_array(&w);
+    json_end_object(&w);
+    json_end(&w);
+    fflush(stdout);
+    return 0;
+}
+
 /* Reads the whole plan (bounded), then runs each non-empty line on a fresh engine. */
 static int do_batch(int argc, char **argv) {
     bmoe_error err = {0};
@@ -228,9 +248,10 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "check") == 0) return do_check(argc - 2, argv + 2, 0, NULL);
     if (strcmp(cmd, "info") == 0) return do_info(argc - 2, argv + 2);
     if (strcmp(cmd, "batch") == 0) return do_batch(argc - 2, argv + 2);
+    if (strcmp(cmd, "archs") == 0) return do_archs(argc - 2, argv + 2);
     if (strcmp(cmd, "tokenize") == 0) {
         int rc = tokenize_main(argc - 2, argv + 2, &err);
         return rc ? failed(&err, 0) : 0;
     }
-    return failed((err_set(&err, 2, "usage", "unknown command '%.40s' (run, check, info, batch, tokenize, --version)", cmd), &err), 0);
+    return failed((err_set(&err, 2, "usage", "unknown command '%.40s' (run, check, info, batch, tokenize, archs, --version)", cmd), &err), 0);
 }

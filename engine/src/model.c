@@ -408,22 +408,24 @@ static int read_hparams(loader *L) {
     if (hp->n_rot % 2 != 0)
         return fail(L, 3, "%s: %s.rope.dimension_count = %d is odd (it defaults to attention.key_length)", m->path,
                     m->arch, hp->n_rot);
-    if (r->moe) { /* a dense architecture's graph reads none of these: they stay 0 */
+    if (r->moe_layers != BMOE_MOE_NONE) { /* a dense architecture's graph reads none of these: they stay 0 */
         if ((rc = get_int(L, "expert_count", 0, 0, 0, MAX_EXPERTS, &hp->n_expert))) return rc;
         if ((rc = get_int(L, "expert_used_count", 0, 0, 0, MAX_EXPERTS, &hp->n_expert_used))) return rc;
         if ((rc = get_int(L, "expert_feed_forward_length", 0, 0, 0, MAX_DIM, &hp->n_ff_exp))) return rc;
-        if ((rc = get_int(L, "leading_dense_block_count", 0, r->n_dense_lead, 0, hp->n_layer, &hp->n_dense_lead)))
-            return rc;
-    } else {
-        hp->n_dense_lead = hp->n_layer;
     }
+    /* leading dense blocks: read where llama.cpp's graph reads the key; elsewhere every block is MoE (all),
+     * dense (none) or MoE by its router (by_router) */
+    hp->n_dense_lead = r->moe_layers == BMOE_MOE_NONE ? hp->n_layer : 0;
+    if (r->moe_layers == BMOE_MOE_LEAD_DENSE &&
+        (rc = get_int(L, "leading_dense_block_count", 0, r->n_dense_lead, 0, hp->n_layer, &hp->n_dense_lead)))
+        return rc;
     if (hp->head_dim_v != hp->head_dim)
         return fail(L, 3, "%s: %s.attention.value_length %d differs from key_length %d (llama.cpp's %s graph "
                     "requires them equal)", m->path, m->arch, hp->head_dim_v, hp->head_dim, m->arch);
     if (r->full_rope && hp->n_rot != hp->head_dim)
         return fail(L, 3, "%s: %s.rope.dimension_count %d differs from key_length %d (partial RoPE is not part of "
                     "llama.cpp's %s graph)", m->path, m->arch, hp->n_rot, hp->head_dim, m->arch);
-    if (r->moe) {
+    if (r->moe_layers != BMOE_MOE_NONE) {
         if ((rc = read_gating(L))) return rc;
     } else { /* no router: the recipe's fixed gating, only so that reports name one */
         hp->gating = arch_gating(r->gating);
@@ -463,7 +465,10 @@ static int read_vocab_size(loader *L) {
     return 0;
 }
 
-/* Records the layout of one expert tensor and checks it agrees with the first MoE layer's. */
+/* Records the layout of one expert tensor. Each tensor keeps its own type: llama.cpp's mixes give a
+ * part different types in different layers (Q4_K_M's Q6_K ffn_down_exps in some layers) and its
+ * narrow-row fallbacks give gate, up and down different types in one layer, so every size derived
+ * from it (the expert's bytes, its slot, its cache cost) is per layer. */
 static int expert_part(loader *L, int il, int part, const bmoe_weight *w) {
     bmoe_model *m = L->m;
     bmoe_layer *ly = &m->layers[il];
@@ -479,11 +484,37 @@ static int expert_part(loader *L, int il, int part, const bmoe_weight *w) {
     p->bytes = w->row_bytes * w->ne[1];
     p->stride = p->bytes;
     ly->expert_bytes += p->bytes;
-    if (m->n_moe_layers > 0) {
-        const bmoe_expert_part *f = &m->layers[m->moe_layers[0]].exp_part[part];
-        if (f->type != p->type)
-            return fail(L, 3, "%s: %s: type %s but %s is %s (expert tensors must agree across layers)",
-                        shard_path(m, w->t), p->name, ggml_type_name(p->type), f->name, ggml_type_name(f->type));
+    return 0;
+}
+
+/* Tensors of block il that the recipe says are not part of the architecture's graph, and parts of
+ * llama.cpp's graphs the engine does not implement: refused, never ignored. */
+static int refuse_foreign(loader *L, int il) {
+    const bmoe_model *m = L->m;
+    const bmoe_recipe *r = m->recipe;
+    static const char *const unsupported[] = { "layer_output_scale.weight", "exp_probs_b.bias", "attn_qkv.weight" };
+    const struct { const char *name; int allowed; } by_recipe[] = {
+        { "attn_q.bias", r->qkv_bias != BMOE_BIAS_NONE },
+        { "attn_k.bias", r->qkv_bias != BMOE_BIAS_NONE },
+        { "attn_v.bias", r->qkv_bias != BMOE_BIAS_NONE },
+        { "attn_output.bias", r->out_bias != BMOE_BIAS_NONE },
+        { "attn_sinks.weight", r->attn_sinks },
+        { "ffn_gate_inp.bias", r->router_bias != BMOE_BIAS_NONE },
+        { "ffn_gate_exps.bias", r->expert_bias != BMOE_BIAS_NONE },
+        { "ffn_up_exps.bias", r->expert_bias != BMOE_BIAS_NONE },
+        { "ffn_down_exps.bias", r->expert_bias != BMOE_BIAS_NONE },
+        { "ffn_gate_inp_shexp.weight", r->shared_expert == BMOE_SHEXP_GATED },
+    };
+    char name[96];
+    for (size_t u = 0; u < sizeof unsupported / sizeof unsupported[0]; u++) {
+        snprintf(name, sizeof name, "blk.%d.%s", il, unsupported[u]);
+        if (gguf_find_tensor(m->g, name))
+            return fail(L, 3, "%s: tensor %s is not implemented by the engine", m->path, name);
+    }
+    for (size_t u = 0; u < sizeof by_recipe / sizeof by_recipe[0]; u++) {
+        snprintf(name, sizeof name, "blk.%d.%s", il, by_recipe[u].name);
+        if (!by_recipe[u].allowed && gguf_find_tensor(m->g, name))
+            return fail(L, 3, "%s: tensor %s is not part of llama.cpp's %s graph", m->path, name, m->arch);
     }
     return 0;
 }
@@ -527,21 +558,18 @@ static int bind_tensors(loader *L) {
         if ((rc = bind_layer_vec(L, il, "attn_q_norm", r->qk_norm, hd, &ly->attn_q_norm))) return rc;
         if ((rc = bind_layer_vec(L, il, "attn_k_norm", r->qk_norm, hd, &ly->attn_k_norm))) return rc;
         if ((rc = bind_layer_vec(L, il, "post_attention_norm", r->post_norms, d, &ly->post_attention_norm))) return rc;
-        if ((rc = bind_layer_vec(L, il, "ffn_norm", 1, d, &ly->ffn_norm))) return rc;
+        if ((rc = bind_layer_vec(L, il, arch_ffn_norm(r), 1, d, &ly->ffn_norm))) return rc;
 
         char name[96];
-        /* parts of llama.cpp's graphs the engine does not implement: refused, never ignored */
-        static const char *const unsupported[] = { "layer_output_scale.weight", "exp_probs_b.bias",
-                                                   "attn_qkv.weight", "ffn_gate_inp.bias" };
-        for (size_t u = 0; u < sizeof unsupported / sizeof unsupported[0]; u++) {
-            snprintf(name, sizeof name, "blk.%d.%s", il, unsupported[u]);
-            if (gguf_find_tensor(m->g, name))
-                return fail(L, 3, "%s: tensor %s is not implemented by the engine", m->path, name);
-        }
+        if ((rc = refuse_foreign(L, il))) return rc;
         snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.weight", il);
-        if (!r->moe && gguf_find_tensor(m->g, name))
+        int has_router = gguf_find_tensor(m->g, name) != NULL;
+        if (r->moe_layers == BMOE_MOE_NONE && has_router)
             return fail(L, 3, "%s: tensor %s: llama.cpp's %s graph has no routed experts", m->path, name, m->arch);
-        ly->is_moe = il >= hp->n_dense_lead && gguf_find_tensor(m->g, name) != NULL;
+        /* which blocks are MoE (arch.h, bmoe_moe_layers); a block that must be MoE needs its router */
+        ly->is_moe = r->moe_layers == BMOE_MOE_BY_ROUTER ? has_router
+                     : r->moe_layers != BMOE_MOE_NONE && il >= hp->n_dense_lead;
+        if (ly->is_moe && !has_router) return fail(L, 3, "%s: tensor %s is missing", m->path, name);
         if (!ly->is_moe) {
             if (hp->n_ff < 1)
                 return fail(L, 3, "%s: layer %d is dense but %s.feed_forward_length is missing", m->path, il, m->arch);
@@ -592,7 +620,6 @@ static int bind_tensors(loader *L) {
             if ((rc = bind_layer_vec(L, il, "post_ffw_norm_2", 1, d, &ly->post_ffw_norm_2))) return rc;
             if ((rc = bind_layer_vec(L, il, "post_ffw_norm", 1, d, &ly->post_ffw_norm))) return rc;
         }
-        if (m->n_moe_layers == 0) m->expert_bytes = ly->expert_bytes;
         m->moe_layers[m->n_moe_layers++] = il;
     }
     return 0;

@@ -50,7 +50,8 @@ typedef struct bmoe_layer {
     float *ffn_gate_inp_s;                    /* router input scale [d] (recipes with router_prescale) */
     bmoe_weight exps[BMOE_EXP_NPARTS];        /* whole 3-D expert tensors (data may be unused) */
     bmoe_expert_part exp_part[BMOE_EXP_NPARTS];
-    uint64_t expert_bytes;                    /* bytes of one expert over all its parts */
+    uint64_t expert_bytes;                    /* bytes of one expert of this layer over all its parts (each
+                                               * part in its own type: layers may differ) */
 } bmoe_layer;
 
 typedef struct bmoe_hparams {
@@ -89,8 +90,8 @@ typedef struct bmoe_model {
     uint8_t *swa_pattern;         /* [n_layer]: 1 = sliding-window layer (recipes with swa), else NULL */
     bmoe_layer *layers;
     int n_moe_layers;
-    int *moe_layers;              /* indices of the MoE layers, ascending */
-    uint64_t expert_bytes;        /* one expert of one MoE layer, all its parts (same for every layer) */
+    int *moe_layers;              /* indices of the MoE layers, ascending; layers[il].expert_bytes is
+                                   * one expert of layer il (the parts' types may differ per layer) */
 } bmoe_model;
 
 /* Opens and checks the model. `map`: map every shard read-only (needed to run; `info` does not).

@@ -40,9 +40,12 @@ static void model_fields(json_writer *w, const bmoe_model *m, int top_k_effectiv
     json_int(w, "n_expert", hp->n_expert);
     json_int(w, "top_k", hp->n_expert_used);
     if (top_k_effective >= 0) json_int(w, "top_k_effective", top_k_effective);
-    json_uint(w, "expert_bytes", m->expert_bytes);
     json_begin_array(w, "moe_layers");
     for (int i = 0; i < m->n_moe_layers; i++) json_int(w, NULL, m->moe_layers[i]);
+    json_end_array(w);
+    /* one expert of each MoE layer (moe_layers' order), its parts in their own types */
+    json_begin_array(w, "expert_bytes_per_layer");
+    for (int i = 0; i < m->n_moe_layers; i++) json_uint(w, NULL, m->layers[m->moe_layers[i]].expert_bytes);
     json_end_array(w);
     json_begin_array(w, "shards");
     for (uint32_t s = 0; s < m->g->n_shards; s++) json_str(w, NULL, m->g->shards[s].path);
@@ -89,6 +92,21 @@ static void write_io(json_writer *w, const bmoe_counters *c) {
     json_end_object(w);
 }
 
+/* flash_reads and flash_bytes per MoE layer (zeros when nothing streams): what the counters sum. */
+static void write_flash_layers(json_writer *w, const bmoe_result *r) {
+    const bmoe_model *m = r->model;
+    json_begin_array(w, "flash_by_layer");
+    for (int i = 0; i < m->n_moe_layers; i++) {
+        int have = r->flash_layer_reads && i < r->n_flash_layers;
+        json_begin_object(w, NULL);
+        json_int(w, "layer", m->moe_layers[i]);
+        json_uint(w, "flash_reads", have ? r->flash_layer_reads[i] : 0);
+        json_uint(w, "flash_bytes", have ? r->flash_layer_bytes[i] : 0);
+        json_end_object(w);
+    }
+    json_end_array(w);
+}
+
 void result_write_run(FILE *out, int with_id, const char *id, const bmoe_result *r) {
     json_writer w;
     json_init(&w, out);
@@ -112,6 +130,7 @@ void result_write_run(FILE *out, int with_id, const char *id, const bmoe_result 
     json_hex(&w, "text_hex", r->text, r->text_len);
     if (r->write_extra) r->write_extra(&w, r->extra_user);
     result_write_counters(&w, "counters", &r->counters);
+    write_flash_layers(&w, r);
     write_io(&w, &r->counters);
     json_begin_object(&w, "timing");
     json_num(&w, "load_s", r->timing.load_s);

@@ -38,20 +38,20 @@ int trace_open(bmoe_route_trace **out, const char *path, const bmoe_model *m, in
         return 4;
     }
     setvbuf(t->f, NULL, _IOFBF, 1 << 16);
-    fputs("# route_trace v3\n# model=", t->f);
+    fputs("# route_trace v4\n# model=", t->f);
     put_safe(t->f, m->path);
     fputs("\n# arch=", t->f);
     put_safe(t->f, m->arch);
     fprintf(t->f, "\n# layers=%d\n# experts=%d\n# top_k=%d\n", m->hp.n_layer, m->hp.n_expert, top_k);
     fprintf(t->f, "# scores_are_probs=%d\n", m->hp.gating && m->hp.gating->scores_are_probs ? 1 : 0);
-    fprintf(t->f, "# slot_bytes=%llu page_bytes=%llu\n", (unsigned long long)geo.slot_bytes,
-            (unsigned long long)geo.page_bytes);
+    fprintf(t->f, "# page_bytes=%llu shared_slot_bytes=%llu\n", (unsigned long long)geo.page_bytes,
+            (unsigned long long)geo.shared_slot_bytes);
     for (int i = 0; i < m->n_moe_layers; i++) {
         const bmoe_layer *ly = &m->layers[m->moe_layers[i]];
         fprintf(t->f, "# layer=%d expert_bytes=%llu part_bytes=", m->moe_layers[i], (unsigned long long)ly->expert_bytes);
         for (int p = 0; p < BMOE_EXP_NPARTS; p++) /* in enum order: gate, up, gate_up, down; 0 when absent */
             fprintf(t->f, "%s%llu", p ? "," : "", ly->exp_part[p].present ? (unsigned long long)ly->exp_part[p].bytes : 0ULL);
-        fputc('\n', t->f);
+        fprintf(t->f, " slot_bytes=%llu\n", (unsigned long long)geo.slot_bytes[i]);
     }
     fputs("turn,phase,step,layer,slot,router_expert,expert,router_weight,weight,residency,expert_bytes,dropped,"
           "substituted,scores\n", t->f);

@@ -1,14 +1,16 @@
 /* --route-trace FILE: one CSV row per routed slot (docs/streaming.md#the-route-trace---route-trace-file).
  *
- *   # route_trace v3
+ *   # route_trace v4
  *   # model=<path>
  *   # arch=<arch>
  *   # layers=<block_count>
  *   # experts=<n_expert>
  *   # top_k=<effective top-k>
  *   # scores_are_probs=<0|1>              1: substitution ranks log(scores) (softmax gating)
- *   # slot_bytes=<n> page_bytes=<n>       what one resident expert costs the cache, and its rounding
- *   # layer=<il> expert_bytes=<n> part_bytes=<gate>,<up>,<gate_up>,<down>   one line per MoE layer
+ *   # page_bytes=<n> shared_slot_bytes=<n>   the slot rounding; a shared slot (0: per-expert slots)
+ *   # layer=<il> expert_bytes=<n> part_bytes=<gate>,<up>,<gate_up>,<down> slot_bytes=<n>   per MoE layer:
+ *     one expert's bytes (what a read of it costs), per part, and what one resident expert of the
+ *     layer costs the cache (its slot); layers whose experts differ in type differ in all three
  *   turn,phase,step,layer,slot,router_expert,expert,router_weight,weight,residency,expert_bytes,dropped,substituted,scores
  *   0,0,0,0,0,5,5,0.612345695,0.612345695,0,98304,0,0,
  *
@@ -18,6 +20,8 @@
  * v3 adds `scores`: on the first slot row of each routing that substitution examined, the n_expert
  * scores it re-ranked, space-separated (%.9g: each reads back to the same float32); empty otherwise,
  * so a trace without substitution grows by one comma a row.
+ * v4 gives each layer its own slot_bytes (expert tensors may differ in type between layers), in place
+ * of v3's one `# slot_bytes=`.
  *
  * Values written from the file (model path, arch) are shown with control bytes, commas and
  * non-ASCII bytes as '?', so the preamble stays one line per key. Weights are printed with %.9g
@@ -47,7 +51,9 @@ typedef struct bmoe_trace_row {
 
 /* The expert memory's slot geometry, for the preamble. */
 typedef struct bmoe_trace_geometry {
-    uint64_t slot_bytes, page_bytes;
+    const uint64_t *slot_bytes;      /* [n_moe_layers] one slot of each MoE layer (borrowed) */
+    uint64_t shared_slot_bytes;      /* a shared slot (--cache-mb 0), else 0 */
+    uint64_t page_bytes;
 } bmoe_trace_geometry;
 
 /* Opens (truncates) the file and writes the preamble. 0, or 4 with err set. */

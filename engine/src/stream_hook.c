@@ -24,6 +24,7 @@ struct bmoe_stream_hook {
     int *li_of;                 /* model layer -> streamed index, -1 for dense layers */
     int E, k, max_batch;
     uint64_t *eb;               /* expert bytes (slices) per streamed layer */
+    uint64_t *layer_reads, *layer_bytes; /* flash_reads and flash_bytes per streamed layer */
     bmoe_stream *st;
     bmoe_cache *cache;          /* NULL: cache off, shared slots */
     int S;                      /* shared slots */
@@ -193,6 +194,8 @@ static int issue_prefetch(bmoe_stream_hook *h, int li) {
             h->c.prefetch_issued++;
             h->c.flash_reads++;
             h->c.flash_bytes += h->eb[lj];
+            h->layer_reads[lj]++;
+            h->layer_bytes[lj] += h->eb[lj];
 #ifndef BMOE_FAULT_SKIP_LOAD_ON_HIT
             char m[1024];
             if (stream_load(h->st, lj, e, e, BMOE_IO_SPECULATIVE, &h->groups[key], m, sizeof m)) {
@@ -300,6 +303,8 @@ static int load_layer(bmoe_stream_hook *h, bmoe_moe_result *r) {
 #endif
             h->c.flash_reads++;
             h->c.flash_bytes += eb;
+            h->layer_reads[li]++;
+            h->layer_bytes[li] += eb;
             h->charged[e] = 1;
         }
         if (issue_reads(h, r, li)) return h->rc;
@@ -339,6 +344,8 @@ static int load_layer(bmoe_stream_hook *h, bmoe_moe_result *r) {
 #endif
             h->c.flash_reads++;
             h->c.flash_bytes += eb;
+            h->layer_reads[li]++;
+            h->layer_bytes[li] += eb;
 #ifdef BMOE_FAULT_FLASH_BYTES_TWICE
             h->c.flash_bytes += eb; /* fault: a demand read through the cache is counted twice */
 #endif
@@ -578,7 +585,16 @@ void stream_hook_set_policy(bmoe_stream_hook *h, const bmoe_route_policy *p) {
     h->has_policy = 1;
 }
 
-uint64_t stream_hook_slot_bytes(const bmoe_stream_hook *h) { return h->st ? stream_slot_bytes(h->st) : 0; }
+uint64_t stream_hook_slot_bytes(const bmoe_stream_hook *h, int il) {
+    int li = h->st && il >= 0 && il < h->m->hp.n_layer ? h->li_of[il] : -1;
+    return li >= 0 ? stream_slot_bytes(h->st, li) : 0;
+}
+
+int stream_hook_flash_layers(const bmoe_stream_hook *h, const uint64_t **reads, const uint64_t **bytes) {
+    *reads = h->layer_reads;
+    *bytes = h->layer_bytes;
+    return h->layer_reads ? h->n_layers : 0;
+}
 uint64_t stream_hook_cache_bytes(const bmoe_stream_hook *h) { return h->cache ? cache_bytes(h->cache) : 0; }
 uint64_t stream_hook_evictions(const bmoe_stream_hook *h) { return h->cache ? cache_evictions(h->cache) : 0; }
 void stream_hook_frames(const bmoe_stream_hook *h, size_t *created, size_t *in_use, size_t *warm) {
@@ -617,7 +633,9 @@ int stream_hook_create(bmoe_stream_hook **out, bmoe_model *m, const bmoe_streami
     parts = calloc((size_t)h->n_layers * BMOE_EXP_NPARTS, sizeof *parts);
     paths = calloc(m->g->n_shards, sizeof *paths);
     h->eb = calloc((size_t)h->n_layers, sizeof *h->eb);
-    if (!parts || !paths || !h->eb) { rc = err_set(err, 1, NULL, "out of memory"); goto fail; }
+    h->layer_reads = calloc((size_t)h->n_layers, sizeof *h->layer_reads);
+    h->layer_bytes = calloc((size_t)h->n_layers, sizeof *h->layer_bytes);
+    if (!parts || !paths || !h->eb || !h->layer_reads || !h->layer_bytes) { rc = err_set(err, 1, NULL, "out of memory"); goto fail; }
     for (int i = 0; i < h->n_layers; i++) {
         const bmoe_layer *ly = &m->layers[m->moe_layers[i]];
         h->eb[i] = ly->expert_bytes;
@@ -652,14 +670,26 @@ int stream_hook_create(bmoe_stream_hook **out, bmoe_model *m, const bmoe_streami
 
     size_t E = (size_t)h->E, keys = (size_t)h->n_layers * E, rows = (size_t)max_batch * (size_t)top_k;
     if (cfg->cache_mb > 0) {
-        uint64_t budget = (uint64_t)cfg->cache_mb * MIB, slot = stream_slot_bytes(h->st);
+        /* every layer's expert must fit the budget alone: a layer's slot is what one of its experts
+         * costs (its parts' types and widths), so the largest slot decides */
+        uint64_t budget = (uint64_t)cfg->cache_mb * MIB, slot = 0;
+        uint64_t *cost = malloc((size_t)h->n_layers * sizeof *cost);
+        if (!cost) { rc = err_set(err, 1, NULL, "out of memory"); goto fail; }
+        int big = 0;
+        for (int i = 0; i < h->n_layers; i++) {
+            cost[i] = stream_slot_bytes(h->st, i);
+            if (cost[i] > slot) { slot = cost[i]; big = i; }
+        }
         if (budget < slot) {
+            free(cost);
             rc = err_set(err, 2, "config", "--cache-mb: %d MiB is smaller than one expert of this model (%llu bytes "
-                         "per expert slot); use --cache-mb %llu or more, or 0 for no cache", cfg->cache_mb,
-                         (unsigned long long)slot, (unsigned long long)((slot + MIB - 1) / MIB));
+                         "per expert slot of layer %d, the largest); use --cache-mb %llu or more, or 0 for no cache",
+                         cfg->cache_mb, (unsigned long long)slot, m->moe_layers[big],
+                         (unsigned long long)((slot + MIB - 1) / MIB));
             goto fail;
         }
-        h->cache = cache_create(h->n_layers, h->E, budget, slot);
+        h->cache = cache_create(h->n_layers, h->E, budget, cost);
+        free(cost);
         h->groups = calloc(keys, sizeof *h->groups);
         if (!h->cache || !h->groups) { rc = err_set(err, 1, NULL, "out of memory"); goto fail; }
         if (cfg->prefetch > 0) {
@@ -705,8 +735,13 @@ int stream_hook_create(bmoe_stream_hook **out, bmoe_model *m, const bmoe_streami
 
     /* last: the trace file (opening a FIFO blocks until a reader comes, and nothing is read before) */
     if (cfg->route_trace) {
-        bmoe_trace_geometry geo = { .slot_bytes = stream_slot_bytes(h->st), .page_bytes = stream_page_bytes(h->st) };
+        uint64_t *slots = malloc((size_t)h->n_layers * sizeof *slots);
+        if (!slots) { rc = err_set(err, 1, NULL, "out of memory"); goto fail; }
+        for (int i = 0; i < h->n_layers; i++) slots[i] = stream_slot_bytes(h->st, i);
+        bmoe_trace_geometry geo = { .slot_bytes = slots, .shared_slot_bytes = h->S ? stream_slot_max(h->st) : 0,
+                                    .page_bytes = stream_page_bytes(h->st) };
         rc = trace_open(&h->trace, cfg->route_trace, m, top_k, geo, msg, sizeof msg);
+        free(slots);
         if (rc) { err_set(err, rc, NULL, "%s", msg); goto fail; }
     }
     *out = h;
@@ -727,7 +762,7 @@ void stream_hook_destroy(bmoe_stream_hook *h) {
         char m[256];
         trace_close(h->trace, m, sizeof m);
     }
-    free(h->li_of); free(h->eb); free(h->shared_of); free(h->groups); free(h->prefetched); free(h->spec_keys);
+    free(h->li_of); free(h->eb); free(h->layer_reads); free(h->layer_bytes); free(h->shared_of); free(h->groups); free(h->prefetched); free(h->spec_keys);
     free(h->plan_l); free(h->plan_e); free(h->pinned); free(h->pre_ids); free(h->router_ids); free(h->router_w); free(h->router_scores); free(h->dropped); free(h->changed);
     free(h->row_res); free(h->row_bytes); free(h->res0); free(h->resident); free(h->seen); free(h->charged);
     free(h->uniq); free(h->need_read); free(h->in_col); free(h->issued);

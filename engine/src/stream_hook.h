@@ -31,7 +31,9 @@
  *
  * Counters: cache_hits + cache_misses == experts_routed (every routed slot, residency taken before
  * the load); flash_reads / flash_bytes count every expert read, demand and speculative, with the
- * bytes of the expert's slices (not the alignment padding an O_DIRECT read adds). */
+ * bytes of the expert's slices in its own layer (not the alignment padding an O_DIRECT read adds);
+ * they are also kept per streamed layer (stream_hook_flash_layers), where bytes == reads x that
+ * layer's expert bytes. */
 #ifndef BMOE_STREAM_HOOK_H
 #define BMOE_STREAM_HOOK_H
 
@@ -105,8 +107,13 @@ const char *stream_hook_error(const bmoe_stream_hook *h);
 /* Warnings for the result (e.g. O_DIRECT refused by the filesystem). Returns how many were written. */
 int stream_hook_warnings(const bmoe_stream_hook *h, const char **out, int cap);
 
-/* For tests and benchmarks: bytes of one committed expert slot, resident bytes, evictions so far. */
-uint64_t stream_hook_slot_bytes(const bmoe_stream_hook *h);
+/* flash_reads and flash_bytes of each streamed layer (the model's MoE layers in order): *reads and
+ * *bytes point at arrays the hook owns; returns how many layers (0 when nothing is streamed). */
+int stream_hook_flash_layers(const bmoe_stream_hook *h, const uint64_t **reads, const uint64_t **bytes);
+
+/* For tests and benchmarks: bytes of one committed expert slot of model layer il (0 for a layer that
+ * is not streamed), resident bytes, evictions so far. */
+uint64_t stream_hook_slot_bytes(const bmoe_stream_hook *h, int il);
 uint64_t stream_hook_cache_bytes(const bmoe_stream_hook *h);
 uint64_t stream_hook_evictions(const bmoe_stream_hook *h);
 /* The frame pool's figures (stream_frames; all 0 with the cache off). */

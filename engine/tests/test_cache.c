@@ -17,7 +17,8 @@ static void log_evict(void *user, int layer, int e) {
 
 static void test_lru_order(void) {
     evlog l = {0};
-    bmoe_cache *c = cache_create(2, 4, 3 * 100, 100); /* 3 entries fit */
+    static const uint64_t eb100[2] = { 100, 100 };
+    bmoe_cache *c = cache_create(2, 4, 3 * 100, eb100); /* 3 entries fit */
     CHECK(c != NULL);
     CHECK(cache_insert(c, 0, 0, 1, log_evict, &l));
     CHECK(cache_insert(c, 0, 1, 1, log_evict, &l));
@@ -45,7 +46,8 @@ static void test_lru_order(void) {
 
 static void test_pins(void) {
     evlog l = {0};
-    bmoe_cache *c = cache_create(1, 8, 2 * 10, 10); /* 2 entries fit */
+    static const uint64_t eb10[1] = { 10 };
+    bmoe_cache *c = cache_create(1, 8, 2 * 10, eb10); /* 2 entries fit */
     cache_insert(c, 0, 0, 1, log_evict, &l);
     cache_pin(c, 0, 0);
     cache_insert(c, 0, 1, 1, log_evict, &l);
@@ -73,7 +75,7 @@ static void test_pins(void) {
     cache_unpin(c, 0, 2); /* unpinning below zero is ignored */
     CHECK(!cache_pinned(c, 0, 2));
     /* a budget below one entry: demand still gets its expert (the hook refuses such budgets first) */
-    bmoe_cache *tiny = cache_create(1, 2, 5, 10);
+    bmoe_cache *tiny = cache_create(1, 2, 5, eb10);
     CHECK(!cache_insert(tiny, 0, 0, 0, NULL, NULL));
     CHECK(cache_insert(tiny, 0, 0, 1, NULL, NULL) && cache_count(tiny) == 1);
     CHECK(cache_insert(tiny, 0, 1, 1, NULL, NULL) && cache_count(tiny) == 1 && cache_contains(tiny, 0, 1));
@@ -81,11 +83,45 @@ static void test_pins(void) {
     CHECK(cache_count(tiny) == 0 && cache_bytes(tiny) == 0);
     cache_destroy(tiny);
     cache_destroy(c);
-    CHECK(cache_create(0, 4, 10, 10) == NULL && cache_create(1, 4, 10, 0) == NULL);
+    static const uint64_t eb0[2] = { 10, 0 };
+    CHECK(cache_create(0, 4, 10, eb10) == NULL && cache_create(2, 4, 10, eb0) == NULL && cache_create(1, 4, 10, NULL) == NULL);
+}
+
+/* Layers whose experts cost differently (a Q6_K down projection in one layer, Q4_K in the other): the
+ * budget is in bytes, each entry is charged its own layer's cost, and an insert evicts until its own
+ * cost fits. */
+static void test_mixed_costs(void) {
+    evlog l = {0};
+    static const uint64_t cost[2] = { 100, 250 };
+    bmoe_cache *c = cache_create(2, 4, 400, cost);
+    CHECK(c != NULL);
+    CHECK(cache_insert(c, 0, 0, 1, log_evict, &l) && cache_insert(c, 0, 1, 1, log_evict, &l));
+    CHECK(cache_insert(c, 0, 2, 1, log_evict, &l));
+    CHECK(l.n == 0 && cache_bytes(c) == 300 && cache_count(c) == 3);
+    /* a layer-1 entry (250) needs 150 bytes freed: the two least recent layer-0 entries go */
+    CHECK(cache_insert(c, 1, 0, 1, log_evict, &l));
+    CHECK(l.n == 2 && l.layer[0] == 0 && l.e[0] == 0 && l.layer[1] == 0 && l.e[1] == 1);
+    CHECK(cache_bytes(c) == 350 && cache_count(c) == 2);
+    /* a layer-0 entry (100): 350 + 100 > 400, so the least recent entry, (0,2), goes */
+    CHECK(cache_insert(c, 0, 3, 1, log_evict, &l));
+    CHECK(l.n == 3 && l.layer[2] == 0 && l.e[2] == 2 && cache_bytes(c) == 350);
+    /* speculative: a second layer-1 entry would need the pinned one evicted: refused, nothing changes */
+    cache_pin(c, 1, 0);
+    cache_pin(c, 0, 3);
+    CHECK(!cache_insert(c, 1, 1, 0, log_evict, &l) && l.n == 3 && cache_bytes(c) == 350);
+    cache_unpin(c, 0, 3);
+    /* now evicting the unpinned 100 makes room for 250? 350 - 100 + 250 = 500 > 400: still refused */
+    CHECK(!cache_insert(c, 1, 1, 0, log_evict, &l) && l.n == 3);
+    /* a layer-0 entry fits by evicting (0,3): 350 - 100 + 100 <= 400 */
+    CHECK(cache_insert(c, 0, 2, 0, log_evict, &l) && l.n == 4 && l.e[3] == 3 && cache_bytes(c) == 350);
+    cache_destroy(c);
 }
 
 /* ---- a naive reference: a recency stamp per key, linear scans ---- */
-typedef struct { int n; int in[48]; int pins[48]; long stamp[48]; long clock; uint64_t bytes, budget, eb; } ref_cache;
+typedef struct { int n; int in[48]; int pins[48]; long stamp[48]; long clock; uint64_t bytes, budget, lb[6]; } ref_cache;
+
+/* the cost of key k (8 experts a layer) */
+static uint64_t ref_cost(const ref_cache *r, int k) { return r->lb[k / 8]; }
 
 static int ref_victim(const ref_cache *r) {
     int v = -1;
@@ -96,21 +132,22 @@ static int ref_victim(const ref_cache *r) {
 
 static int ref_insert(ref_cache *r, int k, int allow_over, int *ev, int *nev) {
     if (r->in[k]) { r->stamp[k] = ++r->clock; return 1; }
-    if (!allow_over && r->bytes + r->eb > r->budget) {
+    uint64_t need = ref_cost(r, k);
+    if (!allow_over && r->bytes + need > r->budget) {
         uint64_t freeb = 0;
         for (int j = 0; j < r->n; j++)
-            if (r->in[j] && !r->pins[j]) freeb += r->eb;
-        if (r->eb > r->budget || r->bytes - freeb + r->eb > r->budget) return 0;
+            if (r->in[j] && !r->pins[j]) freeb += ref_cost(r, j);
+        if (need > r->budget || r->bytes - freeb + need > r->budget) return 0;
     }
-    while (r->bytes > 0 && r->bytes + r->eb > r->budget) {
+    while (r->bytes > 0 && r->bytes + need > r->budget) {
         int v = ref_victim(r);
         if (v < 0) break;
         r->in[v] = 0;
-        r->bytes -= r->eb;
+        r->bytes -= ref_cost(r, v);
         ev[(*nev)++] = v;
     }
     r->in[k] = 1;
-    r->bytes += r->eb;
+    r->bytes += need;
     r->stamp[k] = ++r->clock;
     return 1;
 }
@@ -123,13 +160,16 @@ static void log_key(void *user, int layer, int e) {
 
 static void test_against_reference(void) {
     const int L = 6, E = 8;
+    /* every layer alike, and layers of three different costs (a mixed-type model) */
+    static const uint64_t costs[2][6] = { { 7, 7, 7, 7, 7, 7 }, { 7, 11, 7, 13, 7, 11 } };
+    for (int mixed = 0; mixed <= 1; mixed++)
     for (int budget_entries = 1; budget_entries <= 20; budget_entries += 3) {
-        bmoe_cache *c = cache_create(L, E, (uint64_t)budget_entries * 7, 7);
+        bmoe_cache *c = cache_create(L, E, (uint64_t)budget_entries * 13, costs[mixed]);
         ref_cache r;
         memset(&r, 0, sizeof r);
         r.n = L * E;
-        r.budget = (uint64_t)budget_entries * 7;
-        r.eb = 7;
+        r.budget = (uint64_t)budget_entries * 13;
+        memcpy(r.lb, costs[mixed], sizeof r.lb);
         uint64_t s = 99 + (uint64_t)budget_entries;
         int agree = 1;
         for (int step = 0; step < 3000 && agree; step++) {
@@ -161,7 +201,7 @@ static void test_against_reference(void) {
                         int v = ref_victim(&r);
                         if (v < 0) break;
                         r.in[v] = 0;
-                        r.bytes -= r.eb;
+                        r.bytes -= ref_cost(&r, v);
                         want_ev[nwant++] = v;
                     }
                 }
@@ -208,6 +248,7 @@ static void test_prefetch_plan(void) {
 int main(void) {
     test_lru_order();
     test_pins();
+    test_mixed_costs();
     test_against_reference();
     test_prefetch_plan();
     return check_report("test_cache");

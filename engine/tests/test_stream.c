@@ -38,27 +38,41 @@ static int make_file(char *path, size_t size) {
 /* 2 layers x 5 experts x (gate, up, down); layer l lives in shard l, at unaligned offsets */
 #define NL 2
 #define NE 5
-#define FILE_SIZE (2u << 20)
+#define FILE_SIZE (3u << 20)
 /* big enough down slices that a 1 MiB cache holds exactly three expert slots */
 static const uint64_t PART_BYTES[BMOE_EXP_NPARTS] = { 3000, 3000, 0, 300004 };
 #define EXPERT_BYTES (3000 + 3000 + 300004)
+/* The down slice of each layer: PART_BYTES' unless a test makes the layers differ (a mixed-type
+ * model: Q6_K down projections in one layer, Q4_K in the other, are 210 / 144 times apart). */
+static uint64_t g_down[NL] = { 300004, 300004 };
+#define MIXED_DOWN 450004
 
 static void layout(bmoe_stream_part *parts) {
     memset(parts, 0, sizeof(bmoe_stream_part) * NL * BMOE_EXP_NPARTS);
     for (int l = 0; l < NL; l++) {
         uint64_t off = 4096 + 123 + (uint64_t)l * 8;
         for (int p = 0; p < BMOE_EXP_NPARTS; p++) {
-            if (!PART_BYTES[p]) continue;
+            uint64_t bytes = p == BMOE_EXP_DOWN ? g_down[l] : PART_BYTES[p];
+            if (!bytes) continue;
             bmoe_stream_part *P = &parts[l * BMOE_EXP_NPARTS + p];
             P->present = 1;
             P->shard = (uint32_t)l;
             P->offset = off;
-            P->stride = PART_BYTES[p];
-            P->bytes = PART_BYTES[p];
+            P->stride = bytes;
+            P->bytes = bytes;
             P->name = p == 0 ? "gate" : p == 1 ? "up" : "down";
-            off += NE * PART_BYTES[p] + 36;
+            off += NE * bytes + 36;
         }
     }
+}
+
+/* docs/streaming.md, slot geometry: per part roundup(bytes + 4095, 4096), the slot rounded to a page */
+static size_t slot_of(uint64_t down) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), a = 4096, t = 0;
+    if (page < a) page = a;
+    uint64_t b[3] = { 3000, 3000, down };
+    for (int i = 0; i < 3; i++) t += (size_t)((b[i] + 4095 + a - 1) / a * a);
+    return (t + page - 1) / page * page;
 }
 
 static int view_matches(const bmoe_stream_part *parts, int l, int e, const bmoe_expert_view *v) {
@@ -105,8 +119,9 @@ static void test_store(const char *f0, const char *f1) {
             CHECK(stream_open(&o, &s, err, sizeof err) == 0);
             if (!s) { fprintf(stderr, "%s\n", err); continue; }
             if (direct && !stream_direct(s)) printf("test_stream: note: %s\n", stream_direct_note(s));
-            CHECK(stream_slot_bytes(s) % BMOE_STREAM_ALIGN == 0);
-            CHECK(stream_slot_bytes(s) >= EXPERT_BYTES);
+            CHECK(stream_slot_bytes(s, 0) % BMOE_STREAM_ALIGN == 0 && stream_slot_bytes(s, 1) == stream_slot_bytes(s, 0));
+            CHECK(stream_slot_bytes(s, 0) >= EXPERT_BYTES && stream_slot_bytes(s, 0) == slot_of(300004));
+            CHECK(stream_slot_bytes(s, 2) == 0 && stream_slot_max(s) == stream_slot_bytes(s, 0));
             bmoe_io_group g[NL][NE];
             memset(g, 0, sizeof g);
             for (int l = 0; l < NL; l++)
@@ -176,7 +191,7 @@ static void test_frame_pool(const char *f0, const char *f1) {
     char err[512] = "";
     CHECK(stream_open(&probe, &s, err, sizeof err) == 0);
     if (!s) return;
-    size_t slot = stream_slot_bytes(s), created = 9, in_use = 9, warm = 9;
+    size_t slot = stream_slot_bytes(s, 0), created = 9, in_use = 9, warm = 9;
     stream_frames(s, &created, &in_use, &warm);
     CHECK(created == 0 && in_use == 0 && warm == 0); /* no pool asked for */
     stream_close(s);
@@ -235,6 +250,91 @@ static void test_frame_pool(const char *f0, const char *f1) {
     stream_view(s, 1, 3, 3, &v2);
     CHECK(view_matches(parts, 1, 3, &v2));
     stream_close(s);
+}
+
+/* Layers whose experts differ in size (their parts in different types): each layer's slot is its own,
+ * shared slots are the largest, and the frame pool keeps one class of frames per slot size: a frame
+ * freed by one layer is reused by a layer of the same size only, and the trim counts bytes. */
+static void test_store_mixed(const char *f0, const char *f1) {
+    g_down[1] = MIXED_DOWN;
+    bmoe_stream_part parts[NL * BMOE_EXP_NPARTS];
+    layout(parts);
+    const char *paths[2] = { f0, f1 };
+    const size_t s0 = slot_of(300004), s1 = slot_of(MIXED_DOWN);
+    char err[512] = "";
+    bmoe_stream *s = NULL;
+    /* shared slots: as large as the largest layer's, and either layer's expert reads back whole */
+    bmoe_stream_opts sh = { NL, NE, parts, 2, paths, 2, 1, 2, 0 };
+    CHECK(stream_open(&sh, &s, err, sizeof err) == 0);
+    if (!s) return;
+    CHECK(stream_slot_bytes(s, 0) == s0 && stream_slot_bytes(s, 1) == s1 && s1 > s0 && stream_slot_max(s) == s1);
+    bmoe_io_group g = { 0 };
+    bmoe_expert_view v;
+    CHECK(stream_load(s, 1, 0, 3, BMOE_IO_DEMAND, &g, err, sizeof err) == 0);
+    CHECK(stream_load(s, 1, 1, 4, BMOE_IO_DEMAND, &g, err, sizeof err) == 0);
+    CHECK(stream_wait(s, &g, err, sizeof err) == 0);
+    stream_view(s, 1, 0, 3, &v);
+    CHECK(view_matches(parts, 1, 3, &v));
+    stream_view(s, 1, 1, 4, &v);
+    CHECK(view_matches(parts, 1, 4, &v));
+    CHECK(stream_load(s, 0, 1, 2, BMOE_IO_DEMAND, &g, err, sizeof err) == 0);
+    CHECK(stream_wait(s, &g, err, sizeof err) == 0);
+    stream_view(s, 0, 1, 2, &v);
+    CHECK(view_matches(parts, 0, 2, &v));
+    stream_close(s);
+
+    /* the frame pool: a budget of one slot of each size */
+    bmoe_stream_opts o = { NL, NE, parts, 2, paths, 0, 1, 2, (uint64_t)(s0 + s1) };
+    s = NULL;
+    CHECK(stream_open(&o, &s, err, sizeof err) == 0);
+    if (!s) return;
+    size_t created, in_use, warm;
+    CHECK(stream_load(s, 0, 0, 0, BMOE_IO_DEMAND, &g, err, sizeof err) == 0);
+    CHECK(stream_load(s, 0, 1, 1, BMOE_IO_DEMAND, &g, err, sizeof err) == 0);
+    CHECK(stream_load(s, 1, 0, 0, BMOE_IO_DEMAND, &g, err, sizeof err) == 0);
+    CHECK(stream_wait(s, &g, err, sizeof err) == 0);
+    stream_release(s, 0, 0);
+    stream_release(s, 0, 1);
+    stream_settle(s);
+    /* two small frames free, but a layer-1 expert needs a large one: a new frame */
+    CHECK(stream_load(s, 1, 1, 1, BMOE_IO_DEMAND, &g, err, sizeof err) == 0);
+    CHECK(stream_wait(s, &g, err, sizeof err) == 0);
+    stream_frames(s, &created, &in_use, &warm);
+    CHECK(created == 4 && in_use == 2 && warm == 2);
+    stream_view(s, 1, 1, 1, &v);
+    CHECK(view_matches(parts, 1, 1, &v));
+    stream_view(s, 1, 0, 0, &v);
+    CHECK(view_matches(parts, 1, 0, &v));
+    /* the pass peaked at 2 s0 + s1 bytes in use; 2 s1 in use + 2 s0 warm is more: both small frames go */
+    stream_trim(s);
+    stream_frames(s, &created, &in_use, &warm);
+    CHECK(in_use == 2 && warm == 0);
+    /* a large frame released is reused by the same layer's next expert, no new frame */
+    stream_release(s, 1, 0);
+    CHECK(stream_load(s, 1, 2, 2, BMOE_IO_DEMAND, &g, err, sizeof err) == 0);
+    CHECK(stream_wait(s, &g, err, sizeof err) == 0);
+    stream_frames(s, &created, &in_use, &warm);
+    CHECK(created == 4 && in_use == 2 && warm == 0);
+    stream_view(s, 1, 2, 2, &v);
+    CHECK(view_matches(parts, 1, 2, &v));
+    /* a small expert again: a returned small frame, still no new frame */
+    CHECK(stream_load(s, 0, 3, 3, BMOE_IO_DEMAND, &g, err, sizeof err) == 0);
+    CHECK(stream_wait(s, &g, err, sizeof err) == 0);
+    stream_frames(s, &created, &in_use, &warm);
+    CHECK(created == 4 && in_use == 3);
+    stream_view(s, 0, 3, 3, &v);
+    CHECK(view_matches(parts, 0, 3, &v));
+    /* 2 s1 + s0 in use: releasing one large frame leaves s1 + s0 in use and s1 warm; the peak since the
+     * last trim (2 s1 + s0) holds it, the next trim (peak s1 + s0 = the budget) returns it */
+    stream_release(s, 1, 1);
+    stream_trim(s);
+    stream_frames(s, &created, &in_use, &warm);
+    CHECK(in_use == 2 && warm == 1);
+    stream_trim(s);
+    stream_frames(s, &created, &in_use, &warm);
+    CHECK(in_use == 2 && warm == 0);
+    stream_close(s);
+    g_down[1] = 300004;
 }
 
 static void test_truncated(const char *f0, const char *f1) {
@@ -347,7 +447,6 @@ static void fake_model(fake *f, const char *f0, const char *f1) {
             ly->expert_bytes += P->bytes;
         }
     }
-    f->m.expert_bytes = f->ly[1].expert_bytes;
 }
 
 typedef struct drive {
@@ -455,7 +554,8 @@ static void test_hook_cache(fake *f) {
     uint8_t res[NE];
     CHECK(stream_query_residency(h, 1, res) == 0);
     CHECK(res[0] == 0 && res[1] == 1 && res[2] == 1 && res[3] == 1 && res[4] == 0);
-    CHECK(stream_hook_cache_bytes(h) == 3 * stream_hook_slot_bytes(h));
+    CHECK(stream_hook_cache_bytes(h) == 3 * stream_hook_slot_bytes(h, 1));
+    CHECK(stream_hook_slot_bytes(h, 0) == 0 && stream_hook_slot_bytes(h, 2) == stream_hook_slot_bytes(h, 1));
     bmoe_error err = {0};
     CHECK(stream_hook_finish(h, &err) == 0);
     stream_hook_destroy(h);
@@ -469,7 +569,7 @@ static void test_hook_trim(fake *f) {
     bmoe_stream_hook *h = open_hook(f, &c, 1, 0, NULL); /* 1 MiB: three slots */
     CHECK(h != NULL);
     if (!h) return;
-    size_t budget = (size_t)((1u << 20) / stream_hook_slot_bytes(h)), created, in_use, warm;
+    size_t budget = (size_t)((1u << 20) / stream_hook_slot_bytes(h, 1)), created, in_use, warm;
     CHECK(budget == 3);
     drive d = {0};
     set_row(&d, 0, 1, 2);
@@ -510,6 +610,68 @@ static void test_hook_budget_refused(const char *f0, const char *f1) {
     CHECK(strstr(err.msg, "--cache-mb: 1 MiB is smaller than one expert") && strstr(err.msg, "--cache-mb 2 or more"));
 }
 
+static char *slurp(const char *path) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return NULL;
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, fp);
+    buf[n] = 0;
+    fclose(fp);
+    return buf;
+}
+
+/* A model whose MoE layers differ in expert size (layer 2's down projection in a wider type): each
+ * layer's reads are charged its own expert bytes, its cache entries its own slot, the trace says both
+ * per layer, and a budget is refused when the largest layer's expert does not fit. */
+static void test_hook_mixed(const char *f0, const char *f1) {
+    g_down[1] = MIXED_DOWN;
+    fake f;
+    fake_model(&f, f0, f1);
+    const uint64_t eb1 = 3000 + 3000 + 300004, eb2 = 3000 + 3000 + MIXED_DOWN;
+    const size_t s1 = slot_of(300004), s2 = slot_of(MIXED_DOWN);
+    char trace[] = "/tmp/bmoe_trace_XXXXXX";
+    int tfd = mkstemp(trace);
+    close(tfd);
+    bmoe_streaming_opts c;
+    bmoe_stream_hook *h = open_hook(&f, &c, 1, 0, trace); /* 1 MiB: s1 + s2 fit, 2 s1 + s2 do not */
+    CHECK(h != NULL);
+    if (!h) { g_down[1] = 300004; return; }
+    CHECK(stream_hook_slot_bytes(h, 1) == s1 && stream_hook_slot_bytes(h, 2) == s2);
+    drive d = {0};
+    set_row(&d, 0, 1, 2);
+    CHECK(pass(h, &d, 1, 1, 0, 0, 0) == 0 && views_ok(h, &d, 1, 1));
+    set_row(&d, 0, 3, 4);
+    CHECK(pass(h, &d, 2, 1, 0, 0, 0) == 0 && views_ok(h, &d, 2, 1));
+    /* layer 2's first miss evicts one layer-1 expert (2 s1 + s2 > 1 MiB), its second the other */
+    CHECK(stream_hook_evictions(h) == 2 && stream_hook_cache_bytes(h) == 2 * s2);
+    bmoe_counters k = {0};
+    stream_hook_counters(h, &k);
+    CHECK(k.flash_reads == 4 && k.flash_bytes == 2 * eb1 + 2 * eb2);
+    const uint64_t *lr = NULL, *lb = NULL;
+    CHECK(stream_hook_flash_layers(h, &lr, &lb) == 2);
+    CHECK(lr && lb && lr[0] == 2 && lr[1] == 2 && lb[0] == 2 * eb1 && lb[1] == 2 * eb2);
+    bmoe_error err = {0};
+    CHECK(stream_hook_finish(h, &err) == 0);
+    stream_hook_destroy(h);
+    char lines[256];
+    snprintf(lines, sizeof lines, "\n# layer=1 expert_bytes=%llu part_bytes=3000,3000,0,300004 slot_bytes=%zu\n"
+             "# layer=2 expert_bytes=%llu part_bytes=3000,3000,0,%d slot_bytes=%zu\n",
+             (unsigned long long)eb1, s1, (unsigned long long)eb2, MIXED_DOWN, s2);
+    const char *txt = slurp(trace);
+    CHECK(txt && strstr(txt, lines));
+    CHECK(txt && strstr(txt, "\n0,0,0,1,0,1,1,0.75,0.75,0,306004,0,0,\n0,0,0,1,1,2,2,0.25,0.25,0,306004,0,0,\n"));
+    CHECK(txt && strstr(txt, "\n0,0,0,2,0,3,3,0.75,0.75,0,456004,0,0,\n0,0,0,2,1,4,4,0.25,0.25,0,456004,0,0,\n"));
+    unlink(trace);
+    /* a budget that holds a layer-1 expert but not a layer-2 one is refused, naming the layer */
+    f.ly[2].exp_part[BMOE_EXP_DOWN].bytes = f.ly[2].exp_part[BMOE_EXP_DOWN].stride = 1u << 20;
+    bmoe_streaming_opts small = { .cache_mb = 1, .odirect = 1, .io_lanes = 1 };
+    h = NULL;
+    CHECK(stream_hook_create(&h, &f.m, &small, 2, 4, &err) == 2 && h == NULL);
+    CHECK(strstr(err.msg, "smaller than one expert of this model") && strstr(err.msg, "of layer 2, the largest") &&
+          strstr(err.msg, "--cache-mb 2 or more"));
+    g_down[1] = 300004;
+}
+
 /* A toy policy pair: substitution puts expert 4 in slot 1 of every row; the drop drops slot 1. */
 typedef struct toy { int topk_calls, terminal_calls; } toy;
 
@@ -540,15 +702,6 @@ static int toy_terminal(void *self, bmoe_moe_result *r, const uint8_t *resident,
     return 0;
 }
 
-static char *slurp(const char *path) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return NULL;
-    static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, fp);
-    buf[n] = 0;
-    fclose(fp);
-    return buf;
-}
 
 static void test_hook_policy_and_trace(fake *f) {
     char trace[] = "/tmp/bmoe_trace_XXXXXX";
@@ -584,15 +737,18 @@ static void test_hook_policy_and_trace(fake *f) {
     CHECK(k.flash_reads == 3 && k.cache_hits + k.cache_misses == 6);
     bmoe_error err = {0};
     CHECK(stream_hook_finish(h, &err) == 0);
-    char geo[96];
-    snprintf(geo, sizeof geo, "\n# slot_bytes=%llu page_bytes=", (unsigned long long)stream_hook_slot_bytes(h));
+    char geo[96], lines[256];
+    long page = sysconf(_SC_PAGESIZE);
+    snprintf(geo, sizeof geo, "\n# page_bytes=%ld shared_slot_bytes=0\n", page < 4096 ? 4096L : page);
+    snprintf(lines, sizeof lines, "\n# layer=1 expert_bytes=306004 part_bytes=3000,3000,0,300004 slot_bytes=%llu\n"
+             "# layer=2 expert_bytes=306004 part_bytes=3000,3000,0,300004 slot_bytes=%llu\n",
+             (unsigned long long)stream_hook_slot_bytes(h, 1), (unsigned long long)stream_hook_slot_bytes(h, 2));
     stream_hook_destroy(h);
     const char *txt = slurp(trace);
-    CHECK(txt && strncmp(txt, "# route_trace v3\n# model=fake.gguf\n# arch=qwen3moe\n# layers=3\n# experts=5\n# top_k=2\n",
+    CHECK(txt && strncmp(txt, "# route_trace v4\n# model=fake.gguf\n# arch=qwen3moe\n# layers=3\n# experts=5\n# top_k=2\n",
                          84) == 0);
     CHECK(txt && strstr(txt, geo));
-    CHECK(txt && strstr(txt, "\n# layer=1 expert_bytes=306004 part_bytes=3000,3000,0,300004\n"
-                             "# layer=2 expert_bytes=306004 part_bytes=3000,3000,0,300004\n"));
+    CHECK(txt && strstr(txt, lines));
     CHECK(txt && strstr(txt, "\nturn,phase,step,layer,slot,router_expert,expert,router_weight,weight,residency,"
                              "expert_bytes,dropped,substituted,scores\n"));
     CHECK(txt && strstr(txt, "\n# scores_are_probs="));
@@ -725,6 +881,7 @@ int main(void) {
     }
     test_store(f0, f1);
     test_frame_pool(f0, f1);
+    test_store_mixed(f0, f1);
     test_truncated(f0, f1);
     test_lanes(f0);
     fake f;
@@ -733,6 +890,7 @@ int main(void) {
     test_hook_cache(&f);
     test_hook_trim(&f);
     test_hook_budget_refused(f0, f1);
+    test_hook_mixed(f0, f1);
     test_hook_policy_and_trace(&f);
     test_hook_learned_terminal(&f);
     test_hook_prefetch(&f);

@@ -29,6 +29,8 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
+from bmoe_ci.recipes import RECIPES
+
 from .eog import eog_ids
 
 __all__ = ["Generation", "HParams", "Model", "ModelError", "Route", "shard_paths"]
@@ -37,61 +39,6 @@ __all__ = ["Generation", "HParams", "Model", "ModelError", "Route", "shard_paths
 class ModelError(ValueError):
     """The file is not a model this reference can run (names the key or tensor)."""
 
-
-# The recipe table of docs/model-math.md.
-@dataclass(frozen=True)
-class Recipe:
-    act: str  # "silu" | "gelu"
-    qk_norm: bool
-    embd_scale: bool
-    gating: int
-    norm_w: bool
-    fused_gate_up: bool
-    shared: str  # "" none | "sandwich" (ffn_gate/up/down of feed_forward_length) | "shexp" (ffn_*_shexp)
-    post_norms: bool
-    gating_keys: bool  # the gating keys are read (else fixed by the architecture: a contrary key is an error)
-    router_prescale: bool = False  # router input rmsnorm(x) / sqrt(d) * ffn_gate_inp.scale
-    v_norm: bool = False  # v rms-normed per head, no weight
-    attn_scale_one: bool = False  # scores q.k, not q.k / sqrt(hd)
-    rope_freqs: bool = False  # rope_freqs.weight divides the frequencies
-    softcap: bool = False  # final_logit_softcapping is read (0: none) ...
-    softcap_default: float = 30.0  # ... and its value when absent (llama.cpp: gemma4 30, gemma3 none)
-    moe: bool = True  # False: every layer dense, the expert keys unread, a router tensor an error
-    swa: str = ""  # "" all global | "required" (gemma4's keys) | "periodic" (gemma3: window optional)
-    swa_period: int = 0  # "periodic" without a pattern key: layer il is global when il % period == period - 1
-    attn_scale_embd_at: int = 0  # at this layer count scores use 1/sqrt(d // n_head) (llama.cpp's gemma3 27B)
-    rope_scaling: bool = False  # rope.scaling.type/.factor read: linear scaling of the global layers
-
-    @property
-    def shared_expert(self) -> bool:
-        return self.shared == "sandwich"
-
-
-RECIPES = {
-    "qwen3moe": Recipe("silu", True, False, 1, True, False, "", False, False),
-    "gemma4": Recipe(
-        "gelu", True, True, 1, True, True, "sandwich", True, False, True, True, True, True, True, swa="required"
-    ),
-    "dots1": Recipe("silu", True, False, 0, False, False, "shexp", False, True),
-    "gemma3": Recipe(
-        "gelu",
-        qk_norm=True,
-        embd_scale=True,
-        gating=1,
-        norm_w=True,
-        fused_gate_up=False,
-        shared="",
-        post_norms=True,
-        gating_keys=False,
-        softcap=True,
-        softcap_default=0.0,
-        moe=False,
-        swa="periodic",
-        swa_period=6,
-        attn_scale_embd_at=62,
-        rope_scaling=True,
-    ),
-}
 
 _SPLIT_RE = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
@@ -369,17 +316,18 @@ class Model:
         gating = int(get(f"{arch}.expert_gating_func", 0)) if recipe.moe else 0
         norm_key = get(f"{arch}.expert_weights_norm", None)
         scale_key = float(get(f"{arch}.expert_weights_scale", 0.0))
-        if not recipe.gating_keys:
-            if gating not in (0, recipe.gating) or norm_key not in (None, recipe.norm_w) or scale_key not in (0, 1):
+        if recipe.gating_keys == "fixed":
+            fixed = recipe.gating_id
+            if gating not in (0, fixed) or norm_key not in (None, recipe.norm_w) or scale_key not in (0, 1):
                 raise ModelError(f"{arch}: the gating keys contradict the architecture's fixed gating")
-            gating, norm_key, scale_key = recipe.gating, recipe.norm_w, 1.0
+            gating, norm_key, scale_key = fixed, recipe.norm_w, 1.0
         elif gating == 0:
             raise ModelError(f"{arch}.expert_gating_func: required for this architecture")
-        if recipe.shared == "shexp":
+        if recipe.shared_expert == "named":
             n_ff_shexp: int | None = int(get(f"{arch}.expert_feed_forward_length")) * int(
                 get(f"{arch}.expert_shared_count")
             )
-        elif recipe.shared == "sandwich":
+        elif recipe.shared_expert == "ffn":
             n_ff_shexp = None if n_ff is None else int(n_ff)
         else:
             n_ff_shexp = None
@@ -401,7 +349,7 @@ class Model:
             if int(get(f"{arch}.embedding_length_per_layer_input")) != 0:
                 raise ModelError(f"{arch}: per-layer inputs are not modelled")
         # llama.cpp's default when the key is absent is 30 (llama_hparams), not "none"; 0 turns it off
-        softcap = float(get(f"{arch}.final_logit_softcapping", recipe.softcap_default)) if recipe.softcap else 0.0
+        softcap = float(get(f"{arch}.final_logit_softcapping", recipe.softcap_default)) if recipe.final_softcap else 0.0
         if softcap < 0 or not math.isfinite(softcap):
             raise ModelError(f"{arch}.final_logit_softcapping: {softcap} is not a finite value >= 0")
         rope_scale = _rope_scale(get, arch) if recipe.rope_scaling else 1.0
@@ -432,7 +380,8 @@ class Model:
             n_expert_used=expert_key("expert_used_count"),
             n_ff_exp=expert_key("expert_feed_forward_length"),
             n_ff_shexp=n_ff_shexp,
-            n_dense=int(get(f"{arch}.leading_dense_block_count", 0)),
+            # the key as written; only a "lead_dense" recipe's graph goes by it (_is_dense)
+            n_dense=int(get(f"{arch}.leading_dense_block_count", recipe.n_dense_lead)),
             gating=gating,
             norm_w=bool(recipe.norm_w if norm_key is None else norm_key),
             w_scale=1.0 if scale_key == 0.0 else scale_key,
@@ -504,7 +453,7 @@ class Model:
             if r.qk_norm:
                 need(b + "attn_q_norm.weight", (hp.hd,))
                 need(b + "attn_k_norm.weight", (hp.hd,))
-            need(b + "ffn_norm.weight", (d,))
+            need(b + r.ffn_norm + ".weight", (d,))
             if not r.moe and b + "ffn_gate_inp.weight" in self.t:
                 raise ModelError(f"{b}ffn_gate_inp.weight: {hp.arch} has no routed experts")
             if r.post_norms:
@@ -528,24 +477,26 @@ class Model:
             need(b + "ffn_down_exps.weight", (E, d, f))
             if r.router_prescale:
                 need(b + "ffn_gate_inp.scale", (d,))
-            if r.shared:
+            if r.shared_expert != "none":
                 sf = hp.n_ff_shexp
                 if sf is None:
                     raise ModelError(f"{hp.arch}: the shared expert's width is not given")
-                sx = "_shexp" if r.shared == "shexp" else ""
+                sx = "_shexp" if r.shared_expert == "named" else ""
                 need(f"{b}ffn_gate{sx}.weight", (sf, d))
                 need(f"{b}ffn_up{sx}.weight", (sf, d))
                 need(f"{b}ffn_down{sx}.weight", (d, sf))
-            if r.shared_expert:
+            if r.shared_expert == "ffn":
                 for n in ("pre_ffw_norm_2", "post_ffw_norm_1", "post_ffw_norm_2", "post_ffw_norm"):
                     need(f"{b}{n}.weight", (d,))
         if r.rope_freqs and not all(hp.swa):
             need("rope_freqs.weight", (hp.hd // 2,))
 
     def _is_dense(self, il: int) -> bool:
-        if not self.recipe.moe:
-            return True
-        return il < self.hp.n_dense or f"blk.{il}.ffn_gate_inp.weight" not in self.t
+        """Which blocks are MoE, as the recipe's moe_layers says (docs/model-math.md)."""
+        rule = self.recipe.moe_layers
+        if rule == "by_router":
+            return f"blk.{il}.ffn_gate_inp.weight" not in self.t
+        return rule == "none" or (rule == "lead_dense" and il < self.hp.n_dense)
 
     # ---------------------------------------------------------------- tokens
     def tokenize(self, text: str | bytes) -> list[int]:
@@ -593,7 +544,7 @@ class Model:
             b = f"blk.{il}."
             h = _rmsnorm(x, hp.eps) * t[b + "attn_norm.weight"]
             o = self._attention(il, h, qz, cache)
-            if b + "post_attention_norm.weight" in t:
+            if r.post_norms:
                 o = _rmsnorm(o, hp.eps) * t[b + "post_attention_norm.weight"]
             x = x + o
             x = x + self._ffn(il, x, qz, routes)
@@ -686,7 +637,7 @@ class Model:
 
     def _ffn(self, il: int, x: np.ndarray, qz: _Quant, routes: list[Route] | None) -> np.ndarray:
         hp, r, t, b = self.hp, self.recipe, self.t, f"blk.{il}."
-        h = _rmsnorm(x, hp.eps) * t[b + "ffn_norm.weight"]
+        h = _rmsnorm(x, hp.eps) * t[b + r.ffn_norm + ".weight"]
         if self._is_dense(il):
             y = self._mlp(
                 h,
@@ -699,12 +650,12 @@ class Model:
             if b + "post_ffw_norm.weight" in t:
                 y = _rmsnorm(y, hp.eps) * t[b + "post_ffw_norm.weight"]
             return y
-        h_moe = _rmsnorm(x, hp.eps) * t[b + "pre_ffw_norm_2.weight"] if r.shared_expert else h
+        h_moe = _rmsnorm(x, hp.eps) * t[b + "pre_ffw_norm_2.weight"] if r.shared_expert == "ffn" else h
         router_in = h
         if r.router_prescale:
             router_in = _rmsnorm(x, hp.eps) / math.sqrt(hp.d) * t[b + "ffn_gate_inp.scale"]
         moe = self._moe(il, router_in, h_moe, qz, routes)
-        if r.shared == "shexp":
+        if r.shared_expert == "named":
             return moe + self._mlp(
                 h,
                 t[b + "ffn_gate_shexp.weight"],
@@ -713,7 +664,7 @@ class Model:
                 (b + "ffn_gate_shexp.weight", b + "ffn_down_shexp.weight"),
                 qz,
             )
-        if not r.shared_expert:
+        if r.shared_expert != "ffn":
             return moe
         sh = self._mlp(
             h,

@@ -1,6 +1,7 @@
 """The expert cache as docs/streaming.md states it: an LRU over (layer, expert) with a byte budget,
-each resident expert charged one slot; pinned entries are never evicted; a demand insert may go over
-budget when every entry is pinned, a speculative one never does."""
+each resident expert charged one slot of its own layer (layers whose experts differ in type have slots
+of different sizes); pinned entries are never evicted; a demand insert may go over budget when every
+entry is pinned, a speculative one never does."""
 
 from __future__ import annotations
 
@@ -19,14 +20,11 @@ class CacheEntry:
 @dataclass
 class LruCache:
     budget: int
-    slot_bytes: int
+    slot_bytes: dict[int, int]  # streamed layer index -> what one resident expert of it costs
     entries: OrderedDict[Key, CacheEntry] = field(default_factory=OrderedDict)  # least recent first
     evictions: int = 0
     over_budget_loads: int = 0  # demand loads that found every entry pinned and went over budget
-
-    @property
-    def bytes(self) -> int:
-        return len(self.entries) * self.slot_bytes
+    bytes: int = 0  # the resident entries' costs
 
     def __contains__(self, key: Key) -> bool:
         return key in self.entries
@@ -39,23 +37,26 @@ class LruCache:
 
     def _evict(self, key: Key) -> None:
         del self.entries[key]  # a prefetched entry evicted before use is simply lost
+        self.bytes -= self.slot_bytes[key[0]]
         self.evictions += 1
 
     def insert(self, key: Key, *, speculative: bool = False) -> bool:
         """Insert as most recent, evicting least recent unpinned entries until it fits. A
         speculative insert happens only if it fits without going over budget; returns whether the
         entry was inserted."""
-        if speculative and self.bytes + self.slot_bytes > self.budget:
-            evictable = sum(1 for e in self.entries.values() if e.pins == 0) * self.slot_bytes
-            if self.slot_bytes > self.budget or self.bytes - evictable + self.slot_bytes > self.budget:
+        cost = self.slot_bytes[key[0]]
+        if speculative and self.bytes + cost > self.budget:
+            evictable = sum(self.slot_bytes[k[0]] for k, e in self.entries.items() if e.pins == 0)
+            if cost > self.budget or self.bytes - evictable + cost > self.budget:
                 return False
-        while self.entries and self.bytes + self.slot_bytes > self.budget:
+        while self.entries and self.bytes + cost > self.budget:
             victim = self._victim()
             if victim is None:
                 self.over_budget_loads += 1  # everything is pinned: over budget until the pins drop
                 break
             self._evict(victim)
         self.entries[key] = CacheEntry(prefetched=speculative)
+        self.bytes += cost
         return True
 
     def pin(self, key: Key) -> None:

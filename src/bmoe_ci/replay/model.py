@@ -38,15 +38,21 @@ def round_up(n: int, m: int) -> int:
     return (n + m - 1) // m * m
 
 
-def slot_bytes(trace: Trace) -> int:
-    """docs/streaming.md, slot geometry: per part, room for its largest slice at any in-block offset,
-    in 4096-aligned sub-slots; the slot is the sub-slots together rounded up to a page."""
-    total = 0
-    for p in range(len(next(iter(trace.part_bytes.values()), ()))):
-        largest = max(parts[p] for parts in trace.part_bytes.values())
-        if largest:
-            total += round_up(largest + STREAM_ALIGN - 1, STREAM_ALIGN)
-    return round_up(total or STREAM_ALIGN, max(trace.page_bytes, STREAM_ALIGN))
+def slot_bytes(trace: Trace) -> dict[int, int]:
+    """docs/streaming.md, slot geometry, per MoE layer: each part of the layer's expert gets room for its
+    slice at any in-block offset, in a 4096-aligned sub-slot; the slot is the sub-slots together
+    rounded up to a page."""
+    page = max(trace.page_bytes, STREAM_ALIGN)
+    out: dict[int, int] = {}
+    for il, parts in trace.part_bytes.items():
+        total = sum(round_up(b + STREAM_ALIGN - 1, STREAM_ALIGN) for b in parts if b)
+        out[il] = round_up(total or STREAM_ALIGN, page)
+    return out
+
+
+def shared_slot_bytes(slots: dict[int, int], page_bytes: int) -> int:
+    """A shared slot (--cache-mb 0) holds any layer's expert: the largest layer's slot, at least a page."""
+    return max([*slots.values(), max(page_bytes, STREAM_ALIGN)])
 
 
 @dataclass(frozen=True)
@@ -64,7 +70,9 @@ class RowPrediction:
 class Prediction:
     rows: list[RowPrediction] = field(default_factory=list)
     counters: dict[str, int | float] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
-    slot_bytes: int = 0
+    slot_bytes: dict[int, int] = field(default_factory=dict)  # MoE layer -> its slot
+    shared_slot_bytes: int = 0  # with the cache off, else 0
+    flash_by_layer: dict[int, list[int]] = field(default_factory=dict)  # MoE layer -> [reads, bytes]
     over_budget_loads: int = 0  # demand loads made while every resident entry was pinned (one layer's
     # working set larger than the budget): the cache's least trodden path
     problems: list[str] = field(default_factory=list)  # rule violations found while replaying
@@ -119,6 +127,17 @@ class _Replayer:
     def count(self, name: str, n: int | float = 1) -> None:
         self.pred.counters[name] += n
 
+    def read(self, li: int, n: int = 1) -> None:
+        """n reads of whole experts of streamed layer li: flash_reads and flash_bytes, in all and per
+        layer (each expert its own layer's bytes)."""
+        il = self.trace.moe_layers[li]
+        nbytes = n * self.trace.expert_bytes[il]
+        self.count("flash_reads", n)
+        self.count("flash_bytes", nbytes)
+        per = self.pred.flash_by_layer.setdefault(il, [0, 0])
+        per[0] += n
+        per[1] += nbytes
+
     def unpin_layer(self) -> None:
         if self.cache is not None:
             for key in self.pinned:
@@ -156,7 +175,7 @@ class _Replayer:
             flags += res.substituted
         return ids, flags
 
-    def prefetch(self, li: int, eb: dict[int, int]) -> None:
+    def prefetch(self, li: int) -> None:
         """docs/streaming.md, --prefetch: the previous token's experts at the next L layers (cyclic)."""
         assert self.cache is not None
         n, depth = len(self.last), min(self.cfg.prefetch, len(self.last))
@@ -173,8 +192,7 @@ class _Replayer:
                     if not self.cache.insert(key, speculative=True):
                         continue  # no room without evicting a pinned entry: skipped
                     self.count("prefetch_issued")
-                    self.count("flash_reads")
-                    self.count("flash_bytes", eb[lj])
+                    self.read(lj)
                 self.cache.pin(key)
                 round_pins.append(key)
         for key in round_pins:
@@ -223,8 +241,7 @@ class _Replayer:
         charged: set[int] = set()
         if self.cache is None:
             charged = set(uniq)  # shared slots: every executing expert is read again
-            self.count("flash_reads", len(uniq))
-            self.count("flash_bytes", len(uniq) * eb[li])
+            self.read(li, len(uniq))
         else:
             for e in uniq:  # hits first: refreshed and pinned before any miss can evict
                 key = (li, e)
@@ -245,10 +262,9 @@ class _Replayer:
                 self.cache.pin(key)
                 self.pinned.append(key)
                 charged.add(e)
-                self.count("flash_reads")
-                self.count("flash_bytes", eb[li])
+                self.read(li)
             if self.cfg.prefetch and phase == 1:
-                self.prefetch(li, eb)
+                self.prefetch(li)
         for i, r in enumerate(rows):
             e = ids[i]
             nbytes = 0
@@ -260,9 +276,14 @@ class _Replayer:
 
 def replay(trace: Trace, cfg: RunConfig) -> Prediction:
     """Every decision and counter of the traced run, predicted."""
-    pred = Prediction(slot_bytes=slot_bytes(trace))
-    cache = LruCache(cfg.budget, pred.slot_bytes) if cfg.cache_mb > 0 else None
+    slots = slot_bytes(trace)
+    pred = Prediction(
+        slot_bytes=slots,
+        shared_slot_bytes=shared_slot_bytes(slots, trace.page_bytes) if cfg.cache_mb == 0 else 0,
+        flash_by_layer={il: [0, 0] for il in trace.moe_layers},
+    )
     li_of = {il: i for i, il in enumerate(trace.moe_layers)}
+    cache = LruCache(cfg.budget, {li_of[il]: b for il, b in slots.items()}) if cfg.cache_mb > 0 else None
     r = _Replayer(trace, cfg, pred, cache, li_of, [[] for _ in li_of])
     k = trace.top_k
     for rows in _passes(trace.rows):

@@ -1,11 +1,11 @@
-"""Reading `--route-trace` files, version 3 (the format is in docs/streaming.md)."""
+"""Reading `--route-trace` files, version 4 (the format is in docs/streaming.md)."""
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
 
-VERSION_LINE = "# route_trace v3"
+VERSION_LINE = "# route_trace v4"
 COLUMNS = (
     "turn",
     "phase",
@@ -62,11 +62,12 @@ class Trace:
     layers: int
     experts: int
     top_k: int
-    slot_bytes: int
     page_bytes: int
+    shared_slot_bytes: int  # one shared slot (--cache-mb 0), else 0
     scores_are_probs: bool
     expert_bytes: dict[int, int] = field(default_factory=dict)  # MoE layer -> bytes of one expert
     part_bytes: dict[int, tuple[int, ...]] = field(default_factory=dict)  # MoE layer -> bytes per part
+    slot_bytes: dict[int, int] = field(default_factory=dict)  # MoE layer -> one resident expert's slot
     rows: list[TraceRow] = field(default_factory=list)
 
     @property
@@ -116,6 +117,7 @@ def parse_trace(text: str, path: str = "<trace>") -> Trace:
     meta: dict[str, str] = {}
     layer_bytes: dict[int, int] = {}
     parts: dict[int, tuple[int, ...]] = {}
+    slots: dict[int, int] = {}
     i = 1
     while i < len(lines) and lines[i].startswith("# "):
         body, where = lines[i][2:], f"{path}:{i + 1}"
@@ -127,13 +129,14 @@ def parse_trace(text: str, path: str = "<trace>") -> Trace:
             if len(pb) != N_PARTS:
                 raise TraceError(f"{where}:part_bytes: expected {N_PARTS} values, got {kv.get('part_bytes')!r}")
             parts[il] = tuple(_int(v, f"{where}:part_bytes") for v in pb)
-        elif body.startswith("slot_bytes="):
+            slots[il] = _int(kv.get("slot_bytes", ""), f"{where}:slot_bytes")
+        elif body.startswith("page_bytes="):
             meta.update(_pairs(body, where))
         else:
             key, _, value = body.partition("=")
             meta[key] = value
         i += 1
-    for key in ("model", "arch", "layers", "experts", "top_k", "scores_are_probs", "slot_bytes", "page_bytes"):
+    for key in ("model", "arch", "layers", "experts", "top_k", "scores_are_probs", "page_bytes", "shared_slot_bytes"):
         if key not in meta:
             raise TraceError(f"{path}:{i}:{key}: missing from the preamble")
     if i >= len(lines) or tuple(lines[i].split(",")) != COLUMNS:
@@ -143,10 +146,11 @@ def parse_trace(text: str, path: str = "<trace>") -> Trace:
         path=path,
         model=meta["model"],
         arch=meta["arch"],
-        **{k: _int(meta[k], f"{path}:{k}") for k in ("layers", "experts", "top_k", "slot_bytes", "page_bytes")},
+        **{k: _int(meta[k], f"{path}:{k}") for k in ("layers", "experts", "top_k", "page_bytes", "shared_slot_bytes")},
         scores_are_probs=_int(meta["scores_are_probs"], f"{path}:scores_are_probs") != 0,
         expert_bytes=layer_bytes,
         part_bytes=parts,
+        slot_bytes=slots,
     )
     for n, line in enumerate(lines[i + 1 :], start=i + 2):
         cells = line.split(",")
