@@ -66,6 +66,9 @@ def reference_for(gate_state: GateState, device: DeviceContext, fixture: str) ->
 
 
 @pytest.mark.gate("REF")
+@pytest.mark.entries(
+    "ref",
+)
 def test_resident_run_matches_reference(
     runs: dict[str, EngineResult],
     runner: DeviceRunner,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -92,17 +92,21 @@ def plan_only(
     faults: Sequence[str] = (),
     progress: Progress | None = None,
     places: Places | None = None,
+    looking: bool = True,
 ) -> GateRun:
     """The run's devices and fixtures as the tests are parametrised over them, from the farm file and
     the fixture specs alone: nothing is built, generated, leased, pushed or written (the health state
-    is read, not updated). Raises FarmError and SpecError like :func:`prepare`."""
+    is read, not updated). Raises FarmError and SpecError like :func:`prepare`. ``looking``: only looking
+    at the tests (``--collect-only``); else this is the plan a real run collects its tests from before
+    :func:`prepare` readies what the selected ones need."""
     progress = progress or Progress()
     places = places or Places()
     farm = load_farm(farm_file, places)
     selected = select_devices(farm, list(selectors))
     devices, notes = _available(selected, HealthBook(farm.path, places=places), True, progress)
     specs = load_specs(places=places).select(list(fixture_names) if fixture_names else None)
-    progress.step(f"collect only: fixtures {', '.join(s.name for s in specs)}; nothing built, leased or pushed")
+    if looking:
+        progress.step(f"collect only: fixtures {', '.join(s.name for s in specs)}; nothing built, leased or pushed")
     return GateRun(
         run_id=run_id,
         results_dir=str(results_dir),
@@ -163,9 +167,12 @@ def prepare(
     lock_wait: float = 0.0,
     progress: Progress | None = None,
     places: Places | None = None,
+    needs: Mapping[str, Collection[str]] | None = None,
 ) -> Prepared:
     """`faults` are catalogue names (the caller has checked them against engine/faults.toml); `places`
-    (default: no override) is where the source tree, the caches and the local farm are.
+    (default: no override) is where the source tree, the caches and the local farm are. `needs`: device
+    name -> the fixtures its selected tests need (None: every selected device, every fixture); a device
+    it does not name is not built for, leased or pushed to, and a device gets only its own fixtures.
     Raises FarmError (bad farm file, unknown device) — a usage problem that stops the session.
     A device that cannot be reached or fails preflight does NOT raise: it gets an infra_error."""
     progress = progress or Progress()
@@ -173,8 +180,13 @@ def prepare(
     started = time.monotonic()
     farm = load_farm(farm_file, places)
     selected = select_devices(farm, list(selectors))
+    if needs is not None:
+        selected = [d for d in selected if d.name in needs]
     health = HealthBook(farm.path, places=places)
     devices, notes = _available(selected, health, False, progress)
+    if needs is not None:
+        wanted = sorted({f for names in needs.values() for f in names})
+        fixture_names = [f for f in (fixture_names or wanted) if f in wanted]
 
     builds: dict[str, Build] = {}
     for target in sorted({target_for(d) for d in devices}):
@@ -188,19 +200,24 @@ def prepare(
         )
         builds[target] = b
     t0 = time.monotonic()
-    fixtures = generate(
-        None,
-        names=list(fixture_names) if fixture_names else None,
-        reference=GATE_REQUEST,
-        progress=lambda m: _fixtures_message(progress, m),
-        places=places,
-    )
-    progress.step(
-        "fixtures: "
-        + ", ".join(f"{f.name} {f.origin} ({mib(f.size)})" for f in fixtures)
-        + f"; {time.monotonic() - t0:.1f} s"
-    )
-    items = _fixture_items(fixtures, places.source_tree())
+    fixtures: list[FixtureFile] = []
+    if needs is None or fixture_names:
+        fixtures = generate(
+            None,
+            names=list(fixture_names) if fixture_names else None,
+            reference=GATE_REQUEST,
+            progress=lambda m: _fixtures_message(progress, m),
+            places=places,
+        )
+        progress.step(
+            "fixtures: "
+            + ", ".join(f"{f.name} {f.origin} ({mib(f.size)})" for f in fixtures)
+            + f"; {time.monotonic() - t0:.1f} s"
+        )
+    tree = places.source_tree()
+
+    def device_fixtures(device: Device) -> list[FixtureFile]:
+        return [f for f in fixtures if needs is None or f.name in needs.get(device.name, ())]
 
     def open_one(device: Device) -> tuple[DeviceContext, DeviceSession | None]:
         b = builds[target_for(device)]
@@ -230,7 +247,8 @@ def prepare(
             progress.detail(f"{device.name}: connected and leased in {t_push - started:.1f} s")
             # arch (the Android ABI), exec prefix, free space and clock before anything is pushed
             _step("preflight", s.check_platform)
-            _step("push", lambda: (s.push_engine(b.path, b.build_id), s.push_files(items)))
+            mine = device_fixtures(device)
+            _step("push", lambda: (s.push_engine(b.path, b.build_id), s.push_files(_fixture_items(mine, tree))))
             progress.step(f"{device.name}: " + _push_line(s.pushes, time.monotonic() - t_push, s.verified_files))
             _step("store gc", s.gc)
             t_check = time.monotonic()
@@ -258,7 +276,7 @@ def prepare(
         for note in session.transport.retries:
             progress.notice(f"{device.name}: {note}")
         ctx.engine = session.engine
-        ctx.models = {f.name: session.file(f"fixtures/{f.path.name}") for f in fixtures}
+        ctx.models = {f.name: session.file(f"fixtures/{f.path.name}") for f in device_fixtures(device)}
         ctx.pushed_bytes = session.pushed_bytes
         ctx.verified_files = session.verified_files
         ctx.repushed = [str(m) for m in session.mismatches]
@@ -318,7 +336,9 @@ SCORING_INPUTS = ("score.txt", "choices.jsonl", "session.txt")
 
 def _fixture_items(fixtures: Sequence[FixtureFile], tree: Path) -> list[PushItem]:
     # Every file of a split model goes to the same directory under its own name: the engine finds
-    # the sibling shards from the first one's name.
+    # the sibling shards from the first one's name. The scoring inputs go with any fixture.
+    if not fixtures:
+        return []
     data = tree / "gates" / "data"
     scoring = [PushItem(data / name, name=f"fixtures/scoring/{name}") for name in SCORING_INPUTS]
     return [PushItem(p, name=f"fixtures/{p.name}") for f in fixtures for p in f.files] + scoring

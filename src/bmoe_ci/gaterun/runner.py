@@ -154,6 +154,21 @@ class DeviceRunner:
                 raise self._timed_out(exc) from None
             raise
 
+    def connect(self) -> None:
+        """Connect the session (a worker's own connection), behind the breaker: a device that cannot be
+        reached now is out of the run after that one try."""
+
+        def once() -> None:
+            try:
+                self.session.transport.connect(retries=0)
+            except InfraError as exc:
+                self.broken = InfraError(
+                    exc.device, exc.kind, f"taken out of the run: it could not be reached again ({exc.reason})"
+                )
+                raise
+
+        self._guarded("connect", once)
+
     # -- the breaker
     def _guarded(self, step: str, call: Callable[[], T], *, engine: bool = False) -> T:
         """``call()`` behind the device's breaker: refused at once when the device is broken; after a lost

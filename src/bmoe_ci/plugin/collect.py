@@ -19,7 +19,7 @@ import pytest
 
 from bmoe_ci.gaterun.context import GateRun
 from bmoe_ci.reports import DeviceRun, RunMeta, TestRecord, console_matrix, exit_code, finalize, write_device_junit
-from bmoe_ci.reports.plan import read_plan, reconcile, write_pending_plan
+from bmoe_ci.reports.plan import PlannedTest, read_plan, reconcile, write_pending_plan, write_plan
 from bmoe_ci.reports.records import RUN_JSON
 from bmoe_ci.reports.summary import SUMMARY_JSON
 
@@ -65,7 +65,7 @@ def begin_run(results_dir: Path, run_id: str) -> None:
 
 
 class RecordCollector:
-    def __init__(self, run: GateRun, absolute_attachments: bool = False):
+    def __init__(self, run: GateRun, absolute_attachments: bool = False, planned: list[PlannedTest] | None = None):
         self.run = run
         self.absolute = absolute_attachments  # JUnit attachments by absolute path
         self.pending: dict[str, _Pending] = {}
@@ -78,6 +78,8 @@ class RecordCollector:
         # on disk from the start: a run killed now still has every device, and a plan that says the
         # tests were not collected yet (the real one replaces it before the first test starts)
         begin_run(Path(run.results_dir), run.run_id)
+        if planned is not None:  # the selected tests, known before the devices were readied
+            write_plan(run.results_dir, run.run_id, planned)
         for d in run.devices:
             write_device_junit(run.results_dir, self._device_run(d.name), absolute=self.absolute)
 
