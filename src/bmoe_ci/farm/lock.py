@@ -28,6 +28,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
+import math
 import os
 import secrets
 import socket
@@ -78,6 +79,7 @@ class LockOwner:
     beat: float
     token: str
     ttl: float = DEFAULT_TTL
+    seq: int = 0  #: renewals so far: a lease that is alive changes with each, whatever the clocks say
 
     @classmethod
     def mine(cls, run_id: str, ttl: float = DEFAULT_TTL) -> LockOwner:
@@ -111,8 +113,9 @@ class LockOwner:
                 float(d.get("beat", d["since"])),
                 str(d.get("token", "")),
                 float(d.get("ttl", DEFAULT_TTL)),
+                int(d.get("seq", 0)),
             )
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, OverflowError):
             return None
 
     def describe(self) -> str:
@@ -130,16 +133,24 @@ class LockOwner:
         expiry = f"expires in {left:.0f}s" if left >= 0 else f"expired {-left:.0f}s ago"
         return f"heartbeat {age:.0f}s ago, {expiry} (ttl {self.ttl:.0f}s)"
 
-    def stale_reason(self, ttl: float | None = None, now: float | None = None) -> str | None:
-        """Why this lock may be broken, or None if it must be respected. The TTL is the holder's own
-        (recorded in the lock) unless ``ttl`` is given for a lock written before leases had one."""
+    def bounded_ttl(self, fallback: float) -> float:
+        """The holder's TTL, finite and within [:data:`MIN_TTL`, :data:`MAX_TTL`] (``fallback``, ours, for
+        one that is not a number): a lease can never be made to live for ever."""
+        ttl = self.ttl if math.isfinite(self.ttl) and self.ttl > 0 else fallback
+        return min(max(ttl, MIN_TTL), MAX_TTL)
+
+    def looks_stale(self, ttl: float, now: float | None = None) -> bool:
+        """By the wall clocks (the holder's heartbeat against ours): no heartbeat for the TTL, one from the
+        future, or one that is not a number. Only a hint: the clocks of two machines need not agree, so
+        a lease is broken on what this controller itself saw (:meth:`DeviceLock.acquire`)."""
         now = time.time() if now is None else now
-        ttl = self.ttl if ttl is None else ttl
-        if now - self.beat > ttl:
-            return (
-                f"no heartbeat for {now - self.beat:.0f}s (ttl {ttl:.0f}s), held since {self.since_iso} "
-                f"({now - self.since:.0f}s)"
-            )
+        beat = self.beat
+        return not math.isfinite(beat) or now - beat > ttl or beat - now > ttl
+
+    def stale_reason(self, ttl: float | None = None, now: float | None = None) -> str | None:
+        """Why this lock may be broken at once, from facts of this machine alone (its holder ran here and
+        its process is gone), or None. A holder elsewhere is judged by watching its heartbeat
+        (:meth:`DeviceLock.acquire`), never by comparing its clock with ours."""
         if self.host == socket.gethostname() and self.boot and self.boot == _boot_id():
             if not pid_alive(self.pid):
                 return f"its process {self.pid} on this machine is gone"
@@ -147,6 +158,10 @@ class LockOwner:
                 return f"its process {self.pid} on this machine is gone (pid reused)"
         return None
 
+
+#: Bounds on any lease's TTL, whatever its owner file says.
+MIN_TTL = 4.0
+MAX_TTL = 86400.0
 
 _ACQUIRE = name_script(
     r"""
@@ -240,7 +255,13 @@ class DeviceLock:
         return r.stdout.decode(errors="replace")
 
     def acquire(self, wait: float = 0.0, poll: float = 1.0) -> DeviceLock:
-        """Take the lock, breaking stale ones; poll up to ``wait`` seconds while busy.
+        """Take the lock; poll up to ``wait`` seconds while it is busy.
+
+        A lease is broken when its holder ran on this machine and its process is gone, or when this
+        controller has itself watched it for the holder's (bounded) TTL, on its own monotonic clock,
+        without seeing it renewed. A lease that looks stale by the wall clocks (an old heartbeat, one
+        from the future, an unreadable owner) is watched that long even past ``wait``: the other
+        controller's clock may be off, and a live run's lease is never broken for it.
 
         Raises :class:`DeviceBusy` (an :class:`InfraError`) when still busy at the end."""
         if self.held:
@@ -248,6 +269,9 @@ class DeviceLock:
         deadline = time.monotonic() + wait
         name = self.transport.device.name
         said = 0.0
+        seen_raw: str | None = None
+        seen_since = 0.0
+        renewed = False
         while True:
             me = LockOwner.mine(self.run_id, self.ttl)
             out = self._sh(_ACQUIRE, self.path, me.to_json(), str(max(1, int(self.ttl // 60)))).splitlines()
@@ -263,11 +287,18 @@ class DeviceLock:
             if holder is not None and holder.run_id == self.run_id:
                 self.adopted = True
                 return self
-            reason = (
-                holder.stale_reason()
-                if holder
-                else (f"unreadable owner, lock older than {self.ttl:.0f}s" if old else None)
-            )
+            now = time.monotonic()
+            if raw != seen_raw:  # first sight, or renewed since: it is watched afresh
+                renewed = seen_raw is not None
+                seen_raw, seen_since = raw, now
+            ttl = holder.bounded_ttl(self.ttl) if holder is not None else min(max(self.ttl, MIN_TTL), MAX_TTL)
+            quiet = now - seen_since
+            reason = holder.stale_reason() if holder is not None else None
+            if reason is None and quiet >= ttl:
+                who = "its holder" if holder is not None else "an unreadable owner"
+                reason = f"{who} did not renew it for {quiet:.0f}s by this controller's own clock (ttl {ttl:.0f}s)"
+                if holder is not None:
+                    reason += f", held since {holder.since_iso}"
             if reason:
                 grave = f"{self.path}.stale-{secrets.token_hex(4)}"
                 if "BROKEN" in self._sh(_BREAK, self.path, raw, grave):
@@ -275,18 +306,25 @@ class DeviceLock:
                     self.broke.append(f"broke stale lock of {who}: {reason}")
                     if self.progress:
                         self.progress(self.broke[-1])
+                seen_raw, renewed = None, False
                 continue  # retry at once (someone else may have broken it first: fine)
-            now = time.monotonic()
-            if now >= deadline:
-                if holder is None:
-                    raise DeviceBusy(name, "an unknown owner (lock being created, or owner file unreadable)", "now")
-                raise DeviceBusy(name, holder.describe(), holder.since_iso, holder.lease_state())
+            # watched past `wait` only while it looks stale and was not seen renewed (then it is alive)
+            suspect = (holder is None or holder.looks_stale(ttl)) and not renewed
+            if now >= deadline and not suspect:
+                raise DeviceBusy(name, holder.describe(), holder.since_iso, holder.lease_state())  # type: ignore[union-attr]
             if self.progress and now - said >= 10:
                 said = now
                 who = holder.describe() if holder else "an unknown owner"
                 state = f"; {holder.lease_state()}" if holder else ""
-                self.progress(f"waiting up to {deadline - now:.0f}s more for the lock held by {who}{state}")
-            time.sleep(min(poll, max(0.05, deadline - time.monotonic())))
+                if now >= deadline:
+                    self.progress(
+                        f"the lock held by {who} looks stale{state}: watching it up to {ttl - quiet:.0f}s more "
+                        "before breaking it (another machine's clock is not ours to trust)"
+                    )
+                else:
+                    self.progress(f"waiting up to {deadline - now:.0f}s more for the lock held by {who}{state}")
+            step = min(10.0, max(poll, ttl / 16))
+            time.sleep(min(step, max(0.05, (deadline if now < deadline else seen_since + ttl) - time.monotonic())))
 
     def refresh(self, transport: Transport | None = None) -> None:
         """Renew the heartbeat (through ``transport`` if given: the heartbeat thread's own link)."""
@@ -294,7 +332,7 @@ class DeviceLock:
             owner = self.owner
             if owner is None:
                 return
-            new = LockOwner(**{**asdict(owner), "beat": time.time()})
+            new = LockOwner(**{**asdict(owner), "beat": time.time(), "seq": owner.seq + 1})
             t = transport or self.transport
             r = t.sh(_REWRITE, self.path, owner.to_json(), new.to_json(), timeout=lease_deadline(t)).raise_for_infra()
             out = r.stdout.decode(errors="replace")
