@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints, ValidationError
 
+from bmoe_ci import inputs
 from bmoe_ci.builder import KNOWN_ARCHES, normalize_arch
 
 from .errors import ConfigIssue, FarmConfigError
@@ -366,9 +367,12 @@ def load_farm_file(path: str | os.PathLike[str], variables: dict[str, str] | Non
     path = Path(path)
     shown = _display(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise FarmConfigError([ConfigIssue(shown, None, "", f"cannot read farm file: {exc}")]) from None
+        # a regular file of at most MAX_FARM_BYTES, read no further: a 400 MB file, /dev/zero or a FIFO is
+        # one line, not a wait or an exhausted memory
+        text = inputs.read_text(path, what="farm file", limit=MAX_FARM_BYTES)
+    except inputs.InputError as exc:
+        why = str(exc).split(": ", 1)[-1]
+        raise FarmConfigError([ConfigIssue(shown, None, "", f"cannot read farm file: {why}")]) from None
     try:
         raw = load_yaml_with_lines(text)
     except yaml.YAMLError as exc:
