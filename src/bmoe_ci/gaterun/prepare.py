@@ -268,6 +268,19 @@ def prepare(
                 if h.quarantine is not None:
                     progress.notice(f"{device.name}: {h.quarantine.describe()}")
             return ctx, None
+        except Exception as exc:  # a bug or a surprise of one device's set-up: never the others' run
+            if session is not None:
+                session.close()
+            why = " ".join(str(exc).split())[:300] or "(no message)"
+            ctx.infra_error = f"set-up: setup: unexpected {type(exc).__name__}: {why}"
+            ctx.infra_kind, ctx.infra_step, ctx.infra_reason = (
+                "setup",
+                "set-up",
+                f"unexpected {type(exc).__name__}: {why}",
+            )
+            ctx.setup_s = time.monotonic() - started
+            progress.notice(f"{device.name}: unavailable: {ctx.infra_error}")
+            return ctx, None
         except BaseException:
             if session is not None:
                 session.close()
