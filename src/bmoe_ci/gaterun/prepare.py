@@ -65,7 +65,7 @@ def _available(
     """The selected devices that are not quarantined, and a note for each one that is."""
     devices, notes = [], []
     for device in selected:
-        h: DeviceHealth = health.peek(device.name) if peek else health.get(device.name)
+        h: DeviceHealth = health.peek(device) if peek else health.get(device)
         if h.quarantine is None:
             devices.append(device)
         else:
