@@ -146,6 +146,15 @@ def _session_message(progress: Progress, device: str, msg: str) -> None:
         progress.notice(f"{device}: {msg}")
 
 
+def _build_message(progress: Progress, msg: str) -> None:
+    """The builder's messages: a target that starts to compile is said even under -q (it takes minutes);
+    its "still building" lines come at the normal verbosity."""
+    if msg.startswith("still "):
+        progress.step(msg)
+    else:
+        progress.milestone(msg)
+
+
 def _fixtures_message(progress: Progress, msg: str) -> None:
     """The fixture generator's messages: waiting for another generator, or a manifest it had to ignore,
     are notices; generating and hashing are detail (the fixtures line sums them up)."""
@@ -192,7 +201,9 @@ def prepare(
     for target in sorted({target_for(d) for d in devices}):
         defines = [f"BMOE_FAULT_{name}=1" for name in faults]
         t0 = time.monotonic()
-        b = build(target, defines=defines, rebuild=rebuild, progress=progress.step, places=places)
+        b = build(
+            target, defines=defines, rebuild=rebuild, progress=lambda m: _build_message(progress, m), places=places
+        )
         with_faults = f", faults {', '.join(faults)}" if faults else ""
         progress.step(
             f"build {b.target}: {'compiled' if b.compiled else 'cached'}, "
