@@ -159,3 +159,43 @@ def test_a_lost_phone_ends_the_run_within_the_entry_deadline_plus_30s(tmp_path: 
     last = run.output.strip().splitlines()[-1]
     assert "failed" not in last and f"{phone['errors']} error" in last, last
     assert "Traceback" not in run.output and "InfraError" not in run.output
+
+
+def test_a_phone_that_stops_answering_while_it_is_set_up_costs_its_command_timeout(tmp_path: Path) -> None:
+    """It used to hold the run 615 s (a fixed 600 s deadline on the store's round trips), its reason cut to
+    `phone: timeout: sh -c '`: now the deadline is the device's command_timeout, the reason one whole line."""
+    from bmoe_ci.farm import DeviceSession, InfraError, PushItem, load_farm_file
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF" + bytes(4096))
+    with adb_link(tmp_path / "link") as link:
+        farm = tmp_path / "farm.yaml"
+        farm.write_text(
+            "version: 1\ndevices:\n"
+            + link.device_yaml("phone", "x86_64", tmp_path / "phone-work", "    command_timeout: 4\n")
+        )
+        s = DeviceSession(load_farm_file(farm).device("phone"), run_id="r1")
+        s.connect()
+        os.kill(link.adbd.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(InfraError) as err:
+                s.push_files([PushItem(model)])
+            took = time.monotonic() - started
+        finally:
+            os.kill(link.adbd.pid, signal.SIGCONT)
+            s.close()
+    assert err.value.kind == "timeout" and took < 4 + 2 + 3, f"{took:.1f}s"
+    line = err.value.line()
+    assert "<store check>" in line and "no answer" in line and "sh -c '" not in line, line
+
+
+def test_a_32_bit_phone_gets_no_engine_pushed(tmp_path: Path) -> None:
+    """The ABI is checked before anything is pushed (6.4 MiB went to a 32-bit phone first)."""
+    with adb_link(tmp_path / "link", abi="armeabi-v7a") as link:
+        farm = tmp_path / "farm.yaml"
+        farm.write_text("version: 1\ndevices:\n" + link.device_yaml("phone", "aarch64", tmp_path / "phone-work"))
+        run = run_gates(tmp_path, farm=farm, device="phone", modules=DET, results=tmp_path / "r")
+    phone = run.summary["devices"]["phone"]
+    assert run.returncode == 1 and "wrong ABI" in phone["infra_error"] and "armeabi-v7a" in phone["infra_error"]
+    assert phone["pushed_bytes"] == 0 and not (tmp_path / "phone-work" / "store").exists()
