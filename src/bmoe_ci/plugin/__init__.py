@@ -9,10 +9,13 @@ the short names are aliases only while no other plugin owns them). The plugin is
 session runs the gate suite (a path inside `gates/`, or `--bmoe-device` on the command line).
 Then, on the controller only (session fixtures run once per xdist worker: docs/design.md, the gate
 suite under pytest-xdist):
-  * pytest_sessionstart  builds, generates fixtures, leases/pushes/preflights every device
-                         (bmoe_ci.gaterun.prepare) and hands the result to workers as JSON; under
-                         --collect-only (and --fixtures, --setup-plan) it only reads the farm file
-                         and the fixture specs, so that the tests can be parametrised;
+  * pytest_sessionstart  reads the farm file, the selection and the fixture specs, so that the tests
+                         can be parametrised (all that happens under --collect-only, --fixtures and
+                         --setup-plan);
+  * once the tests are collected and selected (pytest_collection_finish without xdist; under xdist
+    pytest_xdist_node_collection_finished, the workers having handed over the selected tests): builds,
+    generates fixtures, leases/pushes/preflights the devices those tests need, only the fixtures they
+    need (bmoe_ci.gaterun.prepare), and hands the prepared run to the workers as JSON;
   * pytest_runtest_logreport  turns each test's phases into one record per device;
   * pytest_sessionfinish  writes per-device JUnit, the merged JUnit and the summary, releases locks.
 Tests are parametrised over (device, fixture) and grouped per device (`xdist_group`), so with
