@@ -1,0 +1,63 @@
+"""Any number of xdist workers, fewer or more than devices, gives the verdicts of one worker per device,
+under load. (A nightly's 4 workers for 5 devices once reported G8b and REPLAY failing on a clean engine:
+a plan run again next to its first run, still going on the device after a lost link; and REF failed
+clearing an artifacts directory another test was writing into.)"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import signal
+import subprocess
+from pathlib import Path
+
+from gate_run import run_gates
+
+ARCH = {"arm64": "aarch64", "amd64": "x86_64"}.get(platform.machine().lower(), platform.machine().lower())
+DEVICES = 5
+MODULES = ("gates/test_reference.py", "gates/test_lossy.py", "gates/test_replay.py")
+
+
+def _farm(tmp_path: Path) -> Path:
+    farm = tmp_path / "farm.yaml"
+    farm.write_text(
+        "version: 1\ndevices:\n"
+        + "".join(
+            f"  - name: d{i}\n    kind: desktop\n    arch: {ARCH}\n    transport: local\n"
+            f"    workdir: {tmp_path / f'work{i}'}\n"
+            for i in range(DEVICES)
+        )
+    )
+    return farm
+
+
+def _verdicts(tmp_path: Path, farm: Path, workers: int) -> dict[str, dict[str, str]]:
+    run = run_gates(
+        tmp_path,
+        farm=farm,
+        device="all",
+        modules=MODULES,
+        results=tmp_path / f"r{workers}",
+        extra=("-n", str(workers), "-k", "G8b or REF or REPLAY or G8a"),
+    )
+    assert run.returncode == 0, run.output[-3000:]
+    return {name: d["gates"] for name, d in run.summary["devices"].items()}
+
+
+def test_two_four_and_eight_workers_give_the_verdicts_of_five_under_load(tmp_path: Path) -> None:
+    farm = _farm(tmp_path)
+    hogs = [subprocess.Popen(["nice", "-n", "19", "sh", "-c", "while :; do :; done"]) for _ in range(2)]
+    try:
+        one_each = _verdicts(tmp_path, farm, DEVICES)
+        assert set(one_each) == {f"d{i}" for i in range(DEVICES)}
+        assert all(v == "pass" for gates in one_each.values() for v in gates.values()), one_each
+        for workers in (2, 4, 8):
+            assert _verdicts(tmp_path, farm, workers) == one_each, f"-n {workers}"
+    finally:
+        for hog in hogs:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(hog.pid, signal.SIGKILL)
+            hog.wait()
+    # every test of a device left its artifacts directory to itself: none left behind by a passing run
+    assert not any((tmp_path / f"r{DEVICES}" / f"d{i}" / "artifacts").exists() for i in range(DEVICES))
