@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "recurrent.h"
 #include "tensor.h"
 
 struct bmoe_forward {
@@ -22,13 +23,20 @@ struct bmoe_forward {
     const bmoe_seam *seam;
     int n_ctx, max_batch, top_k;
     int d, q_dim, kv_dim, v_dim, o_dim, ff_max;
-    float *k_cache, *v_cache;     /* [layer][n_ctx][kv_dim], [layer][n_ctx][v_dim] */
+    float *k_cache, *v_cache;     /* [attention layer][n_ctx][kv_dim], [attention layer][n_ctx][v_dim] */
+    rec_state rs;                 /* the recurrent layers' state (recurrent.h), one buffer for all of them */
+    float *qg;                    /* gated attention: each head's gate values [T, q_dim] */
+    float *rin, *rcv, *rz, *ro;   /* recurrent layers: projections [T, rin_w], conv out [T, rin_w], z, out [T, rz_w] */
+    float *ralpha, *rbeta;        /* delta-net gates [T, Hv] */
+    float *rtmp;                  /* delta rule scratch [threads][S] */
+    size_t rin_w, rz_w;
     double *inv_freq;             /* RoPE: base^(-2j/n_rot) / rope_freqs[j], j < n_rot/2 */
     double *inv_freq_swa;         /* sliding-window layers: base_swa^(-2j/n_rot_swa), j < n_rot_swa/2 */
     /* activations, [max_batch, ...] */
     float *x, *xn, *hm, *q, *k, *v, *att, *o, *ffn, *sh;
     float *hg, *hu;               /* dense / shared FFN hidden [T, ff_max] */
     float *rlog, *rprob, *w;      /* router logits and probs [T, E], weights [T, top_k] */
+    float *rsel;                  /* probs + the selection bias [T, E] (recipes with probs_bias) */
     int32_t *ids;                 /* [T, top_k] */
     float *moe, *gx, *eg, *eu, *eo; /* expert path: sum [T,d], gathered in [T,d], hidden [T,2f], [T,f], out [T,d] */
     float *keg, *keu, *keo;       /* one token's k experts at once: [k,2f], [k,f], [k,d] */
@@ -234,12 +242,12 @@ static void matmul(bmoe_forward *f, const bmoe_weight *W, const float *x, int T,
     matmul_raw(f, W->data, W->type, (size_t)W->row_bytes, (size_t)W->ne[0], (size_t)W->ne[1], x, T, y);
 }
 
-/* Several matmuls of the same input (q, k, v; gate, up) as one pool job over all their rows: one
+/* Several matmuls (up to 4) of the same input (q, k, v; gate, up) as one pool job over all their rows: one
  * wake-up instead of one each. Each row is computed as matmul() computes it. */
 typedef struct {
     int n;
-    mm_job mm[3];
-    int end[3]; /* cumulative row counts */
+    mm_job mm[4];
+    int end[4]; /* cumulative row counts */
 } mm_multi_job;
 
 static void mm_multi_rows(void *ctx, int i0, int i1, int tid) {
@@ -336,8 +344,9 @@ static void qk_rows(void *ctx, int t0, int t1, int tid) {
 #ifdef BMOE_FAULT_KV_POS_FIRST
         pos = (size_t)J->pos0; /* fault: every token of a batch writes its k and v at the batch's first position */
 #endif
-        memcpy(f->k_cache + ((size_t)J->il * f->n_ctx + pos) * f->kv_dim, k, (size_t)f->kv_dim * sizeof(float));
-        memcpy(f->v_cache + ((size_t)J->il * f->n_ctx + pos) * f->v_dim, f->v + (size_t)t * f->v_dim,
+        size_t slot = (size_t)J->ly->kv_slot;
+        memcpy(f->k_cache + (slot * f->n_ctx + pos) * f->kv_dim, k, (size_t)f->kv_dim * sizeof(float));
+        memcpy(f->v_cache + (slot * f->n_ctx + pos) * f->v_dim, f->v + (size_t)t * f->v_dim,
                (size_t)f->v_dim * sizeof(float));
     }
 }
@@ -350,8 +359,8 @@ static void attn_heads(void *ctx, int i0, int i1, int tid) {
     int H = hp->n_head, hd = hp->head_dim, hdv = hp->head_dim_v, group = hp->n_head / hp->n_head_kv;
     float inv_sqrt_hd = (float)hp->attn_scale; /* 1/sqrt(head dim), or the recipe's (model.c) */
     float *sc = f->scratch + (size_t)tid * f->n_ctx;
-    const float *kc = f->k_cache + (size_t)J->il * f->n_ctx * f->kv_dim;
-    const float *vc = f->v_cache + (size_t)J->il * f->n_ctx * f->v_dim;
+    const float *kc = f->k_cache + (size_t)J->ly->kv_slot * f->n_ctx * f->kv_dim;
+    const float *vc = f->v_cache + (size_t)J->ly->kv_slot * f->n_ctx * f->v_dim;
     for (int i = i0; i < i1; i++) {
         int t = i / H, h = i % H, g = h / group, p = J->pos0 + t;
         /* a sliding-window layer sees the n_swa latest positions (p - j < n_swa) */
@@ -375,14 +384,122 @@ static void attention(bmoe_forward *f, int il, int T, int pos0) {
     int d = f->d;
     rmsnorm_rows(f->xn, f->x, ly->attn_norm, T, d, m->hp.eps);
     const bmoe_weight *W[3] = { &ly->attn_q, &ly->attn_k, &ly->attn_v };
-    float *const y3[3] = { f->q, f->k, f->v };
+    int gated = m->recipe->attn_gate, hd = m->hp.head_dim;
+    float *const y3[3] = { gated ? f->rin : f->q, f->k, f->v };
     matmul_multi(f, 3, W, f->xn, T, y3);
+    if (gated) /* per head: hd queries, then hd gate values */
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < m->hp.n_head; h++) {
+                const float *src = f->rin + (size_t)t * 2 * f->q_dim + (size_t)h * 2 * hd;
+                memcpy(f->q + (size_t)t * f->q_dim + (size_t)h * hd, src, (size_t)hd * sizeof(float));
+                memcpy(f->qg + (size_t)t * f->q_dim + (size_t)h * hd, src + hd, (size_t)hd * sizeof(float));
+            }
     attn_job J = { f, ly, il, T, pos0 };
     pool_run(f->pool, T, qk_rows, &J);
     pool_run(f->pool, T * m->hp.n_head, attn_heads, &J);
+    if (gated) /* the output gate: each head's output times sigmoid(gate) */
+        for (size_t i = 0; i < (size_t)T * f->o_dim; i++)
+            f->att[i] = f->att[i] * (float)(1.0 / (1.0 + bm_exp(-(double)f->qg[i])));
     matmul(f, &ly->attn_output, f->att, T, f->o);
     if (ly->post_attention_norm) rmsnorm_rows(f->o, f->o, ly->post_attention_norm, T, d, m->hp.eps);
     for (size_t i = 0; i < (size_t)T * d; i++) f->x[i] += f->o[i];
+}
+
+/* ---- recurrent layers (recurrent.h, docs/model-math.md "Hybrid architectures") ---------------- */
+
+typedef struct {
+    const float *x;
+    size_t xs;
+    int T, K;
+    const float *w;
+    float *state, *y;
+    size_t ys;
+} conv_job;
+
+static void conv_channels(void *ctx, int c0, int c1, int tid) {
+    (void)tid;
+    const conv_job *J = ctx;
+    rec_conv(J->x, J->xs, J->T, J->w, J->K, J->state, J->y, J->ys, c0, c1);
+}
+
+typedef struct {
+    bmoe_forward *f;
+    float *M;         /* the layer's delta-rule state: head h at h * S * S */
+    int T;
+} delta_job;
+
+static void delta_heads(void *ctx, int h0, int h1, int tid) {
+    const delta_job *J = ctx;
+    bmoe_forward *f = J->f;
+    const bmoe_hparams *hp = &f->m->hp;
+    int S = hp->ssm_state, Hk = hp->ssm_groups, Hv = hp->ssm_heads;
+    size_t C = f->rin_w, SS = (size_t)S * (size_t)S;
+    for (int h = h0; h < h1; h++) {
+        int a = h % Hk; /* value head h reads q/k head h mod Hk */
+        const float *q = f->rcv + (size_t)a * S, *k = f->rcv + (size_t)(Hk + a) * S;
+        const float *v = f->rcv + (size_t)(2 * Hk + h) * S;
+        rec_delta_head(&f->kern, S, J->T, q, C, k, C, v, C, f->ralpha + h, f->rbeta + h, (size_t)Hv, J->M + (size_t)h * SS,
+                       f->ro + (size_t)h * S, (size_t)Hv * S, f->rtmp + (size_t)tid * S);
+    }
+}
+
+/* A gated delta-net layer: x += ssm_out(gated_norm(delta rule(l2(silu(conv(attn_qkv h)))))). */
+static void delta_layer(bmoe_forward *f, int il, int T) {
+    const bmoe_model *m = f->m;
+    const bmoe_hparams *hp = &m->hp;
+    const bmoe_layer *ly = &m->layers[il];
+    int d = f->d, S = hp->ssm_state, Hk = hp->ssm_groups, Hv = hp->ssm_heads, K = hp->conv_taps;
+    size_t C = f->rin_w, Z = (size_t)Hv * S;
+    rmsnorm_rows(f->xn, f->x, ly->attn_norm, T, d, hp->eps);
+    const bmoe_weight *W[4] = { &ly->attn_qkv, &ly->attn_z, &ly->ssm_beta, &ly->ssm_alpha };
+    float *const y4[4] = { f->rin, f->rz, f->rbeta, f->ralpha };
+    matmul_multi(f, 4, W, f->xn, T, y4);
+    float *state = f->rs.cur + ly->rec_off;
+    conv_job CJ = { f->rin, C, T, K, ly->ssm_conv1d, state, f->rcv, C };
+    pool_run(f->pool, (int)C, conv_channels, &CJ);
+    for (size_t i = 0; i < (size_t)T * C; i++) f->rcv[i] = bm_silu(f->rcv[i]);
+    for (int t = 0; t < T; t++) {
+        for (int a = 0; a < 2 * Hk; a++) rec_l2norm(f->rcv + (size_t)t * C + (size_t)a * S, S, hp->eps); /* q, then k */
+        for (int h = 0; h < Hv; h++) {
+            size_t i = (size_t)t * Hv + h;
+            f->ralpha[i] = rec_gate(f->ralpha[i], ly->ssm_dt[h], ly->ssm_a[h]);
+            f->rbeta[i] = rec_beta(f->rbeta[i]);
+        }
+    }
+    delta_job DJ = { f, state + (size_t)(K - 1) * C, T };
+    pool_run(f->pool, Hv, delta_heads, &DJ);
+    for (size_t r = 0; r < (size_t)T * Hv; r++) { /* per head: rmsnorm * ssm_norm * silu(z) */
+        float *o = f->ro + r * S;
+        rmsnorm(o, o, ly->ssm_norm, S, hp->eps);
+        f->kern.silu_mul(f->rz + r * S, o, (size_t)S, o);
+    }
+    matmul(f, &ly->ssm_out, f->ro, T, f->o);
+    (void)Z;
+    for (size_t i = 0; i < (size_t)T * d; i++) f->x[i] += f->o[i];
+}
+
+/* A short-convolution layer: [B, C, X] = in_proj h; x += out_proj(C * conv(B * X)). */
+static void conv_layer(bmoe_forward *f, int il, int T) {
+    const bmoe_model *m = f->m;
+    const bmoe_layer *ly = &m->layers[il];
+    int d = f->d;
+    size_t D = (size_t)d;
+    rmsnorm_rows(f->xn, f->x, ly->attn_norm, T, d, m->hp.eps);
+    matmul(f, &ly->sc_in, f->xn, T, f->rin); /* [T, 3d] */
+    for (int t = 0; t < T; t++) {
+        const float *r = f->rin + (size_t)t * 3 * D;
+        float *bx = f->rz + (size_t)t * D;
+        for (size_t c = 0; c < D; c++) bx[c] = r[c] * r[2 * D + c];
+    }
+    conv_job CJ = { f->rz, D, T, m->hp.conv_taps, ly->sc_conv, f->rs.cur + ly->rec_off, f->rcv, D };
+    pool_run(f->pool, d, conv_channels, &CJ);
+    for (int t = 0; t < T; t++) {
+        const float *cc = f->rin + (size_t)t * 3 * D + D;
+        float *y = f->rcv + (size_t)t * D;
+        for (size_t c = 0; c < D; c++) y[c] = cc[c] * y[c];
+    }
+    matmul(f, &ly->sc_out, f->rcv, T, f->o);
+    for (size_t i = 0; i < (size_t)T * D; i++) f->x[i] += f->o[i];
 }
 
 /* ---- MoE FFN --------------------------------------------------------------------------------- */
@@ -404,7 +521,7 @@ static int emit(bmoe_forward *f, const moe_ctx *c, bmoe_node node, char *err, si
     else {
         r.ids = f->ids;
         if (node == BMOE_NODE_TOPK) {
-            r.scores = f->rprob;
+            r.scores = f->m->layers[c->il].exp_probs_b ? f->rsel : f->rprob; /* the tensor the selection sorted */
             r.scores_are_probs = f->m->hp.gating->scores_are_probs;
         } else {
             r.weights = f->w;
@@ -629,7 +746,14 @@ static int moe_ffn(bmoe_forward *f, const moe_ctx *c, char *err, size_t errlen) 
     }
     if ((rc = emit(f, c, BMOE_NODE_PROBS, err, errlen))) return rc;
 
-    for (int t = 0; t < T; t++) topk_row(f->rprob + (size_t)t * E, E, k, f->ids + (size_t)t * k);
+    /* the selection: probs, or probs + the selection-only bias (the weights stay the unbiased probs) */
+    const float *sel = f->rprob;
+    if (ly->exp_probs_b) {
+        for (int t = 0; t < T; t++)
+            for (int e = 0; e < E; e++) f->rsel[(size_t)t * E + e] = f->rprob[(size_t)t * E + e] + ly->exp_probs_b[e];
+        sel = f->rsel;
+    }
+    for (int t = 0; t < T; t++) topk_row(sel + (size_t)t * E, E, k, f->ids + (size_t)t * k);
     f->experts_routed += (uint64_t)T * (uint64_t)k;
     if ((rc = emit(f, c, BMOE_NODE_TOPK, err, errlen))) return rc;
     if ((rc = check_ids(f, c, BMOE_NODE_TOPK, err, errlen))) return rc;
@@ -672,6 +796,14 @@ static int moe_ffn(bmoe_forward *f, const moe_ctx *c, char *err, size_t errlen) 
     if (ly->post_ffw_norm_2) rmsnorm_rows(f->moe, f->moe, ly->post_ffw_norm_2, T, d, hp->eps);
     if (ly->ffn_gate.t) {
         ffn_dense(f, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, f->xn, T, f->sh);
+        if (ly->ffn_gate_inp_shexp.t) { /* the shared expert's gate: sigmoid(ffn_gate_inp_shexp . h) per position */
+            float gs[1];
+            for (int t = 0; t < T; t++) {
+                matmul(f, &ly->ffn_gate_inp_shexp, f->xn + (size_t)t * d, 1, gs);
+                float gt = (float)(1.0 / (1.0 + bm_exp(-(double)gs[0])));
+                for (int i = 0; i < d; i++) f->sh[(size_t)t * d + i] *= gt;
+            }
+        }
         if (ly->post_ffw_norm_1) rmsnorm_rows(f->sh, f->sh, ly->post_ffw_norm_1, T, d, hp->eps);
         for (size_t i = 0; i < (size_t)T * d; i++) f->moe[i] = f->sh[i] + f->moe[i];
     }
@@ -701,6 +833,11 @@ int forward_eval(bmoe_forward *f, const int32_t *tokens, int T, int pos0, int ph
         snprintf(err, errlen, "batch of %d at position %d does not fit the context of %d (-c)", T, pos0, f->n_ctx);
         return 2;
     }
+    if (rec_seek(&f->rs, pos0)) {
+        snprintf(err, errlen, "internal: the recurrent state stands at position %d and cannot continue at %d",
+                 f->rs.pos, pos0);
+        return 1;
+    }
     for (int t = 0; t < T; t++) {
         if (tokens[t] < 0 || tokens[t] >= V) {
             snprintf(err, errlen, "token %d is outside the vocabulary (%d)", (int)tokens[t], V);
@@ -714,7 +851,10 @@ int forward_eval(bmoe_forward *f, const int32_t *tokens, int T, int pos0, int ph
         }
     }
     for (int il = 0; il < hp->n_layer; il++) {
-        attention(f, il, T, pos0);
+        int kind = m->layers[il].kind;
+        if (kind == BMOE_LAYER_DELTA) delta_layer(f, il, T);
+        else if (kind == BMOE_LAYER_CONV) conv_layer(f, il, T);
+        else attention(f, il, T, pos0);
         if (m->layers[il].is_moe) {
             moe_ctx c = { il, T, phase, step, pos0 };
             int rc = moe_ffn(f, &c, err, errlen);
@@ -723,6 +863,7 @@ int forward_eval(bmoe_forward *f, const int32_t *tokens, int T, int pos0, int ph
             dense_ffn(f, il, T);
         }
     }
+    f->rs.pos = pos0 + T;
     int t0 = all_logits ? 0 : T - 1, n = T - t0;
     rmsnorm_rows(f->xl, f->x + (size_t)t0 * d, m->output_norm, n, d, hp->eps);
     matmul(f, &m->output, f->xl, n, logits);
@@ -734,6 +875,8 @@ int forward_eval(bmoe_forward *f, const int32_t *tokens, int T, int pos0, int ph
 }
 
 uint64_t forward_experts_routed(const bmoe_forward *f) { return f->experts_routed; }
+
+int forward_mark(bmoe_forward *f) { return rec_mark(&f->rs); }
 
 int forward_set_kernels(bmoe_forward *f, bm_kpath path) {
     if (!bm_kpath_available(path)) return 2;
@@ -792,7 +935,9 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
     f->ff_max = hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp;
     size_t T = (size_t)max_batch, L = (size_t)hp->n_layer, E = (size_t)(hp->n_expert > 0 ? hp->n_expert : 1);
     size_t K = (size_t)(f->top_k > 0 ? f->top_k : 1), fe = (size_t)hp->n_ff_exp;
-    size_t kbytes = mul3(L, (size_t)n_ctx, (size_t)f->kv_dim), vbytes = mul3(L, (size_t)n_ctx, (size_t)f->v_dim);
+    size_t LA = (size_t)(m->n_attn_layers > 0 ? m->n_attn_layers : 1); /* only attention layers keep k and v */
+    (void)L;
+    size_t kbytes = mul3(LA, (size_t)n_ctx, (size_t)f->kv_dim), vbytes = mul3(LA, (size_t)n_ctx, (size_t)f->v_dim);
     int oom = (kbytes == 0 || vbytes == 0);
     if (!oom) {
         f->k_cache = alloc_f(kbytes, sizeof(float), &oom);
@@ -811,6 +956,16 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
             f->inv_freq[j] = bm_exp(-(2.0 * j / hp->n_rot) * lb);
             if (m->rope_freqs) f->inv_freq[j] /= (double)m->rope_freqs[j]; /* frequency divisors (rope_freqs) */
             f->inv_freq[j] *= hp->rope_scale; /* linear RoPE scaling: (p * scale) * freq, 1 without */
+        }
+        if (m->recipe->rope_sections) { /* interleaved M-RoPE: a pair of the extra sector stays put */
+            const int *sec = hp->rope_sections;
+            int dims = sec[0] + sec[1] + sec[2] + sec[3];
+            for (int j = 0; j < hp->n_rot / 2; j++) {
+                int st = j % dims;
+                int moves = (st % 3 == 0 && st < 3 * sec[0]) || (st % 3 == 1 && st < 3 * sec[1]) ||
+                            (st % 3 == 2 && st < 3 * sec[2]);
+                if (!moves) f->inv_freq[j] = 0.0; /* angle 0: cos 1, sin 0, the pair passes unchanged */
+            }
         }
     }
     f->inv_freq_swa = calloc((size_t)(hp->n_rot_swa / 2 + 1), sizeof(double));
@@ -846,7 +1001,26 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
     f->start = alloc_f(E, sizeof(int), &oom);
     f->order = alloc_f(T, sizeof(int), &oom);
     f->scratch = alloc_f((size_t)pool_threads(pool) * (size_t)n_ctx, sizeof(float), &oom);
+    /* the recurrent and gated-attention scratch */
+    size_t HvS = (size_t)hp->ssm_heads * (size_t)hp->ssm_state;
+    f->rin_w = (size_t)(2 * hp->ssm_groups + hp->ssm_heads) * (size_t)hp->ssm_state;
+    size_t rin_cap = f->rin_w > 3 * D ? f->rin_w : 3 * D;
+    if (m->recipe->attn_gate && (size_t)(2 * f->q_dim) > rin_cap) rin_cap = (size_t)(2 * f->q_dim);
+    size_t rcv_cap = f->rin_w > D ? f->rin_w : D, rz_cap = HvS > D ? HvS : D;
+    f->rz_w = HvS;
+    int any_rec = m->rec_floats > 0 || m->recipe->attn_gate;
+    f->rin = alloc_f(any_rec ? T * rin_cap : 1, sizeof(float), &oom);
+    f->rcv = alloc_f(any_rec ? T * rcv_cap : 1, sizeof(float), &oom);
+    f->rz = alloc_f(any_rec ? T * rz_cap : 1, sizeof(float), &oom);
+    f->ro = alloc_f(T * HvS, sizeof(float), &oom);
+    f->ralpha = alloc_f(T * (size_t)hp->ssm_heads, sizeof(float), &oom);
+    f->rbeta = alloc_f(T * (size_t)hp->ssm_heads, sizeof(float), &oom);
+    f->rtmp = alloc_f((size_t)pool_threads(pool) * (size_t)hp->ssm_state, sizeof(float), &oom);
+    f->qg = alloc_f(m->recipe->attn_gate ? T * (size_t)f->q_dim : 1, sizeof(float), &oom);
+    f->rsel = alloc_f(T * E, sizeof(float), &oom);
+    if (rec_state_init(&f->rs, m->rec_floats)) oom = 1;
     size_t in_max = D;
+    if (HvS > in_max) in_max = HvS;
     if ((size_t)f->o_dim > in_max) in_max = (size_t)f->o_dim;
     if ((size_t)f->ff_max > in_max) in_max = (size_t)f->ff_max;
     if (fe > in_max) in_max = fe;
@@ -882,5 +1056,8 @@ void forward_free(bmoe_forward *f) {
     free(f->moe); free(f->gx); free(f->eg); free(f->eu); free(f->eo);
     free(f->cnt); free(f->start); free(f->order); free(f->scratch); free(f->xq); free(f->xd); free(f->xs); free(f->xk);
     free(f->keg); free(f->keu); free(f->keo); free(f->kxq); free(f->kxd); free(f->kxs); free(f->kxk); free(f->kv);
+    free(f->qg); free(f->rin); free(f->rcv); free(f->rz); free(f->ro); free(f->ralpha); free(f->rbeta); free(f->rtmp);
+    free(f->rsel);
+    rec_state_free(&f->rs);
     free(f);
 }

@@ -12,6 +12,7 @@ typedef enum {
     PRETOK_GPT2,        /* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
     PRETOK_LLAMA3,      /* (?i:'s|...)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
     PRETOK_QWEN2,       /* the llama3 pattern with \p{N} (one digit per word) */
+    PRETOK_QWEN35,      /* qwen2's with [\p{L}\p{M}]+ letter runs and marks left out of the other run */
 } pretok_kind;
 
 /* Maps a tokenizer.ggml.pre name to its kind; -1 when the name is not supported. */
