@@ -71,7 +71,7 @@ while kill -0 "$pid" 2>/dev/null; do
   n=$(wc -c <"$f" 2>/dev/null) || n=0
   tick=$((tick + 1))
   if [ "$n" -ne "$last" ]; then last=$n; idle=0; echo "__bmoe_ci_progress__ $n" >&2
-  else idle=$((idle + 1)); [ $((tick % 5)) -eq 0 ] && echo "__bmoe_ci_alive__" >&2; fi
+  else idle=$((idle + 1)); [ $((tick % 5)) -eq 0 ] && echo "__bmoe_ci_alive__ $tick" >&2; fi
   if [ "$idle" -ge "$d" ]; then
     echo "__bmoe_ci_entry_deadline__ $d" >&2
     kill -KILL -"$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null
@@ -144,7 +144,7 @@ def result_file_name() -> str:
 # A line the watcher wrote. The engine and the watcher share the stderr pipe: when the engine's last
 # write had no newline yet, the watcher's line is glued to it ("partial line__bmoe_ci_progress__ 42\n"),
 # so a mark is found anywhere, not only at a line's start.
-_MARK_LINE = re.compile(r"__bmoe_ci_(?:progress|entry_deadline)__ \d+\n?")
+_MARK_LINE = re.compile(r"__bmoe_ci_(?:progress|entry_deadline|alive)__ \d+\n?")
 
 
 def deadline_hit(stderr: bytes | str) -> bool:
