@@ -17,6 +17,7 @@ static const bmoe_recipe RECIPES[] = {
         .gating = BMOE_GATING_SOFTMAX,
         .norm_w = 1,
         .gating_keys = BMOE_GATING_KEYS_FIXED,
+        .qkv_bias = BMOE_BIAS_OPTIONAL,
         .qk_norm = 1,
         .full_rope = 1,
     },
@@ -46,6 +47,7 @@ static const bmoe_recipe RECIPES[] = {
         .moe_layers = BMOE_MOE_LEAD_DENSE,
         .gating_keys = BMOE_GATING_KEYS_READ,
         .shared_expert = BMOE_SHEXP_NAMED,
+        .qkv_bias = BMOE_BIAS_OPTIONAL,
         .qk_norm = 1,
         .full_rope = 1,
         .output_required = 1,
@@ -58,6 +60,7 @@ static const bmoe_recipe RECIPES[] = {
         .gating = BMOE_GATING_SOFTMAX,
         .norm_w = 1,
         .gating_keys = BMOE_GATING_KEYS_FIXED,
+        .qkv_bias = BMOE_BIAS_OPTIONAL,
         .qk_norm = 1,
         .attn_scale_embd_at = 62,
         .swa = BMOE_SWA_PERIODIC,
@@ -67,6 +70,44 @@ static const bmoe_recipe RECIPES[] = {
         .embd_scale = 1,
         .final_softcap = 1,
         .softcap_default = 0.0,
+    },
+    {
+        /* src/models/qwen2moe.cpp: softmax without renormalisation, a shared expert scaled by a sigmoid
+         * gate, q/k/v biases, no q/k norms, output never tied */
+        .arch = "qwen2moe",
+        .act = BMOE_ACT_SILU,
+        .moe_layers = BMOE_MOE_ALL,
+        .gating = BMOE_GATING_SOFTMAX,
+        .norm_w = 0,
+        .gating_keys = BMOE_GATING_KEYS_FIXED,
+        .shared_expert = BMOE_SHEXP_GATED,
+        .qkv_bias = BMOE_BIAS_OPTIONAL,
+        .full_rope = 1,
+        .output_required = 1,
+    },
+    {
+        /* src/models/openai-moe.cpp: router and per-expert biases, softmax over the selected logits, the
+         * clamped SwiGLU, attention sinks and biases, alternating sliding-window (even) and full (odd)
+         * layers that share one RoPE, YaRN; the FFN norm is named post_attention_norm */
+        .arch = "gpt-oss",
+        .act = BMOE_ACT_SWIGLU_OAI,
+        .moe_layers = BMOE_MOE_ALL,
+        .gating = BMOE_GATING_SOFTMAX_SELECTED,
+        .norm_w = 0,
+        .gating_keys = BMOE_GATING_KEYS_FIXED,
+        .router_bias = BMOE_BIAS_REQUIRED,
+        .expert_bias = BMOE_BIAS_REQUIRED,
+        .qkv_bias = BMOE_BIAS_OPTIONAL,
+        .out_bias = BMOE_BIAS_REQUIRED,
+        .attn_sinks = 1,
+        .swa = BMOE_SWA_PERIODIC,
+        .swa_period = 2,
+        .swa_window_required = 1,
+        .swa_rope = BMOE_SWA_ROPE_GLOBAL,
+        .full_rope = 1,
+        .rope_scaling = BMOE_ROPE_SCALING_LINEAR | BMOE_ROPE_SCALING_YARN,
+        .ffn_norm = "post_attention_norm",
+        .output_required = 1,
     },
 };
 

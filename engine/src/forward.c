@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arch_ops.h"
 #include "kernels.h"
 #include "tensor.h"
 
@@ -25,6 +26,7 @@ struct bmoe_forward {
     float *k_cache, *v_cache;     /* [layer][n_ctx][kv_dim], [layer][n_ctx][v_dim] */
     double *inv_freq;             /* RoPE: base^(-2j/n_rot) / rope_freqs[j], j < n_rot/2 */
     double *inv_freq_swa;         /* sliding-window layers: base_swa^(-2j/n_rot_swa), j < n_rot_swa/2 */
+    float rope_mscale, rope_mscale_swa; /* YaRN: cos and sin multiplied by this (1 without YaRN) */
     /* activations, [max_batch, ...] */
     float *x, *xn, *hm, *q, *k, *v, *att, *o, *ffn, *sh;
     float *hg, *hu;               /* dense / shared FFN hidden [T, ff_max] */
@@ -115,12 +117,29 @@ static void softmax(const bm_kernels *k, float *v, int n) {
     for (int i = 0; i < n; i++) v[i] /= sum;
 }
 
+/* softmax over v[0..n) and one more logit `sink` that has no value (gpt-oss's attention sinks, ggml's
+ * soft_max with sinks): the max and the sum include it, the output is v's n probabilities. */
+static void softmax_sink(const bm_kernels *k, float *v, int n, float sink) {
+    float mx = sink;
+    for (int i = 0; i < n; i++)
+        if (v[i] > mx) mx = v[i];
+    k->exp_shift(v, (size_t)n, mx);
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) sum += v[i];
+    sum += (float)bm_exp((double)sink - (double)mx);
+    for (int i = 0; i < n; i++) v[i] /= sum;
+}
+
 /* out[i] = act(g[i]) * u[i] (out may be u). SiLU through the kernels' vector form (the same bits as
  * bm_silu); GELU goes through ggml's f16 table, as llama.cpp computes it on a CPU (docs/model-math.md). */
 static void act_mul(const bmoe_forward *f, const float *g, const float *u, size_t n, float *out) {
-    if (f->m->recipe->act == BMOE_ACT_SILU) f->kern.silu_mul(g, u, n, out);
-    else
+    switch (f->m->recipe->act) {
+    case BMOE_ACT_SILU: f->kern.silu_mul(g, u, n, out); break;
+    case BMOE_ACT_SWIGLU_OAI: ops_swiglu_oai(g, u, n, out); break; /* gpt-oss (arch_ops.c) */
+    case BMOE_ACT_GELU_TANH:
         for (size_t i = 0; i < n; i++) out[i] = bm_gelu_f16(g[i]) * u[i];
+        break;
+    }
 }
 
 /* ---- matmul: y[t, j] = row_j(W) . x[t], parallel over rows j ----------------------------------- */
@@ -313,6 +332,7 @@ static void qk_rows(void *ctx, int t0, int t1, int tid) {
     int hd = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
     int half = (J->ly->is_swa ? hp->n_rot_swa : hp->n_rot) / 2;
     const double *inv_freq = J->ly->is_swa ? f->inv_freq_swa : f->inv_freq;
+    float mscale = J->ly->is_swa ? f->rope_mscale_swa : f->rope_mscale; /* YaRN's magnitude, else 1 */
     for (int t = t0; t < t1; t++) {
         float *q = f->q + (size_t)t * f->q_dim, *k = f->k + (size_t)t * f->kv_dim;
         if (J->ly->attn_q_norm)
@@ -331,9 +351,9 @@ static void qk_rows(void *ctx, int t0, int t1, int tid) {
         for (int j = 0; j < half; j++) { /* NeoX pairing: (v[j], v[j + n_rot/2]) */
             double sd, cd;
             bm_sincos(p * inv_freq[j], &sd, &cd);
-            float s = (float)sd, c = (float)cd, s_q = s, c_q = c;
+            float s = (float)sd * mscale, c = (float)cd * mscale, s_q = s, c_q = c;
 #ifdef BMOE_FAULT_ROPE_POS /* Fault: q rotated one position ahead of k, every q-k distance off by one (REF) */
-            bm_sincos((p + 1.0) * inv_freq[j], &sd, &cd), s_q = (float)sd, c_q = (float)cd;
+            bm_sincos((p + 1.0) * inv_freq[j], &sd, &cd), s_q = (float)sd * mscale, c_q = (float)cd * mscale;
 #endif
             for (int h = 0; h < H; h++) {
                 float *v = q + (size_t)h * hd, a = v[j], b = v[j + half];
@@ -373,7 +393,8 @@ static void attn_heads(void *ctx, int i0, int i1, int tid) {
         const float *q = f->q + (size_t)t * f->q_dim + (size_t)h * hd;
         for (int j = j0; j <= p; j++)
             sc[j - j0] = f->kern.dot_f32(q, kc + (size_t)j * f->kv_dim + (size_t)g * hd, (size_t)hd) * inv_sqrt_hd;
-        softmax(&f->kern, sc, p + 1 - j0);
+        if (J->ly->attn_sinks) softmax_sink(&f->kern, sc, p + 1 - j0, J->ly->attn_sinks[h]);
+        else softmax(&f->kern, sc, p + 1 - j0);
         float *out = f->att + (size_t)t * f->o_dim + (size_t)h * hdv;
         for (int c = 0; c < hdv; c++) out[c] = 0.0f;
         for (int j = j0; j <= p; j++) {
@@ -391,10 +412,14 @@ static void attention(bmoe_forward *f, int il, int T, int pos0) {
     const bmoe_weight *W[3] = { &ly->attn_q, &ly->attn_k, &ly->attn_v };
     float *const y3[3] = { f->q, f->k, f->v };
     matmul_multi(f, 3, W, f->xn, T, y3);
+    ops_add_bias_rows(f->q, ly->attn_q_b, T, (size_t)f->q_dim); /* q/k/v biases where the model has them */
+    ops_add_bias_rows(f->k, ly->attn_k_b, T, (size_t)f->kv_dim);
+    ops_add_bias_rows(f->v, ly->attn_v_b, T, (size_t)f->v_dim);
     attn_job J = { f, ly, il, T, pos0 };
     pool_run(f->pool, T, qk_rows, &J);
     pool_run(f->pool, T * m->hp.n_head, attn_heads, &J);
     matmul(f, &ly->attn_output, f->att, T, f->o);
+    ops_add_bias_rows(f->o, ly->attn_output_b, T, (size_t)d);
     if (ly->post_attention_norm) rmsnorm_rows(f->o, f->o, ly->post_attention_norm, T, d, m->hp.eps);
     for (size_t i = 0; i < (size_t)T * d; i++) f->x[i] += f->o[i];
 }
@@ -468,6 +493,8 @@ static int experts_slot(bmoe_forward *f, int il, int T, int s, char *err, size_t
             const bmoe_expert_part *g = &P[BMOE_EXP_GATE], *u = &P[BMOE_EXP_UP];
             matmul_raw(f, v.gate, g->type, g->row_bytes, g->n_in, g->n_out, f->gx, n, f->eg);
             matmul_raw(f, v.up, u->type, u->row_bytes, u->n_in, u->n_out, f->gx, n, f->eu);
+            if (ly->exp_gate_b) ops_add_bias_rows(f->eg, ly->exp_gate_b + (size_t)e * fe, n, fe); /* gpt-oss */
+            if (ly->exp_up_b) ops_add_bias_rows(f->eu, ly->exp_up_b + (size_t)e * fe, n, fe);
             act_mul(f, f->eg, f->eu, (size_t)n * fe, f->eu);
         } else {
             snprintf(err, errlen, "expert source gave no gate/up weights for layer %d expert %d", il, e);
@@ -479,6 +506,7 @@ static int experts_slot(bmoe_forward *f, int il, int T, int s, char *err, size_t
         }
         const bmoe_expert_part *dn = &P[BMOE_EXP_DOWN];
         matmul_raw(f, v.down, dn->type, dn->row_bytes, dn->n_in, dn->n_out, f->eu, n, f->eo);
+        if (ly->exp_down_b) ops_add_bias_rows(f->eo, ly->exp_down_b + (size_t)e * d, n, (size_t)d);
         for (int i = 0; i < n; i++) {
             int t = rows[i];
             float wt = f->w[(size_t)t * k + s];
@@ -579,6 +607,11 @@ static int experts_token(bmoe_forward *f, int il, char *err, size_t errlen) {
     for (int kind = BM_ACT_Q8_0; kind <= BM_ACT_Q8_K; kind++) /* the input, as each kind of row needs it */
         if (kinds & (1u << kind)) quantise_input(&f->kern, (bm_act_kind)kind, f->hm, 1, (size_t)d, f->xq, f->xd, f->xk);
     pool_run(f->pool, (int)((size_t)k * 2 * fe), tok_gate_up_rows, &J);
+    for (int s = 0; s < k; s++) { /* per-expert biases (gpt-oss), as experts_slot adds them */
+        size_t e = (size_t)f->ids[s];
+        if (ly->exp_gate_b) ops_add_bias_rows(f->keg + (size_t)s * 2 * fe, ly->exp_gate_b + e * fe, 1, fe);
+        if (ly->exp_up_b) ops_add_bias_rows(f->keg + (size_t)s * 2 * fe + fe, ly->exp_up_b + e * fe, 1, fe);
+    }
     for (int s = 0; s < k; s++) {
         const float *g = f->keg + (size_t)s * 2 * fe;
         float *u = f->keu + (size_t)s * fe;
@@ -587,6 +620,8 @@ static int experts_token(bmoe_forward *f, int il, char *err, size_t errlen) {
                        f->kxd + (size_t)s * (fe / BMOE_Q8_0_BLOCK), f->kxk + (size_t)s * (fe / BM_Q8K_BLOCK));
     }
     pool_run(f->pool, k * d, tok_down_rows, &J);
+    for (int s = 0; s < k && ly->exp_down_b; s++)
+        ops_add_bias_rows(f->keo + (size_t)s * d, ly->exp_down_b + (size_t)f->ids[s] * d, 1, (size_t)d);
     for (int s = 0; s < k; s++) {
         float wt = f->w[s];
         const float *src = f->keo + (size_t)s * d;
@@ -604,6 +639,8 @@ static int check_ids(bmoe_forward *f, const moe_ctx *c, bmoe_node node, char *er
         }
     return 0;
 }
+
+static void shexp_gate(bmoe_forward *f, const bmoe_layer *ly, int T);
 
 static int moe_ffn(bmoe_forward *f, const moe_ctx *c, char *err, size_t errlen) {
     const bmoe_model *m = f->m;
@@ -626,6 +663,8 @@ static int moe_ffn(bmoe_forward *f, const moe_ctx *c, char *err, size_t errlen) 
     } else {
         matmul(f, &ly->ffn_gate_inp, f->xn, T, f->rlog);
     }
+    /* the router's bias (gpt-oss): the logits node holds the biased logits (llama.cpp's ffn_moe_logits_biased) */
+    ops_add_bias_rows(f->rlog, ly->ffn_gate_inp_b, T, (size_t)E);
     if ((rc = emit(f, c, BMOE_NODE_LOGITS, err, errlen))) return rc;
 
     for (int t = 0; t < T; t++) {
@@ -681,12 +720,23 @@ static int moe_ffn(bmoe_forward *f, const moe_ctx *c, char *err, size_t errlen) 
     if (ly->post_ffw_norm_2) rmsnorm_rows(f->moe, f->moe, ly->post_ffw_norm_2, T, d, hp->eps);
     if (ly->ffn_gate.t) {
         ffn_dense(f, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, f->xn, T, f->sh);
+        if (ly->ffn_gate_inp_shexp) shexp_gate(f, ly, T); /* qwen2moe: times sigmoid(gate . h) */
         if (ly->post_ffw_norm_1) rmsnorm_rows(f->sh, f->sh, ly->post_ffw_norm_1, T, d, hp->eps);
         for (size_t i = 0; i < (size_t)T * d; i++) f->moe[i] = f->sh[i] + f->moe[i];
     }
     if (ly->post_ffw_norm) rmsnorm_rows(f->moe, f->moe, ly->post_ffw_norm, T, d, hp->eps);
     for (size_t i = 0; i < (size_t)T * d; i++) f->x[i] += f->moe[i];
     return 0;
+}
+
+/* A gated shared expert (BMOE_SHEXP_GATED): each row of sh times sigmoid(ffn_gate_inp_shexp . h). */
+static void shexp_gate(bmoe_forward *f, const bmoe_layer *ly, int T) {
+    size_t d = (size_t)f->d;
+    for (int t = 0; t < T; t++) {
+        float g = ops_sigmoid(f->kern.dot_f32(ly->ffn_gate_inp_shexp, f->xn + (size_t)t * d, d));
+        float *row = f->sh + (size_t)t * d;
+        for (size_t i = 0; i < d; i++) row[i] *= g;
+    }
 }
 
 static void dense_ffn(bmoe_forward *f, int il, int T) {
@@ -754,6 +804,25 @@ bm_kpath forward_kernels(const bmoe_forward *f) { return f->kern.path; }
 
 /* ---- setup ------------------------------------------------------------------------------------ */
 
+/* inv[j] = base^(-2j/n_rot) / freqs[j] for j < n_rot/2, times the RoPE scaling when `scaled`: linear
+ * (positions times rope_scale) or YaRN's per-dimension mix (arch_ops.c). Returns the factor cos and sin
+ * are multiplied by (YaRN's magnitude; 1 otherwise). */
+static float rope_init(const bmoe_hparams *hp, int n_rot, double base, const float *freqs, int scaled, double *inv) {
+    double lb = bm_log(base), mscale = 1.0;
+    for (int j = 0; j < n_rot / 2; j++) {
+        inv[j] = bm_exp(-(2.0 * j / n_rot) * lb);
+        if (freqs) inv[j] /= (double)freqs[j]; /* frequency divisors (rope_freqs) */
+    }
+    if (!scaled || n_rot < 2) return 1.0f;
+    if (hp->rope_yarn) {
+        mscale = ops_yarn(n_rot, base, hp->rope_scale, hp->yarn_orig_ctx, hp->yarn_beta_fast, hp->yarn_beta_slow,
+                          hp->yarn_attn_factor, inv);
+    } else {
+        for (int j = 0; j < n_rot / 2; j++) inv[j] *= hp->rope_scale; /* linear: (p * scale) * freq, 1 without */
+    }
+    return (float)mscale;
+}
+
 /* a * b * c with overflow checking; 0 on overflow */
 static size_t mul3(size_t a, size_t b, size_t c) {
     if (a && b > SIZE_MAX / a) return 0;
@@ -813,20 +882,13 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
         return 1;
     }
     f->inv_freq = calloc((size_t)(hp->n_rot / 2 + 1), sizeof(double));
-    if (!f->inv_freq) oom = 1;
-    else {
-        double lb = bm_log(hp->rope_base);
-        for (int j = 0; j < hp->n_rot / 2; j++) {
-            f->inv_freq[j] = bm_exp(-(2.0 * j / hp->n_rot) * lb);
-            if (m->rope_freqs) f->inv_freq[j] /= (double)m->rope_freqs[j]; /* frequency divisors (rope_freqs) */
-            f->inv_freq[j] *= hp->rope_scale; /* linear RoPE scaling: (p * scale) * freq, 1 without */
-        }
-    }
     f->inv_freq_swa = calloc((size_t)(hp->n_rot_swa / 2 + 1), sizeof(double));
-    if (!f->inv_freq_swa) oom = 1;
-    else if (hp->n_rot_swa > 0) {
-        double lb = bm_log(hp->rope_base_swa);
-        for (int j = 0; j < hp->n_rot_swa / 2; j++) f->inv_freq_swa[j] = bm_exp(-(2.0 * j / hp->n_rot_swa) * lb);
+    if (!f->inv_freq || !f->inv_freq_swa) oom = 1;
+    else {
+        f->rope_mscale = rope_init(hp, hp->n_rot, hp->rope_base, m->rope_freqs, 1, f->inv_freq);
+        /* sliding-window layers: no rope_freqs; scaled as the global ones only when the recipe says so */
+        f->rope_mscale_swa = rope_init(hp, hp->n_rot_swa, hp->rope_base_swa, NULL,
+                                       m->recipe->swa_rope == BMOE_SWA_ROPE_GLOBAL, f->inv_freq_swa);
     }
     size_t D = (size_t)f->d;
     f->x = alloc_f(T * D, sizeof(float), &oom);

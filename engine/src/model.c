@@ -174,6 +174,28 @@ static int bind_vec(loader *L, const char *name, int required, uint64_t n, float
     return 0;
 }
 
+/* A 2-D weight [n, rows] (ne order) as an owned f32 array of rows x n (the per-expert biases). */
+static int bind_rows_f32(loader *L, const char *name, int required, uint64_t n, uint64_t rows, float **out) {
+    bmoe_weight w;
+    *out = NULL;
+    int rc = bind(L, name, required, 2, n, rows, 1, &w);
+    if (rc || !w.t) return rc;
+    float *v = calloc((size_t)(n * rows), sizeof(float));
+    if (!v) return fail(L, 1, "out of memory loading %s", name);
+    for (uint64_t i = 0; w.data && i < rows; i++) row_to_f32(w.type, w.data + i * w.row_bytes, v + i * n, (size_t)n);
+    *out = v;
+    return 0;
+}
+
+/* An optional or required bias (arch.h, bmoe_bias) of block il: blk.<il>.<what>.bias, n values. */
+static int bind_layer_bias(loader *L, int il, const char *what, bmoe_bias kind, uint64_t n, float **out) {
+    *out = NULL;
+    if (kind == BMOE_BIAS_NONE) return 0; /* refuse_foreign has refused a file that has it */
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.%s.bias", il, what);
+    return bind_vec(L, name, kind == BMOE_BIAS_REQUIRED, n, out);
+}
+
 static int bind_layer_vec(loader *L, int il, const char *what, int required, uint64_t n, float **out) {
     char name[96];
     snprintf(name, sizeof name, "blk.%d.%s.weight", il, what);
@@ -260,6 +282,9 @@ static int read_shared_width(loader *L) {
         if ((uint64_t)hp->n_ff_exp * (uint64_t)hp->n_expert_shared > MAX_DIM)
             return fail(L, 3, "%s: %s: shared expert width exceeds %d", m->path, m->arch, MAX_DIM);
         hp->n_ff_shexp = hp->n_ff_exp * hp->n_expert_shared;
+    } else if (r->shared_expert == BMOE_SHEXP_GATED) {
+        /* llama.cpp's qwen2moe: expert_shared_feed_forward_length, else feed_forward_length */
+        hp->n_ff_shexp = given > 0 ? given : hp->n_ff;
     } else if (given >= 0) {
         return fail(L, 3, "%s: %s.expert_shared_feed_forward_length: the %s architecture has no shared expert",
                     m->path, m->arch, m->arch);
@@ -324,11 +349,14 @@ static int read_swa(loader *L) {
 static int read_swa_periodic(loader *L) {
     bmoe_model *m = L->m;
     bmoe_hparams *hp = &m->hp;
-    int rc, period = m->recipe->swa_period;
+    const bmoe_recipe *rc_ = m->recipe;
+    int rc, period = rc_->swa_period, required = rc_->swa_window_required;
     char e[256] = "";
-    if ((rc = get_int(L, "attention.sliding_window", 0, 0, 0, MAX_CTX, &hp->n_swa))) return rc;
+    if ((rc = get_int(L, "attention.sliding_window", required, 0, required, MAX_CTX, &hp->n_swa))) return rc;
     hp->n_rot_swa = hp->n_rot;
-    hp->rope_base_swa = 10000.0;
+    /* a local layer's RoPE base: its own key, defaulting to 10000 (gemma3) or to the global base (gpt-oss) */
+    double base_swa = rc_->swa_rope == BMOE_SWA_ROPE_GLOBAL ? hp->rope_base : 10000.0;
+    hp->rope_base_swa = base_swa;
     if (hp->n_swa == 0) return 0; /* no local layers: swa_pattern stays NULL */
     m->swa_pattern = calloc((size_t)hp->n_layer, 1);
     if (!m->swa_pattern) return fail(L, 1, "out of memory");
@@ -355,30 +383,42 @@ static int read_swa_periodic(loader *L) {
         }
         for (int il = 0; il < hp->n_layer; il++) m->swa_pattern[il] = period == 0 || il % period < period - 1;
     }
-    if ((rc = get_real(L, "rope.freq_base_swa", 0, 10000.0, 1e-6, 1e30, &hp->rope_base_swa))) return rc;
+    if ((rc = get_real(L, "rope.freq_base_swa", 0, base_swa, 1e-6, 1e30, &hp->rope_base_swa))) return rc;
     return 0;
 }
 
 /* rope.scaling.type (default linear) and rope.scaling.factor (0 or absent: 1), as llama.cpp reads them for
- * every architecture; the global layers' positions are multiplied by 1 / factor. Only linear scaling is
- * implemented: another type is refused, never ignored. */
+ * every architecture: the rotation angles are multiplied by 1 / factor (linear), or mixed per dimension
+ * between scaled and unscaled as YaRN does (rope.scaling.original_context_length, default context_length;
+ * rope.scaling.attn_factor, default 1; llama.cpp's beta_fast 32 and beta_slow 1). A type the recipe does
+ * not read (arch.h, rope_scaling) is refused, never ignored; "none" never scales. */
 static int read_rope_scaling(loader *L) {
     bmoe_model *m = L->m;
     bmoe_hparams *hp = &m->hp;
+    unsigned kinds = m->recipe->rope_scaling;
     gguf_str type;
     char e[256] = "";
     const char *key = akey(L, "rope.scaling.type");
     int r = gguf_get_str(m->g, key, &type, e, sizeof e);
     if (r < 0) return bad_type(L, key, e);
     int linear = r == 0 || gguf_str_eq(type, "linear"), none = r > 0 && gguf_str_eq(type, "none");
-    if (!linear && !none)
-        return fail(L, 3, "%s: %s = '%.*s': only linear RoPE scaling is implemented", m->path, key,
-                    (int)(type.len > 20 ? 20 : type.len), type.ptr);
+    int yarn = r > 0 && gguf_str_eq(type, "yarn");
+    if (!none && !(linear && (kinds & BMOE_ROPE_SCALING_LINEAR)) && !(yarn && (kinds & BMOE_ROPE_SCALING_YARN)))
+        return fail(L, 3, "%s: %s = '%.*s': the engine implements %s RoPE scaling for %s", m->path, key,
+                    r > 0 ? (int)(type.len > 20 ? 20 : type.len) : 6, r > 0 ? type.ptr : "linear",
+                    (kinds & BMOE_ROPE_SCALING_YARN) ? "linear and yarn" : "linear", m->arch);
     double factor = 0.0;
     int rc = get_real(L, "rope.scaling.factor", 0, 0.0, 0.0, 1e30, &factor);
     if (rc) return rc;
     if (factor == 0.0 && (rc = get_real(L, "rope.scale_linear", 0, 0.0, 0.0, 1e30, &factor))) return rc;
-    hp->rope_scale = factor == 0.0 ? 1.0 : 1.0 / factor;
+    hp->rope_scale = factor == 0.0 || none ? 1.0 : 1.0 / factor;
+    if (!yarn) return 0;
+    hp->rope_yarn = 1;
+    if ((rc = get_int(L, "rope.scaling.original_context_length", 0, hp->n_ctx_train, 1, MAX_CTX, &hp->yarn_orig_ctx)))
+        return rc;
+    if ((rc = get_real(L, "rope.scaling.attn_factor", 0, 1.0, 1e-6, 1e6, &hp->yarn_attn_factor))) return rc;
+    hp->yarn_beta_fast = 32.0;
+    hp->yarn_beta_slow = 1.0;
     return 0;
 }
 
@@ -557,7 +597,14 @@ static int bind_tensors(loader *L) {
         if ((rc = bind_layer(L, il, "attn_output", 1, 2, H * hdv, d, 1, &ly->attn_output))) return rc;
         if ((rc = bind_layer_vec(L, il, "attn_q_norm", r->qk_norm, hd, &ly->attn_q_norm))) return rc;
         if ((rc = bind_layer_vec(L, il, "attn_k_norm", r->qk_norm, hd, &ly->attn_k_norm))) return rc;
-        if ((rc = bind_layer_vec(L, il, "post_attention_norm", r->post_norms, d, &ly->post_attention_norm))) return rc;
+        if ((rc = bind_layer_bias(L, il, "attn_q", r->qkv_bias, H * hd, &ly->attn_q_b))) return rc;
+        if ((rc = bind_layer_bias(L, il, "attn_k", r->qkv_bias, Hkv * hd, &ly->attn_k_b))) return rc;
+        if ((rc = bind_layer_bias(L, il, "attn_v", r->qkv_bias, Hkv * hdv, &ly->attn_v_b))) return rc;
+        if ((rc = bind_layer_bias(L, il, "attn_output", r->out_bias, d, &ly->attn_output_b))) return rc;
+        if ((rc = bind_layer_vec(L, il, "attn_sinks", r->attn_sinks, H, &ly->attn_sinks))) return rc;
+        /* the attention's post-norm is a recipe's (post_norms); gpt-oss's tensor of that name is its FFN norm */
+        if (r->post_norms && (rc = bind_layer_vec(L, il, "post_attention_norm", 1, d, &ly->post_attention_norm)))
+            return rc;
         if ((rc = bind_layer_vec(L, il, arch_ffn_norm(r), 1, d, &ly->ffn_norm))) return rc;
 
         char name[96];
@@ -589,6 +636,16 @@ static int bind_tensors(loader *L) {
             return fail(L, 3, "%s: required metadata key %s.expert_feed_forward_length is missing", m->path, m->arch);
         uint64_t E = (uint64_t)hp->n_expert, f = (uint64_t)hp->n_ff_exp;
         if ((rc = bind_layer(L, il, "ffn_gate_inp", 1, 2, d, E, 1, &ly->ffn_gate_inp))) return rc;
+        if ((rc = bind_layer_bias(L, il, "ffn_gate_inp", r->router_bias, E, &ly->ffn_gate_inp_b))) return rc;
+        if (r->expert_bias != BMOE_BIAS_NONE) { /* small and resident: never streamed with the experts */
+            int req = r->expert_bias == BMOE_BIAS_REQUIRED;
+            snprintf(name, sizeof name, "blk.%d.ffn_gate_exps.bias", il);
+            if ((rc = bind_rows_f32(L, name, req && !r->fused_gate_up, f, E, &ly->exp_gate_b))) return rc;
+            snprintf(name, sizeof name, "blk.%d.ffn_up_exps.bias", il);
+            if ((rc = bind_rows_f32(L, name, req && !r->fused_gate_up, f, E, &ly->exp_up_b))) return rc;
+            snprintf(name, sizeof name, "blk.%d.ffn_down_exps.bias", il);
+            if ((rc = bind_rows_f32(L, name, req, d, E, &ly->exp_down_b))) return rc;
+        }
         if (r->router_prescale) {
             snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.scale", il);
             if ((rc = bind_vec(L, name, 1, d, &ly->ffn_gate_inp_s))) return rc;
@@ -605,10 +662,15 @@ static int bind_tensors(loader *L) {
         if ((rc = bind_layer(L, il, "ffn_down_exps", 1, 3, f, d, E, &ly->exps[BMOE_EXP_DOWN]))) return rc;
         if ((rc = expert_part(L, il, BMOE_EXP_DOWN, &ly->exps[BMOE_EXP_DOWN]))) return rc;
         if (r->shared_expert != BMOE_SHEXP_NONE) {
-            int named = r->shared_expert == BMOE_SHEXP_NAMED;
+            int named = r->shared_expert == BMOE_SHEXP_NAMED || r->shared_expert == BMOE_SHEXP_GATED;
             if (hp->n_ff_shexp < 1)
                 return fail(L, 3, "%s: required metadata key %s.%s is missing", m->path, m->arch,
-                            named ? "expert_shared_count" : "feed_forward_length");
+                            r->shared_expert == BMOE_SHEXP_NAMED   ? "expert_shared_count"
+                            : r->shared_expert == BMOE_SHEXP_GATED ? "expert_shared_feed_forward_length"
+                                                                   : "feed_forward_length");
+            if (r->shared_expert == BMOE_SHEXP_GATED &&
+                (rc = bind_layer_vec(L, il, "ffn_gate_inp_shexp", 1, d, &ly->ffn_gate_inp_shexp)))
+                return rc;
             uint64_t S = (uint64_t)hp->n_ff_shexp;
             if ((rc = bind_layer(L, il, named ? "ffn_gate_shexp" : "ffn_gate", 1, 2, d, S, 1, &ly->ffn_gate))) return rc;
             if ((rc = bind_layer(L, il, named ? "ffn_up_shexp" : "ffn_up", 1, 2, d, S, 1, &ly->ffn_up))) return rc;
@@ -699,6 +761,9 @@ void model_close(bmoe_model *m) {
             free(ly->attn_norm); free(ly->attn_q_norm); free(ly->attn_k_norm); free(ly->post_attention_norm);
             free(ly->ffn_norm); free(ly->pre_ffw_norm_2); free(ly->post_ffw_norm_1); free(ly->post_ffw_norm_2);
             free(ly->post_ffw_norm); free(ly->ffn_gate_inp_s);
+            free(ly->attn_q_b); free(ly->attn_k_b); free(ly->attn_v_b); free(ly->attn_output_b); free(ly->attn_sinks);
+            free(ly->ffn_gate_inp_b); free(ly->exp_gate_b); free(ly->exp_up_b); free(ly->exp_down_b);
+            free(ly->ffn_gate_inp_shexp);
         }
     }
     free(m->layers);

@@ -48,6 +48,13 @@ typedef struct bmoe_layer {
     bmoe_weight ffn_gate, ffn_up, ffn_down;   /* the dense FFN, or the shared expert of a MoE layer */
     bmoe_weight ffn_gate_inp;                 /* router [d, E] */
     float *ffn_gate_inp_s;                    /* router input scale [d] (recipes with router_prescale) */
+    /* biases and other small resident vectors, f32 (owned); NULL when absent (arch.h, bmoe_bias) */
+    float *attn_q_b, *attn_k_b, *attn_v_b;    /* [H*hd], [Hkv*hd], [Hkv*hdv] */
+    float *attn_output_b;                     /* [d] */
+    float *attn_sinks;                        /* [H]: one extra softmax logit per query head */
+    float *ffn_gate_inp_b;                    /* router bias [E] */
+    float *exp_gate_b, *exp_up_b, *exp_down_b; /* per-expert biases [E][f], [E][f], [E][d] (resident) */
+    float *ffn_gate_inp_shexp;                /* BMOE_SHEXP_GATED: the shared expert's gate [d] */
     bmoe_weight exps[BMOE_EXP_NPARTS];        /* whole 3-D expert tensors (data may be unused) */
     bmoe_expert_part exp_part[BMOE_EXP_NPARTS];
     uint64_t expert_bytes;                    /* bytes of one expert of this layer over all its parts (each
@@ -65,6 +72,9 @@ typedef struct bmoe_hparams {
     double rope_base_swa;                     /* RoPE base of a sliding-window layer (no rope_freqs there) */
     double rope_scale;                        /* global layers: positions multiplied by this before RoPE
                                                * (1 / rope.scaling.factor, linear scaling; 1 = none) */
+    int rope_yarn;                            /* rope.scaling.type yarn: rope_scale mixed per dimension */
+    int yarn_orig_ctx;                        /* rope.scaling.original_context_length */
+    double yarn_attn_factor, yarn_beta_fast, yarn_beta_slow;
     double attn_scale;                        /* attention scores are q.k times this */
     double softcap;                           /* final logit soft-capping c (recipes with final_softcap):
                                                * logits = c tanh(logits / c); 0 = none */

@@ -37,7 +37,7 @@ Shexp = Literal["none", "ffn", "named", "gated"]
 Swa = Literal["none", "required", "periodic"]
 
 #: facts only the fixture generator needs (what llama.cpp's loader accepts, beyond what the engine computes)
-GENERATOR_ONLY = ("no_gqa",)
+GENERATOR_ONLY = ("no_gqa", "q_is_embd")
 
 #: llama.cpp's expert_gating_func numbers
 GATING_IDS: dict[str, int] = {"softmax": 1, "sigmoid": 2, "softmax_selected": 3}
@@ -63,6 +63,7 @@ class Recipe:
     qkv_bias: Bias = "none"
     out_bias: Bias = "none"
     no_gqa: bool = False  # generator only: llama.cpp's loader sizes k and v by head_count (no GQA)
+    q_is_embd: bool = False  # generator only: llama.cpp's loader sizes attn_q / attn_output [d, d]
     qk_norm: bool = False
     v_norm: bool = False  # v rms-normed per head, no weight
     attn_sinks: bool = False  # attn_sinks.weight [H]: an extra logit per head, no value
@@ -112,6 +113,7 @@ RECIPES: dict[str, Recipe] = {
             moe_layers="all",
             gating="softmax",
             norm_w=True,
+            qkv_bias="optional",
             qk_norm=True,
             full_rope=True,
         ),
@@ -141,6 +143,7 @@ RECIPES: dict[str, Recipe] = {
             gating_keys="read",
             shared_expert="named",
             no_gqa=True,
+            qkv_bias="optional",
             qk_norm=True,
             full_rope=True,
             output_required=True,
@@ -152,6 +155,7 @@ RECIPES: dict[str, Recipe] = {
             moe_layers="none",
             gating="softmax",
             norm_w=True,
+            qkv_bias="optional",
             qk_norm=True,
             attn_scale_embd_at=62,
             swa="periodic",
@@ -161,6 +165,41 @@ RECIPES: dict[str, Recipe] = {
             embd_scale=True,
             final_softcap=True,
             softcap_default=0.0,
+        ),
+        # softmax without renormalisation, a shared expert scaled by a sigmoid gate, q/k/v biases
+        Recipe(
+            arch="qwen2moe",
+            act="silu",
+            moe_layers="all",
+            gating="softmax",
+            norm_w=False,
+            shared_expert="gated",
+            qkv_bias="optional",
+            full_rope=True,
+            output_required=True,
+            q_is_embd=True,
+        ),
+        # router and per-expert biases, softmax over the selected logits, the clamped SwiGLU, attention
+        # sinks and biases, alternating sliding-window and full layers sharing one RoPE, YaRN
+        Recipe(
+            arch="gpt-oss",
+            act="swiglu_oai",
+            moe_layers="all",
+            gating="softmax_selected",
+            norm_w=False,
+            router_bias="required",
+            expert_bias="required",
+            qkv_bias="optional",
+            out_bias="required",
+            attn_sinks=True,
+            swa="periodic",
+            swa_period=2,
+            swa_window_required=True,
+            swa_rope="global",
+            full_rope=True,
+            rope_scaling=("linear", "yarn"),
+            ffn_norm="post_attention_norm",
+            output_required=True,
         ),
     )
 }

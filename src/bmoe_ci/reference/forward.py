@@ -83,6 +83,8 @@ class HParams:
     rope_base_swa: float = 10000.0
     softcap: float = 0.0  # final logit soft-capping: logits = c tanh(logits / c); 0 = none
     rope_scale: float = 1.0  # global layers rotate by position * rope_scale (1 / rope.scaling.factor)
+    swa_scaled: bool = False  # the sliding-window layers are scaled too (recipe swa_rope "global")
+    yarn: tuple[int, float] | None = None  # rope.scaling.type yarn: (original context, attn_factor)
     attn_scale: float = 0.0  # scores = q.k * attn_scale
 
     def is_swa(self, il: int) -> bool:
@@ -227,6 +229,14 @@ def _gelu(z: np.ndarray) -> np.ndarray:
     return np.where(z <= -10.0, 0.0, np.where(z >= 10.0, z, g))
 
 
+def _swiglu_oai(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """gpt-oss's clamped SwiGLU (docs/model-math.md): g = min(gate, 7), u = clamp(up, -7, 7),
+    g sigmoid(1.702 g) (u + 1)."""
+    g = np.minimum(gate, 7.0)
+    u = np.clip(up, -7.0, 7.0)
+    return g / (1.0 + np.exp(-1.702 * g)) * (u + 1.0)
+
+
 def _softmax(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - np.max(x, axis=-1, keepdims=True))
     return e / np.sum(e, axis=-1, keepdims=True)
@@ -329,6 +339,9 @@ class Model:
             )
         elif recipe.shared_expert == "ffn":
             n_ff_shexp = None if n_ff is None else int(n_ff)
+        elif recipe.shared_expert == "gated":  # expert_shared_feed_forward_length, else feed_forward_length
+            sf = get(f"{arch}.expert_shared_feed_forward_length", None) or n_ff
+            n_ff_shexp = None if sf is None else int(sf)
         else:
             n_ff_shexp = None
         n_layer = int(get(f"{arch}.block_count"))
@@ -336,9 +349,13 @@ class Model:
         swa: tuple[bool, ...] = ()
         n_swa, n_rot_swa, base_swa = 0, 0, 10000.0
         if recipe.swa == "periodic":
-            swa, n_swa = _periodic_swa(get, arch, n_layer, recipe.swa_period)
+            swa, n_swa = _periodic_swa(get, arch, n_layer, recipe.swa_period, recipe.swa_window_required)
             n_rot_swa = n_rot
-            base_swa = float(get(f"{arch}.rope.freq_base_swa", 10000.0))
+            # a local layer's base defaults to 10000 ("own") or to the global base ("global")
+            own = recipe.swa_rope == "own"
+            base_swa = float(
+                get(f"{arch}.rope.freq_base_swa", 10000.0 if own else get(f"{arch}.rope.freq_base", 10000.0))
+            )
         if recipe.swa == "required":  # gemma4: sliding-window layers; per-layer inputs are not modelled
             swa = tuple(bool(v) for v in get(f"{arch}.attention.sliding_window_pattern"))
             n_swa = int(get(f"{arch}.attention.sliding_window"))
@@ -352,7 +369,7 @@ class Model:
         softcap = float(get(f"{arch}.final_logit_softcapping", recipe.softcap_default)) if recipe.final_softcap else 0.0
         if softcap < 0 or not math.isfinite(softcap):
             raise ModelError(f"{arch}.final_logit_softcapping: {softcap} is not a finite value >= 0")
-        rope_scale = _rope_scale(get, arch) if recipe.rope_scaling else 1.0
+        rope_scale, yarn = _rope_scale(get, arch, recipe.rope_scaling) if recipe.rope_scaling else (1.0, None)
         if recipe.attn_scale_one:
             attn_scale = 1.0
         elif recipe.attn_scale_embd_at and n_layer == recipe.attn_scale_embd_at:
@@ -391,6 +408,8 @@ class Model:
             rope_base_swa=base_swa,
             softcap=softcap,
             rope_scale=rope_scale,
+            swa_scaled=recipe.swa_rope == "global",
+            yarn=yarn,
             attn_scale=attn_scale,
         )
         if hp.gating not in (1, 2, 3):
@@ -453,6 +472,19 @@ class Model:
             if r.qk_norm:
                 need(b + "attn_q_norm.weight", (hp.hd,))
                 need(b + "attn_k_norm.weight", (hp.hd,))
+            biases = {
+                "attn_q": (r.qkv_bias, hp.n_head * hp.hd),
+                "attn_k": (r.qkv_bias, hp.n_head_kv * hp.hd),
+                "attn_v": (r.qkv_bias, hp.n_head_kv * hp.hdv),
+                "attn_output": (r.out_bias, d),
+            }
+            for name, (kind, n) in biases.items():
+                if kind == "none" and b + name + ".bias" in self.t:
+                    raise ModelError(f"{b}{name}.bias: not part of {hp.arch}'s graph")
+                if kind == "required" or (kind == "optional" and b + name + ".bias" in self.t):
+                    need(b + name + ".bias", (n,))
+            if r.attn_sinks:
+                need(b + "attn_sinks.weight", (hp.n_head,))
             need(b + r.ffn_norm + ".weight", (d,))
             if not r.moe and b + "ffn_gate_inp.weight" in self.t:
                 raise ModelError(f"{b}ffn_gate_inp.weight: {hp.arch} has no routed experts")
@@ -481,10 +513,18 @@ class Model:
                 sf = hp.n_ff_shexp
                 if sf is None:
                     raise ModelError(f"{hp.arch}: the shared expert's width is not given")
-                sx = "_shexp" if r.shared_expert == "named" else ""
+                sx = "_shexp" if r.shared_expert in ("named", "gated") else ""
                 need(f"{b}ffn_gate{sx}.weight", (sf, d))
                 need(f"{b}ffn_up{sx}.weight", (sf, d))
                 need(f"{b}ffn_down{sx}.weight", (d, sf))
+            if r.shared_expert == "gated":
+                need(b + "ffn_gate_inp_shexp.weight", (d,))
+            if r.router_bias == "required":
+                need(b + "ffn_gate_inp.bias", (E,))
+            if r.expert_bias == "required":
+                need(b + "ffn_gate_exps.bias", (E, f))
+                need(b + "ffn_up_exps.bias", (E, f))
+                need(b + "ffn_down_exps.bias", (E, d))
             if r.shared_expert == "ffn":
                 for n in ("pre_ffw_norm_2", "post_ffw_norm_1", "post_ffw_norm_2", "post_ffw_norm"):
                     need(f"{b}{n}.weight", (d,))
@@ -566,8 +606,10 @@ class Model:
         qz.note(margin)
         return y
 
-    def _mm(self, x: np.ndarray, name: str, qz: _Quant) -> np.ndarray:
-        return self._q(x, name, qz) @ self.t[name].T
+    def _mm(self, x: np.ndarray, name: str, qz: _Quant, bias: str | None = None) -> np.ndarray:
+        """x times tensor `name`, plus the tensor `bias` when the model has it."""
+        y = self._q(x, name, qz) @ self.t[name].T
+        return y + self.t[bias] if bias is not None and bias in self.t else y
 
     def _rope(self, v: np.ndarray, pos: np.ndarray, swa: bool = False) -> np.ndarray:
         """NeoX pairing on the first n_rot dims of the last axis; v is [n, heads, hd]. A sliding-window
@@ -575,13 +617,19 @@ class Model:
         nrot = self.hp.n_rot_swa if swa else self.hp.n_rot
         half = nrot // 2
         j = np.arange(half)
-        freq = (self.hp.rope_base_swa if swa else self.hp.rope_base) ** (-2.0 * j / nrot)
+        base = self.hp.rope_base_swa if swa else self.hp.rope_base
+        freq = base ** (-2.0 * j / nrot)
         if self.recipe.rope_freqs and not swa:
             freq = freq / self.t["rope_freqs.weight"][:half]
-        if not swa:
-            pos = pos * self.hp.rope_scale  # linear RoPE scaling: global layers only
+        mscale = 1.0
+        if not swa or self.hp.swa_scaled:  # the scaling: global layers, and local ones where the recipe says
+            if self.hp.yarn is not None:
+                mul, mscale = yarn_factors(nrot, base, self.hp.rope_scale, *self.hp.yarn)
+                freq = freq * mul
+            else:
+                pos = pos * self.hp.rope_scale  # linear RoPE scaling
         theta = pos[:, None] * freq  # [n, half]
-        cos, sin = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
+        cos, sin = mscale * np.cos(theta)[:, None, :], mscale * np.sin(theta)[:, None, :]
         out = v.copy()
         a, b_ = v[..., :half], v[..., half:nrot]
         out[..., :half] = a * cos - b_ * sin
@@ -591,9 +639,9 @@ class Model:
     def _attention(self, il: int, h: np.ndarray, qz: _Quant, cache: dict[str, Any]) -> np.ndarray:
         hp, t, b, pos = self.hp, self.t, f"blk.{il}.", qz.pos
         n = h.shape[0]
-        q = self._mm(h, b + "attn_q.weight", qz).reshape(n, hp.n_head, hp.hd)
-        k = self._mm(h, b + "attn_k.weight", qz).reshape(n, hp.n_head_kv, hp.hd)
-        v = self._mm(h, b + "attn_v.weight", qz).reshape(n, hp.n_head_kv, hp.hdv)
+        q = self._mm(h, b + "attn_q.weight", qz, b + "attn_q.bias").reshape(n, hp.n_head, hp.hd)
+        k = self._mm(h, b + "attn_k.weight", qz, b + "attn_k.bias").reshape(n, hp.n_head_kv, hp.hd)
+        v = self._mm(h, b + "attn_v.weight", qz, b + "attn_v.bias").reshape(n, hp.n_head_kv, hp.hdv)
         if self.recipe.qk_norm:
             q = _rmsnorm(q, hp.eps) * t[b + "attn_q_norm.weight"]
             k = _rmsnorm(k, hp.eps) * t[b + "attn_k_norm.weight"]
@@ -616,11 +664,23 @@ class Model:
             if swa:  # the window: key position j is visible from p when p - j < n_swa
                 mask |= pos[:, None] - np.arange(K.shape[0])[None, :] >= hp.n_swa
             s = np.where(mask, -np.inf, s)
-            out[:, hh, :] = _softmax(s) @ Vv[:, g, :]
-        return self._mm(out.reshape(n, hp.n_head * hp.hdv), b + "attn_output.weight", qz)
+            if self.recipe.attn_sinks:  # one more logit per head, without a value: it only takes weight
+                sink = t[b + "attn_sinks.weight"][hh]
+                mx = np.maximum(np.max(s, axis=-1, keepdims=True), sink)
+                e = np.exp(s - mx)
+                p = e / (np.sum(e, axis=-1, keepdims=True) + np.exp(sink - mx))
+            else:
+                p = _softmax(s)
+            out[:, hh, :] = p @ Vv[:, g, :]
+        return self._mm(out.reshape(n, hp.n_head * hp.hdv), b + "attn_output.weight", qz, b + "attn_output.bias")
 
-    def _act(self, z: np.ndarray) -> np.ndarray:
-        return _silu(z) if self.recipe.act == "silu" else _gelu(z)
+    def _glu(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+        """The gated activation of an FFN's hidden layer (docs/model-math.md, Activations)."""
+        if self.recipe.act == "silu":
+            return _silu(gate) * up
+        if self.recipe.act == "gelu_tanh":
+            return _gelu(gate) * up
+        return _swiglu_oai(gate, up)
 
     def _mlp(
         self,
@@ -630,10 +690,16 @@ class Model:
         down: np.ndarray,
         names: tuple[str, str],
         qz: _Quant,
+        biases: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     ) -> np.ndarray:
-        """names: the tensors gate/up and down come from (they decide the input quantisation)."""
+        """names: the tensors gate/up and down come from (they decide the input quantisation); biases
+        (gate, up, down) are added after each matmul when given (gpt-oss's per-expert biases)."""
         h = self._q(h, names[0], qz)
-        return self._q(self._act(h @ gate.T) * (h @ up.T), names[1], qz) @ down.T
+        g, u = h @ gate.T, h @ up.T
+        if biases is not None:
+            g, u = g + biases[0], u + biases[1]
+        y = self._q(self._glu(g, u), names[1], qz) @ down.T
+        return y + biases[2] if biases is not None else y
 
     def _ffn(self, il: int, x: np.ndarray, qz: _Quant, routes: list[Route] | None) -> np.ndarray:
         hp, r, t, b = self.hp, self.recipe, self.t, f"blk.{il}."
@@ -655,8 +721,8 @@ class Model:
         if r.router_prescale:
             router_in = _rmsnorm(x, hp.eps) / math.sqrt(hp.d) * t[b + "ffn_gate_inp.scale"]
         moe = self._moe(il, router_in, h_moe, qz, routes)
-        if r.shared_expert == "named":
-            return moe + self._mlp(
+        if r.shared_expert in ("named", "gated"):
+            sh = self._mlp(
                 h,
                 t[b + "ffn_gate_shexp.weight"],
                 t[b + "ffn_up_shexp.weight"],
@@ -664,6 +730,9 @@ class Model:
                 (b + "ffn_gate_shexp.weight", b + "ffn_down_shexp.weight"),
                 qz,
             )
+            if r.shared_expert == "gated":  # scaled by sigmoid(ffn_gate_inp_shexp . h), per row
+                sh = sh / (1.0 + np.exp(-(h @ t[b + "ffn_gate_inp_shexp.weight"])))[:, None]
+            return moe + sh
         if r.shared_expert != "ffn":
             return moe
         sh = self._mlp(
@@ -704,7 +773,7 @@ class Model:
     def _moe(self, il: int, h: np.ndarray, h_moe: np.ndarray, qz: _Quant, routes: list[Route] | None) -> np.ndarray:
         hp, r, t, b, pos = self.hp, self.recipe, self.t, f"blk.{il}.", qz.pos
         f = hp.n_ff_exp
-        logits = self._mm(h, b + "ffn_gate_inp.weight", qz)  # [n, E]
+        logits = self._mm(h, b + "ffn_gate_inp.weight", qz, b + "ffn_gate_inp.bias")  # [n, E], biased (gpt-oss)
         out = np.zeros_like(h_moe)
         down = t[b + "ffn_down_exps.weight"]
         for row in range(h.shape[0]):
@@ -721,7 +790,14 @@ class Model:
                     gname = b + "ffn_gate_exps.weight"
                     gate, up = t[gname][e], t[b + "ffn_up_exps.weight"][e]
                 names = (gname, b + "ffn_down_exps.weight")
-                acc += we * self._mlp(h_moe[row], gate, up, down[e], names, qz.row(row))
+                biases = None
+                if r.expert_bias != "none":
+                    biases = (
+                        t[b + "ffn_gate_exps.bias"][e],
+                        t[b + "ffn_up_exps.bias"][e],
+                        t[b + "ffn_down_exps.bias"][e],
+                    )
+                acc += we * self._mlp(h_moe[row], gate, up, down[e], names, qz.row(row), biases)
             out[row] = acc
         return out
 
@@ -757,11 +833,14 @@ class Model:
         return Generation(list(prompt), out, logits, routes, stopped, margins)
 
 
-def _periodic_swa(get: Any, arch: str, n_layer: int, period: int) -> tuple[tuple[bool, ...], int]:
-    """gemma3's local layers (docs/model-math.md): no window key (or 0) means every layer global; else
-    the pattern key is a per-layer list (true = local), a period, or absent (the recipe's period)."""
-    n_swa = int(get(f"{arch}.attention.sliding_window", 0))
+def _periodic_swa(get: Any, arch: str, n_layer: int, period: int, required: bool) -> tuple[tuple[bool, ...], int]:
+    """gemma3's and gpt-oss's local layers (docs/model-math.md): no window key (or 0) means every layer
+    global (gpt-oss requires the key); else the pattern key is a per-layer list (true = local), a period,
+    or absent (the recipe's period)."""
+    n_swa = int(get(f"{arch}.attention.sliding_window", ModelError if required else 0))
     if n_swa == 0:
+        if required:
+            raise ModelError(f"{arch}.attention.sliding_window: must be > 0")
         return (), 0
     pattern = get(f"{arch}.attention.sliding_window_pattern", period)
     if isinstance(pattern, list):
@@ -772,13 +851,33 @@ def _periodic_swa(get: Any, arch: str, n_layer: int, period: int) -> tuple[tuple
     return tuple(p == 0 or il % p < p - 1 for il in range(n_layer)), n_swa
 
 
-def _rope_scale(get: Any, arch: str) -> float:
-    """1 / rope.scaling.factor for linear scaling (absent or 0: 1); other scaling types are refused."""
+def _rope_scale(get: Any, arch: str, kinds: tuple[str, ...]) -> tuple[float, tuple[int, float] | None]:
+    """1 / rope.scaling.factor (absent or 0: 1; type "none": 1), and for YaRN its original context
+    (default context_length) and attn_factor (default 1); a type the recipe does not read is refused."""
     kind = str(get(f"{arch}.rope.scaling.type", "linear"))
-    if kind not in ("linear", "none"):
-        raise ModelError(f"{arch}.rope.scaling.type: {kind!r} is not modelled (linear only)")
+    if kind != "none" and kind not in kinds:
+        raise ModelError(f"{arch}.rope.scaling.type: {kind!r} is not modelled for {arch} ({', '.join(kinds)})")
     factor = float(get(f"{arch}.rope.scaling.factor", 0.0)) or float(get(f"{arch}.rope.scale_linear", 0.0))
-    return 1.0 if factor == 0.0 else 1.0 / factor
+    scale = 1.0 if factor == 0.0 or kind == "none" else 1.0 / factor
+    if kind != "yarn":
+        return scale, None
+    orig = int(get(f"{arch}.rope.scaling.original_context_length", get(f"{arch}.context_length")))
+    return scale, (orig, float(get(f"{arch}.rope.scaling.attn_factor", 1.0)))
+
+
+def yarn_factors(n_rot: int, base: float, scale: float, orig_ctx: int, attn_factor: float) -> tuple[np.ndarray, float]:
+    """YaRN as llama.cpp applies it (docs/model-math.md): per dimension pair j the angle's multiplier
+    scale (1 - r_j) + r_j, with r_j 1 below the correction range and 0 above it (linear in between),
+    and the factor every cos and sin is multiplied by."""
+
+    def corr(beta: float) -> float:  # the dimension that turns beta times over the original context
+        return n_rot * math.log(orig_ctx / (beta * 2 * math.pi)) / (2 * math.log(base))
+
+    lo = max(0.0, math.floor(corr(32.0)))
+    hi = min(n_rot - 1.0, math.ceil(corr(1.0)))
+    j = np.arange(n_rot // 2, dtype=np.float64)
+    ramp = 1.0 - np.clip((j - lo) / max(0.001, hi - lo), 0.0, 1.0)
+    return scale * (1.0 - ramp) + ramp, attn_factor * (1.0 + 0.1 * math.log(1.0 / scale))
 
 
 # The weight types read through gguf.quants' dequantizers (float32 values, as ggml's dequantize_row_*
