@@ -22,6 +22,7 @@ import pytest
 
 from bmoe_ci.models import generate
 from bmoe_ci.models.spec import load_specs
+from bmoe_ci.recipes import recipe
 from bmoe_ci.reference import QUANT_FLIP, Generation, Model, agreement, relative_error
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,6 +35,8 @@ DEFAULTS = [
     "qwen3moe-q4k",
     "qwen3moe-nonorm",
     "qwen3moe-tied",
+    "qwen2moe",
+    "gpt-oss",
 ]
 #: the gating variants, and one fixture per further weight type (Q5_K, Q6_K, Q4_0, Q5_0, BF16): the block
 #: types round their matmul inputs as the reference does (Q8_K for the K-quants, Q8_0 for Q4_0 / Q5_0), so
@@ -65,7 +68,7 @@ TOL_Q8_0 = TOL_F32
 #: moves later logits by ~1e-5..1e-4 (measured: 4.8e-4 worst over 24 tokens, 4.6e-4 worst and 1e-4
 #: median over 1800 rows of text).
 TOL_GELU = 2e-3
-GELU = {n for n, s in load_specs().specs.items() if s.arch in ("gemma4", "gemma3")}
+GELU = {n for n, s in load_specs().specs.items() if recipe(s.arch).act == "gelu_tanh"}
 
 TEXT_PROMPT = "Hello, world! "
 CMP_PROMPT = "The quick brown fox"
