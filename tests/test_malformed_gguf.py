@@ -411,7 +411,7 @@ def test_fuzz_smoke(tmp_path: Path) -> None:
 # when the model opens, experts the first time each is used, in the resident and the streamed mode.
 
 F16_NAN, F16_INF = b"\x00\x7e", b"\x00\x7c"
-Q4K_BLOCK, Q6K_BLOCK = 144, 210
+Q4K_BLOCK, Q5K_BLOCK, Q6K_BLOCK, Q8_0_BLOCK = 144, 176, 210, 34
 
 
 def _q4k(fixtures: dict[str, Path]) -> gc.GGUFImage:
@@ -441,7 +441,7 @@ def _tensor(img: gc.GGUFImage, name: str) -> gc.Tensor:
 
 
 def test_kquant_fixture_runs(engine_asan_bin: Path, fixtures: dict[str, Path], tmp_path: Path) -> None:
-    """The control: the Q4_K/Q6_K fixture re-emitted unchanged runs in both expert modes."""
+    """The control: the Q4_K_M fixture (llama.cpp's mix) re-emitted unchanged runs in both expert modes."""
     path = _q4k(fixtures).write(tmp_path / "same.gguf")
     for mode in (["--mmap"], ["--cache-mb", "0"]):
         out = run_engine(engine_asan_bin, "run", *mode, "-m", path, "-p", "hello", "-n", "2")
@@ -452,7 +452,9 @@ def test_kquant_fixture_runs(engine_asan_bin: Path, fixtures: dict[str, Path], t
     ("name", "block", "offset", "value", "field"),
     [
         ("blk.0.attn_q.weight", Q4K_BLOCK, 0, F16_NAN, "non-finite d"),  # Q4_K d
-        ("blk.1.attn_k.weight", Q4K_BLOCK, 2, F16_INF, "non-finite dmin"),  # Q4_K dmin
+        ("blk.1.attn_q.weight", Q4K_BLOCK, 2, F16_INF, "non-finite dmin"),  # Q4_K dmin
+        ("blk.1.attn_output.weight", Q5K_BLOCK, 2, F16_INF, "non-finite dmin"),  # Q5_K (eight experts) dmin
+        ("blk.2.attn_k.weight", Q8_0_BLOCK, 0, F16_NAN, "non-finite d"),  # Q8_0 (eight experts) d
         ("output.weight", Q6K_BLOCK, 208, F16_NAN, "non-finite d"),  # Q6_K keeps d last
     ],
 )
@@ -474,20 +476,35 @@ def test_kquant_dense_bad_scale(
         assert '"kind":"model"' in out.stdout.replace(" ", ""), out.stdout
 
 
+@pytest.mark.parametrize(
+    ("name", "ggml_type", "block", "offset", "field"),
+    [
+        ("blk.1.ffn_down_exps.weight", gc.GGML_Q4_K, Q4K_BLOCK, 2, "non-finite dmin"),  # a Q4_K layer
+        ("blk.2.ffn_down_exps.weight", gc.GGML_Q6_K, Q6K_BLOCK, 208, "non-finite d"),  # a Q6_K layer of the mix
+    ],
+)
 @pytest.mark.parametrize("mode", [["--mmap"], ["--cache-mb", "0"], ["--cache-mb", "2", "--force-cache"]])
 def test_kquant_expert_bad_scale(
-    engine_asan_bin: Path, fixtures: dict[str, Path], tmp_path: Path, mode: list[str]
+    engine_asan_bin: Path,
+    fixtures: dict[str, Path],
+    tmp_path: Path,
+    mode: list[str],
+    name: str,
+    ggml_type: int,
+    block: int,
+    offset: int,
+    field: str,
 ) -> None:
-    """Every expert of layer 2's down projection has a NaN dmin in its block 1: whichever is routed
-    first stops the run, in the resident and the streamed modes."""
+    """Every expert of one layer's down projection has a NaN scale in its block 1: whichever is routed
+    first stops the run, in the resident and the streamed modes (the mix gives layer 1's Q4_K, layer
+    2's Q6_K)."""
     img = _q4k(fixtures)
-    name = "blk.2.ffn_down_exps.weight"
     t = _tensor(img, name)
     n_expert = t.dims[2]
-    assert t.data is not None and t.ggml_type == gc.GGML_Q4_K
-    path = _poke(img, name, Q4K_BLOCK, 2, F16_NAN, every=len(t.data) // n_expert).write(tmp_path / "bad.gguf")
+    assert t.data is not None and t.ggml_type == ggml_type
+    path = _poke(img, name, block, offset, F16_NAN, every=len(t.data) // n_expert).write(tmp_path / "bad.gguf")
     out = run_engine(engine_asan_bin, "run", *mode, "-m", path, "-p", "hello", "-n", "2")
-    msg = assert_rejected(out, 3, path, name, "block 1", "non-finite dmin")
+    msg = assert_rejected(out, 3, path, name, "block 1", field)
     assert re.search(r": expert \d+: ", msg), msg
 
 
