@@ -27,6 +27,8 @@ DEFAULTS = [
     "qwen3moe-q4k",
     "qwen3moe-nonorm",
     "qwen3moe-tied",
+    "qwen2moe",
+    "gpt-oss",
 ]
 VARIANTS = ["qwen3moe-sigmoid", "qwen3moe-softmax-sel"]
 #: one fixture per further weight type (not default: the reference and kernel tests of each type)
@@ -62,7 +64,7 @@ def generated(fixture_dir: Path) -> dict:
 # ------------------------------------------------------------------ specs
 
 
-def test_spec_file_defaults_are_the_eight_generated_and_the_two_committed():
+def test_spec_file_defaults_are_the_generated_and_the_two_committed():
     specs = load_specs()
     assert specs.defaults == DEFAULTS + COMMITTED
     assert {"bench-large", *VARIANTS} <= set(specs.specs)
@@ -272,8 +274,8 @@ def test_tensor_names_are_llama_cpp_names_of_the_arch(generated: dict, name: str
     arch = _meta(generated[name].path)["general.architecture"]
     (arch_enum,) = [a for a, n in MODEL_ARCH_NAMES.items() if n == arch]
     patterns = [
-        # .scale: gemma4's router input scale (llama.cpp's ffn_gate_inp "scale" tensor)
-        re.escape(TENSOR_NAMES[t]).replace(r"\{bid\}", r"\d+") + r"\.(weight|scale)"
+        # .scale: gemma4's router input scale (llama.cpp's ffn_gate_inp "scale" tensor); .bias: biases
+        re.escape(TENSOR_NAMES[t]).replace(r"\{bid\}", r"\d+") + r"\.(weight|scale|bias)"
         for t in MODEL_TENSORS[arch_enum]
     ]
     for tname in _tensors(generated[name].path):
@@ -305,10 +307,30 @@ def _expected_shapes(meta: dict, arch: str, tensors: dict) -> dict[str, tuple[in
             b + "attn_k.weight": (d, Hkv * hd),
             b + "attn_v.weight": (d, Hkv * hdv),
             b + "attn_output.weight": (H * hdv, d),
-            b + "attn_q_norm.weight": (hd,),
-            b + "attn_k_norm.weight": (hd,),
-            b + "ffn_norm.weight": (d,),
         }
+        if arch not in ("qwen2moe", "gpt-oss"):  # those two have no q/k norms
+            out |= {b + "attn_q_norm.weight": (hd,), b + "attn_k_norm.weight": (hd,)}
+        # gpt-oss's FFN norm is the tensor named post_attention_norm
+        out[b + ("post_attention_norm.weight" if arch == "gpt-oss" else "ffn_norm.weight")] = (d,)
+        if b + "attn_q.bias" in tensors:
+            out |= {b + "attn_q.bias": (H * hd,), b + "attn_k.bias": (Hkv * hd,), b + "attn_v.bias": (Hkv * hdv,)}
+        if arch == "gpt-oss":
+            out |= {
+                b + "attn_output.bias": (d,),
+                b + "attn_sinks.weight": (H,),
+                b + "ffn_gate_inp.bias": (E,),
+                b + "ffn_gate_exps.bias": (f, E),
+                b + "ffn_up_exps.bias": (f, E),
+                b + "ffn_down_exps.bias": (d, E),
+            }
+        if arch == "qwen2moe":
+            S = g("expert_shared_feed_forward_length")
+            out |= {
+                b + "ffn_gate_inp_shexp.weight": (d,),
+                b + "ffn_gate_shexp.weight": (d, S),
+                b + "ffn_up_shexp.weight": (d, S),
+                b + "ffn_down_shexp.weight": (S, d),
+            }
         if arch == "gemma4":
             out[b + "post_attention_norm.weight"] = (d,)
             out[b + "post_ffw_norm.weight"] = (d,)
@@ -384,13 +406,15 @@ def test_metadata_and_vocabulary(generated: dict, name: str):
     for key in REQUIRED_KEYS:
         assert key.format(a=arch) in meta, key
     assert meta["general.alignment"] == 32
-    assert meta["tokenizer.ggml.model"] == "gpt2" and meta["tokenizer.ggml.pre"] == "qwen2"
+    # gpt-oss: the o200k_harmony specials and its pre-tokenizer; every other fixture qwen2's
+    pre, n_special = ("gpt-4o", 7) if arch == "gpt-oss" else ("qwen2", 3)
+    assert meta["tokenizer.ggml.model"] == "gpt2" and meta["tokenizer.ggml.pre"] == pre
     tokens = meta["tokenizer.ggml.tokens"]
-    assert len(tokens) == 256 + 3 and len(set(tokens)) == len(tokens)
+    assert len(tokens) == 256 + n_special and len(set(tokens)) == len(tokens)
     assert tokens[ord("A")] == "A" and tokens[ord(" ")] == "Ġ" and tokens[ord("\n")] == "Ċ"
     assert all(len(t) == 1 for t in tokens[:256])
     assert tokens[meta["tokenizer.ggml.eos_token_id"]] == "<|endoftext|>"
-    assert meta["tokenizer.ggml.token_type"] == [1] * 256 + [3] * 3
+    assert meta["tokenizer.ggml.token_type"] == [1] * 256 + [3] * n_special
     assert meta["tokenizer.ggml.merges"] == []
     assert meta["tokenizer.ggml.add_bos_token"] is False
 

@@ -366,7 +366,7 @@ def test_engine_matches_reference_on_gemma3_key_variants(engine: Path, models: d
 @pytest.mark.parametrize(
     ("edits", "message"),
     [
-        ([("set", "gemma3.rope.scaling.type", "str", "yarn")], "only linear RoPE scaling is implemented"),
+        ([("set", "gemma3.rope.scaling.type", "str", "yarn")], "the engine implements linear RoPE scaling for gemma3"),
         (
             [("set", "gemma3.attention.sliding_window_pattern", "bools", [True] * 5)],
             "sliding_window_pattern has 5 entries but block_count is 6",

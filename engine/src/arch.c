@@ -31,11 +31,14 @@ static const bmoe_recipe RECIPES[] = {
         .gating_keys = BMOE_GATING_KEYS_FIXED,
         .router_prescale = 1,
         .shared_expert = BMOE_SHEXP_FFN,
+        .expert_scale = BMOE_BIAS_OPTIONAL,
         .qk_norm = 1,
         .v_norm = 1,
+        .v_from_k = 1,
         .attn_scale_one = 1,
         .swa = BMOE_SWA_REQUIRED,
         .rope_freqs = 1,
+        .layer_scale = BMOE_BIAS_OPTIONAL,
         .post_norms = 1,
         .embd_scale = 1,
         .final_softcap = 1,
@@ -205,10 +208,12 @@ void arch_write_json(json_writer *w, const bmoe_recipe *r) {
     json_str(w, "router_bias", bias_name(r->router_bias));
     json_str(w, "expert_bias", bias_name(r->expert_bias));
     json_str(w, "shared_expert", shexp_name(r->shared_expert));
+    json_str(w, "expert_scale", bias_name(r->expert_scale));
     json_str(w, "qkv_bias", bias_name(r->qkv_bias));
     json_str(w, "out_bias", bias_name(r->out_bias));
     json_bool(w, "qk_norm", r->qk_norm);
     json_bool(w, "v_norm", r->v_norm);
+    json_bool(w, "v_from_k", r->v_from_k);
     json_bool(w, "attn_sinks", r->attn_sinks);
     json_bool(w, "attn_scale_one", r->attn_scale_one);
     json_int(w, "attn_scale_embd_at", r->attn_scale_embd_at);
@@ -223,6 +228,7 @@ void arch_write_json(json_writer *w, const bmoe_recipe *r) {
     if (r->rope_scaling & BMOE_ROPE_SCALING_LINEAR) json_str(w, NULL, "linear");
     if (r->rope_scaling & BMOE_ROPE_SCALING_YARN) json_str(w, NULL, "yarn");
     json_end_array(w);
+    json_str(w, "layer_scale", bias_name(r->layer_scale));
     json_bool(w, "post_norms", r->post_norms);
     json_str(w, "ffn_norm", arch_ffn_norm(r));
     json_bool(w, "embd_scale", r->embd_scale);

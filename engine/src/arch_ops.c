@@ -11,6 +11,10 @@ void ops_add_bias_rows(float *y, const float *b, int T, size_t n) {
         for (size_t j = 0; j < n; j++) y[(size_t)t * n + j] += b[j];
 }
 
+void ops_scale_rows(float *y, float s, int T, size_t n) {
+    for (size_t i = 0; i < (size_t)T * n; i++) y[i] *= s;
+}
+
 void ops_swiglu_oai(const float *g, const float *u, size_t n, float *out) {
     const float alpha = 1.702f, limit = 7.0f;
     for (size_t i = 0; i < n; i++) {

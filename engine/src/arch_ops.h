@@ -10,6 +10,9 @@
 /* y[t, j] += b[j] for T rows of n (b NULL: nothing). */
 void ops_add_bias_rows(float *y, const float *b, int T, size_t n);
 
+/* y[t, j] *= s for T rows of n. */
+void ops_scale_rows(float *y, float s, int T, size_t n);
+
 /* gpt-oss's clamped SwiGLU (ggml's swiglu_oai, alpha 1.702, limit 7), out may be u:
  * x = min(g, 7), y = clamp(u, -7, 7), out = x / (1 + exp(-1.702 x)) * (y + 1). */
 void ops_swiglu_oai(const float *g, const float *u, size_t n, float *out);

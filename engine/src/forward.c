@@ -22,8 +22,9 @@ struct bmoe_forward {
     bmoe_pool *pool;
     const bmoe_seam *seam;
     int n_ctx, max_batch, top_k;
-    int d, q_dim, kv_dim, v_dim, o_dim, ff_max;
-    float *k_cache, *v_cache;     /* [layer][n_ctx][kv_dim], [layer][n_ctx][v_dim] */
+    int d, q_dim, kv_dim, v_dim, o_dim, ff_max; /* the widest layer's rows (layers may differ: bmoe_layer) */
+    float *k_cache, *v_cache;     /* layer il's [n_ctx][its kv rows] at k_off[il], v_off[il] */
+    size_t *k_off, *v_off;
     double *inv_freq;             /* RoPE: base^(-2j/n_rot) / rope_freqs[j], j < n_rot/2 */
     double *inv_freq_swa;         /* sliding-window layers: base_swa^(-2j/n_rot_swa), j < n_rot_swa/2 */
     float rope_mscale, rope_mscale_swa; /* YaRN: cos and sin multiplied by this (1 without YaRN) */
@@ -321,6 +322,10 @@ typedef struct {
     bmoe_forward *f;
     const bmoe_layer *ly;
     int il, T, pos0;
+    /* the layer's geometry (bmoe_layer): heads, head sizes, rows of q, k, v and the attention output */
+    int H, Hkv, hd, hdv;
+    size_t qd, kvd, vd, od;
+    float *kc, *vc;          /* this layer's KV cache, [n_ctx][kvd] and [n_ctx][vd] */
 } attn_job;
 
 /* Per position t: per-head qk-norm, RoPE on q and k, then k and v into the cache. */
@@ -329,12 +334,12 @@ static void qk_rows(void *ctx, int t0, int t1, int tid) {
     const attn_job *J = ctx;
     bmoe_forward *f = J->f;
     const bmoe_hparams *hp = &f->m->hp;
-    int hd = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
-    int half = (J->ly->is_swa ? hp->n_rot_swa : hp->n_rot) / 2;
+    int hd = J->hd, hdv = J->hdv, H = J->H, Hkv = J->Hkv;
+    int half = J->ly->n_rot / 2;
     const double *inv_freq = J->ly->is_swa ? f->inv_freq_swa : f->inv_freq;
     float mscale = J->ly->is_swa ? f->rope_mscale_swa : f->rope_mscale; /* YaRN's magnitude, else 1 */
     for (int t = t0; t < t1; t++) {
-        float *q = f->q + (size_t)t * f->q_dim, *k = f->k + (size_t)t * f->kv_dim;
+        float *q = f->q + (size_t)t * J->qd, *k = f->k + (size_t)t * J->kvd;
         if (J->ly->attn_q_norm)
             for (int h = 0; h < H; h++) rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, J->ly->attn_q_norm, hd, hp->eps);
 #ifndef BMOE_FAULT_QK_NORM_SKIPPED /* fault: the per-head k-norm is never applied */
@@ -344,8 +349,8 @@ static void qk_rows(void *ctx, int t0, int t1, int tid) {
 #endif
             for (int h = 0; h < Hkv; h++) rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, J->ly->attn_k_norm, hd, hp->eps);
         if (f->m->recipe->v_norm) {
-            float *v = f->v + (size_t)t * f->v_dim;
-            for (int h = 0; h < Hkv; h++) rmsnorm_plain(v + (size_t)h * hp->head_dim_v, v + (size_t)h * hp->head_dim_v, hp->head_dim_v, hp->eps);
+            float *v = f->v + (size_t)t * J->vd;
+            for (int h = 0; h < Hkv; h++) rmsnorm_plain(v + (size_t)h * hdv, v + (size_t)h * hdv, hdv, hp->eps);
         }
         double p = (double)(J->pos0 + t);
         for (int j = 0; j < half; j++) { /* NeoX pairing: (v[j], v[j + n_rot/2]) */
@@ -370,9 +375,8 @@ static void qk_rows(void *ctx, int t0, int t1, int tid) {
 #ifdef BMOE_FAULT_KV_POS_FIRST
         pos = (size_t)J->pos0; /* fault: every token of a batch writes its k and v at the batch's first position */
 #endif
-        memcpy(f->k_cache + ((size_t)J->il * f->n_ctx + pos) * f->kv_dim, k, (size_t)f->kv_dim * sizeof(float));
-        memcpy(f->v_cache + ((size_t)J->il * f->n_ctx + pos) * f->v_dim, f->v + (size_t)t * f->v_dim,
-               (size_t)f->v_dim * sizeof(float));
+        memcpy(J->kc + pos * J->kvd, k, J->kvd * sizeof(float));
+        memcpy(J->vc + pos * J->vd, f->v + (size_t)t * J->vd, J->vd * sizeof(float));
     }
 }
 
@@ -381,24 +385,23 @@ static void attn_heads(void *ctx, int i0, int i1, int tid) {
     const attn_job *J = ctx;
     bmoe_forward *f = J->f;
     const bmoe_hparams *hp = &f->m->hp;
-    int H = hp->n_head, hd = hp->head_dim, hdv = hp->head_dim_v, group = hp->n_head / hp->n_head_kv;
+    int H = J->H, hd = J->hd, hdv = J->hdv, group = J->H / J->Hkv;
     float inv_sqrt_hd = (float)hp->attn_scale; /* 1/sqrt(head dim), or the recipe's (model.c) */
     float *sc = f->scratch + (size_t)tid * f->n_ctx;
-    const float *kc = f->k_cache + (size_t)J->il * f->n_ctx * f->kv_dim;
-    const float *vc = f->v_cache + (size_t)J->il * f->n_ctx * f->v_dim;
+    const float *kc = J->kc, *vc = J->vc;
     for (int i = i0; i < i1; i++) {
         int t = i / H, h = i % H, g = h / group, p = J->pos0 + t;
         /* a sliding-window layer sees the n_swa latest positions (p - j < n_swa) */
         int j0 = J->ly->is_swa && p - hp->n_swa + 1 > 0 ? p - hp->n_swa + 1 : 0;
-        const float *q = f->q + (size_t)t * f->q_dim + (size_t)h * hd;
+        const float *q = f->q + (size_t)t * J->qd + (size_t)h * hd;
         for (int j = j0; j <= p; j++)
-            sc[j - j0] = f->kern.dot_f32(q, kc + (size_t)j * f->kv_dim + (size_t)g * hd, (size_t)hd) * inv_sqrt_hd;
+            sc[j - j0] = f->kern.dot_f32(q, kc + (size_t)j * J->kvd + (size_t)g * hd, (size_t)hd) * inv_sqrt_hd;
         if (J->ly->attn_sinks) softmax_sink(&f->kern, sc, p + 1 - j0, J->ly->attn_sinks[h]);
         else softmax(&f->kern, sc, p + 1 - j0);
-        float *out = f->att + (size_t)t * f->o_dim + (size_t)h * hdv;
+        float *out = f->att + (size_t)t * J->od + (size_t)h * hdv;
         for (int c = 0; c < hdv; c++) out[c] = 0.0f;
         for (int j = j0; j <= p; j++) {
-            const float *vj = vc + (size_t)j * f->v_dim + (size_t)g * hdv;
+            const float *vj = vc + (size_t)j * J->vd + (size_t)g * hdv;
             for (int c = 0; c < hdv; c++) out[c] += sc[j - j0] * vj[c];
         }
     }
@@ -408,16 +411,24 @@ static void attention(bmoe_forward *f, int il, int T, int pos0) {
     const bmoe_model *m = f->m;
     const bmoe_layer *ly = &m->layers[il];
     int d = f->d;
+    attn_job J = { f, ly, il, T, pos0, ly->n_head, ly->n_head_kv, ly->head_dim, ly->head_dim_v,
+                   (size_t)ly->n_head * ly->head_dim, (size_t)ly->n_head_kv * ly->head_dim,
+                   (size_t)ly->n_head_kv * ly->head_dim_v, (size_t)ly->n_head * ly->head_dim_v,
+                   f->k_cache + f->k_off[il], f->v_cache + f->v_off[il] };
     rmsnorm_rows(f->xn, f->x, ly->attn_norm, T, d, m->hp.eps);
     const bmoe_weight *W[3] = { &ly->attn_q, &ly->attn_k, &ly->attn_v };
     float *const y3[3] = { f->q, f->k, f->v };
-    matmul_multi(f, 3, W, f->xn, T, y3);
-    ops_add_bias_rows(f->q, ly->attn_q_b, T, (size_t)f->q_dim); /* q/k/v biases where the model has them */
-    ops_add_bias_rows(f->k, ly->attn_k_b, T, (size_t)f->kv_dim);
-    ops_add_bias_rows(f->v, ly->attn_v_b, T, (size_t)f->v_dim);
-    attn_job J = { f, ly, il, T, pos0 };
+    if (ly->attn_v.t) {
+        matmul_multi(f, 3, W, f->xn, T, y3);
+    } else { /* gemma4 without attn_v: v is k's projection, taken before k's norm */
+        matmul_multi(f, 2, W, f->xn, T, y3);
+        memcpy(f->v, f->k, (size_t)T * J.kvd * sizeof(float));
+    }
+    ops_add_bias_rows(f->q, ly->attn_q_b, T, J.qd); /* q/k/v biases where the model has them */
+    ops_add_bias_rows(f->k, ly->attn_k_b, T, J.kvd);
+    ops_add_bias_rows(f->v, ly->attn_v_b, T, J.vd);
     pool_run(f->pool, T, qk_rows, &J);
-    pool_run(f->pool, T * m->hp.n_head, attn_heads, &J);
+    pool_run(f->pool, T * J.H, attn_heads, &J);
     matmul(f, &ly->attn_output, f->att, T, f->o);
     ops_add_bias_rows(f->o, ly->attn_output_b, T, (size_t)d);
     if (ly->post_attention_norm) rmsnorm_rows(f->o, f->o, ly->post_attention_norm, T, d, m->hp.eps);
@@ -506,6 +517,7 @@ static int experts_slot(bmoe_forward *f, int il, int T, int s, char *err, size_t
         }
         const bmoe_expert_part *dn = &P[BMOE_EXP_DOWN];
         matmul_raw(f, v.down, dn->type, dn->row_bytes, dn->n_in, dn->n_out, f->eu, n, f->eo);
+        if (ly->exp_out_s) ops_scale_rows(f->eo, ly->exp_out_s[e], n, (size_t)d); /* gemma4's per-expert scale */
         if (ly->exp_down_b) ops_add_bias_rows(f->eo, ly->exp_down_b + (size_t)e * d, n, (size_t)d);
         for (int i = 0; i < n; i++) {
             int t = rows[i];
@@ -620,6 +632,8 @@ static int experts_token(bmoe_forward *f, int il, char *err, size_t errlen) {
                        f->kxd + (size_t)s * (fe / BMOE_Q8_0_BLOCK), f->kxk + (size_t)s * (fe / BM_Q8K_BLOCK));
     }
     pool_run(f->pool, k * d, tok_down_rows, &J);
+    for (int s = 0; s < k && ly->exp_out_s; s++)
+        ops_scale_rows(f->keo + (size_t)s * d, ly->exp_out_s[f->ids[s]], 1, (size_t)d);
     for (int s = 0; s < k && ly->exp_down_b; s++)
         ops_add_bias_rows(f->keo + (size_t)s * d, ly->exp_down_b + (size_t)f->ids[s] * d, 1, (size_t)d);
     for (int s = 0; s < k; s++) {
@@ -781,6 +795,8 @@ int forward_eval(bmoe_forward *f, const int32_t *tokens, int T, int pos0, int ph
         } else {
             dense_ffn(f, il, T);
         }
+        /* gemma4's layer_output_scale: the layer's output, residual included, times a scalar */
+        if (m->layers[il].out_scale != 1.0f) ops_scale_rows(f->x, m->layers[il].out_scale, T, (size_t)d);
     }
     int t0 = all_logits ? 0 : T - 1, n = T - t0;
     rmsnorm_rows(f->xl, f->x + (size_t)t0 * d, m->output_norm, n, d, hp->eps);
@@ -863,15 +879,34 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
     f->max_batch = max_batch;
     f->top_k = m->n_moe_layers > 0 ? top_k : 0;
     f->d = hp->n_embd;
-    f->q_dim = hp->n_head * hp->head_dim;
-    f->kv_dim = hp->n_head_kv * hp->head_dim;
-    f->v_dim = hp->n_head_kv * hp->head_dim_v;
-    f->o_dim = hp->n_head * hp->head_dim_v;
+    f->k_off = calloc((size_t)hp->n_layer + 1, sizeof *f->k_off);
+    f->v_off = calloc((size_t)hp->n_layer + 1, sizeof *f->v_off);
+    if (!f->k_off || !f->v_off) {
+        snprintf(err, errlen, "out of memory");
+        forward_free(f);
+        return 1;
+    }
+    size_t kv_total = 0, v_total = 0;
+    int kv_overflow = 0;
+    for (int il = 0; il < hp->n_layer; il++) { /* each layer's own rows (model.c checked each product) */
+        const bmoe_layer *ly = &m->layers[il];
+        int qd = ly->n_head * ly->head_dim, kvd = ly->n_head_kv * ly->head_dim;
+        int vd = ly->n_head_kv * ly->head_dim_v, od = ly->n_head * ly->head_dim_v;
+        if (qd > f->q_dim) f->q_dim = qd;
+        if (kvd > f->kv_dim) f->kv_dim = kvd;
+        if (vd > f->v_dim) f->v_dim = vd;
+        if (od > f->o_dim) f->o_dim = od;
+        size_t kb = mul3(1, (size_t)n_ctx, (size_t)kvd), vb = mul3(1, (size_t)n_ctx, (size_t)vd);
+        f->k_off[il] = kv_total;
+        f->v_off[il] = v_total;
+        if (kb == 0 || vb == 0 || kv_total > SIZE_MAX / 8 - kb || v_total > SIZE_MAX / 8 - vb) kv_overflow = 1;
+        else kv_total += kb, v_total += vb;
+    }
     f->ff_max = hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp;
-    size_t T = (size_t)max_batch, L = (size_t)hp->n_layer, E = (size_t)(hp->n_expert > 0 ? hp->n_expert : 1);
+    size_t T = (size_t)max_batch, E = (size_t)(hp->n_expert > 0 ? hp->n_expert : 1);
     size_t K = (size_t)(f->top_k > 0 ? f->top_k : 1), fe = (size_t)hp->n_ff_exp;
-    size_t kbytes = mul3(L, (size_t)n_ctx, (size_t)f->kv_dim), vbytes = mul3(L, (size_t)n_ctx, (size_t)f->v_dim);
-    int oom = (kbytes == 0 || vbytes == 0);
+    size_t kbytes = kv_total, vbytes = v_total;
+    int oom = kv_overflow || kbytes == 0 || vbytes == 0;
     if (!oom) {
         f->k_cache = alloc_f(kbytes, sizeof(float), &oom);
         f->v_cache = alloc_f(vbytes, sizeof(float), &oom);
@@ -944,7 +979,7 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
 
 void forward_free(bmoe_forward *f) {
     if (!f) return;
-    free(f->k_cache); free(f->v_cache); free(f->inv_freq); free(f->inv_freq_swa);
+    free(f->k_cache); free(f->v_cache); free(f->k_off); free(f->v_off); free(f->inv_freq); free(f->inv_freq_swa);
     free(f->x); free(f->xn); free(f->hm); free(f->xl); free(f->q); free(f->k); free(f->v); free(f->att);
     free(f->o); free(f->ffn); free(f->sh); free(f->hg); free(f->hu);
     free(f->rlog); free(f->rprob); free(f->w); free(f->ids);

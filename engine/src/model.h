@@ -41,6 +41,12 @@ typedef struct bmoe_expert_part {
 typedef struct bmoe_layer {
     int is_moe;
     int is_swa;               /* sliding-window attention (attention.sliding_window_pattern) */
+    /* this layer's geometry: head counts may be per-layer arrays, and a sliding-window layer may have
+     * head sizes and rotated dims of its own (gemma4's _swa keys) */
+    int n_head, n_head_kv, head_dim, head_dim_v, n_rot;
+    int n_ff;                 /* feed_forward_length of this layer (0: none) */
+    float out_scale;          /* layer_output_scale (recipes with layer_scale; 1 without) */
+    float *exp_out_s;         /* ffn_down_exps.scale [E]: expert e's output times it (NULL: none) */
     /* 1-D norm weights, dequantised to f32 at load (owned); NULL when absent */
     float *attn_norm, *attn_q_norm, *attn_k_norm, *post_attention_norm, *ffn_norm;
     float *pre_ffw_norm_2, *post_ffw_norm_1, *post_ffw_norm_2, *post_ffw_norm;
@@ -63,6 +69,9 @@ typedef struct bmoe_layer {
 
 typedef struct bmoe_hparams {
     int n_layer, n_ctx_train, n_embd, n_ff, n_head, n_head_kv, head_dim, head_dim_v, n_rot;
+    /* n_ff is the widest layer's, n_head and n_head_kv layer 0's (bmoe_layer has each layer's); head_dim,
+     * head_dim_v and n_rot are the global (full-attention) layers' */
+    int head_dim_swa, head_dim_v_swa;         /* a sliding-window layer's head sizes (gemma4's _swa keys) */
     double eps, rope_base;
     int n_expert, n_expert_used, n_ff_exp, n_ff_shexp, n_dense_lead;
     int n_expert_shared;                      /* BMOE_SHEXP_NAMED: the shared expert is this many experts wide */

@@ -59,6 +59,7 @@ class Recipe:
     router_bias: Bias = "none"  # ffn_gate_inp.bias, added to the logits
     expert_bias: Bias = "none"  # ffn_{gate,up,down}_exps.bias, per expert
     shared_expert: Shexp = "none"
+    expert_scale: Bias = "none"  # ffn_down_exps.scale [E]: expert e's output times scale[e]
     # attention
     qkv_bias: Bias = "none"
     out_bias: Bias = "none"
@@ -66,6 +67,7 @@ class Recipe:
     q_is_embd: bool = False  # generator only: llama.cpp's loader sizes attn_q / attn_output [d, d]
     qk_norm: bool = False
     v_norm: bool = False  # v rms-normed per head, no weight
+    v_from_k: bool = False  # attn_v may be absent: v is k's projection (before k's norm)
     attn_sinks: bool = False  # attn_sinks.weight [H]: an extra logit per head, no value
     attn_scale_one: bool = False  # scores q.k, not q.k / sqrt(hd)
     attn_scale_embd_at: int = 0  # at this layer count scores use 1/sqrt(d // n_head) (gemma3 27B)
@@ -78,7 +80,8 @@ class Recipe:
     full_rope: bool = False  # rope.dimension_count must equal key_length
     rope_freqs: bool = False  # rope_freqs.weight divides the global layers' frequencies
     rope_scaling: tuple[str, ...] = ()  # rope.scaling.type values read
-    # norms
+    # norms and scales
+    layer_scale: Bias = "none"  # layer_output_scale.weight [1]: the layer's output times it
     post_norms: bool = False  # post_attention_norm and the MoE norm sandwich
     ffn_norm: str = "ffn_norm"  # the FFN input norm's tensor (gpt-oss: post_attention_norm)
     # embedding and output
@@ -126,11 +129,14 @@ RECIPES: dict[str, Recipe] = {
             norm_w=True,
             router_prescale=True,
             shared_expert="ffn",
+            expert_scale="optional",
             qk_norm=True,
             v_norm=True,
+            v_from_k=True,
             attn_scale_one=True,
             swa="required",
             rope_freqs=True,
+            layer_scale="optional",
             post_norms=True,
             embd_scale=True,
             final_softcap=True,

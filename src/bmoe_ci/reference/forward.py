@@ -87,8 +87,26 @@ class HParams:
     yarn: tuple[int, float] | None = None  # rope.scaling.type yarn: (original context, attn_factor)
     attn_scale: float = 0.0  # scores = q.k * attn_scale
 
+    #: per layer (head_count, head_count_kv and feed_forward_length may be arrays); empty: the scalars
+    heads: tuple[int, ...] = ()
+    heads_kv: tuple[int, ...] = ()
+    ffs: tuple[int, ...] = ()
+    hd_swa: int = 0  # a sliding-window layer's head sizes (gemma4's _swa keys; 0: the global ones)
+    hdv_swa: int = 0
+
     def is_swa(self, il: int) -> bool:
         return bool(self.swa) and self.swa[il]
+
+    def geometry(self, il: int) -> tuple[int, int, int, int]:
+        """Layer il's (query heads, KV heads, q/k head size, v head size)."""
+        H = self.heads[il] if self.heads else self.n_head
+        Hkv = self.heads_kv[il] if self.heads_kv else self.n_head_kv
+        if self.is_swa(il) and self.hd_swa:
+            return H, Hkv, self.hd_swa, self.hdv_swa
+        return H, Hkv, self.hd, self.hdv
+
+    def ff(self, il: int) -> int | None:
+        return self.ffs[il] if self.ffs else self.n_ff
 
 
 @dataclass(frozen=True)
@@ -320,9 +338,24 @@ class Model:
             raise ModelError(f"general.architecture: {arch!r} is not one of {sorted(RECIPES)}")
         recipe = RECIPES[arch]
         d = int(get(f"{arch}.embedding_length"))
-        n_head = int(get(f"{arch}.attention.head_count"))
+        n_layer = int(get(f"{arch}.block_count"))
+
+        def per_layer(key: str, default: Any = ModelError) -> tuple[int, ...]:
+            """A key llama.cpp reads as one value or one per layer."""
+            v = get(key, default)
+            if isinstance(v, list):
+                if len(v) != n_layer:
+                    raise ModelError(f"{key}: {len(v)} entries, {n_layer} layers")
+                return tuple(int(x) for x in v)
+            return tuple(int(v) for _ in range(n_layer))
+
+        heads = per_layer(f"{arch}.attention.head_count")
+        n_head = heads[0]
+        has_kv = get(f"{arch}.attention.head_count_kv", None) is not None
+        heads_kv = per_layer(f"{arch}.attention.head_count_kv") if has_kv else heads
+        ffs = per_layer(f"{arch}.feed_forward_length", 0)
         hd = int(get(f"{arch}.attention.key_length", d // n_head))
-        n_ff = get(f"{arch}.feed_forward_length", None)
+        n_ff = max(ffs) if any(ffs) else None
         gating = int(get(f"{arch}.expert_gating_func", 0)) if recipe.moe else 0
         norm_key = get(f"{arch}.expert_weights_norm", None)
         scale_key = float(get(f"{arch}.expert_weights_scale", 0.0))
@@ -344,10 +377,9 @@ class Model:
             n_ff_shexp = None if sf is None else int(sf)
         else:
             n_ff_shexp = None
-        n_layer = int(get(f"{arch}.block_count"))
         n_rot = int(get(f"{arch}.rope.dimension_count", hd))
         swa: tuple[bool, ...] = ()
-        n_swa, n_rot_swa, base_swa = 0, 0, 10000.0
+        n_swa, n_rot_swa, base_swa, hd_swa, hdv_swa = 0, 0, 10000.0, 0, 0
         if recipe.swa == "periodic":
             swa, n_swa = _periodic_swa(get, arch, n_layer, recipe.swa_period, recipe.swa_window_required)
             n_rot_swa = n_rot
@@ -359,10 +391,12 @@ class Model:
         if recipe.swa == "required":  # gemma4: sliding-window layers; per-layer inputs are not modelled
             swa = tuple(bool(v) for v in get(f"{arch}.attention.sliding_window_pattern"))
             n_swa = int(get(f"{arch}.attention.sliding_window"))
-            n_rot_swa = int(get(f"{arch}.rope.dimension_count_swa", get(f"{arch}.rope.dimension_count", hd)))
+            hd_swa = int(get(f"{arch}.attention.key_length_swa"))
+            hdv_swa = int(get(f"{arch}.attention.value_length_swa"))
+            n_rot_swa = int(
+                get(f"{arch}.rope.dimension_count_swa", min(hd_swa, int(get(f"{arch}.rope.dimension_count", hd))))
+            )
             base_swa = float(get(f"{arch}.rope.freq_base_swa", 10000.0))
-            if int(get(f"{arch}.attention.key_length_swa")) != hd:
-                raise ModelError(f"{arch}.attention.key_length_swa: per-layer head sizes are not modelled")
             if int(get(f"{arch}.embedding_length_per_layer_input")) != 0:
                 raise ModelError(f"{arch}: per-layer inputs are not modelled")
         # llama.cpp's default when the key is absent is 30 (llama_hparams), not "none"; 0 turns it off
@@ -378,7 +412,12 @@ class Model:
             attn_scale = 1.0 / math.sqrt(hd)
 
         def expert_key(key: str) -> int:
-            return int(get(f"{arch}.{key}")) if recipe.moe else 0
+            if not recipe.moe:
+                return 0
+            vals = set(per_layer(f"{arch}.{key}"))
+            if len(vals) != 1:
+                raise ModelError(f"{arch}.{key}: differs between layers (not modelled)")
+            return vals.pop()
 
         hp = HParams(
             arch=arch,
@@ -387,7 +426,7 @@ class Model:
             d=d,
             n_ff=None if n_ff is None else int(n_ff),
             n_head=n_head,
-            n_head_kv=int(get(f"{arch}.attention.head_count_kv", n_head)),
+            n_head_kv=heads_kv[0],
             hd=hd,
             hdv=int(get(f"{arch}.attention.value_length", hd)),
             eps=float(get(f"{arch}.attention.layer_norm_rms_epsilon")),
@@ -405,6 +444,11 @@ class Model:
             swa=swa,
             n_swa=n_swa,
             n_rot_swa=n_rot_swa,
+            heads=heads,
+            heads_kv=heads_kv,
+            ffs=ffs,
+            hd_swa=hd_swa,
+            hdv_swa=hdv_swa,
             rope_base_swa=base_swa,
             softcap=softcap,
             rope_scale=rope_scale,
@@ -414,8 +458,11 @@ class Model:
         )
         if hp.gating not in (1, 2, 3):
             raise ModelError(f"{arch}.expert_gating_func: {hp.gating} is not 1, 2 or 3")
-        if hp.n_head % hp.n_head_kv:
-            raise ModelError(f"{arch}.attention.head_count_kv: {hp.n_head_kv} does not divide {hp.n_head}")
+        for il in range(n_layer):
+            if heads[il] % heads_kv[il]:
+                raise ModelError(
+                    f"{arch}.attention.head_count_kv: {heads_kv[il]} does not divide {heads[il]} (layer {il})"
+                )
         tensors: dict[str, np.ndarray] = {}
         q8_0: set[str] = set()
         q8_k: set[str] = set()
@@ -465,17 +512,21 @@ class Model:
         for i in range(hp.n_layer):
             b = f"blk.{i}."
             need(b + "attn_norm.weight", (d,))
-            need(b + "attn_q.weight", (hp.n_head * hp.hd, d))
-            need(b + "attn_k.weight", (hp.n_head_kv * hp.hd, d))
-            need(b + "attn_v.weight", (hp.n_head_kv * hp.hdv, d))
-            need(b + "attn_output.weight", (d, hp.n_head * hp.hdv))
+            H, Hkv, hd, hdv = hp.geometry(i)
+            need(b + "attn_q.weight", (H * hd, d))
+            need(b + "attn_k.weight", (Hkv * hd, d))
+            if not (r.v_from_k and b + "attn_v.weight" not in self.t):
+                need(b + "attn_v.weight", (Hkv * hdv, d))
+            need(b + "attn_output.weight", (d, H * hdv))
             if r.qk_norm:
-                need(b + "attn_q_norm.weight", (hp.hd,))
-                need(b + "attn_k_norm.weight", (hp.hd,))
+                need(b + "attn_q_norm.weight", (hd,))
+                need(b + "attn_k_norm.weight", (hd,))
+            if hd != hdv:
+                raise ModelError(f"{hp.arch}: layer {i}: value_length {hdv} differs from key_length {hd}")
             biases = {
-                "attn_q": (r.qkv_bias, hp.n_head * hp.hd),
-                "attn_k": (r.qkv_bias, hp.n_head_kv * hp.hd),
-                "attn_v": (r.qkv_bias, hp.n_head_kv * hp.hdv),
+                "attn_q": (r.qkv_bias, H * hd),
+                "attn_k": (r.qkv_bias, Hkv * hd),
+                "attn_v": (r.qkv_bias, Hkv * hdv),
                 "attn_output": (r.out_bias, d),
             }
             for name, (kind, n) in biases.items():
@@ -484,15 +535,19 @@ class Model:
                 if kind == "required" or (kind == "optional" and b + name + ".bias" in self.t):
                     need(b + name + ".bias", (n,))
             if r.attn_sinks:
-                need(b + "attn_sinks.weight", (hp.n_head,))
+                need(b + "attn_sinks.weight", (H,))
+            if b + "layer_output_scale.weight" in self.t:
+                if r.layer_scale == "none":
+                    raise ModelError(f"{b}layer_output_scale.weight: not part of {hp.arch}'s graph")
+                need(b + "layer_output_scale.weight", (1,))
             need(b + r.ffn_norm + ".weight", (d,))
             if not r.moe and b + "ffn_gate_inp.weight" in self.t:
                 raise ModelError(f"{b}ffn_gate_inp.weight: {hp.arch} has no routed experts")
             if r.post_norms:
                 need(b + "post_attention_norm.weight", (d,))
             if self._is_dense(i):
-                ff = hp.n_ff
-                if ff is None:
+                ff = hp.ff(i)
+                if not ff:
                     raise ModelError(f"{hp.arch}.feed_forward_length: required by dense layer {i}")
                 need(b + "ffn_gate.weight", (ff, d))
                 need(b + "ffn_up.weight", (ff, d))
@@ -509,8 +564,12 @@ class Model:
             need(b + "ffn_down_exps.weight", (E, d, f))
             if r.router_prescale:
                 need(b + "ffn_gate_inp.scale", (d,))
+            if b + "ffn_down_exps.scale" in self.t:
+                if r.expert_scale == "none":
+                    raise ModelError(f"{b}ffn_down_exps.scale: not part of {hp.arch}'s graph")
+                need(b + "ffn_down_exps.scale", (E,))
             if r.shared_expert != "none":
-                sf = hp.n_ff_shexp
+                sf = hp.ff(i) if r.shared_expert == "ffn" else hp.n_ff_shexp
                 if sf is None:
                     raise ModelError(f"{hp.arch}: the shared expert's width is not given")
                 sx = "_shexp" if r.shared_expert in ("named", "gated") else ""
@@ -588,6 +647,8 @@ class Model:
                 o = _rmsnorm(o, hp.eps) * t[b + "post_attention_norm.weight"]
             x = x + o
             x = x + self._ffn(il, x, qz, routes)
+            if b + "layer_output_scale.weight" in t:  # gemma4: the layer's output, residual included, scaled
+                x = x * t[b + "layer_output_scale.weight"][0]
         cache["pos"] = p0 + n
         y = _rmsnorm(x, hp.eps) * t["output_norm.weight"]
         logits = self._q(y, self._out_name, qz) @ self._out.T
@@ -639,9 +700,13 @@ class Model:
     def _attention(self, il: int, h: np.ndarray, qz: _Quant, cache: dict[str, Any]) -> np.ndarray:
         hp, t, b, pos = self.hp, self.t, f"blk.{il}.", qz.pos
         n = h.shape[0]
-        q = self._mm(h, b + "attn_q.weight", qz, b + "attn_q.bias").reshape(n, hp.n_head, hp.hd)
-        k = self._mm(h, b + "attn_k.weight", qz, b + "attn_k.bias").reshape(n, hp.n_head_kv, hp.hd)
-        v = self._mm(h, b + "attn_v.weight", qz, b + "attn_v.bias").reshape(n, hp.n_head_kv, hp.hdv)
+        H, Hkv, hd, hdv = hp.geometry(il)
+        q = self._mm(h, b + "attn_q.weight", qz, b + "attn_q.bias").reshape(n, H, hd)
+        k = self._mm(h, b + "attn_k.weight", qz, b + "attn_k.bias").reshape(n, Hkv, hd)
+        if b + "attn_v.weight" in t:
+            v = self._mm(h, b + "attn_v.weight", qz, b + "attn_v.bias").reshape(n, Hkv, hdv)
+        else:  # gemma4 without attn_v: v is k's projection, before k's norm
+            v = k.copy()
         if self.recipe.qk_norm:
             q = _rmsnorm(q, hp.eps) * t[b + "attn_q_norm.weight"]
             k = _rmsnorm(k, hp.eps) * t[b + "attn_k_norm.weight"]
@@ -655,9 +720,9 @@ class Model:
             cache["k"][il] = np.concatenate([cache["k"][il], k])
             cache["v"][il] = np.concatenate([cache["v"][il], v])
         K, Vv = cache["k"][il], cache["v"][il]  # [p0+n, Hkv, *]
-        group = hp.n_head // hp.n_head_kv
-        out = np.empty((n, hp.n_head, hp.hdv))
-        for hh in range(hp.n_head):
+        group = H // Hkv
+        out = np.empty((n, H, hdv))
+        for hh in range(H):
             g = hh // group
             s = (q[:, hh, :] @ K[:, g, :].T) * hp.attn_scale  # [n, p0+n]
             mask = np.arange(K.shape[0])[None, :] > pos[:, None]
@@ -672,7 +737,7 @@ class Model:
             else:
                 p = _softmax(s)
             out[:, hh, :] = p @ Vv[:, g, :]
-        return self._mm(out.reshape(n, hp.n_head * hp.hdv), b + "attn_output.weight", qz, b + "attn_output.bias")
+        return self._mm(out.reshape(n, H * hdv), b + "attn_output.weight", qz, b + "attn_output.bias")
 
     def _glu(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
         """The gated activation of an FFN's hidden layer (docs/model-math.md, Activations)."""
@@ -691,6 +756,7 @@ class Model:
         names: tuple[str, str],
         qz: _Quant,
         biases: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+        down_scale: float = 1.0,
     ) -> np.ndarray:
         """names: the tensors gate/up and down come from (they decide the input quantisation); biases
         (gate, up, down) are added after each matmul when given (gpt-oss's per-expert biases)."""
@@ -698,7 +764,7 @@ class Model:
         g, u = h @ gate.T, h @ up.T
         if biases is not None:
             g, u = g + biases[0], u + biases[1]
-        y = self._q(self._glu(g, u), names[1], qz) @ down.T
+        y = self._q(self._glu(g, u), names[1], qz) @ down.T * down_scale
         return y + biases[2] if biases is not None else y
 
     def _ffn(self, il: int, x: np.ndarray, qz: _Quant, routes: list[Route] | None) -> np.ndarray:
@@ -797,7 +863,9 @@ class Model:
                         t[b + "ffn_up_exps.bias"][e],
                         t[b + "ffn_down_exps.bias"][e],
                     )
-                acc += we * self._mlp(h_moe[row], gate, up, down[e], names, qz.row(row), biases)
+                # gemma4: each expert's output times its scale (ffn_down_exps.scale), before any down bias
+                sc = float(t[b + "ffn_down_exps.scale"][e]) if b + "ffn_down_exps.scale" in t else 1.0
+                acc += we * self._mlp(h_moe[row], gate, up, down[e], names, qz.row(row), biases, sc)
             out[row] = acc
         return out
 
