@@ -10,7 +10,10 @@ files (MANIFEST.in), so a wheel built from it is the same.
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 from setuptools import setup
@@ -27,6 +30,27 @@ TREE: tuple[str, ...] = (
 )
 PACKAGED_TREE = "bmoe_ci/_tree"  # bmoe_ci.paths.PACKAGED_TREE inside the package
 SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
+BUILD_JSON = "build.json"  # in the packaged tree: the commit the wheel was built from (bmoe_ci.origin reads it)
+
+
+def source_commit(root: Path) -> dict[str, object]:
+    """The commit of the tree being built: git's, else $BMOE_CI_COMMIT (a build from a copy or an
+    sdist, where the builder knows it), else unknown (None)."""
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, check=True, timeout=30
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout.strip()
+        return {"commit": commit, "dirty": bool(dirty)}
+    except (OSError, subprocess.SubprocessError):
+        given = os.environ.get("BMOE_CI_COMMIT", "").strip()
+        return {"commit": given or None, "dirty": None}
 
 
 class BuildPyWithTree(build_py):
@@ -47,6 +71,7 @@ class BuildPyWithTree(build_py):
                 shutil.copy2(src, dest / rel)
             else:
                 raise FileNotFoundError(f"setup.py: {rel} is missing from the source tree {root}")
+        (dest / BUILD_JSON).write_text(json.dumps(source_commit(root)) + "\n")
 
 
 setup(cmdclass={"build_py": BuildPyWithTree})

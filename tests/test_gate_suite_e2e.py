@@ -25,7 +25,7 @@ def test_warm_rerun_builds_nothing_and_pushes_nothing(tmp_path: Path) -> None:
     assert second.summary["compiled"] == []
     assert second.summary["devices"]["host"]["pushed_bytes"] == 0
     assert first.summary["devices"]["host"]["pushed_bytes"] > 0 or first.summary["compiled"] == []
-    assert "pushed: 0 bytes" in second.output
+    assert "pushed: 0 B" in second.output  # sizes read as the progress lines give them
     # JUnit per device and merged, readable by junitparser, one testsuite named after the device.
     merged = junitparser.JUnitXml.fromfile(str(tmp_path / "r2" / "junit.xml"))
     suites = [s.name for s in merged]

@@ -10,15 +10,18 @@ farm (fixture qwen3moe to stay fast):
 
 from __future__ import annotations
 
+import html
 import json
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, unquote
 
 import pytest
 
+from bmoe_ci.nightly.history import History
 from gate_run import REPO, host_farm
 
 FIXTURE = ("--fixture", "qwen3moe")
@@ -120,6 +123,33 @@ def test_three_nights_clean_fault_clean(three_nights: list[tuple[int, dict[str, 
     assert "DET-threads[qwen3moe]" in md and "DET-threads[qwen3moe]" in page
     assert "OK: 1 fixed" in (report3.parent / "report.md").read_text() and ">Fixed (1)</h2>" in report3.read_text()
     assert '<figure id="matrix"><table' in page and '<figure id="trend"><svg' in page and "<script" not in page
+    # One device, green: every test that ran passed, nothing skipped, no XDEV column (nothing to compare)
+    assert n1["totals"]["skipped"] == 0 and n1["totals"]["passed"] == n1["totals"]["tests"]
+    assert n1["totals"]["xdev"]["verdicts"] == 0 and "XDEV" not in (report3.parent / "report.md").read_text()
+    # the gate run was given the nightly's run id
+    for n, report in ((n1, None), (n2, report2), (n3, report3)):
+        run_dir = history / n["run"] if report is None else report.parent
+        if run_dir.is_dir():
+            assert json.loads((run_dir / "run.json").read_text())["run"] == n["run"]
+    with History(history) as hist:  # the trend: 100 % on the green nights, the fault night marked
+        rates = {r.id: (r.rate, r.faults) for r in hist.run_summaries([n1["run"], n2["run"], n3["run"]])}
+    assert rates[n1["run"]] == (1.0, ()) and rates[n3["run"]] == (1.0, ())
+    assert rates[n2["run"]][1] == ("THREAD_ORDER",) and rates[n2["run"]][0] < 1.0
+    assert "fault night" in (report2.parent / "trend.svg").read_text()
+    # The failure, one click from its evidence: the failed cell and the finding link its page, which has
+    # the reason and the files the test saved; and its history, on its own page
+    (failure,) = n2["new_failures"]
+    evidence = report2.parent / unquote(failure["evidence"])
+    assert f'href="{quote(failure["evidence"])}"' in page.split('id="matrix"', 1)[1].split("</figure>", 1)[0]
+    assert evidence.is_file() and html.escape(failure["message"]) in evidence.read_text()
+    assert "first_difference.txt" in evidence.read_text() and not failure["message"].startswith("AssertionError")
+    assert str(report2.parent) not in failure["message"]  # the reason, not where its artifacts are
+    assert [r["outcome"] for r in failure["recent"]] == ["pass", "fail"] and failure["flips"] == 1
+    assert failure["last_pass"]["run"] == n1["run"]
+    fixed = n3["fixed"][0]
+    assert [r["outcome"] for r in fixed["recent"]] == ["pass", "fail", "pass"] and fixed["flips"] == 2
+    history_page = (report3.parent / fixed["history"]).read_text()
+    assert "fault build: THREAD_ORDER" in history_page and n2["run"] in history_page
     # Retention kept the last two runs' directories; the history keeps all three.
     runs = sorted(p.name for p in history.iterdir() if p.is_dir())
     assert runs == sorted([n2["run"], n3["run"]])
@@ -134,8 +164,9 @@ def test_killed_device_is_missing_not_failing_and_shards_merge(
     # Shard A is the last clean night (pool nightly = host); shard B the pool of the other device.
     _, na, report_a, _ = three_nights[2]
     b = tmp_path / "b"
-    code_b, nb, report_b, err = nightly(b, farm, "--pool", "shard-b")
+    code_b, nb, report_b, err = nightly(b, farm, "--device", "spare")  # a selection instead of a pool
     assert code_b == 0, err[-3000:]
+    assert nb["pool"] == "device:spare" and list(nb["devices"]) == ["spare"]
 
     merged = tmp_path / "merged"
     proc = subprocess.run(
@@ -159,15 +190,16 @@ def test_killed_device_is_missing_not_failing_and_shards_merge(
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == str(merged / "report.html")
     m = json.loads((merged / "nightly.json").read_text())
-    for key in ("devices", "tests", "failed", "errors"):
-        assert m["totals"][key] == na["totals"][key] + nb["totals"][key], key
-    # XDEV is re-judged over both shards: each shard's lone device skipped it; merged, they agree (passes)
-    assert m["totals"]["passed"] + m["totals"]["skipped"] == (
-        na["totals"]["passed"] + nb["totals"]["passed"] + na["totals"]["skipped"] + nb["totals"]["skipped"]
-    )
-    assert m["totals"]["skipped"] <= na["totals"]["skipped"] + nb["totals"]["skipped"]
+    # XDEV is judged over both shards: each shard's lone device had nothing to compare (no XDEV verdict,
+    # no skip); merged, they agree: one XDEV pass per device, over and above the shards' tests
+    assert na["totals"]["xdev"]["verdicts"] == nb["totals"]["xdev"]["verdicts"] == 0
+    assert na["totals"]["skipped"] == nb["totals"]["skipped"] == 0
+    assert m["totals"]["xdev"] == {"verdicts": 2, "passed": 2, "failed": 0, "errors": 0, "skipped": 0}
+    for key in ("devices", "tests", "passed", "failed", "errors", "skipped"):
+        xdev = m["totals"]["xdev"].get(key, m["totals"]["xdev"]["verdicts"] if key == "tests" else 0)
+        assert m["totals"][key] - (0 if key == "devices" else xdev) == na["totals"][key] + nb["totals"][key], key
     assert m["totals"]["devices"] == 2 and set(m["devices"]) == {"host", "spare"}
-    assert m["pool"] == "nightly+shard-b" and not m["disagreements"]  # host and spare agree byte for byte
+    assert m["pool"] == "nightly+device:spare" and not m["disagreements"]  # host and spare agree byte for byte
     assert (merged / "junit.xml").is_file() and (merged / "host" / "junit.xml").is_file()
     # A device in two shards cannot be merged (its counts would be taken twice).
     proc = subprocess.run(

@@ -20,7 +20,7 @@ from urllib.parse import unquote
 import pytest
 
 from bmoe_ci.cli import main
-from bmoe_ci.nightly.history import History, RunRecord, RunSummary
+from bmoe_ci.nightly.history import History, Outcome, RunRecord, RunSummary
 from bmoe_ci.nightly.matrix import MAX_GATE_COLUMNS, cell, matrix_html, matrix_markdown, transposed
 from bmoe_ci.nightly.merge import merged_nightly
 from bmoe_ci.nightly.report import (
@@ -35,6 +35,7 @@ from bmoe_ci.nightly.report import (
     write_report,
 )
 from bmoe_ci.nightly.run import commit_range, read_mutants
+from bmoe_ci.nightly.testhistory import TestHistory
 from bmoe_ci.nightly.trend import trend_figure, trend_svg
 from bmoe_ci.reports import DeviceRun, ReportError, RunMeta, TestRecord
 from bmoe_ci.reports.summary import GATE_ORDER, build_summary, finalize
@@ -394,12 +395,18 @@ def test_artifacts_are_relative_links_that_work_from_a_copy(tmp_path: Path) -> N
         "pixel8/junit.xml",
         "rpi5/",
         "matrix.svg",
-        f"pixel8/{artifact}",
+        "pixel8/artifacts/G1[qwen3moe]/index.html",  # the failed cell's and the finding's evidence
     ):
         assert expected in links, (expected, links)
     for link in links:
         assert not re.match(r"^([a-z]+:|/|\.\.)", link) and str(tmp_path) not in link, link
         assert (copy / link).exists(), link
+    # the evidence page links the files the test saved, relative to itself, and back to the report
+    evidence = copy / "pixel8" / "artifacts" / "G1[qwen3moe]" / "index.html"
+    ev_links = _links(evidence.read_text(), "")
+    assert "bmoe stdout.txt" in ev_links, ev_links
+    for link in ev_links:
+        assert not re.match(r"^([a-z]+:|/)", link) and (evidence.parent / link).exists(), link
     # A file that is not there is not linked.
     (copy / "summary.md").unlink()
     (copy / "trend.svg").unlink()
@@ -476,8 +483,11 @@ def test_matrix_cells_and_orientation() -> None:
     assert matrix_markdown(few) == [
         "2 device(s) x 20 gate(s); not passing:",
         "",
-        "- a (x86_64) G5: 1 of 1 fixture(s) failed",
+        "- a (x86_64) G5: 1 of 1 fixture(s) failed; G5[qwen3moe] ([evidence](a/artifacts/G5%5Bqwen3moe%5D/index.html))",
     ]
+    # in the HTML the failed cell is a link to that evidence, its tooltip the test and its reason
+    page = matrix_html(few)
+    assert '<a href="a/artifacts/G5%5Bqwen3moe%5D/index.html"' in page and "G5[qwen3moe]" in html.unescape(page)
     green = build_summary(RunMeta(run="r"), device_runs(["a", "b"], gates))
     assert matrix_markdown(green) == ["2 device(s) x 20 gate(s): every gate that ran passed on every device."]
     # a fault build's status is never green; a merge of a fault shard and a real one says which is which
@@ -591,7 +601,33 @@ def realistic_report(
     n["faults"] = list(faults)
     n["totals"] = summary["totals"]
     n["devices"] = {d: {**n["devices"]["pixel8"], "junit": f"{d}/junit.xml", "artifacts": f"{d}/"} for d in devices}
-    return write_report(run_dir, n, summary, trend_runs())
+    trend = trend_runs()
+    return write_report(run_dir, n, summary, trend, histories=histories_for(n, trend))
+
+
+def histories_for(n: dict[str, Any], trend: list[RunSummary]) -> dict[tuple[str, str], TestHistory]:
+    """A history for each finding of *n* over the nights of *trend* (tonight last): passing, then
+    failing on every third night, with a fault night among them."""
+    runs = (*(r.id for r in trend[:-1]), n["run"])
+    out = {}
+    for key, _, _ in CLASSES:
+        for f in n[key] if key != "devices_missing" else []:
+            points = {
+                rid: Outcome(
+                    run=rid,
+                    started=None,
+                    outcome="fail" if i % 3 == 2 or rid == n["run"] else "pass",
+                    message="differs",
+                    engine_build_id=f"b{i // 10}",
+                    faults=("THREAD_ORDER",) if i == 20 else (),
+                )
+                for i, rid in enumerate(runs)
+            }
+            last = points[runs[-2]] if points[runs[-2]].outcome == "pass" else points[runs[-3]]
+            out[(f["device"], f["name"])] = TestHistory(
+                device=f["device"], name=f["name"], points=points, runs=runs, last_pass=last
+            )
+    return out
 
 
 @needs_chromium

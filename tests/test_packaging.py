@@ -4,6 +4,7 @@ is told when it runs the first one's code."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -78,6 +79,11 @@ def project_copy(dest: Path) -> Path:
     return dest
 
 
+def _head() -> str | None:
+    proc = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else None
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The project's wheel, built offline with the setuptools of this environment (the dev extra's)."""
@@ -102,7 +108,8 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         text=True,
         timeout=600,
         check=False,
-        env=clean_env(),
+        # the copy has no .git: the builder says which commit it is (what a build from an sdist does)
+        env=clean_env(BMOE_CI_COMMIT=_head() or ""),
     )
     assert proc.returncode == 0, (
         "building the wheel failed (it needs setuptools>=70.1 here, which the dev extra installs: "
@@ -119,6 +126,8 @@ def test_the_wheel_carries_the_source_tree(wheel: Path) -> None:
     engine = sorted(p.name for p in (REPO / "engine" / "src").iterdir() if p.suffix in (".c", ".h"))
     assert engine and all(f"{tree}engine/src/{n}" in names for n in engine)
     assert all(tree + rel in names for rel in TREE_FILES), sorted(n for n in names if n.startswith(tree))
+    built = json.loads(zipfile.ZipFile(wheel).read(tree + "build.json"))
+    assert built["commit"] == _head(), built  # the commit it was built from (None outside git)
     gate_modules = sorted(p.name for p in (REPO / "gates").glob("test_*.py"))
     assert gate_modules and all(f"{tree}gates/{n}" in names for n in gate_modules)
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
@@ -191,6 +200,8 @@ def test_the_installed_wheel_runs_the_gates_from_an_empty_directory(wheel: Path,
     version = run("bmoe-ci", "--version")
     assert version.returncode == 0, version.stderr
     assert version.stdout.count("\n") == 1 and "installed wheel" in version.stdout and str(site) in version.stdout
+    head = _head()  # the commit it was built from, as a checkout's --version names its own
+    assert f"installed wheel built from git {head[:12]}, " in version.stdout if head else "unknown" in version.stdout
 
     up = run("bmoe-ci", "farm", "up")
     assert up.returncode == 0, up.stdout + up.stderr

@@ -427,7 +427,18 @@ def test_progress_lines_follow_the_verbosity(tmp_path: Path) -> None:
             re.M,
         ), text
         assert re.search(rf"^bmoe-ci: {device}: preflight ok, [\d.]+ s \(uname ", text, re.M), text
-        assert re.search(rf"^bmoe-ci: {device} x qwen3moe: plan of \d+ entries done, [\d.]+ s$", text, re.M), text
+        # the plans are summed up per device after the tests, not said one by one among pytest's dots
+        assert re.search(
+            rf"^plans: {device} 1 \(\d+ entries\), [\d.]+ s; the slowest qwen3moe [\d.]+ s$", normal.output, re.M
+        ), normal.output[-3000:]
+    assert "plan of" not in normal.output, normal.output[-3000:]
+    # the matrix fits pytest's terminal (80 columns here), sizes read as the progress lines give them
+    tail = normal.output.split("bmoe-ci gate matrix", 1)[1].split("\noutputs: ", 1)[0]
+    matrix = tail.split("\nbmoe-ci run ", 1)[1].splitlines()[1:]  # after the headline, a sentence
+    assert matrix and max(map(len, matrix)) <= 80, "\n".join(matrix)
+    assert re.search(r"^built: .*; pushed: [\d.]+ (MiB|KiB|B)$", normal.output, re.M), normal.output[-3000:]
+    # pytest's line of dots for the module is whole: no line of ours cut it in two
+    assert re.search(r"^gates/test_determinism\.py \.+ +\[100%\]$", normal.output, re.M), normal.output[-3000:]
     # quiet: one line for the whole preparation, none per step; warm devices push nothing
     quiet = run_gates(tmp_path, farm=farm, device="all", modules=det, results=tmp_path / "r2")  # -q
     assert quiet.returncode == 0, quiet.output[-3000:]
@@ -437,9 +448,10 @@ def test_progress_lines_follow_the_verbosity(tmp_path: Path) -> None:
         r"fixtures 0 made, 1 cached; pushed 0\.0 MiB$",
         lines[0],
     ), lines
-    # under xdist the controller prints each device's plan once; the workers print nothing
+    # with -v, each plan as it ends (pytest gives each test its own line too); under xdist the
+    # controller prints each device's plan once, the workers nothing
     spread = run_gates(
-        tmp_path, farm=farm, device="all", modules=det, results=tmp_path / "r3", extra=("--verbosity=0", "-n", "2")
+        tmp_path, farm=farm, device="all", modules=det, results=tmp_path / "r3", extra=("--verbosity=1", "-n", "2")
     )
     assert spread.returncode == 0, spread.output[-3000:]
     plans = [ln for ln in spread.output.splitlines() if re.match(r"bmoe-ci: host2? x qwen3moe: plan of", ln)]

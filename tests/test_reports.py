@@ -7,6 +7,7 @@ import json
 import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 from junitparser import Error, Failure, JUnitXml, Skipped
@@ -297,7 +298,16 @@ def test_summary_json_schema(results: Path) -> None:
     assert s["run"] == "run-1" and s["status"] == "error"
     assert s["engine_builds"] == META.engine_builds and s["compiled"] == ["aarch64-linux-musl"]
     assert s["gates"] == ["G1", "G2", "G8a'", "CFG"]
-    assert s["totals"] == {"devices": 3, "tests": 18, "passed": 14, "failed": 1, "errors": 2, "skipped": 1}
+    no_xdev = {"verdicts": 0, "passed": 0, "failed": 0, "errors": 0, "skipped": 0}
+    assert s["totals"] == {
+        "devices": 3,
+        "tests": 18,
+        "passed": 14,
+        "failed": 1,
+        "errors": 2,
+        "skipped": 1,
+        "xdev": no_xdev,
+    }
     required = {
         "arch",
         "os",
@@ -360,8 +370,107 @@ def test_matrix_and_markdown(results: Path) -> None:
     assert rows["qemu-arm64"].split()[2:] == ["-", "-", "-", "-", "ERROR"]
     assert "preflight: connection refused" in text
     md = (results / "summary.md").read_text()
-    assert "| pixel8 | aarch64 | **FAIL 1/3** |" in md and "matrix.svg" in md
-    ET.parse(results / "matrix.svg")  # a well-formed picture
+    # a failed cell links to the evidence of its failing test
+    assert "| pixel8 | aarch64 | **[FAIL 1/3](pixel8/artifacts/G1%5Bgemma4%5D/index.html)** |" in md
+    assert "matrix.svg" in md and "**ERROR**" in md
+    svg = ET.parse(results / "matrix.svg").getroot()  # a well-formed picture, whose failed cells are links
+    ns = {"s": "http://www.w3.org/2000/svg"}
+    links = {a.get("href"): a.find("s:title", ns).text for a in svg.iterfind(".//s:a", ns)}
+    assert links["pixel8/artifacts/G1%5Bgemma4%5D/index.html"].startswith("G1[gemma4]: output differs")
+    assert links["qemu-arm64/artifacts/infrastructure/index.html"] == "preflight: connection refused"
+    assert all((results / unquote(h)).is_file() for h in links)
+
+
+def test_every_failure_has_an_evidence_page(results: Path) -> None:
+    s = json.loads((results / "summary.json").read_text())
+    pages = {(p["device"], p["name"]): p["evidence"] for p in s["problems"]}
+    assert pages[("pixel8", "G1[gemma4]")] == "pixel8/artifacts/G1[gemma4]/index.html"
+    for (device, name), rel in pages.items():
+        page = (results / rel).read_text()
+        assert name in page and device in page and 'href="../../../summary.md"' in page
+    g1 = (results / pages[("pixel8", "G1[gemma4]")]).read_text()
+    # the first line of the reason, then the whole of it
+    assert 'id="reason">output differs from the resident reference at token 3</p>' in g1
+    assert "expected 12 got 13" in g1 and 'href="../../../pixel8/junit.xml"' in g1
+    dead = (results / pages[("qemu-arm64", "infrastructure")]).read_text()
+    assert "preflight: connection refused" in dead and "saved no file" in dead
+
+
+def test_evidence_page_lists_and_shows_the_files_a_test_saved(tmp_path: Path) -> None:
+    root = tmp_path / "run"
+    saved = root / "pixel8" / "artifacts" / "test_g1[pixel8-gemma4]"
+    saved.mkdir(parents=True)
+    (saved / "first_difference.txt").write_text("first differing token at index 3: a=[7] b=[8]\n")
+    (saved / "logits.f32").write_bytes(b"\0" * 4096)
+    phone = phone_run()
+    phone.records[1].artifacts = [
+        "artifacts/test_g1[pixel8-gemma4]/first_difference.txt",
+        "artifacts/test_g1[pixel8-gemma4]/logits.f32",
+    ]
+    s = finalize(root, [phone], META)
+    problem = next(p for p in s["problems"] if p["name"] == "G1[gemma4]")
+    assert problem["artifacts_dir"] == "pixel8/artifacts/test_g1[pixel8-gemma4]/"
+    page = (root / problem["evidence"]).read_text()
+    assert 'href="first_difference.txt"' in page and "first differing token at index 3" in page
+    assert 'href="logits.f32"' in page and "4.0 KiB" in page  # binary: linked, not shown
+    assert "  -> pixel8/artifacts/test_g1[pixel8-gemma4]/" in console_matrix(s)
+
+
+def test_cells_count_fixtures_and_devices_keep_the_farm_order(tmp_path: Path) -> None:
+    """DET has several tests per fixture: its cell counts fixtures, as the legend says; the devices are
+    listed in the order the farm file gives (run.json `devices`), not by name."""
+    det = [rec("zeta", "DET", f, name=f"DET-{t}[{f}]") for f in FIXTURES for t in ("threads", "kernels")]
+    det[3] = rec("zeta", "DET", "gemma4", "fail", name="DET-kernels[gemma4]", message="kernels differ")
+    runs = [DeviceRun(device="zeta", arch="x86_64", records=det), host_run()]
+    s = finalize(tmp_path, runs, RunMeta(run="r", devices=["zeta", "host"]))
+    assert list(s["devices"]) == ["zeta", "host"]
+    assert s["devices"]["zeta"]["gate_counts"]["DET"] == {"pass": 5, "fail": 1, "error": 0, "skip": 0}
+    assert s["devices"]["zeta"]["gate_fixtures"]["DET"] == {"pass": 2, "fail": 1, "error": 0, "skip": 0}
+    lines = console_matrix(s).splitlines()
+    assert lines[2].split()[:2] == ["zeta", "x86_64"] and "FAIL 1/3" in lines[2]
+    assert lines[3].startswith("host")
+
+
+def test_the_console_matrix_fits_the_terminal(tmp_path: Path) -> None:
+    """Twenty gates on five devices as rows would be ~160 columns: the matrix turns (gates as rows); on
+    one device it is cut into blocks of gate columns instead (a column of twenty rows would be long)."""
+    gates = [f"GATE{i:02d}" for i in range(20)]
+
+    def device(name: str) -> DeviceRun:
+        return DeviceRun(device=name, arch="aarch64", records=[rec(name, g, f) for g in gates for f in FIXTURES])
+
+    s = finalize(tmp_path / "five", [device(f"device-{d}") for d in range(5)], RunMeta(run="r"))
+    wide = console_matrix(s, width=400).splitlines()
+    assert wide[1].split()[:3] == ["device", "arch", "GATE00"] and max(map(len, wide)) > 100
+    text = console_matrix(s, width=80)
+    lines = text.splitlines()
+    assert max(map(len, lines[1:])) <= 80, text  # the headline is one sentence; the matrix fits
+    assert lines[1].split() == ["gate", *(f"device-{d}" for d in range(5))]
+    assert lines[2].split() == ["arch", *["aarch64"] * 5] and lines[3].split() == ["GATE00", *["3/3"] * 5]
+    assert lines[-2].split() == ["status", *["PASS"] * 5]
+    assert lines[-1] == "outputs: no reference outputs recorded"
+
+    one = finalize(tmp_path / "one", [device("host")], RunMeta(run="r"))
+    lines = console_matrix(one, width=80).splitlines()[1:-1]
+    assert max(map(len, lines)) <= 80 and len(lines) < 12, lines
+    heads = [ln.split() for ln in lines if ln.startswith("device")]
+    assert len(heads) > 1 and all(h[:2] == ["device", "arch"] for h in heads)
+    assert [g for h in heads for g in h[2:]] == [*gates, "status"]  # every gate once, in order
+    assert sum(ln.startswith("host ") for ln in lines) == len(heads)
+
+
+def test_sizes_and_plurals_read_as_words(tmp_path: Path) -> None:
+    s = finalize(tmp_path, [host_run()], META)
+    md = (tmp_path / "summary.md").read_text()
+    assert "| 3.0 MiB |" in md  # pushed, in the same unit as the console's
+    one = finalize(
+        tmp_path / "one",
+        [DeviceRun(device="h", arch="x86_64", outputs={"qwen3moe": "aa" * 32}, records=[rec("h", "G1", "qwen3moe")])],
+        META,
+    )
+    assert "outputs: qwen3moe identical on x86_64 only" in console_matrix(one)
+    assert "all 3 fixtures identical on x86_64 only" in console_matrix(s)
+    assert "1 test: 1 passed, 0 failed, 0 errors, 0 skipped" in console_matrix(one)
 
 
 # ---------------------------------------------------------------------------- bmoe-ci report

@@ -1,5 +1,6 @@
 """XDEV, derived in the reports layer from what each device recorded (reports/xdev.py): who is in
-the minority, what a single device or a device with an infrastructure error gets, and that
+the minority, what a single device or a device with an infrastructure error gets (no verdict), how
+the headline counts XDEV apart from the tests, a selection that leaves XDEV out, and that
 `bmoe-ci report` re-derives it from a results directory alone (several runners merged)."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from junitparser import Failure, JUnitXml
 
-from bmoe_ci.reports import DeviceRun, RunMeta, TestRecord, exit_code, finalize, rebuild
+from bmoe_ci.reports import DeviceRun, RunMeta, TestRecord, console_matrix, exit_code, finalize, rebuild
 from bmoe_ci.reports.xdev import disagreements, fingerprint
 
 OK_RUN = {
@@ -114,11 +115,43 @@ def test_a_crash_on_one_device_is_a_disagreement() -> None:
     assert {d.field for d in found} >= {"outcome", "output"} and all(d.minority == ["b"] for d in found)
 
 
-def test_a_single_device_is_a_skip_with_the_reason(tmp_path: Path) -> None:
+def test_a_single_device_has_no_xdev_verdict_and_the_headline_says_why(tmp_path: Path) -> None:
     s = finalize(tmp_path, [device("a", prints())], META)
-    counts = s["devices"]["a"]["gate_counts"]["XDEV"]
-    assert counts["skip"] == 1 and counts["pass"] == 0
-    assert exit_code(s) == 0  # a skip is not a failure, and not a pass either
+    # nothing to compare: no verdict at all (a skip would count as a test that could have run)
+    assert "XDEV" not in s["devices"]["a"]["gate_counts"] and "XDEV" not in s["gates"]
+    assert s["totals"]["skipped"] == 0 and s["totals"]["xdev"]["verdicts"] == 0
+    assert s["xdev_lone"] == ["qwen3moe"] and exit_code(s) == 0
+    head = console_matrix(s).splitlines()[0]
+    assert head.endswith(
+        "1 test: 1 passed, 0 failed, 0 errors, 0 skipped; XDEV: nothing to compare (one device ran each fixture)"
+    )
+
+
+def test_xdev_counts_on_their_own_line_of_the_headline(tmp_path: Path) -> None:
+    runs = [device("a", prints()), device("b", prints()), device("c", prints(output="ee" * 32))]
+    s = finalize(tmp_path, runs, META)
+    assert s["totals"]["tests"] == 6 and s["totals"]["xdev"] == {
+        "verdicts": 3,
+        "passed": 2,
+        "failed": 1,
+        "errors": 0,
+        "skipped": 0,
+    }
+    assert console_matrix(s).splitlines()[0] == (
+        "bmoe-ci run run-x: FAIL: 3 device(s), 3 tests: 3 passed, 0 failed, 0 errors, 0 skipped; "
+        "XDEV: 3 verdicts, 2 passed, 1 failed"
+    )
+
+
+def test_a_selection_without_xdev_gets_no_xdev_verdict(tmp_path: Path) -> None:
+    """`-m g8b`: the run's meta says which fixtures' XDEV the selection kept (none); a later report too."""
+    runs = [device("a", prints()), device("b", prints(output="ee" * 32))]
+    s = finalize(tmp_path / "none", runs, RunMeta(run="run-x", xdev_fixtures=[]))
+    assert "XDEV" not in s["gates"] and s["disagreements"] == [] and not s["xdev_selected"]
+    assert exit_code(s) == 0 and "XDEV" not in console_matrix(s)
+    assert "XDEV" not in rebuild(tmp_path / "none")["gates"]  # run.json keeps the selection
+    kept = finalize(tmp_path / "kept", runs, RunMeta(run="run-x", xdev_fixtures=["qwen3moe"]))
+    assert kept["devices"]["a"]["gates"]["XDEV"] == "fail" and exit_code(kept) == 1
 
 
 def test_a_device_with_an_infrastructure_error_takes_no_part(tmp_path: Path) -> None:
@@ -131,12 +164,10 @@ def test_a_device_with_an_infrastructure_error_takes_no_part(tmp_path: Path) -> 
 def test_devices_given_different_fixture_files_are_not_compared(tmp_path: Path) -> None:
     runs = [device("a", prints()), device("b", prints(output="ee" * 32), sha="bb" * 32)]
     s = finalize(tmp_path, runs, META)
-    assert s["disagreements"] == [] and (xdev(s, "a"), xdev(s, "b")) == ("skip", "skip")
+    assert s["disagreements"] == [] and (xdev(s, "a"), xdev(s, "b")) == ("absent", "absent")
     records = json.loads((tmp_path / "a" / "device.json").read_text())["records"]
-    assert [r["message"] for r in records if r["gate"] == "XDEV"] == [
-        f"only a ran qwen3moe (file sha256 {'aa' * 6}) in these results: no other device to compare with"
-    ]
-    assert exit_code(s) == 0
+    assert [r for r in records if r["gate"] == "XDEV"] == []
+    assert s["xdev_lone"] == ["qwen3moe"] and exit_code(s) == 0
 
 
 def test_report_rederives_xdev_over_merged_runners(tmp_path: Path) -> None:
@@ -144,14 +175,14 @@ def test_report_rederives_xdev_over_merged_runners(tmp_path: Path) -> None:
     r1, r2, merged = tmp_path / "r1", tmp_path / "r2", tmp_path / "merged"
     s1 = finalize(r1, [device("a", prints()), device("b", prints())], META)
     s2 = finalize(r2, [device("c", prints(output="ee" * 32))], META)
-    assert exit_code(s1) == 0 and xdev(s2, "c") == "skip"
+    assert exit_code(s1) == 0 and xdev(s2, "c") == "absent"
     merged.mkdir()
     for src in (r1 / "a", r1 / "b", r2 / "c"):
         shutil.copytree(src, merged / src.name)
     s = rebuild(merged)
     assert (xdev(s, "a"), xdev(s, "b"), xdev(s, "c")) == ("pass", "pass", "fail")
     assert exit_code(s) == 1
-    # the re-derived verdict replaced the stale skip in c's own files
+    # the re-derived verdict is written into c's own files
     dev_c = json.loads((merged / "c" / "device.json").read_text())
     assert [r["outcome"] for r in dev_c["records"] if r["gate"] == "XDEV"] == ["fail"]
     assert rebuild(merged)["disagreements"] == s["disagreements"]  # idempotent

@@ -3,74 +3,46 @@
 
 #include <string.h>
 
-#include "gguf.h"
 #include "tensor.h"
+#include "type_traits.h"
 
 static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (uint16_t)p[1] << 8); }
 
-/* An f16 whose exponent bits are all ones is inf or NaN. */
-static int f16_bad(uint16_t h) { return (h & 0x7c00u) == 0x7c00u; }
-
-static int bad_f16(const uint8_t *p, uint64_t block, const char *field, bm_bad_block *bad) {
-    uint16_t h = rd16(p);
-    if (!f16_bad(h)) return 0;
-    bad->block = block;
-    bad->field = field;
-    bad->value = bm_f16_to_f32(h);
-    return 1;
+/* Field f of the block at p as a float, and whether it is finite. An f16, f32 or bf16 with every
+ * exponent bit set is an infinity or a NaN; an E8M0 exponent (a power of two, 2^(e - 127)) has one
+ * non-finite encoding, 0xFF, NaN in the OCP microscaling formats that define it. */
+static int field_bad(const bm_float_field *f, const uint8_t *p, float *value) {
+    uint32_t u;
+    switch (f->fmt) {
+    case BM_FIELD_F16: {
+        uint16_t h = rd16(p);
+        *value = bm_f16_to_f32(h);
+        return (h & 0x7c00u) == 0x7c00u;
+    }
+    case BM_FIELD_F32: memcpy(&u, p, 4); break;
+    case BM_FIELD_BF16: u = (uint32_t)rd16(p) << 16; break;
+    case BM_FIELD_E8M0:
+        if (p[0] != 0xFF) return 0;
+        u = 0x7fc00000u;
+        break;
+    default: return 0;
+    }
+    memcpy(value, &u, 4);
+    return (u & 0x7f800000u) == 0x7f800000u;
 }
-
-/* A block layout's f16 scale fields: their byte offsets in the block, and names. */
-typedef struct scale_layout {
-    uint32_t type;
-    uint32_t block_bytes;
-    int n;
-    uint32_t off[2];
-    const char *name[2];
-} scale_layout;
-
-static const scale_layout LAYOUTS[] = {
-    {GGML_TYPE_Q8_0, BMOE_Q8_0_BYTES, 1, {0, 0}, {"d", NULL}},
-    {GGML_TYPE_Q4_0, BMOE_Q4_0_BYTES, 1, {0, 0}, {"d", NULL}},
-    {GGML_TYPE_Q5_0, BMOE_Q5_0_BYTES, 1, {0, 0}, {"d", NULL}},
-    {GGML_TYPE_Q4_K, BMOE_Q4_K_BYTES, 2, {0, 2}, {"d", "dmin"}},
-    {GGML_TYPE_Q5_K, BMOE_Q5_K_BYTES, 2, {0, 2}, {"d", "dmin"}},
-    {GGML_TYPE_Q6_K, BMOE_Q6_K_BYTES, 1, {208, 0}, {"d", NULL}}, /* Q6_K keeps its scale last */
-};
 
 int bm_check_blocks(uint32_t type, const uint8_t *data, uint64_t nbytes, bm_bad_block *bad) {
     memset(bad, 0, sizeof *bad);
-    switch (type) {
-    case GGML_TYPE_F32:
-    case GGML_TYPE_BF16: {
-        /* a BF16 value is the high half of an F32: both are checked as F32 bits */
-        uint64_t size = type == GGML_TYPE_F32 ? 4 : 2;
-        for (uint64_t i = 0; i < nbytes / size; i++) {
-            uint32_t u;
-            if (size == 4) memcpy(&u, data + 4 * i, 4);
-            else u = (uint32_t)rd16(data + 2 * i) << 16;
-            if ((u & 0x7f800000u) != 0x7f800000u) continue;
-            bad->block = i;
-            bad->field = "value";
-            memcpy(&bad->value, &u, 4);
+    const bm_type_traits *t = bm_type(type);
+    if (!t) return 0;
+    for (uint64_t b = 0; b < nbytes / t->bytes; b++)
+        for (int k = 0; k < BM_TYPE_FIELDS && t->fields[k].fmt; k++) {
+            float v;
+            if (!field_bad(&t->fields[k], data + b * t->bytes + t->fields[k].off, &v)) continue;
+            bad->block = b;
+            bad->field = t->fields[k].name;
+            bad->value = v;
             return 1;
         }
-        return 0;
-    }
-    case GGML_TYPE_F16:
-        for (uint64_t i = 0; i < nbytes / 2; i++)
-            if (bad_f16(data + 2 * i, i, "value", bad)) return 1;
-        return 0;
-    default:
-        break;
-    }
-    for (size_t l = 0; l < sizeof LAYOUTS / sizeof LAYOUTS[0]; l++) {
-        const scale_layout *L = &LAYOUTS[l];
-        if (L->type != type) continue;
-        for (uint64_t b = 0; b < nbytes / L->block_bytes; b++)
-            for (int s = 0; s < L->n; s++)
-                if (bad_f16(data + b * L->block_bytes + L->off[s], b, L->name[s], bad)) return 1;
-        return 0;
-    }
     return 0;
 }

@@ -1,7 +1,8 @@
 /* Checking weight data before it is computed with: every float a block carries must be finite.
  *
- * A quantised block's scales (the f16 d of Q8_0/Q4_0/Q5_0/Q6_K, d and dmin of Q4_K/Q5_K) and every
- * value of an F32/F16/BF16 tensor are checked, as llama.cpp's row validation does. A NaN or infinite
+ * The floats of each block that the type table lists (type_traits.h, `fields`: a quantised block's f16
+ * scales d / dmin / m or its E8M0 exponent, every value of an F32/F16/BF16 tensor) are checked, as
+ * llama.cpp's row validation does. A NaN or infinite
  * scale would not crash the matmul: it would silently turn logits into NaN, and greedy decoding of
  * NaNs is garbage that looks like output. The engine refuses such a file instead (exit 3).
  *
@@ -16,7 +17,7 @@
 
 typedef struct bm_bad_block {
     uint64_t block;    /* index of the first bad block (of the value, for F32/F16/BF16) */
-    const char *field; /* "d", "dmin" or "value" */
+    const char *field; /* the field's name in the type table: "d", "dmin", "m", "e" or "value" */
     float value;       /* what it holds (NaN or +-inf) */
 } bm_bad_block;
 

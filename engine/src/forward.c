@@ -35,16 +35,16 @@ struct bmoe_forward {
     int32_t *ids;                 /* [T, top_k] */
     float *moe, *gx, *eg, *eu, *eo; /* expert path: sum [T,d], gathered in [T,d], hidden [T,2f], [T,f], out [T,d] */
     float *keg, *keu, *keo;       /* one token's k experts at once: [k,2f], [k,f], [k,d] */
-    int8_t *kxq;                  /* their hidden rows quantised [k,f], scales [k,f/32] */
-    float *kxd;
-    bm_q8k *kxk;                  /* or as Q8_K super-blocks [k, f/256] (K-quant weights) */
+    int8_t *kxq;                  /* their hidden rows quantised [k,f], scales [k,f/32], Q8_1 sums [k,f/32] */
+    float *kxd, *kxs;
+    bm_q8k *kxk;                  /* or as Q8_K super-blocks [k, f/256] */
     bmoe_expert_view *kv;         /* their views [k] */
     int *cnt, *start, *order;     /* bucketing rows by expert: [E], [E], [T] */
     float *scratch;               /* attention scores, [threads][n_ctx] */
     float *xl;                    /* normed rows for the output matmul [T, d] */
-    int8_t *xq;                   /* a matmul input quantised to Q8_0 (Q8_0 weights) [T, in_max] */
-    float *xd;                    /* its block scales [T, in_max / 32] */
-    bm_q8k *xk;                   /* a matmul input as Q8_K super-blocks (K-quant weights) [T, in_max / 256] */
+    int8_t *xq;                   /* a matmul input quantised to Q8_0 / Q8_1 blocks [T, in_max] */
+    float *xd, *xs;               /* their scales and (Q8_1) sums [T, in_max / 32] */
+    bm_q8k *xk;                   /* a matmul input as Q8_K super-blocks [T, in_max / 256] */
     size_t in_max;                /* the widest matmul input */
     bm_kernels kern;
     uint64_t experts_routed;
@@ -152,47 +152,29 @@ typedef struct {
     const uint8_t *w;
     uint32_t type;
     size_t row_bytes, n_in, n_out;
-    const float *x;
-    const int8_t *xq;   /* Q8_0 weights: x quantised, [T, n_in] and [T, n_in / 32] */
-    const float *xd;
-    const bm_q8k *xk;   /* K-quant weights: x as Q8_K super-blocks, [T, n_in / 256] */
+    bm_act a;           /* the input [T, n_in] in the weight type's format (type_traits.h) */
     float *y;
     int T;
     const bm_kernels *k;
 } mm_job;
 
-/* One weight row times one input row: x as floats, or its quantised form the type's kernel takes
- * (kernels.h, bm_act_of): Q8_0 blocks xq/xd, or Q8_K super-blocks xk. */
-static inline float row_dot(const bm_kernels *k, uint32_t type, const uint8_t *row, const float *x, const int8_t *xq,
-                            const float *xd, const bm_q8k *xk, size_t n) {
-    switch (type) {
-    case GGML_TYPE_Q8_0: return k->dot_q8_0(row, xq, xd, n);
-    case GGML_TYPE_Q4_0:
-    case GGML_TYPE_Q5_0: return k->dot_q45_0(type, row, xq, xd, n);
-    case GGML_TYPE_Q4_K:
-    case GGML_TYPE_Q5_K:
-    case GGML_TYPE_Q6_K: return k->dot_kq(type, row, xk, n);
-    case GGML_TYPE_F16: return k->dot_f16(row, x, n);
-    case GGML_TYPE_F32: return k->dot_f32((const float *)row, x, n);
-    default: return k->dot_dq(type, row, x, n); /* the model accepts no other type (model.c, bind) */
-    }
+/* One weight row times one input row, and times nt (2 .. BM_MT_MAX) consecutive ones (out[t] is
+ * row_dot's value for each, bit for bit: kernels.h, *_mt; the row's weights are loaded and converted
+ * once): the type table's kernels of the engine's path. The model accepts no type without them
+ * (model.c, bind). */
+static inline float row_dot(const bm_kernels *k, uint32_t type, const uint8_t *row, const bm_act *a, size_t n) {
+    return k->dot[type](row, a, n);
 }
 
-/* One weight row times nt (2 .. BM_MT_MAX) consecutive input rows: out[t] is row_dot's value for
- * each, bit for bit (kernels.h, *_mt); the row's weights are loaded and converted once. */
-static inline void row_dot_mt(const bm_kernels *k, uint32_t type, const uint8_t *row, const float *x, const int8_t *xq,
-                              const float *xd, const bm_q8k *xk, size_t n, int nt, float *out) {
-    switch (type) {
-    case GGML_TYPE_Q8_0: k->dot_q8_0_mt(row, xq, xd, n, nt, out); break;
-    case GGML_TYPE_Q4_0:
-    case GGML_TYPE_Q5_0: k->dot_q45_0_mt(type, row, xq, xd, n, nt, out); break;
-    case GGML_TYPE_Q4_K:
-    case GGML_TYPE_Q5_K:
-    case GGML_TYPE_Q6_K: k->dot_kq_mt(type, row, xk, n, nt, out); break;
-    case GGML_TYPE_F16: k->dot_f16_mt(row, x, n, nt, out); break;
-    case GGML_TYPE_F32: k->dot_f32_mt((const float *)row, x, n, nt, out); break;
-    default: k->dot_dq_mt(type, row, x, n, nt, out);
-    }
+static inline void row_dot_mt(const bm_kernels *k, uint32_t type, const uint8_t *row, const bm_act *a, size_t n, int nt,
+                              float *out) {
+    k->dot_mt[type](row, a, n, nt, out);
+}
+
+/* The buffers of an input in every format, as the kernels read them. */
+static inline bm_act act_of(const float *x, const int8_t *q, const float *d, const float *s, const bm_q8k *k) {
+    bm_act a = {x, q, d, s, k};
+    return a;
 }
 
 /* Rows per tile when T >= 2: a tile's weights stay in cache while every token passes over them, and
@@ -204,7 +186,7 @@ static inline void row_dot_mt(const bm_kernels *k, uint32_t type, const uint8_t 
 
 static void mm_rows(void *ctx, int j0, int j1, int tid) {
     const mm_job *J = ctx;
-    size_t n = J->n_in, nb = n / BMOE_Q8_0_BLOCK;
+    size_t n = J->n_in;
     if (J->T == 1) {
         /* Decode: the one-token kernel, row by row, the rows taken from MM_STREAMS equal parts of the
          * range in turn, so that several sequential streams of weights are in flight (the comment
@@ -212,7 +194,7 @@ static void mm_rows(void *ctx, int j0, int j1, int tid) {
         int part = (j1 - j0 + MM_STREAMS - 1) / MM_STREAMS;
         for (int a = 0; a < part; a++)
             for (int j = j0 + a; j < j1; j += part)
-                J->y[j] = row_dot(J->k, J->type, J->w + (size_t)j * J->row_bytes, J->x, J->xq, J->xd, J->xk, n);
+                J->y[j] = row_dot(J->k, J->type, J->w + (size_t)j * J->row_bytes, &J->a, n);
     } else {
         /* Several tokens: up to BM_MT_MAX per call (a last lone token with the one-token kernel), each
          * with the one-token kernel's bits, so the order rows and tokens are visited in changes nothing. */
@@ -220,14 +202,12 @@ static void mm_rows(void *ctx, int j0, int j1, int tid) {
             int r1 = j1 - r0 < MM_ROW_TILE ? j1 : r0 + MM_ROW_TILE;
             for (int t = 0; t < J->T; t += BM_MT_MAX) {
                 int nt = J->T - t < BM_MT_MAX ? J->T - t : BM_MT_MAX;
-                const float *x = J->x + (size_t)t * n, *xd = J->xd + (size_t)t * nb;
-                const int8_t *xq = J->xq + (size_t)t * n;
-                const bm_q8k *xk = J->xk + (size_t)t * (n / BM_Q8K_BLOCK);
+                const bm_act at = bm_act_token(&J->a, n, t);
                 float o[MM_ROW_TILE][BM_MT_MAX];
                 for (int j = r0; j < r1; j++) {
                     const uint8_t *row = J->w + (size_t)j * J->row_bytes;
-                    if (nt == 1) o[j - r0][0] = row_dot(J->k, J->type, row, x, xq, xd, xk, n);
-                    else row_dot_mt(J->k, J->type, row, x, xq, xd, xk, n, nt, o[j - r0]);
+                    if (nt == 1) o[j - r0][0] = row_dot(J->k, J->type, row, &at, n);
+                    else row_dot_mt(J->k, J->type, row, &at, n, nt, o[j - r0]);
                 }
                 for (int u = 0; u < nt; u++)
                     for (int j = r0; j < r1; j++) J->y[(size_t)(t + u) * J->n_out + j] = o[j - r0][u];
@@ -242,23 +222,28 @@ static void mm_rows(void *ctx, int j0, int j1, int tid) {
 #endif
 }
 
-/* T rows of n inputs quantised as a weight type's kernel takes them (kernels.h, bm_act_of): to Q8_0
- * blocks in xq/xd or Q8_K super-blocks in xk, laid out [T, ...]; floats stay as they are. */
+/* T rows of n inputs quantised as a weight type's kernel takes them (type_traits.h, act): to Q8_0
+ * blocks in xq/xd (Q8_1: and their sums in xs) or Q8_K super-blocks in xk, laid out [T, ...]; floats
+ * stay as they are. */
 static void quantise_input(const bm_kernels *k, bm_act_kind kind, const float *x, int T, size_t n, int8_t *xq, float *xd,
-                           bm_q8k *xk) {
+                           float *xs, bm_q8k *xk) {
     for (int t = 0; t < T; t++) {
-        if (kind == BM_ACT_Q8_0)
-            k->quantize_q8_0(x + (size_t)t * n, n, xq + (size_t)t * n, xd + (size_t)t * (n / BMOE_Q8_0_BLOCK));
-        else if (kind == BM_ACT_Q8_K)
-            bm_quantize_q8_k(x + (size_t)t * n, n, xk + (size_t)t * (n / BM_Q8K_BLOCK));
+        const size_t u = (size_t)t;
+        if (kind == BM_ACT_Q8_0) k->quantize_q8_0(x + u * n, n, xq + u * n, xd + u * (n / BMOE_Q8_0_BLOCK));
+        else if (kind == BM_ACT_Q8_1)
+            k->quantize_q8_1(x + u * n, n, xq + u * n, xd + u * (n / BMOE_Q8_0_BLOCK), xs + u * (n / BMOE_Q8_0_BLOCK));
+        else if (kind == BM_ACT_Q8_K) bm_quantize_q8_k(x + u * n, n, xk + u * (n / BM_Q8K_BLOCK));
     }
 }
 
+/* The activation format of a weight type (every type the model accepts has a row). */
+static inline bm_act_kind act_kind(uint32_t type) { return bm_type(type)->act; }
+
 static void matmul_raw(bmoe_forward *f, const void *w, uint32_t type, size_t row_bytes, size_t n_in, size_t n_out,
                        const float *x, int T, float *y) {
-    mm_job J = { w, type, row_bytes, n_in, n_out, x, f->xq, f->xd, f->xk, y, T, &f->kern };
+    mm_job J = { w, type, row_bytes, n_in, n_out, act_of(x, f->xq, f->xd, f->xs, f->xk), y, T, &f->kern };
     /* once per matmul input, not per row (n_in <= in_max: forward_create) */
-    quantise_input(&f->kern, bm_act_of(type), x, T, n_in, f->xq, f->xd, f->xk);
+    quantise_input(&f->kern, act_kind(type), x, T, n_in, f->xq, f->xd, f->xs, f->xk);
     /* A matmul too small to amortise waking the pool runs on the caller. Same rows, same code, so
      * the result is the same either way. */
     if ((size_t)T * n_out * row_bytes < MM_PARALLEL_MIN_BYTES) mm_rows(&J, 0, (int)n_out, 0);
@@ -291,13 +276,14 @@ static void matmul_multi(bmoe_forward *f, int n, const bmoe_weight *const *W, co
     size_t bytes = 0;
     for (int m = 0; m < n; m++) {
         size_t n_in = (size_t)W[m]->ne[0], n_out = (size_t)W[m]->ne[1];
-        mm_job J = { W[m]->data, W[m]->type, (size_t)W[m]->row_bytes, n_in, n_out, x, f->xq, f->xd, f->xk, y[m], T, &f->kern };
+        mm_job J = { W[m]->data, W[m]->type, (size_t)W[m]->row_bytes, n_in, n_out,
+                     act_of(x, f->xq, f->xd, f->xs, f->xk), y[m], T, &f->kern };
         M.mm[m] = J;
         M.end[m] = (m ? M.end[m - 1] : 0) + (int)n_out;
         bytes += (size_t)T * n_out * (size_t)W[m]->row_bytes;
-        bm_act_kind kind = bm_act_of(W[m]->type);
+        bm_act_kind kind = act_kind(W[m]->type);
         if (!(quantised & (1u << kind))) { /* the same input: quantised once per kind */
-            quantise_input(&f->kern, kind, x, T, n_in, f->xq, f->xd, f->xk);
+            quantise_input(&f->kern, kind, x, T, n_in, f->xq, f->xd, f->xs, f->xk);
             quantised |= 1u << kind;
         }
     }
@@ -566,7 +552,8 @@ static void tok_gate_up_rows(void *ctx, int i0, int i1, int tid) {
             row = (const uint8_t *)v->up + (r - J->fe) * p->row_bytes;
         }
         float *y = &f->keg[s * F2 + r];
-        *y = row_dot(&f->kern, p->type, row, f->hm, f->xq, f->xd, f->xk, J->d);
+        const bm_act a = act_of(f->hm, f->xq, f->xd, f->xs, f->xk);
+        *y = row_dot(&f->kern, p->type, row, &a, J->d);
 #ifdef BMOE_FAULT_THREAD_ORDER
         if (tid > 0) *y *= 1.25f; /* fault: as in mm_rows */
 #endif
@@ -582,8 +569,9 @@ static void tok_down_rows(void *ctx, int i0, int i1, int tid) {
         size_t s = (size_t)i % (size_t)J->k, c = (size_t)i / (size_t)J->k; /* experts interleaved */
         const uint8_t *row = (const uint8_t *)f->kv[s].down + c * p->row_bytes;
         float *y = &f->keo[s * J->d + c];
-        *y = row_dot(&f->kern, p->type, row, f->keu + s * J->fe, f->kxq + s * J->fe, f->kxd + s * nb,
-                     f->kxk + s * (J->fe / BM_Q8K_BLOCK), J->fe);
+        const bm_act a = act_of(f->keu + s * J->fe, f->kxq + s * J->fe, f->kxd + s * nb, f->kxs + s * nb,
+                                f->kxk + s * (J->fe / BM_Q8K_BLOCK));
+        *y = row_dot(&f->kern, p->type, row, &a, J->fe);
 #ifdef BMOE_FAULT_THREAD_ORDER
         if (tid > 0) *y *= 1.25f; /* fault: as in mm_rows */
 #endif
@@ -614,10 +602,12 @@ static int experts_token(bmoe_forward *f, int il, char *err, size_t errlen) {
     }
     tok_experts_job J = { f, ly->exp_part, k, fe, (size_t)d };
     const bmoe_expert_part *P = ly->exp_part;
-    unsigned kinds = 1u << bm_act_of(P[BMOE_EXP_GATE_UP].type) | 1u << bm_act_of(P[BMOE_EXP_GATE].type) |
-                     1u << bm_act_of(P[BMOE_EXP_UP].type);
+    unsigned kinds = 0; /* the activation formats of the gate / up rows present */
+    for (int p = 0; p < BMOE_EXP_DOWN; p++)
+        if (P[p].present) kinds |= 1u << act_kind(P[p].type);
     for (int kind = BM_ACT_Q8_0; kind <= BM_ACT_Q8_K; kind++) /* the input, as each kind of row needs it */
-        if (kinds & (1u << kind)) quantise_input(&f->kern, (bm_act_kind)kind, f->hm, 1, (size_t)d, f->xq, f->xd, f->xk);
+        if (kinds & (1u << kind))
+            quantise_input(&f->kern, (bm_act_kind)kind, f->hm, 1, (size_t)d, f->xq, f->xd, f->xs, f->xk);
     pool_run(f->pool, (int)((size_t)k * 2 * fe), tok_gate_up_rows, &J);
     for (int s = 0; s < k; s++) { /* per-expert biases (gpt-oss), as experts_slot adds them */
         size_t e = (size_t)f->ids[s];
@@ -628,8 +618,9 @@ static int experts_token(bmoe_forward *f, int il, char *err, size_t errlen) {
         const float *g = f->keg + (size_t)s * 2 * fe;
         float *u = f->keu + (size_t)s * fe;
         act_mul(f, g, g + fe, fe, u);
-        quantise_input(&f->kern, bm_act_of(P[BMOE_EXP_DOWN].type), u, 1, fe, f->kxq + (size_t)s * fe,
-                       f->kxd + (size_t)s * (fe / BMOE_Q8_0_BLOCK), f->kxk + (size_t)s * (fe / BM_Q8K_BLOCK));
+        quantise_input(&f->kern, act_kind(P[BMOE_EXP_DOWN].type), u, 1, fe, f->kxq + (size_t)s * fe,
+                       f->kxd + (size_t)s * (fe / BMOE_Q8_0_BLOCK), f->kxs + (size_t)s * (fe / BMOE_Q8_0_BLOCK),
+                       f->kxk + (size_t)s * (fe / BM_Q8K_BLOCK));
     }
     pool_run(f->pool, k * d, tok_down_rows, &J);
     for (int s = 0; s < k && ly->exp_out_s; s++)
@@ -959,12 +950,14 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
     f->in_max = in_max;
     f->xq = alloc_f(T * in_max, sizeof(int8_t), &oom);
     f->xd = alloc_f(T * (in_max / BMOE_Q8_0_BLOCK + 1), sizeof(float), &oom);
+    f->xs = alloc_f(T * (in_max / BMOE_Q8_0_BLOCK + 1), sizeof(float), &oom);
     f->xk = alloc_f(T * (in_max / BM_Q8K_BLOCK + 1), sizeof(bm_q8k), &oom);
     f->keg = alloc_f(K * 2 * fe, sizeof(float), &oom);
     f->keu = alloc_f(K * fe, sizeof(float), &oom);
     f->keo = alloc_f(K * D, sizeof(float), &oom);
     f->kxq = alloc_f(K * fe, sizeof(int8_t), &oom);
     f->kxd = alloc_f(K * (fe / BMOE_Q8_0_BLOCK + 1), sizeof(float), &oom);
+    f->kxs = alloc_f(K * (fe / BMOE_Q8_0_BLOCK + 1), sizeof(float), &oom);
     f->kxk = alloc_f(K * (fe / BM_Q8K_BLOCK + 1), sizeof(bm_q8k), &oom);
     f->kv = alloc_f(K, sizeof(bmoe_expert_view), &oom);
     bm_kernels_get(bm_kpath_best(), &f->kern);
@@ -984,7 +977,7 @@ void forward_free(bmoe_forward *f) {
     free(f->o); free(f->ffn); free(f->sh); free(f->hg); free(f->hu);
     free(f->rlog); free(f->rprob); free(f->w); free(f->ids);
     free(f->moe); free(f->gx); free(f->eg); free(f->eu); free(f->eo);
-    free(f->cnt); free(f->start); free(f->order); free(f->scratch); free(f->xq); free(f->xd); free(f->xk);
-    free(f->keg); free(f->keu); free(f->keo); free(f->kxq); free(f->kxd); free(f->kxk); free(f->kv);
+    free(f->cnt); free(f->start); free(f->order); free(f->scratch); free(f->xq); free(f->xd); free(f->xs); free(f->xk);
+    free(f->keg); free(f->keu); free(f->keo); free(f->kxq); free(f->kxd); free(f->kxs); free(f->kxk); free(f->kv);
     free(f);
 }

@@ -41,55 +41,14 @@ const char *gguf_type_name(uint32_t type) {
     return type < GGUF_TYPE_COUNT ? kv_type_names[type] : "unknown";
 }
 
-static const char *const ggml_names[] = {
-    "f32", "f16", "q4_0", "q4_1", "q4_2 (removed)", "q4_3 (removed)", "q5_0", "q5_1", "q8_0", "q8_1",
-    "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "q8_K", "iq2_xxs", "iq2_xs", "iq3_xxs", "iq1_s", "iq4_nl",
-    "iq3_s", "iq2_s", "iq4_xs", "i8", "i16", "i32", "i64", "f64", "iq1_m", "bf16",
-    "q4_0_4_4 (removed)", "q4_0_4_8 (removed)", "q4_0_8_8 (removed)", "tq1_0", "tq2_0",
-    "iq4_nl_4_4 (removed)", "iq4_nl_4_8 (removed)", "iq4_nl_8_8 (removed)", "mxfp4", "nvfp4", "q1_0",
-};
-
-const char *ggml_type_name(uint32_t type) {
-    return type < sizeof ggml_names / sizeof ggml_names[0] ? ggml_names[type] : "unknown";
-}
+const char *ggml_type_name(uint32_t type) { return bm_type_name(type); }
 
 uint32_t ggml_type_block(uint32_t type) {
-    switch (type) {
-    case GGML_TYPE_F32: return 1;
-    case GGML_TYPE_F16: return 1;
-    case GGML_TYPE_BF16: return 1;
-    case GGML_TYPE_Q8_0: return 32;
-    case GGML_TYPE_Q4_0: return 32;
-    case GGML_TYPE_Q5_0: return 32;
-    case GGML_TYPE_Q4_K: return 256;
-    case GGML_TYPE_Q5_K: return 256;
-    case GGML_TYPE_Q6_K: return 256;
-    default: return 0;
-    }
+    const bm_type_traits *t = bm_type(type);
+    return t ? t->blck : 0;
 }
 
-static uint32_t ggml_type_block_bytes(uint32_t type) {
-    switch (type) {
-    case GGML_TYPE_F32: return 4;
-    case GGML_TYPE_F16: return 2;
-    case GGML_TYPE_BF16: return 2;
-    case GGML_TYPE_Q8_0: return 34;  /* f16 scale + 32 x int8 */
-    case GGML_TYPE_Q4_0: return 18;  /* f16 scale + 32 x 4 bits */
-    case GGML_TYPE_Q5_0: return 22;  /* f16 scale + 32 high bits + 32 x 4 bits */
-    case GGML_TYPE_Q4_K: return 144; /* f16 d, dmin + 12 bytes of 6-bit scales/mins + 256 x 4 bits */
-    case GGML_TYPE_Q5_K: return 176; /* as Q4_K + 256 high bits */
-    case GGML_TYPE_Q6_K: return 210; /* 256 x 4 low bits + 256 x 2 high bits + 16 int8 scales + f16 d */
-    default: return 0;
-    }
-}
-
-uint64_t ggml_type_nbytes(uint32_t type, uint64_t n) {
-    uint64_t blk = ggml_type_block(type), bb = ggml_type_block_bytes(type);
-    if (blk == 0 || n % blk != 0) return 0;
-    uint64_t nb = n / blk; /* divide first, then multiply */
-    if (nb > UINT64_MAX / bb) return 0;
-    return nb * bb;
-}
+uint64_t ggml_type_nbytes(uint32_t type, uint64_t n) { return bm_type_nbytes(type, n); }
 
 int gguf_str_eq(gguf_str s, const char *c) {
     if (!c) return 0;
@@ -567,11 +526,14 @@ static int parse_tensor_info(cur *c, ectx *e, gguf_priv *pv, uint64_t i, gguf_te
     uint64_t ty;
     rc = rd(c, e, 4, "type", &ty);
     if (rc) return rc;
-    if (ggml_type_block((uint32_t)ty) == 0 || ty > UINT32_MAX)
-        return fail(e, BMOE_GGUF_EMALFORMED, "%s: type %llu (%s) is not supported (f32, f16, bf16, q8_0, q4_0, q5_0, q4_K, q5_K and q6_K are)",
-                    e->where, (ull)ty, ggml_type_name((uint32_t)ty));
+    const bm_type_traits *tt = ty > UINT32_MAX ? NULL : bm_type((uint32_t)ty);
+    if (!tt) {
+        char list[256];
+        return fail(e, BMOE_GGUF_EMALFORMED, "%s: type %llu (%s) is not supported (%s are)", e->where, (ull)ty,
+                    ty > UINT32_MAX ? "unknown" : ggml_type_name((uint32_t)ty), bm_types_supported(list, sizeof list));
+    }
     t->type = (uint32_t)ty;
-    uint64_t blk = ggml_type_block(t->type), bb = ggml_type_block_bytes(t->type);
+    uint64_t blk = tt->blck, bb = tt->bytes;
     if (t->ne[0] % blk != 0)
         return fail(e, BMOE_GGUF_EMALFORMED, "%s: ne[0] = %llu is not a multiple of the %s block size %llu",
                     e->where, (ull)t->ne[0], ggml_type_name(t->type), (ull)blk);

@@ -5,9 +5,9 @@
  * unreadable one) and a one-line message in `err`. Tensor data is not read here: callers get the
  * shard index and the absolute file offset of each tensor and map or pread it themselves.
  *
- * Accepted: GGUF versions 2 and 3 (identical little-endian layouts), little-endian only. Tensor types
- * F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K and Q6_K (ggml's block layouts, tensor.h); every other
- * ggml type is rejected by name ("type 10 (q2_K) is not supported").
+ * Accepted: GGUF versions 2 and 3 (identical little-endian layouts), little-endian only. Tensor types:
+ * those of the type table (type_traits.h: the types the engine computes with); every other ggml type is
+ * rejected by name ("type 16 (iq2_xxs) is not supported (f32, f16, ... are)").
  *
  * Ownership. gguf_open maps each file read-only, parses its header from memory with bounds checks and
  * unmaps it again: every string, array and table the caller sees is a copy in an arena owned by the
@@ -35,11 +35,8 @@ enum gguf_type {
     GGUF_TYPE_FLOAT64 = 12, GGUF_TYPE_COUNT
 };
 
-/* Tensor element types the engine computes with (ggml numbering). */
-enum ggml_type {
-    GGML_TYPE_F32 = 0, GGML_TYPE_F16 = 1, GGML_TYPE_Q4_0 = 2, GGML_TYPE_Q5_0 = 6, GGML_TYPE_Q8_0 = 8,
-    GGML_TYPE_Q4_K = 12, GGML_TYPE_Q5_K = 13, GGML_TYPE_Q6_K = 14, GGML_TYPE_BF16 = 30
-};
+/* Tensor element types (ggml numbering) and what the engine knows of each: type_traits.h. */
+#include "type_traits.h"
 
 #define GGUF_MAX_DIMS 4
 #define GGUF_MAX_SHARDS 256
@@ -139,10 +136,12 @@ int gguf_arr_i64(const gguf_kv *kv, uint64_t i, int64_t *out);
 int gguf_arr_f64(const gguf_kv *kv, uint64_t i, double *out);
 int gguf_arr_str(const gguf_kv *kv, uint64_t i, gguf_str *out);
 
-/* Bytes of `n` elements of `type` (n must be a multiple of the block size); 0 on overflow or bad type. */
+/* The type table's sizes and names (type_traits.h), under the reader's names: bytes of `n` elements of
+ * `type` (n a multiple of the block size; 0 on overflow or an unsupported type), values per block (0
+ * for unsupported types), and the name of any ggml type id ("q4_K"; "unknown" past ggml's table). */
 uint64_t ggml_type_nbytes(uint32_t type, uint64_t n);
-uint32_t ggml_type_block(uint32_t type);       /* 0 for unsupported types */
-const char *ggml_type_name(uint32_t type);     /* any ggml type id ("q4_K"); "unknown" past the table */
+uint32_t ggml_type_block(uint32_t type);
+const char *ggml_type_name(uint32_t type);
 const char *gguf_type_name(uint32_t type);     /* KV value type: "u8" ... "f64"; "unknown" */
 
 int gguf_str_eq(gguf_str s, const char *c);

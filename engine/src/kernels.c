@@ -9,7 +9,7 @@
 #include "kernels_lanes.h"
 #include "tensor.h"
 
-float bm_dot_f32_scalar(const float *a, const float *b, size_t n) {
+float bm_vdot_f32_scalar(const float *a, const float *b, size_t n) {
     float acc[8] = {0};
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -18,45 +18,13 @@ float bm_dot_f32_scalar(const float *a, const float *b, size_t n) {
     return bm_sum8(acc);
 }
 
-float bm_dot_f16_scalar(const uint8_t *w, const float *x, size_t n) {
+float bm_vdot_f16_scalar(const uint8_t *w, const float *x, size_t n) {
     float acc[8] = {0};
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
         for (int l = 0; l < 8; l++) acc[l] += bm_f16_to_f32(bm_rd16(w + 2 * (i + l))) * x[i + l];
     for (; i < n; i++) acc[i & 7] += bm_f16_to_f32(bm_rd16(w + 2 * i)) * x[i];
     return bm_sum8(acc);
-}
-
-float bm_dot_q8_0_scalar(const uint8_t *w, const int8_t *xq, const float *xd, size_t n) {
-    float acc[8] = {0};
-    bm_q8_0_blocks(acc, w, xq, xd, 0, n / BMOE_Q8_0_BLOCK);
-    return bm_sum8(acc);
-}
-
-/* The scalar path's multi-token functions: the per-token loop (kernels.h). */
-void bm_dot_f32_mt_scalar(const float *w, const float *x, size_t n, int nt, float *out) {
-    for (int t = 0; t < nt; t++) out[t] = bm_dot_f32_scalar(w, x + (size_t)t * n, n);
-}
-
-void bm_dot_f16_mt_scalar(const uint8_t *w, const float *x, size_t n, int nt, float *out) {
-    for (int t = 0; t < nt; t++) out[t] = bm_dot_f16_scalar(w, x + (size_t)t * n, n);
-}
-
-void bm_dot_q8_0_mt_scalar(const uint8_t *w, const int8_t *xq, const float *xd, size_t n, int nt, float *out) {
-    for (int t = 0; t < nt; t++)
-        out[t] = bm_dot_q8_0_scalar(w, xq + (size_t)t * n, xd + (size_t)t * (n / BMOE_Q8_0_BLOCK), n);
-}
-
-float bm_dot_q45_0_scalar(uint32_t type, const uint8_t *w, const int8_t *xq, const float *xd, size_t n) {
-    float acc[8] = {0};
-    bm_q45_0_blocks(acc, type, w, xq, xd, 0, n / BMOE_Q8_0_BLOCK);
-    return bm_sum8(acc);
-}
-
-void bm_dot_q45_0_mt_scalar(uint32_t type, const uint8_t *w, const int8_t *xq, const float *xd, size_t n, int nt,
-                            float *out) {
-    for (int t = 0; t < nt; t++)
-        out[t] = bm_dot_q45_0_scalar(type, w, xq + (size_t)t * n, xd + (size_t)t * (n / BMOE_Q8_0_BLOCK), n);
 }
 
 /* A Q4_K (qh NULL) or Q5_K super-block's exact sum is = sum_j sc_j * sum_i q_i x_i (kernels.h). Sub-block
@@ -101,43 +69,81 @@ static int32_t k6_scaled_sum(const uint8_t *blk, const int8_t *x) {
     return is;
 }
 
-float bm_dot_kq_scalar(uint32_t type, const uint8_t *w, const bm_q8k *x, size_t n) {
-    float acc[8] = {0};
-    for (size_t b = 0; b < n / BM_Q8K_BLOCK; b++) {
-        const bm_q8k *xb = x + b;
-        if (type == GGML_TYPE_Q6_K) {
-            const uint8_t *blk = w + b * BMOE_Q6_K_BYTES;
-            acc[b & 7] += bm_k6_value(k6_scaled_sum(blk, xb->q), bm_f16_to_f32(bm_rd16(blk + 208)), xb->d);
-        } else {
-            const int five = type == GGML_TYPE_Q5_K;
-            const uint8_t *blk = w + b * (five ? BMOE_Q5_K_BYTES : BMOE_Q4_K_BYTES);
-            uint8_t sc[8], m[8];
-            bm_scales_mins_k4(blk + 4, sc, m);
-            int32_t is = k4_scaled_sum(blk + (five ? 48 : 16), five ? blk + 16 : NULL, sc, xb->q);
-            acc[b & 7] += bm_k4_value(is, bm_k4_min_sum(m, xb->bsums), bm_f16_to_f32(bm_rd16(blk)),
-                                      bm_f16_to_f32(bm_rd16(blk + 2)), xb->d);
-        }
+/* Super-block b of a Q4_K / Q5_K (five) row against x's, as c_b (kernels.h). */
+static float k4_block(const uint8_t *w, int five, const bm_q8k *xb, size_t b) {
+    const uint8_t *blk = w + b * (five ? BMOE_Q5_K_BYTES : BMOE_Q4_K_BYTES);
+    uint8_t sc[8], m[8];
+    bm_scales_mins_k4(blk + 4, sc, m);
+    int32_t is = k4_scaled_sum(blk + (five ? 48 : 16), five ? blk + 16 : NULL, sc, xb->q);
+    return bm_k4_value(is, bm_k4_min_sum(m, xb->bsums), bm_f16_to_f32(bm_rd16(blk)), bm_f16_to_f32(bm_rd16(blk + 2)),
+                       xb->d);
+}
+
+/* ---- the type table's scalar kernels (type_traits.c): one token, and the per-token loop for
+ * several (kernels.h) ---- */
+
+#define SCALAR_MT(T)                                                                                       \
+    void bm_dot_mt_##T##_scalar(const uint8_t *w, const bm_act *a, size_t n, int nt, float *out) {        \
+        for (int t = 0; t < nt; t++) {                                                                     \
+            const bm_act at = bm_act_token(a, n, t);                                                       \
+            out[t] = bm_dot_##T##_scalar(w, &at, n);                                                       \
+        }                                                                                                  \
     }
-    return bm_sum8(acc);
-}
 
-void bm_dot_kq_mt_scalar(uint32_t type, const uint8_t *w, const bm_q8k *x, size_t n, int nt, float *out) {
-    for (int t = 0; t < nt; t++) out[t] = bm_dot_kq_scalar(type, w, x + (size_t)t * (n / BM_Q8K_BLOCK), n);
-}
+float bm_dot_f32_scalar(const uint8_t *w, const bm_act *a, size_t n) { return bm_vdot_f32_scalar((const float *)w, a->x, n); }
+float bm_dot_f16_scalar(const uint8_t *w, const bm_act *a, size_t n) { return bm_vdot_f16_scalar(w, a->x, n); }
 
-float bm_dot_dq_scalar(uint32_t type, const uint8_t *w, const float *x, size_t n) {
+/* BF16: each chunk of the row converted exactly (bm_to_f32_bf16), then the F32 lanes. */
+float bm_dot_bf16_scalar(const uint8_t *w, const bm_act *a, size_t n) {
     float acc[8] = {0}, y[BMOE_DQ_CHUNK];
     for (size_t i0 = 0; i0 < n; i0 += BMOE_DQ_CHUNK) {
         size_t cnt = n - i0 < BMOE_DQ_CHUNK ? n - i0 : BMOE_DQ_CHUNK;
-        bm_dequant_chunk(type, w, i0, cnt, y);
-        for (size_t j = 0; j < cnt; j++) acc[j & 7] += y[j] * x[i0 + j]; /* i0 % 8 == 0: lane (i0 + j) mod 8 */
+        bm_to_f32_bf16(w + 2 * i0, y, cnt);
+        for (size_t j = 0; j < cnt; j++) acc[j & 7] += y[j] * a->x[i0 + j]; /* i0 % 8 == 0: lane (i0 + j) mod 8 */
     }
     return bm_sum8(acc);
 }
 
-void bm_dot_dq_mt_scalar(uint32_t type, const uint8_t *w, const float *x, size_t n, int nt, float *out) {
-    for (int t = 0; t < nt; t++) out[t] = bm_dot_dq_scalar(type, w, x + (size_t)t * n, n);
+float bm_dot_q8_0_scalar(const uint8_t *w, const bm_act *a, size_t n) {
+    float acc[8] = {0};
+    bm_q8_0_blocks(acc, w, a->q, a->d, 0, n / BMOE_Q8_0_BLOCK);
+    return bm_sum8(acc);
 }
+
+float bm_dot_q4_0_scalar(const uint8_t *w, const bm_act *a, size_t n) {
+    float acc[8] = {0};
+    bm_q45_0_blocks(acc, GGML_TYPE_Q4_0, w, a->q, a->d, 0, n / BMOE_Q8_0_BLOCK);
+    return bm_sum8(acc);
+}
+
+float bm_dot_q5_0_scalar(const uint8_t *w, const bm_act *a, size_t n) {
+    float acc[8] = {0};
+    bm_q45_0_blocks(acc, GGML_TYPE_Q5_0, w, a->q, a->d, 0, n / BMOE_Q8_0_BLOCK);
+    return bm_sum8(acc);
+}
+
+float bm_dot_q4_K_scalar(const uint8_t *w, const bm_act *a, size_t n) {
+    float acc[8] = {0};
+    for (size_t b = 0; b < n / BM_Q8K_BLOCK; b++) acc[b & 7] += k4_block(w, 0, a->k + b, b);
+    return bm_sum8(acc);
+}
+
+float bm_dot_q5_K_scalar(const uint8_t *w, const bm_act *a, size_t n) {
+    float acc[8] = {0};
+    for (size_t b = 0; b < n / BM_Q8K_BLOCK; b++) acc[b & 7] += k4_block(w, 1, a->k + b, b);
+    return bm_sum8(acc);
+}
+
+float bm_dot_q6_K_scalar(const uint8_t *w, const bm_act *a, size_t n) {
+    float acc[8] = {0};
+    for (size_t b = 0; b < n / BM_Q8K_BLOCK; b++) {
+        const uint8_t *blk = w + b * BMOE_Q6_K_BYTES;
+        acc[b & 7] += bm_k6_value(k6_scaled_sum(blk, a->k[b].q), bm_f16_to_f32(bm_rd16(blk + 208)), a->k[b].d);
+    }
+    return bm_sum8(acc);
+}
+
+BM_WEIGHT_TYPES(SCALAR_MT)
 
 void bm_silu_mul_scalar(const float *g, const float *u, size_t n, float *out) {
     for (size_t i = 0; i < n; i++) out[i] = bm_silu(g[i]) * u[i];
@@ -184,6 +190,27 @@ void bm_quantize_q8_0(const float *x, size_t n, int8_t *xq, float *xd) {
     }
 }
 
+void bm_q8_1_sums(const float *x, size_t n, const int8_t *xq, const float *xd, float *xs) {
+    for (size_t b = 0; b < n / BMOE_Q8_0_BLOCK; b++) {
+        const float *v = x + b * BMOE_Q8_0_BLOCK;
+        const int8_t *q = xq + b * BMOE_Q8_0_BLOCK;
+        float amax = 0.0f;
+        int32_t sum = 0;
+        for (int i = 0; i < BMOE_Q8_0_BLOCK; i++) {
+            float a = v[i] < 0.0f ? -v[i] : v[i];
+            if (a > amax) amax = a; /* a NaN is skipped: its block's scale is NaN already */
+            sum += q[i];
+        }
+        /* ggml's x86 quantize_row_q8_1: d before its f16 rounding times the sum, then to f16 */
+        xs[b] = xd[b] != xd[b] ? xd[b] : bm_f16_to_f32(bm_f32_to_f16((amax / 127.0f) * (float)sum));
+    }
+}
+
+void bm_quantize_q8_1(const float *x, size_t n, int8_t *xq, float *xd, float *xs) {
+    bm_quantize_q8_0(x, n, xq, xd);
+    bm_q8_1_sums(x, n, xq, xd, xs);
+}
+
 void bm_quantize_q8_k(const float *x, size_t n, bm_q8k *y) {
     for (size_t b = 0; b < n / BM_Q8K_BLOCK; b++, x += BM_Q8K_BLOCK) {
         bm_q8k *o = y + b;
@@ -212,18 +239,6 @@ void bm_quantize_q8_k(const float *x, size_t n, bm_q8k *y) {
     }
 }
 
-bm_act_kind bm_act_of(uint32_t type) {
-    switch (type) {
-    case GGML_TYPE_Q8_0:
-    case GGML_TYPE_Q4_0:
-    case GGML_TYPE_Q5_0: return BM_ACT_Q8_0;
-    case GGML_TYPE_Q4_K:
-    case GGML_TYPE_Q5_K:
-    case GGML_TYPE_Q6_K: return BM_ACT_Q8_K;
-    default: return BM_ACT_F32;
-    }
-}
-
 static const char *const KPATH_NAMES[BM_KPATH_COUNT] = {"scalar", "avx2", "neon", "neon-dot"};
 
 const char *bm_kpath_name(bm_kpath p) { return (unsigned)p < BM_KPATH_COUNT ? KPATH_NAMES[p] : "?"; }
@@ -236,23 +251,13 @@ int bm_kpath_parse(const char *s, int *out) {
     return 2;
 }
 
-static int fill(bm_kpath p, bm_kernels *k) {
+/* The quantiser of the scalar path's Q8_1 (the SIMD paths' is their Q8_0 one and bm_q8_1_sums). */
+static int fill_path(bm_kpath p, bm_kernels *k) {
     switch (p) {
     case BM_KPATH_SCALAR:
-        k->path = BM_KPATH_SCALAR;
-        k->dot_f32 = bm_dot_f32_scalar;
-        k->dot_f16 = bm_dot_f16_scalar;
-        k->dot_q8_0 = bm_dot_q8_0_scalar;
+        k->dot_f32 = bm_vdot_f32_scalar;
         k->quantize_q8_0 = bm_quantize_q8_0;
-        k->dot_f32_mt = bm_dot_f32_mt_scalar;
-        k->dot_f16_mt = bm_dot_f16_mt_scalar;
-        k->dot_q8_0_mt = bm_dot_q8_0_mt_scalar;
-        k->dot_q45_0 = bm_dot_q45_0_scalar;
-        k->dot_q45_0_mt = bm_dot_q45_0_mt_scalar;
-        k->dot_kq = bm_dot_kq_scalar;
-        k->dot_kq_mt = bm_dot_kq_mt_scalar;
-        k->dot_dq = bm_dot_dq_scalar;
-        k->dot_dq_mt = bm_dot_dq_mt_scalar;
+        k->quantize_q8_1 = bm_quantize_q8_1;
         k->silu_mul = bm_silu_mul_scalar;
         k->exp_shift = bm_exp_shift_scalar;
         return 1;
@@ -261,6 +266,21 @@ static int fill(bm_kpath p, bm_kernels *k) {
     case BM_KPATH_NEON_DOT: return bm_kernels_neon(k, 1);
     default: return 0;
     }
+}
+
+/* A path's functions, and its column of the type table (the scalar kernel where a row has none for
+ * the path: tests/test_kquants.c checks that no supported type lacks one on a compiled path). */
+static int fill(bm_kpath p, bm_kernels *k) {
+    memset(k, 0, sizeof *k);
+    if (!fill_path(p, k)) return 0;
+    k->path = p;
+    for (uint32_t id = 0; id < GGML_TYPE_COUNT; id++) {
+        const bm_type_traits *tt = bm_type(id);
+        if (!tt) continue;
+        k->dot[id] = tt->dot[p] ? tt->dot[p] : tt->dot[BM_KPATH_SCALAR];
+        k->dot_mt[id] = tt->dot_mt[p] ? tt->dot_mt[p] : tt->dot_mt[BM_KPATH_SCALAR];
+    }
+    return 1;
 }
 
 int bm_kpath_available(bm_kpath p) {

@@ -26,6 +26,9 @@
  * Integer sums are exact in any order, so each SIMD path may form s_b as it likes; the float steps
  * are the same operations in the same order on every path.
  *
+ * Which kernel a weight type uses on each path is the type table's (type_traits.h); forward.c calls
+ * k->dot[type] and never switches on a type.
+ *
  * Several tokens at once (prefill): the *_mt functions take one weight row and nt <= BM_MT_MAX
  * activation rows and give out[t] with exactly the bits of the one-token function on token t (each
  * token keeps its own lanes and tree; the weight block, chunk or scale vector is only loaded and
@@ -36,52 +39,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* One Q8_K super-block of an activation (bm_quantize_q8_k): d * q[i] approximates value i; bsums[j]
- * is the sum of q[16j .. 16j+15]. */
-#define BM_Q8K_BLOCK 256
-typedef struct {
-    float d;
-    int8_t q[BM_Q8K_BLOCK];
-    int16_t bsums[BM_Q8K_BLOCK / 16];
-} bm_q8k;
-
-/* What a matmul's input becomes for a weight type: floats as they are (F32, F16, BF16), Q8_0 blocks
- * (Q8_0, Q4_0, Q5_0) or Q8_K super-blocks (Q4_K, Q5_K, Q6_K). */
-typedef enum { BM_ACT_F32 = 0, BM_ACT_Q8_0, BM_ACT_Q8_K } bm_act_kind;
-bm_act_kind bm_act_of(uint32_t type);
-
-typedef enum { BM_KPATH_SCALAR = 0, BM_KPATH_AVX2, BM_KPATH_NEON, BM_KPATH_NEON_DOT, BM_KPATH_COUNT } bm_kpath;
+#include "type_traits.h"
 
 /* Tokens per *_mt call, at most. */
 #define BM_MT_MAX 4
 
+/* A kernel path's functions. dot[type] / dot_mt[type] are the type table's kernels of this path
+ * (type_traits.h; the scalar ones where a path has none compiled in), NULL for a type the engine does
+ * not compute with; the rest are the functions around the matmuls. */
 typedef struct bm_kernels {
     bm_kpath path;
+    bm_dot_fn dot[GGML_TYPE_COUNT];
+    bm_dot_mt_fn dot_mt[GGML_TYPE_COUNT];
+    /* the F32 dot product of two float vectors (attention's q . k) */
     float (*dot_f32)(const float *a, const float *b, size_t n);
-    float (*dot_f16)(const uint8_t *w, const float *x, size_t n);
-    /* w: n/32 Q8_0 blocks; xq: n int8, xd: n/32 scales from bm_quantize_q8_0. n a multiple of 32. */
-    float (*dot_q8_0)(const uint8_t *w, const int8_t *xq, const float *xd, size_t n);
-    /* bm_quantize_q8_0's result, exactly (the SIMD paths vectorise the per-value steps) */
+    /* bm_quantize_q8_0's / bm_quantize_q8_1's result, exactly (the SIMD paths vectorise the per-value
+     * steps) */
     void (*quantize_q8_0)(const float *x, size_t n, int8_t *xq, float *xd);
-    /* Multi-token: out[t] = dot(w, token t) for t < nt (1 <= nt <= BM_MT_MAX), bit for bit the
-     * one-token function's value. Token t's activations are at x + t * n (F32, F16), or xq + t * n
-     * and xd + t * (n / 32) (Q8_0): the [T, n] layout of a matmul's input. */
-    void (*dot_f32_mt)(const float *w, const float *x, size_t n, int nt, float *out);
-    void (*dot_f16_mt)(const uint8_t *w, const float *x, size_t n, int nt, float *out);
-    void (*dot_q8_0_mt)(const uint8_t *w, const int8_t *xq, const float *xd, size_t n, int nt, float *out);
-    /* Q4_0 / Q5_0 rows (type) against Q8_0 activation blocks, as dot_q8_0 (n a multiple of 32). */
-    float (*dot_q45_0)(uint32_t type, const uint8_t *w, const int8_t *xq, const float *xd, size_t n);
-    void (*dot_q45_0_mt)(uint32_t type, const uint8_t *w, const int8_t *xq, const float *xd, size_t n, int nt,
-                         float *out);
-    /* Q4_K / Q5_K / Q6_K rows (type) against Q8_K super-blocks x[0 .. n/256) (n a multiple of 256);
-     * multi-token: token t's super-blocks start at x + t * (n / 256). */
-    float (*dot_kq)(uint32_t type, const uint8_t *w, const bm_q8k *x, size_t n);
-    void (*dot_kq_mt)(uint32_t type, const uint8_t *w, const bm_q8k *x, size_t n, int nt, float *out);
-    /* A row of a dequantised type (n a multiple of its block size) times x: bm_dot_f32_scalar of the
-     * row's bm_dequant_chunk values and x, bit for bit; and its multi-token form (x as for F32). The
-     * matmuls use it for BF16 only. */
-    float (*dot_dq)(uint32_t type, const uint8_t *w, const float *x, size_t n);
-    void (*dot_dq_mt)(uint32_t type, const uint8_t *w, const float *x, size_t n, int nt, float *out);
+    void (*quantize_q8_1)(const float *x, size_t n, int8_t *xq, float *xd, float *xs);
     /* The exponentials around the matmuls, vectorised on the SIMD paths with exactly the scalar
      * loop's bits (kernels_vexp.h): out[i] = bm_silu(g[i]) * u[i] (out may be u), and the softmax's
      * v[i] = (float)bm_exp((double)v[i] - (double)mx). */
@@ -108,6 +83,13 @@ void bm_kernels_get(bm_kpath p, bm_kernels *k);
  * quantize_q8_0 gives exactly its bytes. */
 void bm_quantize_q8_0(const float *x, size_t n, int8_t *xq, float *xd);
 
+/* Q8_1 (ggml's quantize_row_q8_1 on x86): the Q8_0 blocks above, and per block
+ * xs[b] = f16(d * (float)sum q) with d = amax / 127 before its rounding to f16, as a float (NaN when
+ * the block's scale is). */
+void bm_quantize_q8_1(const float *x, size_t n, int8_t *xq, float *xd, float *xs);
+/* The Q8_1 sums of blocks already quantised to Q8_0 (xq) from x: what bm_quantize_q8_1 adds. */
+void bm_q8_1_sums(const float *x, size_t n, const int8_t *xq, const float *xd, float *xs);
+
 /* Quantises x (n a multiple of 256) to Q8_K super-blocks the way ggml's quantize_row_q8_K does: per
  * super-block, m = the first value of largest magnitude; m == 0 gives d = 0 and q = 0; else
  * s = -127 / m, q = min(127, round-half-even(s * x)), d = 1 / s (kept as a float); bsums from q.
@@ -115,25 +97,26 @@ void bm_quantize_q8_0(const float *x, size_t n, int8_t *xq, float *xd);
  * function for every path (O(n) against the O(n * rows) dot products). */
 void bm_quantize_q8_k(const float *x, size_t n, bm_q8k *y);
 
-/* The scalar path's functions, for the SIMD files' tails and the tests. */
-float bm_dot_f32_scalar(const float *a, const float *b, size_t n);
-float bm_dot_f16_scalar(const uint8_t *w, const float *x, size_t n);
-float bm_dot_q8_0_scalar(const uint8_t *w, const int8_t *xq, const float *xd, size_t n);
-void bm_dot_f32_mt_scalar(const float *w, const float *x, size_t n, int nt, float *out);
-void bm_dot_f16_mt_scalar(const uint8_t *w, const float *x, size_t n, int nt, float *out);
-void bm_dot_q8_0_mt_scalar(const uint8_t *w, const int8_t *xq, const float *xd, size_t n, int nt, float *out);
-float bm_dot_q45_0_scalar(uint32_t type, const uint8_t *w, const int8_t *xq, const float *xd, size_t n);
-void bm_dot_q45_0_mt_scalar(uint32_t type, const uint8_t *w, const int8_t *xq, const float *xd, size_t n, int nt,
-                            float *out);
-float bm_dot_kq_scalar(uint32_t type, const uint8_t *w, const bm_q8k *x, size_t n);
-void bm_dot_kq_mt_scalar(uint32_t type, const uint8_t *w, const bm_q8k *x, size_t n, int nt, float *out);
-float bm_dot_dq_scalar(uint32_t type, const uint8_t *w, const float *x, size_t n);
-void bm_dot_dq_mt_scalar(uint32_t type, const uint8_t *w, const float *x, size_t n, int nt, float *out);
+/* The scalar path's raw F32 / F16 dot products and exponentials, for the SIMD files' tails and the
+ * tests. */
+float bm_vdot_f32_scalar(const float *a, const float *b, size_t n);
+float bm_vdot_f16_scalar(const uint8_t *w, const float *x, size_t n);
 void bm_silu_mul_scalar(const float *g, const float *u, size_t n, float *out);
 void bm_exp_shift_scalar(float *v, size_t n, float mx);
 
-/* Implemented by kernels_avx2.c / kernels_neon.c (NULL-free stubs on other architectures). */
-int bm_kernels_avx2(bm_kernels *k);     /* 1 and fills k when AVX2 + F16C are usable here */
-int bm_kernels_neon(bm_kernels *k, int dot); /* dot: the sdot variant; 1 and fills k when usable */
+/* Every type's kernels, one pair per path: bm_dot_<type>_<path> and bm_dot_mt_<type>_<path>
+ * (type_traits.c puts them in the type's row). A path's functions exist only in a binary built for
+ * its architecture. */
+#define BM_WEIGHT_TYPES(X) X(f32) X(f16) X(bf16) X(q8_0) X(q4_0) X(q5_0) X(q4_K) X(q5_K) X(q6_K)
+#define BM_DOT_DECL(T, P)                                                                                  \
+    float bm_dot_##T##_##P(const uint8_t *w, const bm_act *a, size_t n);                                  \
+    void bm_dot_mt_##T##_##P(const uint8_t *w, const bm_act *a, size_t n, int nt, float *out);
+#define BM_DOT_DECL_PATHS(T) BM_DOT_DECL(T, scalar) BM_DOT_DECL(T, avx2) BM_DOT_DECL(T, neon) BM_DOT_DECL(T, neon_dot)
+BM_WEIGHT_TYPES(BM_DOT_DECL_PATHS)
+
+/* Implemented by kernels_avx2.c / kernels_neon.c (stubs returning 0 on other architectures): 1 and
+ * k's path-specific functions when the CPU has the path, else 0. */
+int bm_kernels_avx2(bm_kernels *k);     /* AVX2 + F16C */
+int bm_kernels_neon(bm_kernels *k, int dot); /* dot: the sdot variant */
 
 #endif

@@ -444,9 +444,8 @@ AVX2_FN static void dot_kq_mt_avx2(uint32_t type, const uint8_t *w, const bm_q8k
     }
 }
 
-/* ---- dequantised types (kernels.h; the matmuls use it for BF16): the weights become the floats
- * bm_dequant_chunk gives (eight at a time for BF16, exactly), then the F32 dot product's lanes, adds
- * and tree. */
+/* ---- BF16 (kernels.h): the weights become floats, eight at a time, exactly (bm_to_f32_bf16's values),
+ * then the F32 dot product's lanes, adds and tree. */
 
 AVX2_FN static void dq_bf16_avx2(const uint8_t *w, size_t i0, size_t cnt, float *y) {
     size_t i = 0;
@@ -454,14 +453,7 @@ AVX2_FN static void dq_bf16_avx2(const uint8_t *w, size_t i0, size_t cnt, float 
         __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + 2 * (i0 + i))));
         _mm256_storeu_ps(y + i, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16))); /* exact */
     }
-    if (i < cnt) bm_dequant_chunk(GGML_TYPE_BF16, w, i0 + i, cnt - i, y + i);
-}
-
-AVX2_FN static inline void dq_chunk_avx2(uint32_t type, const uint8_t *w, size_t i0, size_t cnt, float *y) {
-    switch (type) {
-    case GGML_TYPE_BF16: dq_bf16_avx2(w, i0, cnt, y); break;
-    default: bm_dequant_chunk(type, w, i0, cnt, y);
-    }
+    if (i < cnt) bm_to_f32_bf16(w + 2 * (i0 + i), y + i, cnt - i);
 }
 
 /* One chunk's floats y[0..cnt) times x[0..cnt) onto the lanes acc (a tail past the last eight, only in
@@ -478,12 +470,12 @@ AVX2_FN static inline __m256 dq_acc(__m256 acc, const float *y, const float *x, 
     return acc;
 }
 
-AVX2_FN static float dot_dq_avx2(uint32_t type, const uint8_t *w, const float *x, size_t n) {
+AVX2_FN static float dot_bf16_avx2(const uint8_t *w, const float *x, size_t n) {
     __m256 acc = _mm256_setzero_ps();
     float y[BMOE_DQ_CHUNK];
     for (size_t i0 = 0; i0 < n; i0 += BMOE_DQ_CHUNK) {
         size_t cnt = n - i0 < BMOE_DQ_CHUNK ? n - i0 : BMOE_DQ_CHUNK;
-        dq_chunk_avx2(type, w, i0, cnt, y);
+        dq_bf16_avx2(w, i0, cnt, y);
         acc = dq_acc(acc, y, x + i0, cnt);
     }
     float l[8];
@@ -491,13 +483,13 @@ AVX2_FN static float dot_dq_avx2(uint32_t type, const uint8_t *w, const float *x
     return bm_simd_sum8(l);
 }
 
-AVX2_FN static void dot_dq_mt_avx2(uint32_t type, const uint8_t *w, const float *x, size_t n, int nt, float *out) {
+AVX2_FN static void dot_bf16_mt_avx2(const uint8_t *w, const float *x, size_t n, int nt, float *out) {
     __m256 acc[BM_MT_MAX];
     for (int t = 0; t < nt; t++) acc[t] = _mm256_setzero_ps();
     float y[BMOE_DQ_CHUNK];
     for (size_t i0 = 0; i0 < n; i0 += BMOE_DQ_CHUNK) {
         size_t cnt = n - i0 < BMOE_DQ_CHUNK ? n - i0 : BMOE_DQ_CHUNK;
-        dq_chunk_avx2(type, w, i0, cnt, y); /* once for every token */
+        dq_bf16_avx2(w, i0, cnt, y); /* once for every token */
         for (int t = 0; t < nt; t++) acc[t] = dq_acc(acc[t], y, x + (size_t)t * n + i0, cnt);
     }
     for (int t = 0; t < nt; t++) {
@@ -549,6 +541,32 @@ AVX2_FN static void quantize_q8_0_avx2(const float *x, size_t n, int8_t *xq, flo
     }
 }
 
+/* ---- the type table's AVX2 kernels (type_traits.c): one token and several, per type ---- */
+
+#define AVX2_ROW(T, ONE, MT)                                                                               \
+    AVX2_FN float bm_dot_##T##_avx2(const uint8_t *w, const bm_act *a, size_t n) { return ONE; }          \
+    AVX2_FN void bm_dot_mt_##T##_avx2(const uint8_t *w, const bm_act *a, size_t n, int nt, float *out) {  \
+        MT;                                                                                                \
+    }
+
+AVX2_ROW(f32, dot_f32_avx2((const float *)w, a->x, n), dot_f32_mt_avx2((const float *)w, a->x, n, nt, out))
+AVX2_ROW(f16, dot_f16_avx2(w, a->x, n), dot_f16_mt_avx2(w, a->x, n, nt, out))
+AVX2_ROW(bf16, dot_bf16_avx2(w, a->x, n), dot_bf16_mt_avx2(w, a->x, n, nt, out))
+AVX2_ROW(q8_0, dot_q8_0_avx2(w, a->q, a->d, n), dot_q8_0_mt_avx2(w, a->q, a->d, n, nt, out))
+AVX2_ROW(q4_0, dot_q45_0_avx2(GGML_TYPE_Q4_0, w, a->q, a->d, n),
+         dot_q45_0_mt_avx2(GGML_TYPE_Q4_0, w, a->q, a->d, n, nt, out))
+AVX2_ROW(q5_0, dot_q45_0_avx2(GGML_TYPE_Q5_0, w, a->q, a->d, n),
+         dot_q45_0_mt_avx2(GGML_TYPE_Q5_0, w, a->q, a->d, n, nt, out))
+AVX2_ROW(q4_K, dot_kq_avx2(GGML_TYPE_Q4_K, w, a->k, n), dot_kq_mt_avx2(GGML_TYPE_Q4_K, w, a->k, n, nt, out))
+AVX2_ROW(q5_K, dot_kq_avx2(GGML_TYPE_Q5_K, w, a->k, n), dot_kq_mt_avx2(GGML_TYPE_Q5_K, w, a->k, n, nt, out))
+AVX2_ROW(q6_K, dot_kq_avx2(GGML_TYPE_Q6_K, w, a->k, n), dot_kq_mt_avx2(GGML_TYPE_Q6_K, w, a->k, n, nt, out))
+
+/* Q8_1: the Q8_0 blocks, then their sums (bm_q8_1_sums) */
+AVX2_FN static void quantize_q8_1_avx2(const float *x, size_t n, int8_t *xq, float *xd, float *xs) {
+    quantize_q8_0_avx2(x, n, xq, xd);
+    bm_q8_1_sums(x, n, xq, xd, xs);
+}
+
 static int cpu_has_avx2_f16c(void) {
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
@@ -564,20 +582,9 @@ static int cpu_has_avx2_f16c(void) {
 
 int bm_kernels_avx2(bm_kernels *k) {
     if (!cpu_has_avx2_f16c()) return 0;
-    k->path = BM_KPATH_AVX2;
     k->dot_f32 = dot_f32_avx2;
-    k->dot_f16 = dot_f16_avx2;
-    k->dot_q8_0 = dot_q8_0_avx2;
     k->quantize_q8_0 = quantize_q8_0_avx2;
-    k->dot_f32_mt = dot_f32_mt_avx2;
-    k->dot_f16_mt = dot_f16_mt_avx2;
-    k->dot_q8_0_mt = dot_q8_0_mt_avx2;
-    k->dot_q45_0 = dot_q45_0_avx2;
-    k->dot_q45_0_mt = dot_q45_0_mt_avx2;
-    k->dot_kq = dot_kq_avx2;
-    k->dot_kq_mt = dot_kq_mt_avx2;
-    k->dot_dq = dot_dq_avx2;
-    k->dot_dq_mt = dot_dq_mt_avx2;
+    k->quantize_q8_1 = quantize_q8_1_avx2;
     k->silu_mul = bm_vsilu_mul;
     k->exp_shift = bm_vexp_shift;
     return 1;

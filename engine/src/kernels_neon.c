@@ -566,9 +566,8 @@ DOT_FN static void dot_kq_mt_neon_dot(uint32_t type, const uint8_t *w, const bm_
     }
 }
 
-/* ---- dequantised types (kernels.h; the matmuls use it for BF16): the weights become the floats
- * bm_dequant_chunk gives (four at a time for BF16, exactly), then the F32 dot product's lanes, adds
- * and tree. */
+/* ---- BF16 (kernels.h): the weights become floats, four at a time, exactly (bm_to_f32_bf16's values),
+ * then the F32 dot product's lanes, adds and tree. */
 
 static void dq_bf16_neon(const uint8_t *w, size_t i0, size_t cnt, float *y) {
     size_t i = 0;
@@ -576,14 +575,7 @@ static void dq_bf16_neon(const uint8_t *w, size_t i0, size_t cnt, float *y) {
         uint32x4_t h = vshll_n_u16(vreinterpret_u16_u8(vld1_u8(w + 2 * (i0 + i))), 16); /* exact */
         vst1q_f32(y + i, vreinterpretq_f32_u32(h));
     }
-    if (i < cnt) bm_dequant_chunk(GGML_TYPE_BF16, w, i0 + i, cnt - i, y + i);
-}
-
-static inline void dq_chunk_neon(uint32_t type, const uint8_t *w, size_t i0, size_t cnt, float *y) {
-    switch (type) {
-    case GGML_TYPE_BF16: dq_bf16_neon(w, i0, cnt, y); break;
-    default: bm_dequant_chunk(type, w, i0, cnt, y);
-    }
+    if (i < cnt) bm_to_f32_bf16(w + 2 * (i0 + i), y + i, cnt - i);
 }
 
 /* One chunk's floats y[0..cnt) times x[0..cnt) onto the lanes (a0: 0-3, a1: 4-7); a tail past the
@@ -604,12 +596,12 @@ static inline void dq_acc(float32x4_t *a0, float32x4_t *a1, const float *y, cons
     }
 }
 
-static float dot_dq_neon(uint32_t type, const uint8_t *w, const float *x, size_t n) {
+static float dot_bf16_neon(const uint8_t *w, const float *x, size_t n) {
     float32x4_t a0 = vdupq_n_f32(0.0f), a1 = vdupq_n_f32(0.0f);
     float y[BMOE_DQ_CHUNK];
     for (size_t i0 = 0; i0 < n; i0 += BMOE_DQ_CHUNK) {
         size_t cnt = n - i0 < BMOE_DQ_CHUNK ? n - i0 : BMOE_DQ_CHUNK;
-        dq_chunk_neon(type, w, i0, cnt, y);
+        dq_bf16_neon(w, i0, cnt, y);
         dq_acc(&a0, &a1, y, x + i0, cnt);
     }
     float l[8];
@@ -618,13 +610,13 @@ static float dot_dq_neon(uint32_t type, const uint8_t *w, const float *x, size_t
     return bm_simd_sum8(l);
 }
 
-static void dot_dq_mt_neon(uint32_t type, const uint8_t *w, const float *x, size_t n, int nt, float *out) {
+static void dot_bf16_mt_neon(const uint8_t *w, const float *x, size_t n, int nt, float *out) {
     float32x4_t a0[BM_MT_MAX], a1[BM_MT_MAX];
     for (int t = 0; t < nt; t++) a0[t] = a1[t] = vdupq_n_f32(0.0f);
     float y[BMOE_DQ_CHUNK];
     for (size_t i0 = 0; i0 < n; i0 += BMOE_DQ_CHUNK) {
         size_t cnt = n - i0 < BMOE_DQ_CHUNK ? n - i0 : BMOE_DQ_CHUNK;
-        dq_chunk_neon(type, w, i0, cnt, y); /* once for every token */
+        dq_bf16_neon(w, i0, cnt, y); /* once for every token */
         for (int t = 0; t < nt; t++) dq_acc(&a0[t], &a1[t], y, x + (size_t)t * n + i0, cnt);
     }
     for (int t = 0; t < nt; t++) {
@@ -635,26 +627,41 @@ static void dot_dq_mt_neon(uint32_t type, const uint8_t *w, const float *x, size
     }
 }
 
+/* ---- the type table's NEON kernels (type_traits.c): one token and several, per type; _neon_dot
+ * forms the integer sums with sdot ---- */
+
+#define NEON_ROW(T, P, ATTR, ONE, MT)                                                                     \
+    ATTR float bm_dot_##T##_##P(const uint8_t *w, const bm_act *a, size_t n) { return ONE; }             \
+    ATTR void bm_dot_mt_##T##_##P(const uint8_t *w, const bm_act *a, size_t n, int nt, float *out) { MT; }
+#define NEON_BOTH(T, ONE, MT) NEON_ROW(T, neon, , ONE, MT) NEON_ROW(T, neon_dot, , ONE, MT)
+
+NEON_BOTH(f32, dot_f32_neon((const float *)w, a->x, n), dot_f32_mt_neon((const float *)w, a->x, n, nt, out))
+NEON_BOTH(f16, dot_f16_neon(w, a->x, n), dot_f16_mt_neon(w, a->x, n, nt, out))
+NEON_BOTH(bf16, dot_bf16_neon(w, a->x, n), dot_bf16_mt_neon(w, a->x, n, nt, out))
+NEON_ROW(q8_0, neon, , dot_q8_0_neon(w, a->q, a->d, n), dot_q8_0_mt_neon(w, a->q, a->d, n, nt, out))
+NEON_ROW(q8_0, neon_dot, DOT_FN, dot_q8_0_neon_dot(w, a->q, a->d, n), dot_q8_0_mt_neon_dot(w, a->q, a->d, n, nt, out))
+#define NEON_Q45(T, TY)                                                                                    \
+    NEON_ROW(T, neon, , dot_q45_0_neon(TY, w, a->q, a->d, n), dot_q45_0_mt_neon(TY, w, a->q, a->d, n, nt, out)) \
+    NEON_ROW(T, neon_dot, DOT_FN, dot_q45_0_neon_dot(TY, w, a->q, a->d, n),                              \
+             dot_q45_0_mt_neon_dot(TY, w, a->q, a->d, n, nt, out))
+NEON_Q45(q4_0, GGML_TYPE_Q4_0)
+NEON_Q45(q5_0, GGML_TYPE_Q5_0)
+#define NEON_KQ(T, TY)                                                                                     \
+    NEON_ROW(T, neon, , dot_kq_neon(TY, w, a->k, n), dot_kq_mt_neon(TY, w, a->k, n, nt, out))             \
+    NEON_ROW(T, neon_dot, DOT_FN, dot_kq_neon_dot(TY, w, a->k, n), dot_kq_mt_neon_dot(TY, w, a->k, n, nt, out))
+NEON_KQ(q4_K, GGML_TYPE_Q4_K)
+NEON_KQ(q5_K, GGML_TYPE_Q5_K)
+NEON_KQ(q6_K, GGML_TYPE_Q6_K)
+
 int bm_kernels_neon(bm_kernels *k, int dot) {
 #if defined(__linux__)
     if (dot && !(getauxval(AT_HWCAP) & HWCAP_ASIMDDP)) return 0;
 #else
     if (dot) return 0; /* no HWCAP outside Linux: the widening-multiply path */
 #endif
-    k->path = dot ? BM_KPATH_NEON_DOT : BM_KPATH_NEON;
     k->dot_f32 = dot_f32_neon;
-    k->dot_f16 = dot_f16_neon;
-    k->dot_q8_0 = dot ? dot_q8_0_neon_dot : dot_q8_0_neon;
     k->quantize_q8_0 = bm_quantize_q8_0; /* O(n) against the O(n * rows) dot products */
-    k->dot_f32_mt = dot_f32_mt_neon;
-    k->dot_f16_mt = dot_f16_mt_neon;
-    k->dot_q8_0_mt = dot ? dot_q8_0_mt_neon_dot : dot_q8_0_mt_neon;
-    k->dot_q45_0 = dot ? dot_q45_0_neon_dot : dot_q45_0_neon;
-    k->dot_q45_0_mt = dot ? dot_q45_0_mt_neon_dot : dot_q45_0_mt_neon;
-    k->dot_kq = dot ? dot_kq_neon_dot : dot_kq_neon;
-    k->dot_kq_mt = dot ? dot_kq_mt_neon_dot : dot_kq_mt_neon;
-    k->dot_dq = dot_dq_neon;
-    k->dot_dq_mt = dot_dq_mt_neon;
+    k->quantize_q8_1 = bm_quantize_q8_1;
     k->silu_mul = bm_vsilu_mul;
     k->exp_shift = bm_vexp_shift;
     return 1;

@@ -24,7 +24,7 @@ static const char USAGE[] =
     "usage: bmoe --version\n"
     "       bmoe run [options]        greedy generation (--json for the result object)\n"
     "       bmoe check [options]      validate the options only, no model: prints ok or error: ...\n"
-    "       bmoe info -m MODEL        model facts as JSON\n"
+    "       bmoe info -m MODEL        model facts as JSON (--types: the weight types this build computes with)\n"
     "       bmoe archs                the architecture recipes (arch.c) as JSON\n"
     "       bmoe batch PLAN.jsonl     one {\"id\": ..., \"argv\": [\"run\"|\"check\", ...]} per line, a JSON result each\n"
     "       bmoe tokenize -m MODEL -p TEXT | --texts FILE | --eog [--chat] [--no-special] [--no-parse-special]\n"
@@ -125,9 +125,12 @@ static int do_check(int argc, char **argv, int batch, const char *id) {
 static int do_info(int argc, char **argv) {
     bmoe_error err = {0};
     const char *path = NULL;
+    int types = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
+        if (strcmp(a, "--types") == 0) {
+            types = 1;
+        } else if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
             if (i + 1 >= argc) return failed((err_set(&err, 2, "usage", "%s: missing value", a), &err), 1);
             path = argv[++i];
         } else if (strncmp(a, "--model=", 8) == 0) {
@@ -135,8 +138,15 @@ static int do_info(int argc, char **argv) {
         } else if (strcmp(a, "--json") == 0) {
             /* info always prints JSON */
         } else {
-            return failed((err_set(&err, 2, "usage", "info: unexpected argument '%.40s' (usage: bmoe info -m MODEL)", a), &err), 1);
+            return failed((err_set(&err, 2, "usage", "info: unexpected argument '%.40s' (usage: bmoe info -m MODEL | --types)", a), &err), 1);
         }
+    }
+    if (types && path)
+        return failed((err_set(&err, 2, "usage", "info: --types lists this build's weight types and takes no -m MODEL"), &err), 1);
+    if (types) { /* the weight types this build computes with: no model needed */
+        result_write_types(stdout);
+        fflush(stdout);
+        return 0;
     }
     if (!path || !path[0]) return failed((err_set(&err, 2, "usage", "info: -m MODEL is required"), &err), 1);
     bmoe_model *m = NULL;

@@ -175,25 +175,25 @@ static int bind(loader *L, const char *name, int required, int n_exp, uint64_t e
         fmt_shape(exp, sizeof exp, want, n_exp);
         return fail(L, 3, "%s: %s: shape %s but expected %s", path, name, got, exp);
     }
-    uint32_t blk = ggml_type_block(t->type);
-    if (t->type != GGML_TYPE_F32 && t->type != GGML_TYPE_F16 && t->type != GGML_TYPE_Q8_0 &&
-        !bm_type_dequantised(t->type))
-        return fail(L, 3, "%s: %s: type %s is not supported (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K)",
-                    path, name, ggml_type_name(t->type));
-    if (blk == 0 || t->ne[0] % blk != 0)
+    const bm_type_traits *tt = bm_type(t->type);
+    if (!tt) {
+        char list[256];
+        return fail(L, 3, "%s: %s: type %s is not supported (%s)", path, name, ggml_type_name(t->type),
+                    bm_types_supported(list, sizeof list));
+    }
+    if (t->ne[0] % tt->blck != 0)
         return fail(L, 3, "%s: %s: ne[0] = %llu is not a multiple of the %s block size %u", path, name,
-                    (unsigned long long)t->ne[0], ggml_type_name(t->type), blk);
-    uint64_t rb = ggml_type_nbytes(t->type, t->ne[0]);
+                    (unsigned long long)t->ne[0], tt->name, tt->blck);
+    uint64_t rb = bm_type_nbytes(t->type, t->ne[0]);
     /* rows * row bytes, overflow-checked against what the tensor actually holds */
     uint64_t rows = t->ne[1] * t->ne[2]; /* each < MAX_DIM-ish from the shape check */
     if (rb == 0 || rb != t->row_bytes || rows > t->nbytes / rb)
         return fail(L, 3, "%s: %s: %llu bytes cannot hold shape with %s rows of %llu bytes", path, name,
-                    (unsigned long long)t->nbytes, ggml_type_name(t->type), (unsigned long long)rb);
+                    (unsigned long long)t->nbytes, tt->name, (unsigned long long)rb);
     /* f32, f16 and bf16 rows are read as float / half words: the data must be aligned to them */
-    uint64_t align = t->type == GGML_TYPE_F32 ? 4 : (t->type == GGML_TYPE_F16 || t->type == GGML_TYPE_BF16 ? 2 : 1);
-    if (t->offset % align != 0)
-        return fail(L, 3, "%s: %s: data offset %llu is not aligned to %llu bytes", path, name,
-                    (unsigned long long)t->offset, (unsigned long long)align);
+    if (t->offset % tt->align != 0)
+        return fail(L, 3, "%s: %s: data offset %llu is not aligned to %u bytes", path, name,
+                    (unsigned long long)t->offset, tt->align);
     w->t = t;
     w->type = t->type;
     w->ne[0] = t->ne[0];

@@ -172,6 +172,40 @@ void result_write_check_ok(FILE *out, int with_id, const char *id) {
     json_end(&w);
 }
 
+/* One type's facts from the table (type_traits.h), the keys `info` and `info --types` share. */
+static void type_fields(json_writer *w, uint32_t id, const bm_type_traits *tt) {
+    json_str(w, "type", tt->name);
+    json_uint(w, "id", id);
+    json_uint(w, "block_values", tt->blck);
+    json_uint(w, "block_bytes", tt->bytes);
+    json_str(w, "activation", bm_act_name(tt->act));
+}
+
+void result_write_types(FILE *out) {
+    json_writer w;
+    json_init(&w, out);
+    json_begin_object(&w, NULL);
+    json_bool(&w, "ok", 1);
+    json_begin_array(&w, "weight_types");
+    for (uint32_t id = 0; id < GGML_TYPE_COUNT; id++) {
+        const bm_type_traits *tt = bm_type(id);
+        if (!tt) continue;
+        json_begin_object(&w, NULL);
+        type_fields(&w, id, tt);
+        json_begin_array(&w, "checked");
+        for (int f = 0; f < BM_TYPE_FIELDS && tt->fields[f].fmt; f++) json_str(&w, NULL, tt->fields[f].name);
+        json_end_array(&w);
+        json_begin_array(&w, "kernels"); /* the paths this binary has a kernel of the type for */
+        for (int p = 0; p < BM_KPATH_COUNT; p++)
+            if (tt->dot[p] && tt->dot_mt[p]) json_str(&w, NULL, bm_kpath_name((bm_kpath)p));
+        json_end_array(&w);
+        json_end_object(&w);
+    }
+    json_end_array(&w);
+    json_end_object(&w);
+    json_end(&w);
+}
+
 void result_write_info(FILE *out, const bmoe_model *m) {
     json_writer w;
     json_init(&w, out);
@@ -186,6 +220,21 @@ void result_write_info(FILE *out, const bmoe_model *m) {
         if (bm_kpath_available((bm_kpath)p)) json_str(&w, NULL, bm_kpath_name((bm_kpath)p));
     json_end_array(&w);
     model_fields(&w, m, -1);
+    /* the file's weight types, as the type table describes them (type_traits.h), in id order */
+    json_begin_array(&w, "weight_types");
+    for (uint32_t id = 0; id < GGML_TYPE_COUNT; id++) {
+        uint64_t n = 0, bytes = 0;
+        for (uint64_t i = 0; i < m->g->n_tensors; i++)
+            if (m->g->tensors[i].type == id) { n++; bytes += m->g->tensors[i].nbytes; }
+        const bm_type_traits *tt = bm_type(id);
+        if (!n || !tt) continue;
+        json_begin_object(&w, NULL);
+        type_fields(&w, id, tt);
+        json_uint(&w, "tensors", n);
+        json_uint(&w, "bytes", bytes);
+        json_end_object(&w);
+    }
+    json_end_array(&w);
     /* where each expert lives: what a streamer reads (expert e at offset + e * stride) */
     json_begin_array(&w, "expert_layout");
     for (int i = 0; i < m->n_moe_layers; i++) {
@@ -199,7 +248,7 @@ void result_write_info(FILE *out, const bmoe_model *m) {
             if (!ep->present) continue;
             json_begin_object(&w, NULL);
             json_str(&w, "name", ep->name);
-            json_str(&w, "type", ggml_type_name(ep->type));
+            json_str(&w, "type", bm_type_name(ep->type));
             json_uint(&w, "shard", ep->shard);
             json_uint(&w, "offset", ep->offset);
             json_uint(&w, "stride", ep->stride);

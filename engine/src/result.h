@@ -87,5 +87,7 @@ void result_write_run(FILE *out, int with_id, const char *id, const bmoe_result 
 void result_write_error(FILE *out, int with_id, const char *id, const bmoe_error *e);
 void result_write_check_ok(FILE *out, int with_id, const char *id);
 void result_write_info(FILE *out, const bmoe_model *m);
+/* `bmoe info --types`: the weight-type table (type_traits.h) as JSON. */
+void result_write_types(FILE *out);
 
 #endif

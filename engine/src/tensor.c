@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "exp_poly.h"
-#include "gguf.h"
+#include "type_traits.h"
 
 /* ---- half precision ---------------------------------------------------------------------- */
 
@@ -58,38 +58,53 @@ uint16_t bm_f32_to_f16(float f) {
 static inline uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
 
 void row_to_f32(uint32_t type, const void *row, float *y, size_t n) {
-    const uint8_t *w = (const uint8_t *)row;
-    switch (type) {
-    case GGML_TYPE_F32: memcpy(y, row, n * sizeof(float)); break;
-    case GGML_TYPE_F16:
-        for (size_t i = 0; i < n; i++) y[i] = bm_f16_to_f32(rd16(w + 2 * i));
-        break;
-    case GGML_TYPE_Q8_0:
-        for (size_t b = 0; b < n / BMOE_Q8_0_BLOCK; b++) {
-            const uint8_t *blk = w + b * BMOE_Q8_0_BYTES;
-            float d = bm_f16_to_f32(rd16(blk));
-            for (int i = 0; i < BMOE_Q8_0_BLOCK; i++) y[b * BMOE_Q8_0_BLOCK + i] = d * (float)(int8_t)blk[2 + i];
-        }
-        break;
-    default:
-        if (bm_type_dequantised(type)) {
-            for (size_t i = 0; i < n; i += BMOE_DQ_CHUNK)
-                bm_dequant_chunk(type, w, i, n - i < BMOE_DQ_CHUNK ? n - i : BMOE_DQ_CHUNK, y + i);
-            break;
-        }
-        for (size_t i = 0; i < n; i++) y[i] = 0.0f;
+    const bm_type_traits *tt = bm_type(type);
+    if (tt) tt->to_f32((const uint8_t *)row, y, n);
+    else memset(y, 0, n * sizeof *y);
+}
+
+void bm_to_f32_f32(const uint8_t *blocks, float *y, size_t n) { memcpy(y, blocks, n * sizeof(float)); }
+
+void bm_to_f32_f16(const uint8_t *blocks, float *y, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = bm_f16_to_f32(rd16(blocks + 2 * i));
+}
+
+void bm_to_f32_bf16(const uint8_t *blocks, float *y, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)rd16(blocks + 2 * i) << 16;
+        memcpy(&y[i], &u, sizeof u);
     }
 }
 
-int bm_type_dequantised(uint32_t type) {
-    switch (type) {
-    case GGML_TYPE_Q4_0:
-    case GGML_TYPE_Q5_0:
-    case GGML_TYPE_Q4_K:
-    case GGML_TYPE_Q5_K:
-    case GGML_TYPE_Q6_K:
-    case GGML_TYPE_BF16: return 1;
-    default: return 0;
+void bm_to_f32_q8_0(const uint8_t *blocks, float *y, size_t n) {
+    for (size_t b = 0; b < n / BMOE_Q8_0_BLOCK; b++, y += BMOE_Q8_0_BLOCK) {
+        const uint8_t *blk = blocks + b * BMOE_Q8_0_BYTES;
+        const float d = bm_f16_to_f32(rd16(blk));
+        for (int i = 0; i < BMOE_Q8_0_BLOCK; i++) y[i] = d * (float)(int8_t)blk[2 + i];
+    }
+}
+
+void bm_to_f32_q4_0(const uint8_t *blocks, float *y, size_t n) {
+    for (size_t b = 0; b < n / 32; b++, y += 32) {
+        const uint8_t *blk = blocks + b * BMOE_Q4_0_BYTES;
+        const float d = bm_f16_to_f32(rd16(blk));
+        for (int j = 0; j < 16; j++) {
+            y[j] = (float)((blk[2 + j] & 0xF) - 8) * d;
+            y[j + 16] = (float)((blk[2 + j] >> 4) - 8) * d;
+        }
+    }
+}
+
+void bm_to_f32_q5_0(const uint8_t *blocks, float *y, size_t n) {
+    for (size_t b = 0; b < n / 32; b++, y += 32) {
+        const uint8_t *blk = blocks + b * BMOE_Q5_0_BYTES;
+        const float d = bm_f16_to_f32(rd16(blk));
+        uint32_t qh = (uint32_t)blk[2] | ((uint32_t)blk[3] << 8) | ((uint32_t)blk[4] << 16) | ((uint32_t)blk[5] << 24);
+        for (int j = 0; j < 16; j++) {
+            int h0 = (int)(((qh >> j) << 4) & 0x10), h1 = (int)((qh >> (j + 12)) & 0x10);
+            y[j] = (float)(((blk[6 + j] & 0xF) | h0) - 16) * d;
+            y[j + 16] = (float)(((blk[6 + j] >> 4) | h1) - 16) * d;
+        }
     }
 }
 
@@ -116,76 +131,41 @@ static void dq_q4_5_K(const uint8_t *blk, const uint8_t *qh, const uint8_t *qs, 
     }
 }
 
-/* ggml's dequantize_row_q6_K for one block. */
-static void dq_q6_K(const uint8_t *blk, float *y) {
-    const uint8_t *ql = blk, *qh = blk + 128;
-    const int8_t *sc = (const int8_t *)(blk + 192);
-    const float d = bm_f16_to_f32(rd16(blk + 208));
-    for (int n = 0; n < 2; n++, ql += 64, qh += 32, sc += 8, y += 128) {
-        for (int l = 0; l < 32; l++) {
-            int is = l / 16;
-            const int s2 = BM_Q6K_SHIFT(1), s3 = BM_Q6K_SHIFT(2), s4 = BM_Q6K_SHIFT(3);
-            int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-            int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> s2) & 3) << 4)) - 32;
-            int q3 = ((ql[l] >> 4) | (((qh[l] >> s3) & 3) << 4)) - 32;
-            int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> s4) & 3) << 4)) - 32;
-            y[l] = d * (float)sc[is] * (float)q1;
-            y[l + 32] = d * (float)sc[is + 2] * (float)q2;
-            y[l + 64] = d * (float)sc[is + 4] * (float)q3;
-            y[l + 96] = d * (float)sc[is + 6] * (float)q4;
-        }
+void bm_to_f32_q4_K(const uint8_t *blocks, float *y, size_t n) {
+    for (size_t b = 0; b < n / BMOE_QK_K; b++, y += BMOE_QK_K) {
+        const uint8_t *blk = blocks + b * BMOE_Q4_K_BYTES;
+        dq_q4_5_K(blk, NULL, blk + 16, y);
     }
 }
 
-void bm_dequant_chunk(uint32_t type, const uint8_t *row, size_t i0, size_t cnt, float *y) {
-    switch (type) {
-    case GGML_TYPE_Q4_0:
-    case GGML_TYPE_Q5_0: {
-        size_t bb = type == GGML_TYPE_Q4_0 ? BMOE_Q4_0_BYTES : BMOE_Q5_0_BYTES;
-        for (size_t b = 0; b < cnt / 32; b++, y += 32) {
-            const uint8_t *blk = row + (i0 / 32 + b) * bb;
-            const float d = bm_f16_to_f32(rd16(blk));
-            if (type == GGML_TYPE_Q4_0) {
-                for (int j = 0; j < 16; j++) {
-                    y[j] = (float)((blk[2 + j] & 0xF) - 8) * d;
-                    y[j + 16] = (float)((blk[2 + j] >> 4) - 8) * d;
-                }
-            } else {
-                uint32_t qh = (uint32_t)blk[2] | ((uint32_t)blk[3] << 8) | ((uint32_t)blk[4] << 16) |
-                              ((uint32_t)blk[5] << 24);
-                for (int j = 0; j < 16; j++) {
-                    int h0 = (int)(((qh >> j) << 4) & 0x10), h1 = (int)((qh >> (j + 12)) & 0x10);
-                    y[j] = (float)(((blk[6 + j] & 0xF) | h0) - 16) * d;
-                    y[j + 16] = (float)(((blk[6 + j] >> 4) | h1) - 16) * d;
-                }
+void bm_to_f32_q5_K(const uint8_t *blocks, float *y, size_t n) {
+    for (size_t b = 0; b < n / BMOE_QK_K; b++, y += BMOE_QK_K) {
+        const uint8_t *blk = blocks + b * BMOE_Q5_K_BYTES;
+        dq_q4_5_K(blk, blk + 16, blk + 48, y);
+    }
+}
+
+/* ggml's dequantize_row_q6_K. */
+void bm_to_f32_q6_K(const uint8_t *blocks, float *y, size_t n) {
+    for (size_t b = 0; b < n / BMOE_QK_K; b++) {
+        const uint8_t *blk = blocks + b * BMOE_Q6_K_BYTES;
+        const uint8_t *ql = blk, *qh = blk + 128;
+        const int8_t *sc = (const int8_t *)(blk + 192);
+        const float d = bm_f16_to_f32(rd16(blk + 208));
+        for (int h = 0; h < 2; h++, ql += 64, qh += 32, sc += 8, y += 128) {
+            for (int l = 0; l < 32; l++) {
+                int is = l / 16;
+                const int s2 = BM_Q6K_SHIFT(1), s3 = BM_Q6K_SHIFT(2), s4 = BM_Q6K_SHIFT(3);
+                int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> s2) & 3) << 4)) - 32;
+                int q3 = ((ql[l] >> 4) | (((qh[l] >> s3) & 3) << 4)) - 32;
+                int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> s4) & 3) << 4)) - 32;
+                y[l] = d * (float)sc[is] * (float)q1;
+                y[l + 32] = d * (float)sc[is + 2] * (float)q2;
+                y[l + 64] = d * (float)sc[is + 4] * (float)q3;
+                y[l + 96] = d * (float)sc[is + 6] * (float)q4;
             }
         }
-        break;
-    }
-    case GGML_TYPE_Q4_K:
-    case GGML_TYPE_Q5_K:
-    case GGML_TYPE_Q6_K: {
-        (void)cnt; /* one block of 256 */
-        size_t b = i0 / BMOE_QK_K;
-        if (type == GGML_TYPE_Q4_K) {
-            const uint8_t *blk = row + b * BMOE_Q4_K_BYTES;
-            dq_q4_5_K(blk, NULL, blk + 16, y);
-        } else if (type == GGML_TYPE_Q5_K) {
-            const uint8_t *blk = row + b * BMOE_Q5_K_BYTES;
-            dq_q4_5_K(blk, blk + 16, blk + 48, y);
-        } else {
-            dq_q6_K(row + b * BMOE_Q6_K_BYTES, y);
-        }
-        break;
-    }
-    case GGML_TYPE_BF16:
-        for (size_t i = 0; i < cnt; i++) {
-            uint32_t u = (uint32_t)rd16(row + 2 * (i0 + i)) << 16;
-            memcpy(&y[i], &u, sizeof u);
-        }
-        break;
-    default:
-        for (size_t i = 0; i < cnt; i++) y[i] = 0.0f;
     }
 }
 

@@ -14,14 +14,16 @@
 #define BMOE_Q8_0_BLOCK 32
 #define BMOE_Q8_0_BYTES 34 /* f16 scale + 32 int8 */
 
-/* ggml's other block layouts (ggml-common.h), little-endian, read byte by byte:
- *   Q4_0  18 bytes / 32:  f16 d, qs[16]; y[j] = d * ((qs[j] & 15) - 8), y[j+16] = d * ((qs[j] >> 4) - 8)
- *   Q5_0  22 bytes / 32:  f16 d, qh (u32: bit j is value j's 5th bit), qs[16]; as Q4_0 with 5 bits - 16
- *   Q4_K 144 bytes / 256: f16 d, f16 dmin, scales[12] (8 x 6-bit scale, 8 x 6-bit min), qs[128]
- *   Q5_K 176 bytes / 256: f16 d, f16 dmin, scales[12], qh[32], qs[128]
- *   Q6_K 210 bytes / 256: ql[128], qh[64], scales[16] (int8), f16 d
- *   BF16   2 bytes / 1:   the high half of an f32
- * Each value is computed as ggml's dequantize_row_* computes it in float (bm_dequant_chunk). */
+/* ggml's block layouts (ggml-common.h), little-endian, read byte by byte (docs/model-math.md has the
+ * values each one holds):
+ *   Q4_0   18 bytes / 32:  f16 d, qs[16]; y[j] = d * ((qs[j] & 15) - 8), y[j+16] = d * ((qs[j] >> 4) - 8)
+ *   Q5_0   22 bytes / 32:  f16 d, qh (u32: bit j is value j's 5th bit), qs[16]; as Q4_0 with 5 bits - 16
+ *   Q4_K  144 bytes / 256: f16 d, f16 dmin, scales[12] (8 x 6-bit scale, 8 x 6-bit min), qs[128]
+ *   Q5_K  176 bytes / 256: f16 d, f16 dmin, scales[12], qh[32], qs[128]
+ *   Q6_K  210 bytes / 256: ql[128], qh[64], scales[16] (int8), f16 d
+ *   BF16    2 bytes / 1:   the high half of an f32
+ * Each value is computed as ggml's dequantize_row_* computes it in float (the bm_to_f32_* below, the
+ * type table's to_f32). */
 #define BMOE_QK_K 256
 #define BMOE_Q4_0_BYTES 18
 #define BMOE_Q5_0_BYTES 22
@@ -29,23 +31,27 @@
 #define BMOE_Q5_K_BYTES 176
 #define BMOE_Q6_K_BYTES 210
 
-/* Values per chunk of the dequantising kernels (kernels.h): a multiple of every block size above. */
+/* Values per chunk of the dequantising kernels (BF16's): a multiple of every block size above. */
 #define BMOE_DQ_CHUNK 256
 
 float bm_f16_to_f32(uint16_t h);  /* exact; subnormals, inf and NaN (payload kept) */
 uint16_t bm_f32_to_f16(float f);  /* round to nearest even; overflow to inf */
 
-/* Dequantises n elements of `row` into y. */
+/* Dequantises n elements of `row` (a whole number of the type's blocks) into y: the type table's
+ * to_f32 (type_traits.h); zeros for a type the engine does not compute with. */
 void row_to_f32(uint32_t type, const void *row, float *y, size_t n);
 
-/* 1 for the block types bm_dequant_chunk turns into floats (Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, BF16): the
- * types a model may hold besides F32, F16 and Q8_0. Only BF16 is still dequantised by the matmuls; the
- * others have integer kernels against a quantised activation (kernels.h). */
-int bm_type_dequantised(uint32_t type);
-
-/* Values i0 .. i0+cnt-1 of a row of a dequantised type into y (i0 a multiple of BMOE_DQ_CHUNK, cnt at
- * most BMOE_DQ_CHUNK and a whole number of the type's blocks). The scalar definition of every value. */
-void bm_dequant_chunk(uint32_t type, const uint8_t *row, size_t i0, size_t cnt, float *y);
+/* The table's dequantisers: n values (a whole number of blocks) of blocks into y, each value as ggml's
+ * dequantize_row_* computes it. The scalar definition of every value. */
+void bm_to_f32_f32(const uint8_t *blocks, float *y, size_t n);
+void bm_to_f32_f16(const uint8_t *blocks, float *y, size_t n);
+void bm_to_f32_bf16(const uint8_t *blocks, float *y, size_t n);
+void bm_to_f32_q8_0(const uint8_t *blocks, float *y, size_t n);
+void bm_to_f32_q4_0(const uint8_t *blocks, float *y, size_t n);
+void bm_to_f32_q5_0(const uint8_t *blocks, float *y, size_t n);
+void bm_to_f32_q4_K(const uint8_t *blocks, float *y, size_t n);
+void bm_to_f32_q5_K(const uint8_t *blocks, float *y, size_t n);
+void bm_to_f32_q6_K(const uint8_t *blocks, float *y, size_t n);
 
 /* Q4_K's (and Q5_K's) 6-bit scale and min of sub-block j (0..7), ggml's get_scale_min_k4. */
 static inline void bm_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {

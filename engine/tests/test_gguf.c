@@ -499,8 +499,8 @@ static void test_tensor_malformations(void) {
     BAD_TENSOR(((tspec){ "w", 1, { 33 }, GGML_TYPE_Q8_0, AUTO }), "ne[0] = 33 is not a multiple of the q8_0 block size 32");
     BAD_TENSOR(((tspec){ "w", 2, { UINT64_C(1) << 61, 3 }, GGML_TYPE_Q8_0, AUTO }), "+ 7349874591868649472 bytes past end");
     BAD_TENSOR(((tspec){ "blk.0.ffn_down_exps.weight", 1, { 256 }, 10, AUTO }),
-               "tensor 0 (blk.0.ffn_down_exps.weight): type 10 (q2_K) is not supported (f32, f16, bf16, q8_0, q4_0, "
-               "q5_0, q4_K, q5_K and q6_K are)");
+               "tensor 0 (blk.0.ffn_down_exps.weight): type 10 (q2_K) is not supported (f32, f16, q4_0, q5_0, q8_0, "
+               "q4_K, q5_K, q6_K, bf16 are)");
     BAD_TENSOR(((tspec){ "w", 1, { 32 }, 3, AUTO }), "type 3 (q4_1) is not supported");
     BAD_TENSOR(((tspec){ "w", 1, { 256 }, 11, AUTO }), "type 11 (q3_K) is not supported");
     BAD_TENSOR(((tspec){ "w", 1, { 256 }, 15, AUTO }), "type 15 (q8_K) is not supported");

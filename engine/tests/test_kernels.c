@@ -41,6 +41,20 @@ static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(
 static int n_paths;
 static bm_kernels paths[BM_KPATH_COUNT];
 
+/* A path's kernel of `type` (the type table's, kernels.h) on one token and on nt tokens: floats x, or
+ * Q8_0 blocks xq / xd. */
+static float tdot(const bm_kernels *k, uint32_t type, const void *w, const float *x, const int8_t *xq, const float *xd,
+                  size_t n) {
+    const bm_act a = {x, xq, xd, NULL, NULL};
+    return k->dot[type]((const uint8_t *)w, &a, n);
+}
+
+static void tdot_mt(const bm_kernels *k, uint32_t type, const void *w, const float *x, const int8_t *xq,
+                    const float *xd, size_t n, int nt, float *out) {
+    const bm_act a = {x, xq, xd, NULL, NULL};
+    k->dot_mt[type]((const uint8_t *)w, &a, n, nt, out);
+}
+
 static void test_f32_f16(void) {
     enum { N = 300 };
     float a[N], x[N], ah[N];
@@ -57,12 +71,13 @@ static void test_f32_f16(void) {
             }
             float l[8] = {0}, lh[8] = {0};
             for (size_t i = 0; i < n; i++) { l[i % 8] += a[i] * x[i]; lh[i % 8] += ah[i] * x[i]; }
-            float ref = bm_dot_f32_scalar(a, x, n), refh = bm_dot_f16_scalar(h, x, n);
+            float ref = bm_vdot_f32_scalar(a, x, n), refh = bm_vdot_f16_scalar(h, x, n);
             CHECK(bits_of(ref) == bits_of(sum8(l)));
             CHECK(bits_of(refh) == bits_of(sum8(lh)));
             for (int p = 0; p < n_paths; p++) {
                 CHECK(bits_of(paths[p].dot_f32(a, x, n)) == bits_of(ref));
-                CHECK(bits_of(paths[p].dot_f16(h, x, n)) == bits_of(refh));
+                CHECK(bits_of(tdot(&paths[p], GGML_TYPE_F32, a, x, NULL, NULL, n)) == bits_of(ref));
+                CHECK(bits_of(tdot(&paths[p], GGML_TYPE_F16, h, x, NULL, NULL, n)) == bits_of(refh));
             }
         }
     }
@@ -174,10 +189,10 @@ static void test_q8_0(void) {
                 for (int i = 0; i < 32; i++) s += (long long)(int8_t)blk[2 + i] * xq[b * 32 + (size_t)i];
                 l[b % 8] += (float)s * (bm_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8)) * xd[b]);
             }
-            float ref = bm_dot_q8_0_scalar(w, xq, xd, n);
+            float ref = tdot(&paths[0], GGML_TYPE_Q8_0, w, NULL, xq, xd, n);
             CHECK(bits_of(ref) == bits_of(sum8(l)));
             for (int p = 0; p < n_paths; p++) {
-                float got = paths[p].dot_q8_0(w, xq, xd, n);
+                float got = tdot(&paths[p], GGML_TYPE_Q8_0, w, NULL, xq, xd, n);
                 if (bits_of(got) != bits_of(ref))
                     fprintf(stderr, "  %s: nb %zu rep %d: %a != %a\n", bm_kpath_name(paths[p].path), nb, rep, got, ref);
                 CHECK(bits_of(got) == bits_of(ref));
@@ -206,14 +221,14 @@ static void test_multi_token(void) {
             for (size_t i = 0; i < (size_t)nt * n; i++) x[i] = fvalue();
             for (int p = 0; p < n_paths; p++) {
                 float o32[BM_MT_MAX], o16[BM_MT_MAX];
-                paths[p].dot_f32_mt(w, x, n, nt, o32);
-                paths[p].dot_f16_mt(h, x, n, nt, o16);
+                tdot_mt(&paths[p], GGML_TYPE_F32, w, x, NULL, NULL, n, nt, o32);
+                tdot_mt(&paths[p], GGML_TYPE_F16, h, x, NULL, NULL, n, nt, o16);
                 for (int t = 0; t < nt; t++) {
                     const float *xt = x + (size_t)t * n;
-                    CHECK(bits_of(o32[t]) == bits_of(bm_dot_f32_scalar(w, xt, n)));
+                    CHECK(bits_of(o32[t]) == bits_of(bm_vdot_f32_scalar(w, xt, n)));
                     CHECK(bits_of(o32[t]) == bits_of(paths[p].dot_f32(w, xt, n)));
-                    CHECK(bits_of(o16[t]) == bits_of(bm_dot_f16_scalar(h, xt, n)));
-                    CHECK(bits_of(o16[t]) == bits_of(paths[p].dot_f16(h, xt, n)));
+                    CHECK(bits_of(o16[t]) == bits_of(bm_vdot_f16_scalar(h, xt, n)));
+                    CHECK(bits_of(o16[t]) == bits_of(tdot(&paths[p], GGML_TYPE_F16, h, xt, NULL, NULL, n)));
                 }
             }
         }
@@ -238,16 +253,16 @@ static void test_multi_token(void) {
                 for (int t = 0; t < nt; t++) bm_quantize_q8_0(xf + (size_t)t * n, n, xq + (size_t)t * n, xd + (size_t)t * nb);
                 for (int p = 0; p < n_paths; p++) {
                     float o[BM_MT_MAX];
-                    paths[p].dot_q8_0_mt(wq, xq, xd, n, nt, o);
+                    tdot_mt(&paths[p], GGML_TYPE_Q8_0, wq, NULL, xq, xd, n, nt, o);
                     for (int t = 0; t < nt; t++) {
                         const int8_t *qt = xq + (size_t)t * n;
                         const float *dt = xd + (size_t)t * nb;
-                        float ref = bm_dot_q8_0_scalar(wq, qt, dt, n);
+                        float ref = tdot(&paths[0], GGML_TYPE_Q8_0, wq, NULL, qt, dt, n);
                         if (bits_of(o[t]) != bits_of(ref))
                             fprintf(stderr, "  %s mt: nt %d t %d nb %zu: %a != %a\n", bm_kpath_name(paths[p].path), nt, t,
                                     nb, o[t], ref);
                         CHECK(bits_of(o[t]) == bits_of(ref));
-                        CHECK(bits_of(o[t]) == bits_of(paths[p].dot_q8_0(wq, qt, dt, n)));
+                        CHECK(bits_of(o[t]) == bits_of(tdot(&paths[p], GGML_TYPE_Q8_0, wq, NULL, qt, dt, n)));
                     }
                 }
             }
@@ -256,7 +271,7 @@ static void test_multi_token(void) {
     }
 }
 
-/* ---- dequantised types (Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, BF16) ---- */
+/* ---- dequantisation (row_to_f32: every type's to_f32) and the dequantising kernel (BF16) ---- */
 
 typedef struct { uint32_t type; size_t blk, bytes; const char *name; } dq_type;
 static const dq_type DQ_TYPES[] = {
@@ -359,13 +374,14 @@ static void test_dequant(void) {
     CHECK(got[0] == 1.0f && got[1] == -3.140625f);
 }
 
-/* Every path's dot_dq and dot_dq_mt against the scalar one, bit for bit, for each dequantised type, on
- * block counts that leave chunks partly filled (Q4_0, Q5_0) and BF16 lengths that are not a multiple
- * of 8; and the scalar one against the F32 dot product of the row's dequantised values. Buffers are
- * exactly the row and nt tokens (ASan sees an overrun). */
+/* BF16, the one type the matmuls dequantise: every path's kernel, one token and several, against the
+ * scalar one bit for bit, on lengths that are not a multiple of 8 or of the 256-value chunk; and the
+ * scalar one against the F32 dot product of the row's values. Buffers are exactly the row and nt
+ * tokens (ASan sees an overrun). */
 static void test_dequantised_dots(void) {
     for (size_t ti = 0; ti < sizeof DQ_TYPES / sizeof DQ_TYPES[0]; ti++) {
         const dq_type *t = &DQ_TYPES[ti];
+        if (t->type != GGML_TYPE_BF16) continue;
         size_t max_blk = t->blk == 1 ? 600 : (t->blk == 32 ? 40 : 5);
         for (size_t nblk = 1; nblk <= max_blk; nblk += (t->blk == 1 && nblk > 40 ? 37 : 1)) {
             size_t n = nblk * t->blk;
@@ -377,14 +393,14 @@ static void test_dequantised_dots(void) {
             for (int nt = 1; nt <= BM_MT_MAX; nt++) {
                 float ref[BM_MT_MAX];
                 for (int u = 0; u < nt; u++) {
-                    ref[u] = bm_dot_dq_scalar(t->type, w, x + (size_t)u * n, n);
-                    CHECK(bits_of(ref[u]) == bits_of(bm_dot_f32_scalar(dq, x + (size_t)u * n, n)));
+                    ref[u] = tdot(&paths[0], t->type, w, x + (size_t)u * n, NULL, NULL, n);
+                    CHECK(bits_of(ref[u]) == bits_of(bm_vdot_f32_scalar(dq, x + (size_t)u * n, n)));
                 }
                 for (int p = 0; p < n_paths; p++) {
                     float o[BM_MT_MAX];
-                    paths[p].dot_dq_mt(t->type, w, x, n, nt, o);
+                    tdot_mt(&paths[p], t->type, w, x, NULL, NULL, n, nt, o);
                     for (int u = 0; u < nt; u++) {
-                        float one = paths[p].dot_dq(t->type, w, x + (size_t)u * n, n);
+                        float one = tdot(&paths[p], t->type, w, x + (size_t)u * n, NULL, NULL, n);
                         if (bits_of(one) != bits_of(ref[u]) || bits_of(o[u]) != bits_of(ref[u]))
                             fprintf(stderr, "  %s %s: n %zu nt %d t %d: %a / %a != %a\n", bm_kpath_name(paths[p].path),
                                     t->name, n, nt, u, one, o[u], ref[u]);

@@ -34,13 +34,19 @@ static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(
 static int n_paths;
 static bm_kernels paths[BM_KPATH_COUNT];
 
-typedef struct { uint32_t type; size_t blk, bytes; const char *name; } qtype;
-static const qtype TYPES[] = {
-    {GGML_TYPE_Q4_0, 32, BMOE_Q4_0_BYTES, "q4_0"}, {GGML_TYPE_Q5_0, 32, BMOE_Q5_0_BYTES, "q5_0"},
-    {GGML_TYPE_Q4_K, 256, BMOE_Q4_K_BYTES, "q4_K"}, {GGML_TYPE_Q5_K, 256, BMOE_Q5_K_BYTES, "q5_K"},
-    {GGML_TYPE_Q6_K, 256, BMOE_Q6_K_BYTES, "q6_K"},
-};
-#define N_TYPES (sizeof TYPES / sizeof TYPES[0])
+/* The block types with integer kernels, read from the type table (type_traits.h): every supported type
+ * whose kernel takes a quantised activation, except Q8_0 (test_kernels.c). */
+typedef struct { uint32_t type; size_t blk, bytes; const char *name; const bm_type_traits *tt; } qtype;
+static qtype TYPES[GGML_TYPE_COUNT];
+static size_t N_TYPES;
+
+static void load_types(void) {
+    for (uint32_t id = 0; id < GGML_TYPE_COUNT; id++) {
+        const bm_type_traits *tt = bm_type(id);
+        if (!tt || tt->act == BM_ACT_F32 || id == GGML_TYPE_Q8_0) continue;
+        TYPES[N_TYPES++] = (qtype){id, tt->blck, tt->bytes, tt->name, tt};
+    }
+}
 
 /* ---- Q8_K activation quantisation ---- */
 
@@ -106,6 +112,43 @@ static void test_quantize_q8_k(void) {
     CHECK(got[0].q[17] == -127 && got[0].d < 0.0f);
 }
 
+/* ---- Q8_1 activation quantisation ---- */
+
+/* bm_quantize_q8_1 is Q8_0's blocks plus s = f16(d * sum q), d = amax / 127 before its own rounding
+ * (ggml's x86 quantize_row_q8_1), restated here; and every path's Q8_1 quantiser gives its bytes. */
+static void test_quantize_q8_1(void) {
+    enum { NB = 12 };
+    float x[NB * 32], xd[NB], xs[NB], xd0[NB];
+    int8_t xq[NB * 32], xq0[NB * 32];
+    for (int rep = 0; rep < 40; rep++) {
+        for (int i = 0; i < NB * 32; i++)
+            x[i] = urand() % 8 == 0 ? (float)((int)(urand() % 255) - 127) * 0.5f : frand() * (rep % 3 ? 1.0f : 500.0f);
+        if (rep == 1) for (int i = 0; i < 32; i++) x[i] = 0.0f;
+        bm_quantize_q8_1(x, NB * 32, xq, xd, xs);
+        bm_quantize_q8_0(x, NB * 32, xq0, xd0);
+        CHECK(memcmp(xq, xq0, sizeof xq) == 0 && memcmp(xd, xd0, sizeof xd) == 0);
+        for (int b = 0; b < NB; b++) {
+            float amax = 0.0f;
+            int sum = 0;
+            for (int i = 0; i < 32; i++) {
+                if (fabsf(x[32 * b + i]) > amax) amax = fabsf(x[32 * b + i]);
+                sum += xq[32 * b + i];
+            }
+            float want = bm_f16_to_f32(bm_f32_to_f16(amax / 127.0f * (float)sum));
+            CHECK(bits_of(xs[b]) == bits_of(want));
+        }
+        for (int p = 0; p < n_paths; p++) {
+            float pd[NB], ps[NB];
+            int8_t pq[NB * 32];
+            paths[p].quantize_q8_1(x, NB * 32, pq, pd, ps);
+            CHECK(memcmp(pq, xq, sizeof pq) == 0 && memcmp(pd, xd, sizeof pd) == 0 && memcmp(ps, xs, sizeof ps) == 0);
+        }
+    }
+    x[40] = NAN;
+    bm_quantize_q8_1(x, NB * 32, xq, xd, xs);
+    CHECK(isnan(xd[1]) && isnan(xs[1]));
+}
+
 /* ---- blocks ---- */
 
 static uint16_t rand_scale(void) {
@@ -116,42 +159,56 @@ static uint16_t rand_scale(void) {
 }
 
 /* mode 0: random bytes and scales; 1: every byte 0xFF (largest levels, largest 6-bit scales and mins,
- * Q6_K scale -1); 2: every byte 0 (smallest levels); 3: random bytes with scales d = dmin = 1 (the exact
- * check below) */
+ * Q6_K scale -1); 2: every byte 0 (smallest levels); 3: random bytes with unit scales (f16 1, E8M0 128:
+ * the exact check below). The scales are the float fields of the type's row. */
 static void fill_blocks(const qtype *t, uint8_t *w, size_t nblk, int mode) {
     for (size_t b = 0; b < nblk; b++) {
         uint8_t *p = w + b * t->bytes;
         for (size_t i = 0; i < t->bytes; i++) p[i] = mode == 1 ? 0xFF : mode == 2 ? 0 : (uint8_t)urand();
-        uint16_t d = mode == 3 ? 0x3c00 : rand_scale(), m = mode == 3 ? 0x3c00 : rand_scale();
-        switch (t->type) {
-        case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: put16(p, d); break;
-        case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: put16(p, d); put16(p + 2, m); break;
-        default: put16(p + 208, d); break;
+        for (int f = 0; f < BM_TYPE_FIELDS && t->tt->fields[f].fmt; f++) {
+            const bm_float_field *fl = &t->tt->fields[f];
+            if (fl->fmt == BM_FIELD_F16) put16(p + fl->off, mode == 3 ? 0x3c00 : rand_scale());
+            else if (fl->fmt == BM_FIELD_E8M0) /* 2^(e - 128) per level: 1 at 128, 2^-8 .. 2^-3 at random */
+                p[fl->off] = mode == 3 ? 128 : (uint8_t)(urand() % 16 == 0 ? urand() % 4 : 120 + urand() % 6);
         }
     }
 }
 
 /* The activations of nt tokens quantised as the type's kernel takes them. */
-typedef struct { int8_t *xq; float *xd; bm_q8k *xk; } acts;
+typedef struct { int8_t *xq; float *xd, *xs; bm_q8k *xk; } acts;
+
+static acts acts_alloc(size_t n, int nt) {
+    acts a = {malloc((size_t)nt * n), malloc((size_t)nt * (n / 32) * sizeof(float)),
+              malloc((size_t)nt * (n / 32) * sizeof(float)), malloc((size_t)nt * (n / 256 + 1) * sizeof(bm_q8k))};
+    return a;
+}
+
+static void acts_free(acts *a) { free(a->xq); free(a->xd); free(a->xs); free(a->xk); }
 
 static acts quantise(const qtype *t, const float *x, size_t n, int nt) {
-    acts a = {malloc((size_t)nt * n), malloc((size_t)nt * (n / 32) * sizeof(float)),
-              malloc((size_t)nt * (n / 256 + 1) * sizeof(bm_q8k))};
+    acts a = acts_alloc(n, nt);
     for (int u = 0; u < nt; u++) {
-        if (t->blk == 32) bm_quantize_q8_0(x + (size_t)u * n, n, a.xq + (size_t)u * n, a.xd + (size_t)u * (n / 32));
-        else bm_quantize_q8_k(x + (size_t)u * n, n, a.xk + (size_t)u * (n / 256));
+        const size_t o = (size_t)u * n, ob = (size_t)u * (n / 32);
+        if (t->tt->act == BM_ACT_Q8_0) bm_quantize_q8_0(x + o, n, a.xq + o, a.xd + ob);
+        else if (t->tt->act == BM_ACT_Q8_1) bm_quantize_q8_1(x + o, n, a.xq + o, a.xd + ob, a.xs + ob);
+        else bm_quantize_q8_k(x + o, n, a.xk + (size_t)u * (n / 256));
     }
     return a;
 }
 
+static bm_act view(const acts *a) {
+    bm_act v = {NULL, a->xq, a->xd, a->xs, a->xk};
+    return v;
+}
+
 static float dot_one(const bm_kernels *k, const qtype *t, const uint8_t *w, const acts *a, size_t n, int u) {
-    if (t->blk == 32) return k->dot_q45_0(t->type, w, a->xq + (size_t)u * n, a->xd + (size_t)u * (n / 32), n);
-    return k->dot_kq(t->type, w, a->xk + (size_t)u * (n / 256), n);
+    const bm_act all = view(a), at = bm_act_token(&all, n, u);
+    return k->dot[t->type](w, &at, n);
 }
 
 static void dot_mt(const bm_kernels *k, const qtype *t, const uint8_t *w, const acts *a, size_t n, int nt, float *o) {
-    if (t->blk == 32) k->dot_q45_0_mt(t->type, w, a->xq, a->xd, n, nt, o);
-    else k->dot_kq_mt(t->type, w, a->xk, n, nt, o);
+    const bm_act all = view(a);
+    k->dot_mt[t->type](w, &all, n, nt, o);
 }
 
 /* The scalar kernel with unit weight scales and activation scale 1 (the activations set directly): each
@@ -164,11 +221,16 @@ static void test_scalar_order(void) {
             size_t n = nblk * t->blk;
             uint8_t *w = malloc(nblk * t->bytes);
             float *y = malloc(n * sizeof(float));
-            acts a = {malloc(n), malloc((n / 32) * sizeof(float)), malloc((n / 256 + 1) * sizeof(bm_q8k))};
+            acts a = acts_alloc(n, 1);
             fill_blocks(t, w, nblk, 3);
             row_to_f32(t->type, w, y, n);
             for (size_t i = 0; i < n; i++) a.xq[i] = (int8_t)((int)(urand() % 255) - 127);
-            for (size_t b = 0; b < n / 32; b++) a.xd[b] = 1.0f;
+            for (size_t b = 0; b < n / 32; b++) {
+                a.xd[b] = 1.0f;
+                int sum = 0; /* Q8_1: d * sum q, exact with d = 1 */
+                for (int i = 0; i < 32; i++) sum += a.xq[32 * b + (size_t)i];
+                a.xs[b] = (float)sum;
+            }
             for (size_t b = 0; b < n / 256; b++) {
                 a.xk[b].d = 1.0f;
                 memcpy(a.xk[b].q, a.xq + 256 * b, 256);
@@ -189,7 +251,7 @@ static void test_scalar_order(void) {
             float got = dot_one(&paths[0], t, w, &a, n, 0);
             if (bits_of(got) != bits_of(want)) fprintf(stderr, "  %s n %zu: %a != %a\n", t->name, n, got, want);
             CHECK(bits_of(got) == bits_of(want));
-            free(w); free(y); free(a.xq); free(a.xd); free(a.xk);
+            free(w); free(y); acts_free(&a);
         }
     }
 }
@@ -229,7 +291,7 @@ static void test_paths(void) {
                     dot_mt(&paths[0], t, w, &a, n, nt, o);
                     for (int u = 0; u < nt; u++) CHECK(bits_of(o[u]) == bits_of(ref[u]));
                 }
-                free(w); free(x); free(a.xq); free(a.xd); free(a.xk);
+                free(w); free(x); acts_free(&a);
             }
         }
     }
@@ -257,12 +319,40 @@ static void test_close_to_float(void) {
             float got = dot_one(&paths[0], t, w, &a, n, 0);
             CHECK(fabs((double)got - exact) <= 0.02 * mag);
             x[5] = NAN;
-            free(a.xq); free(a.xd); free(a.xk);
+            acts_free(&a);
             a = quantise(t, x, n, 1);
             for (int p = 0; p < n_paths; p++) CHECK(isnan(dot_one(&paths[p], t, w, &a, n, 0)));
-            free(a.xq); free(a.xd); free(a.xk);
+            acts_free(&a);
         }
         free(w); free(x); free(y);
+    }
+}
+
+/* The type table: the activation format of each type is the vec_dot_type ggml's CPU backend gives it
+ * (ggml-cpu.c, type_traits_cpu); every supported type has a kernel on every path compiled into this
+ * binary (a missing one would silently fall back to the scalar kernel), one token and several. */
+static void test_table(void) {
+    static const struct { uint32_t type; bm_act_kind act; uint32_t blck, bytes; } WANT[] = {
+        {GGML_TYPE_F32, BM_ACT_F32, 1, 4},       {GGML_TYPE_F16, BM_ACT_F32, 1, 2},
+        {GGML_TYPE_BF16, BM_ACT_F32, 1, 2},      {GGML_TYPE_Q8_0, BM_ACT_Q8_0, 32, 34},
+        {GGML_TYPE_Q4_0, BM_ACT_Q8_0, 32, 18},   {GGML_TYPE_Q5_0, BM_ACT_Q8_0, 32, 22},
+        {GGML_TYPE_Q4_K, BM_ACT_Q8_K, 256, 144}, {GGML_TYPE_Q5_K, BM_ACT_Q8_K, 256, 176},
+        {GGML_TYPE_Q6_K, BM_ACT_Q8_K, 256, 210},
+    };
+    for (size_t i = 0; i < sizeof WANT / sizeof WANT[0]; i++) {
+        const bm_type_traits *tt = bm_type(WANT[i].type);
+        CHECK(tt && tt->act == WANT[i].act && tt->blck == WANT[i].blck && tt->bytes == WANT[i].bytes);
+    }
+    CHECK(bm_type(GGML_TYPE_Q8_K) == NULL && bm_type(16) == NULL && bm_type(GGML_TYPE_COUNT) == NULL);
+    CHECK(strcmp(bm_type_name(GGML_TYPE_Q2_K), "q2_K") == 0 && strcmp(bm_type_name(99), "unknown") == 0);
+    for (uint32_t id = 0; id < GGML_TYPE_COUNT; id++) {
+        const bm_type_traits *tt = bm_type(id);
+        if (!tt) continue;
+        CHECK(strcmp(tt->name, bm_type_name(id)) == 0 && tt->to_f32);
+        for (int p = 0; p < n_paths; p++) {
+            CHECK(tt->dot[paths[p].path] != NULL && tt->dot_mt[paths[p].path] != NULL);
+            CHECK(paths[p].dot[id] == tt->dot[paths[p].path] && paths[p].dot_mt[id] == tt->dot_mt[paths[p].path]);
+        }
     }
 }
 
@@ -274,10 +364,10 @@ int main(void) {
             n_paths++;
         }
     CHECK(n_paths >= 1 && paths[0].path == BM_KPATH_SCALAR);
-    CHECK(bm_act_of(GGML_TYPE_Q4_K) == BM_ACT_Q8_K && bm_act_of(GGML_TYPE_Q6_K) == BM_ACT_Q8_K);
-    CHECK(bm_act_of(GGML_TYPE_Q4_0) == BM_ACT_Q8_0 && bm_act_of(GGML_TYPE_Q8_0) == BM_ACT_Q8_0);
-    CHECK(bm_act_of(GGML_TYPE_BF16) == BM_ACT_F32 && bm_act_of(GGML_TYPE_F32) == BM_ACT_F32);
+    load_types();
+    test_table();
     test_quantize_q8_k();
+    test_quantize_q8_1();
     test_scalar_order();
     test_paths();
     test_close_to_float();

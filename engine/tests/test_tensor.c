@@ -74,12 +74,12 @@ static void test_dot(void) {
         for (size_t i = 0; i < n; i++) { a[i] = frand() * 4; x[i] = frand(); }
         double ref = 0;
         for (size_t i = 0; i < n; i++) ref += (double)a[i] * x[i];
-        float got = bm_dot_f32_scalar(a, x, n);
+        float got = bm_vdot_f32_scalar(a, x, n);
         CHECK(fabs(got - ref) <= 1e-5 * (1 + fabs(ref)));
         CHECK(bits_of(got) == bits_of(lanes_ref(a, x, n)));
         
         for (size_t i = 0; i < n; i++) { uint16_t v = bm_f32_to_f16(a[i]); put16(h + 2 * i, v); ah[i] = bm_f16_to_f32(v); }
-        float g16 = bm_dot_f16_scalar(h, x, n);
+        float g16 = bm_vdot_f16_scalar(h, x, n);
         CHECK(bits_of(g16) == bits_of(lanes_ref(ah, x, n)));
         float deq[257];
         row_to_f32(GGML_TYPE_F16, h, deq, n);

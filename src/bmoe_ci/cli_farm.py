@@ -181,8 +181,22 @@ def cmd_down(args: argparse.Namespace) -> int:
         stopped = localfarm.down(log=_progress, places=args.places)
     except FarmError as exc:
         return _err("down", exc)
-    print(f"stopped {len(stopped)} sshd instance(s)")
+    print(down_line(stopped))
     return 0
+
+
+def down_line(stopped: list[str]) -> str:
+    """What `farm down` stopped, by kind: ``stopped 2 sshd (ssh-x86, ssh-arm64), the adb server and the
+    stand-in adbd (adb-arm64)`` (localfarm.down names each sshd's device, ``adb-server``, the adbd's)."""
+    sshd = [n for n in stopped if n not in ("adb-server", localfarm.ADB_DEVICE)]
+    parts = [f"{len(sshd)} sshd" + (f" ({', '.join(sshd)})" if sshd else "")]
+    if "adb-server" in stopped:
+        parts.append("the adb server")
+    if localfarm.ADB_DEVICE in stopped:
+        parts.append(f"the stand-in adbd ({localfarm.ADB_DEVICE})")
+    if not stopped:
+        return "stopped nothing: no process of the local farm was running"
+    return "stopped " + (", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0])
 
 
 def _load(cmd: str, args: argparse.Namespace):

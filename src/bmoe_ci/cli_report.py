@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 from bmoe_ci.reports import ReportError, console_matrix, exit_code, markdown, rebuild
+from bmoe_ci.reports.summary import CONSOLE_WIDTH
 
 
 def cmd_merge(args: argparse.Namespace) -> int:
@@ -49,7 +51,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     elif args.format == "markdown":
         print(markdown(data), end="")
     else:
-        print(console_matrix(data))
+        print(console_matrix(data, shutil.get_terminal_size((CONSOLE_WIDTH, 24)).columns))
         print(f"wrote {results_dir / 'junit.xml'}, summary.md, summary.json, matrix.svg", file=sys.stderr)
     return exit_code(data)
 

@@ -7,6 +7,7 @@ silently does nothing. The console script and the pytest plugin say so on one st
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -65,13 +66,26 @@ def git_commit(tree: Path) -> str:
     return f"git {head}{'+dirty' if dirty else ''}"
 
 
+def wheel_commit(tree: Path) -> str:
+    """``git <short hash>`` (``+dirty``) of the tree a wheel was built from (its ``build.json``, written
+    by setup.py), or ``an unknown commit``."""
+    try:
+        data = json.loads((tree / "build.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "an unknown commit"
+    commit = data.get("commit") if isinstance(data, dict) else None
+    if not isinstance(commit, str) or not commit:
+        return "an unknown commit"
+    return f"git {commit[:12]}{'+dirty' if data.get('dirty') else ''}"
+
+
 def version_line(places: Places) -> str:
     """`bmoe-ci --version`: the version and where the code runs from, on one line."""
     own = own_checkout()
     if own is not None:
         where = f"checkout {own}, {git_commit(own)}"
-    elif packaged_tree() is not None:
-        where = f"installed wheel, {package_dir()}"
+    elif (tree := packaged_tree()) is not None:
+        where = f"installed wheel built from {wheel_commit(tree)}, {package_dir()}"
     else:
         where = f"installed without its source tree, {package_dir()}"
     extra = f"; source tree from {ENV_REPO}={places.repo}" if places.repo is not None else ""

@@ -30,6 +30,7 @@ open. Lines the watcher adds to stderr start with ``__bmoe_ci_`` and :func:`stri
 
 from __future__ import annotations
 
+import re
 import secrets
 
 DEADLINE_MARK = "__bmoe_ci_entry_deadline__"
@@ -86,15 +87,21 @@ def result_file_name() -> str:
     return f"store/.tmp-batch-{secrets.token_hex(6)}"
 
 
+# A line the watcher wrote. The engine and the watcher share the stderr pipe: when the engine's last
+# write had no newline yet, the watcher's line is glued to it ("partial line__bmoe_ci_progress__ 42\n"),
+# so a mark is found anywhere, not only at a line's start.
+_MARK_LINE = re.compile(r"__bmoe_ci_(?:progress|entry_deadline)__ \d+\n?")
+
+
 def deadline_hit(stderr: bytes | str) -> bool:
     """Did the watcher kill the engine for running past the entry deadline?"""
     text = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr
-    return any(line.startswith(DEADLINE_MARK) for line in text.splitlines())
+    return DEADLINE_MARK + " " in text
 
 
 def strip_marks(stderr: str) -> str:
-    """The engine's own stderr: the watcher's lines removed."""
+    """The engine's own stderr: the watcher's lines removed, wherever they landed (a line the engine
+    had not ended yet continues after the mark, as the engine wrote it)."""
     if "__bmoe_ci_" not in stderr:
         return stderr
-    keep = [ln for ln in stderr.splitlines(keepends=True) if not ln.startswith(("__bmoe_ci_", "\n__bmoe_ci_"))]
-    return "".join(keep)
+    return _MARK_LINE.sub("", stderr)

@@ -47,7 +47,10 @@ class EngineResult:
         if self.infra is not None:
             return f"infrastructure error: {self.infra}"
         if self.crashed:
-            return f"engine crashed ({self.crashed}) running {' '.join(self.argv)}"
+            # the reason, not the command line: the engine's arguments are in the test's artifacts (the
+            # run's JSON), and a long absolute command line would push the reason out of every report
+            last = next((ln.strip() for ln in reversed(self.stderr.splitlines()) if ln.strip()), "")
+            return f"engine crashed ({self.crashed})" + (f": {last[:200]}" if last else "")
         if not self.data.get("ok"):
             err = self.data.get("error") or {}
             return f"engine error ({err.get('kind')}): {err.get('message')}"

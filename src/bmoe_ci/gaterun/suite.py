@@ -12,6 +12,7 @@ ini's `bmoe_farm`, not the farm the calling command loaded and chose its devices
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -31,6 +32,8 @@ STOP_GRACE_S = 30
 EXIT_USAGE = 4
 #: A gate run's console log, beside its results when the caller keeps one.
 LOG_NAME = "pytest.log"
+#: The environment variable that gives the gate run its run id (read by the plugin: bmoe_ci.plugin).
+ENV_RUN_ID = "BMOE_CI_RUN_ID"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +49,7 @@ class SuiteCall:
     workers: int = 1  # xdist workers (`-n`); 1 runs in one process
     log: Path | None = None  # the console goes there (the command line first); None: to our stderr
     timeout: float | None = None  # seconds; then the run is stopped as on an interrupt
+    run_id: str | None = None  # the gate run's id ($BMOE_CI_RUN_ID); None: it picks its own
 
 
 @dataclass(frozen=True)
@@ -121,7 +125,9 @@ def suite_command(call: SuiteCall) -> list[str]:
     cmd = [sys.executable, "-m", "pytest", str(call.tree / "gates"), "-p", "no:cacheprovider", "-q"]
     for selector in call.devices:
         cmd += ["--bmoe-device", selector]
-    cmd += ["--bmoe-results", str(call.results), "--bmoe-farm", str(call.farm)]
+    # absolute: the gate run's working directory is the source tree, not the caller's (a farm file given
+    # as devices/lab.yaml is the caller's devices/lab.yaml)
+    cmd += ["--bmoe-results", str(call.results.absolute()), "--bmoe-farm", str(call.farm.absolute())]
     if call.workers > 1:
         cmd += ["-n", str(call.workers)]
     for name in call.fixtures:
@@ -139,15 +145,16 @@ def run_gate_suite(call: SuiteCall) -> SuiteResult:
     # a checkout is the gate run's working directory; a wheel's packaged tree is not (nothing may be
     # written into site-packages), so the child then keeps ours
     cwd = call.tree if is_checkout(call.tree) else None
+    env = {**os.environ, ENV_RUN_ID: call.run_id} if call.run_id else None
     started = time.monotonic()
     if call.log is not None:
         call.log.parent.mkdir(parents=True, exist_ok=True)
         with call.log.open("w", encoding="utf-8") as fh:
             fh.write(" ".join(cmd) + "\n")
             fh.flush()
-            rc, timed_out = _run_child(cmd, cwd, fh, call.timeout)
+            rc, timed_out = _run_child(cmd, cwd, fh, call.timeout, env)
     else:
-        rc, timed_out = _run_child(cmd, cwd, sys.stderr, call.timeout)
+        rc, timed_out = _run_child(cmd, cwd, sys.stderr, call.timeout, env)
     seconds = time.monotonic() - started
     summary, unreadable = read_summary(call.results)
     problem = None
@@ -182,10 +189,14 @@ def last_line(log: Path | None) -> str:
     return lines[-1] if lines else ""
 
 
-def _run_child(cmd: list[str], cwd: Path | None, out: IO[str], timeout: float | None) -> tuple[int, bool]:
+def _run_child(
+    cmd: list[str], cwd: Path | None, out: IO[str], timeout: float | None, env: dict[str, str] | None = None
+) -> tuple[int, bool]:
     """(exit status, whether it timed out); -1 for a run stopped at its timeout."""
     out.flush()
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT if out is not sys.stderr else None)
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, stdout=out, stderr=subprocess.STDOUT if out is not sys.stderr else None, env=env
+    )
     try:
         return proc.wait(timeout=timeout), False
     except subprocess.TimeoutExpired:

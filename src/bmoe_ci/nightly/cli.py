@@ -13,6 +13,7 @@ from bmoe_ci.nightly.run import EXIT_USAGE, NightlyOptions, NightlyUsageError, i
 from bmoe_ci.reports import ReportError
 
 DEFAULT_HISTORY = Path("results") / "nightly"
+DEFAULT_POOL = "nightly"
 
 
 def _error(msg: str) -> int:
@@ -22,9 +23,12 @@ def _error(msg: str) -> int:
 
 def cmd_nightly(args: argparse.Namespace) -> int:
     try:
+        if args.device and args.pool is not None:
+            return _error("--device and --pool: give one (--device SEL runs those devices instead of a pool)")
         opts = NightlyOptions(
             history=Path(args.history),
-            pool=args.pool,
+            pool=args.pool or DEFAULT_POOL,
+            devices=tuple(args.device or ()),
             farm=Path(args.farm) if args.farm else None,
             fixtures=tuple(args.fixture or ()),
             faults=tuple(args.fault or ()),
@@ -57,15 +61,23 @@ def add_nightly_commands(subparsers: Any) -> None:
         "nightly",
         help="run the gate suite on a pool, record it in the history, classify against earlier runs, report",
         description=(
-            "Run every gate on every reachable device of a pool (the gate suite, as `pytest gates "
-            "--bmoe-device pool:P`), store the run under DIR/<run-id>/, record it in DIR/history.sqlite, "
+            "Run every gate on every reachable device of a pool, or of a --device selection (the gate "
+            "suite, as `pytest gates --bmoe-device pool:P`), store the run under DIR/<run-id>/, record it "
+            "in DIR/history.sqlite, "
             "classify each result against earlier runs and write nightly.json, report.md and report.html. "
             "Prints the report's path last. Exit 0: no new failure and no cross-device disagreement; "
             "1: there is one; 2: usage or configuration error; 3: no verdicts."
         ),
     )
     p.add_argument("--farm", metavar="FILE", help="farm YAML (default: the embedded local farm)")
-    p.add_argument("--pool", default="nightly", help="the pool to run (default: nightly)")
+    p.add_argument("--pool", default=None, help=f"the pool to run (default: {DEFAULT_POOL})")
+    p.add_argument(
+        "--device",
+        action="append",
+        metavar="SEL",
+        help="run these devices instead of a pool: NAME, a,b, pool:NAME, arch:A, label:L, kind:K, os:O or all, "
+        "as the gate suite's --bmoe-device (repeatable); the history keeps the night as pool device:SEL",
+    )
     p.add_argument(
         "--history",
         metavar="DIR",

@@ -1,6 +1,7 @@
 """The nightly history: one SQLite file (``<DIR>/history.sqlite``) that outlives raw run directories.
 
-Schema version 1 (``PRAGMA user_version``; docs/ci.md documents every table). Every write is one
+Schema version 2 (``PRAGMA user_version``; docs/ci.md documents every table). A version 1 file is
+migrated in place on open (version 2 added ``runs.faults``, so the trend can mark fault nights). Every write is one
 ``BEGIN IMMEDIATE`` transaction in WAL mode with a busy timeout, so two nightlies sharing a directory
 queue behind each other instead of corrupting the file or failing on a lock.
 """
@@ -18,7 +19,7 @@ from typing import Any
 from bmoe_ci.reports.records import INFRA_GATE, DeviceRun, RunMeta
 
 HISTORY_FILE = "history.sqlite"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 60_000
 GREEDY_ENTRY = "greedy"  # the entry name of a device's reference output (summary.json `outputs`)
 
@@ -33,7 +34,8 @@ CREATE TABLE runs (
     farm_sha256   TEXT NOT NULL DEFAULT '',
     results_dir   TEXT NOT NULL DEFAULT '',
     verdicts      INTEGER NOT NULL DEFAULT 1,
-    recorded      TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))
+    recorded      TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%SZ', 'now')),
+    faults        TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE run_builds (
     run      TEXT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
@@ -87,6 +89,11 @@ CREATE INDEX results_key ON results (device, gate, fixture);
 CREATE INDEX runs_pool ON runs (pool, started);
 """
 
+# version -> the statements that take a file of that version to the next one
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: ("ALTER TABLE runs ADD COLUMN faults TEXT NOT NULL DEFAULT ''",),
+}
+
 
 class HistoryError(Exception):
     """The history file cannot be used (newer schema, not a database); one line naming the file."""
@@ -110,6 +117,7 @@ class RunRecord:
     devices: tuple[DeviceRun, ...] = ()
     pool_devices: tuple[str, ...] = ()  # every device of the pool, reached or not
     mutation_scores: tuple[MutationScore, ...] = ()
+    faults: tuple[str, ...] = ()  # engine faults built in (a fault night: never read as the real engine)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -176,6 +184,27 @@ class RunSummary:
     errors: int
     engine_s: dict[str, float]
     mutation: tuple[int, int] | None  # (caught, total) summed over devices, None when not measured
+    faults: tuple[str, ...] = ()  # a fault night's injected faults (empty: the real engine)
+
+    @property
+    def rate(self) -> float | None:
+        """The pass rate over what can pass: passed / (passed + failed + errors), skips left out (a
+        test skipped by design, for a fixture it does not apply to, is not one that failed to pass);
+        None when nothing ran."""
+        ran = self.passed + self.failed + self.errors
+        return self.passed / ran if ran else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Outcome:
+    """One test on one device in one run: a point of its history."""
+
+    run: str
+    started: str | None
+    outcome: str
+    message: str
+    engine_build_id: str
+    faults: tuple[str, ...]
 
 
 def gave_verdict(run: DeviceRun) -> bool:
@@ -209,6 +238,7 @@ def run_record(
     results_dir: str = "",
     verdicts: bool = True,
     mutation_scores: tuple[MutationScore, ...] = (),
+    faults: tuple[str, ...] | None = None,
 ) -> RunRecord:
     """A :class:`RunRecord` from a results directory's contents (``load_results``)."""
     return RunRecord(
@@ -226,6 +256,7 @@ def run_record(
         devices=tuple(devices),
         pool_devices=tuple(pool_devices if pool_devices is not None else [d.device for d in devices]),
         mutation_scores=mutation_scores,
+        faults=tuple(sorted(set(meta.faults if faults is None else faults) | {f for d in devices for f in d.faults})),
     )
 
 
@@ -279,6 +310,11 @@ class History:
                     if statement.strip():
                         conn.execute(statement)
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                return
+            for v in range(version, SCHEMA_VERSION):  # in the same transaction: all of it or nothing
+                for statement in _MIGRATIONS[v]:
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     # ------------------------------------------------------------------------ writing
 
@@ -289,7 +325,7 @@ class History:
             conn.execute("DELETE FROM runs WHERE id = ?", (run.id,))
             conn.execute(
                 "INSERT INTO runs (id, pool, started, finished, git_commit, git_dirty, farm_sha256, results_dir,"
-                " verdicts) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " verdicts, faults) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     run.id,
                     run.pool,
@@ -300,6 +336,7 @@ class History:
                     run.farm_sha256,
                     run.results_dir,
                     int(run.verdicts),
+                    ",".join(run.faults),
                 ),
             )
             conn.executemany(
@@ -443,7 +480,7 @@ class History:
         device, mutation score."""
         out = []
         for rid in run_ids:
-            row = self.conn.execute("SELECT pool, started, verdicts FROM runs WHERE id = ?", (rid,)).fetchone()
+            row = self.conn.execute("SELECT pool, started, verdicts, faults FROM runs WHERE id = ?", (rid,)).fetchone()
             if row is None:
                 continue
             counts = dict.fromkeys(("pass", "fail", "error", "skip"), 0)
@@ -473,8 +510,72 @@ class History:
                     errors=counts["error"],
                     engine_s=engine_s,
                     mutation=(mut[0], mut[1]) if mut[2] else None,
+                    faults=_faults(row[3]),
                 )
             )
+        return out
+
+    def history_of(self, pool: str, names: list[str], run_ids: list[str]) -> dict[tuple[str, str], list[Outcome]]:
+        """(device, test name) -> its outcomes in *run_ids* (runs of *pool*, oldest first), for the tests
+        *names*: the history a report shows per test."""
+        out: dict[tuple[str, str], list[Outcome]] = {}
+        if not names or not run_ids:
+            return out
+        order = {rid: i for i, rid in enumerate(run_ids)}
+        for chunk in _chunks(names):
+            rows = self.conn.execute(
+                "SELECT r.device, r.name, r.run, runs.started, r.outcome, r.message,"
+                " COALESCE(d.engine_build_id, ''), runs.faults FROM results r JOIN runs ON runs.id = r.run"
+                " LEFT JOIN device_state d ON d.run = r.run AND d.device = r.device"
+                f" WHERE runs.pool = ? AND r.name IN ({','.join('?' * len(chunk))})",
+                [pool, *chunk],
+            ).fetchall()
+            for device, name, run, started, outcome, message, build, faults in rows:
+                if run in order:
+                    out.setdefault((device, name), []).append(
+                        Outcome(
+                            run=run,
+                            started=started,
+                            outcome=outcome,
+                            message=message,
+                            engine_build_id=build,
+                            faults=_faults(faults),
+                        )
+                    )
+        for points in out.values():
+            points.sort(key=lambda o: order[o.run])
+        return out
+
+    def last_passed(self, pool: str, names: list[str], before: str | None = None) -> dict[tuple[str, str], Outcome]:
+        """(device, test name) -> the most recent run of *pool* in which it passed (before run *before*,
+        when given: tonight's own pass is no news), over the whole history, not only the report's
+        window."""
+        out: dict[tuple[str, str], Outcome] = {}
+        limit = ""
+        params_tail: list[Any] = []
+        if before is not None:
+            limit = (
+                " AND (COALESCE(runs.started, ''), runs.id) < (SELECT COALESCE(started, ''), id FROM runs WHERE id = ?)"
+            )
+            params_tail = [before]
+        for chunk in _chunks(names):
+            rows = self.conn.execute(
+                "SELECT r.device, r.name, r.run, runs.started, r.message, COALESCE(d.engine_build_id, ''),"
+                " runs.faults FROM results r JOIN runs ON runs.id = r.run"
+                " LEFT JOIN device_state d ON d.run = r.run AND d.device = r.device"
+                f" WHERE runs.pool = ? AND r.outcome = 'pass' AND r.name IN ({','.join('?' * len(chunk))}){limit}"
+                " ORDER BY COALESCE(runs.started, ''), runs.id",
+                [pool, *chunk, *params_tail],
+            ).fetchall()
+            for device, name, run, started, message, build, faults in rows:  # oldest first: the last one stays
+                out[(device, name)] = Outcome(
+                    run=run,
+                    started=started,
+                    outcome="pass",
+                    message=message,
+                    engine_build_id=build,
+                    faults=_faults(faults),
+                )
         return out
 
     def started(self, run_id: str) -> str | None:
@@ -495,3 +596,13 @@ class History:
 
 def is_infra(gate: str) -> bool:
     return gate == INFRA_GATE
+
+
+def _faults(text: str | None) -> tuple[str, ...]:
+    return tuple(f for f in (text or "").split(",") if f)
+
+
+def _chunks(names: list[str], size: int = 500) -> list[list[str]]:
+    """*names* in pieces SQLite takes as one IN (...) list (it allows 999 parameters by default)."""
+    unique = list(dict.fromkeys(names))
+    return [unique[i : i + size] for i in range(0, len(unique), size)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 # More gates than this as columns would not fit 1280 px (a column is about 40 px); the table is then
 # transposed when there are fewer devices than gates.
@@ -50,6 +51,23 @@ class Cell:
     text: str
     verdict: str | None
     title: str
+    href: str = ""  # a failed or errored cell: its first failing test's evidence page
+
+
+def counts_of(d: dict[str, Any], gate: str) -> dict[str, int]:
+    """What a cell counts: fixtures (summary.json ``gate_fixtures``; an older summary: its tests)."""
+    return (d.get("gate_fixtures") or d["gate_counts"]).get(gate, {})
+
+
+def linked(c: Cell, d: dict[str, Any], gate: str) -> Cell:
+    """*c* with the evidence of its first failing test, and that test's reason in its tooltip."""
+    first = (d.get("cells") or {}).get(gate)
+    if not first or c.verdict not in ("fail", "error"):
+        return c
+    more = f" (and {first['tests'] - 1} more)" if first["tests"] > 1 else ""
+    reason = f": {first['message']}" if first["message"] else ""
+    title = f"{c.title}; {first['test']}{more}{reason}"
+    return Cell(c.text, c.verdict, title, first["evidence"])
 
 
 def cell(counts: dict[str, int]) -> Cell:
@@ -74,15 +92,15 @@ def _status(d: dict[str, Any]) -> Cell:
         title += f" (fault build: {', '.join(d['faults'])})"
     if d.get("infra_error"):
         title += f": {d['infra_error']}"
-    return Cell(_STATUS[d["status"]], "fault" if d.get("faults") else d["status"], title)
+    return Cell(_STATUS[d["status"]], "fault" if d.get("faults") else d["status"], title, d.get("evidence", ""))
 
 
 def _td(c: Cell, where: str) -> str:
     fill, colour = _FAULT if c.verdict == "fault" else _STYLE[c.verdict]
-    return (
-        f'<td style="background:{fill};color:{colour}" title="{html.escape(where + ": " + c.title)}">'
-        f"{html.escape(c.text)}</td>"
-    )
+    text = html.escape(c.text)
+    if c.href:  # one click from the cell to its evidence
+        text = f'<a href="{html.escape(quote(c.href))}" style="color:{colour}">{text}</a>'
+    return f'<td style="background:{fill};color:{colour}" title="{html.escape(where + ": " + c.title)}">{text}</td>'
 
 
 def _device_th(name: str, d: dict[str, Any], mixed: bool) -> str:
@@ -101,7 +119,7 @@ def matrix_html(s: dict[str, Any]) -> str:
     """The matrix of summary.json *s* as an HTML table, with its legend."""
     gates: list[str] = s["gates"]
     devices: dict[str, Any] = s["devices"]
-    grid = {(dev, g): cell(d["gate_counts"].get(g, {})) for dev, d in devices.items() for g in gates}
+    grid = {(dev, g): linked(cell(counts_of(d, g)), d, g) for dev, d in devices.items() for g in gates}
     mixed = len({bool(d.get("faults")) for d in devices.values()}) > 1
     out = ['<table class="matrix">']
     if not transposed(s):
@@ -139,9 +157,10 @@ def matrix_html(s: dict[str, Any]) -> str:
         )
     )
     out.append(
-        f'<p class="legend">Cells count fixtures: {swatch}. '
+        '<p class="legend">Cells count fixtures (each once, as the worst of the gate\'s tests on it): '
+        f"{swatch}. "
         f'<span class="sw" style="background:{_FAULT[0]};color:{_FAULT[1]}">status</span>'
-        "fault build. Hover a cell for its full text.</p>"
+        "fault build. Hover a cell for its full text; click a failed one for its evidence.</p>"
     )
     return "\n".join(out)
 
@@ -154,9 +173,10 @@ def matrix_markdown(s: dict[str, Any]) -> list[str]:
     bad = []
     for dev, d in devices.items():
         for g in gates:
-            c = cell(d["gate_counts"].get(g, {}))
+            c = linked(cell(counts_of(d, g)), d, g)
             if c.verdict in ("fail", "error"):
-                bad.append(f"- {dev} ({d['arch']}) {g}: {c.title}")
+                where = f" ([evidence]({quote(c.href)}))" if c.href else ""
+                bad.append(f"- {dev} ({d['arch']}) {g}: {c.title}{where}")
         if d.get("infra_error"):
             bad.append(f"- {dev} ({d['arch']}): {d['infra_error']}")
     head = f"{len(devices)} device(s) x {len(gates)} gate(s)"

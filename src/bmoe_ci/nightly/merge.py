@@ -5,9 +5,9 @@ The device directories are copied side by side into DIR (a device name may appea
 the usual results files are rebuilt from them, and when the shards are nightlies their classification
 lists are concatenated. Cross-device agreement is recomputed over all devices, since two shards can
 disagree with each other. The merged counts must equal the sum of the shards' counts: a mismatch is an
-error, never a report. XDEV is the one gate whose verdicts may move (a shard with one device skips it; the
-merge compares that device with the others), so its records count in `tests` but are left out of the
-outcome comparison.
+error, never a report. XDEV is the one gate whose verdicts may move or appear (a shard with one device
+has none: nothing to compare; the merge compares that device with the others), so its records are left
+out of the comparison.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ _TOTALS = ("devices", "tests", "passed", "failed", "errors", "skipped")
 
 
 def _counts(runs: list[DeviceRun]) -> dict[str, int]:
-    """Devices and tests, and the outcomes of every test but XDEV (re-judged over all shards)."""
-    recs = [r for run in runs for r in run.reported_records()]
-    c = Counts.of(r.outcome for r in recs if r.gate != XDEV_GATE)
+    """Devices, and the tests and outcomes of every test but XDEV (re-judged over all shards)."""
+    recs = [r for run in runs for r in run.reported_records() if r.gate != XDEV_GATE]
+    c = Counts.of(r.outcome for r in recs)
     return {
         "devices": len(runs),
         "tests": len(recs),
@@ -77,11 +77,12 @@ def merge_shards(shards: list[Path], out: Path, *, absolute: bool = False) -> tu
         for dev_dir in device_dirs(shard):
             shutil.copytree(dev_dir, out / dev_dir.name)
     summary = rebuild(out, absolute=absolute)
-    got = _counts(load_results(out)[1])
+    merged_runs = load_results(out)[1]
+    got = _counts(merged_runs)
     if got != expected:
         raise ReportError(f"{out}: merged counts {got} differ from the sum of the shards {expected}")
     n = merged_nightly(out.resolve().name, nightlies, summary, out)
-    return n["exit_code"], write_report(out, n, summary, [])
+    return n["exit_code"], write_report(out, n, summary, [], runs=merged_runs)
 
 
 def merged_nightly(run: str, shards: list[dict[str, Any]], summary: dict[str, Any], out: Path) -> dict[str, Any]:

@@ -20,9 +20,20 @@ from urllib.parse import quote  # an artifact's name may hold [ ] or spaces: a l
 
 from bmoe_ci.nightly.history import RunSummary
 from bmoe_ci.nightly.matrix import MATRIX_CSS, matrix_html, matrix_markdown
+from bmoe_ci.nightly.testhistory import (
+    HISTORY_DIR,
+    TestHistory,
+    last_pass_text,
+    page_href,
+    render_page,
+    strip_html,
+    strip_text,
+)
 from bmoe_ci.nightly.trend import import_matplotlib as import_matplotlib  # re-exported: run.py warms it up
 from bmoe_ci.nightly.trend import trend_svg
-from bmoe_ci.reports.records import atomic_write, write_json
+from bmoe_ci.reports.evidence import write_evidence
+from bmoe_ci.reports.records import DeviceRun, atomic_write, write_json
+from bmoe_ci.reports.summary import EVIDENCE_LINKS, counts_text, human_bytes
 
 NIGHTLY_SCHEMA = "bmoe-ci.nightly/1"
 NIGHTLY_JSON = "nightly.json"
@@ -59,25 +70,35 @@ class Link:
     href: str  # relative to the report's directory
 
 
-Cell = str | Link | tuple[Link, ...]  # a tuple: several links in one cell (a failed test's artifacts)
+@dataclass(frozen=True)
+class Strip:
+    """A test's recent nights on one device (nightly.json's ``recent``, oldest first), linking to its
+    history page; *faults*: run id -> faults of the fault nights among them."""
+
+    recent: tuple[tuple[str, str | None], ...]  # (run id, outcome or None: did not run)
+    href: str
+    faults: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    @property
+    def text(self) -> str:
+        return strip_text([{"run": r, "outcome": o} for r, o in self.recent])
+
+
+Cell = str | Link | Strip | tuple[Link, ...]  # a tuple: several links in one cell (evidence, history)
 
 
 def cell_text(c: Cell) -> str:
     if isinstance(c, tuple):
         return " ".join(link.text for link in c)
-    return c.text if isinstance(c, Link) else c
+    return c.text if isinstance(c, Link | Strip) else c
 
 
-def failure_artifacts(summary: dict[str, Any] | None) -> dict[tuple[str, str], tuple[Link, ...]]:
-    """Per (device, test name) that failed or errored: its artifacts (summary.json ``problems``, paths
-    relative to the run directory) as links."""
+def failure_evidence(summary: dict[str, Any] | None) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per (device, test name) that failed or errored tonight: its summary.json ``problems`` entry
+    (the reason's first line, the evidence page and artifacts, relative to the run directory)."""
     if not summary:
         return {}
-    return {
-        (p["device"], p["name"]): tuple(Link(Path(a).name, a) for a in p["artifacts"])
-        for p in summary.get("problems", [])
-        if p.get("artifacts")
-    }
+    return {(p["device"], p["name"]): p for p in summary.get("problems", [])}
 
 
 @dataclass(frozen=True)
@@ -112,11 +133,7 @@ def verdict_line(n: dict[str, Any]) -> str:
     if n["disagreements"]:
         parts.append(f"{len(n['disagreements'])} cross-device disagreement(s)")
     head = "FAIL" if n["exit_code"] == 1 else "OK"
-    t = n["totals"]
-    counts = (
-        f"{t['devices']} device(s), {t['tests']} tests: {t['passed']} passed, {t['failed']} failed, "
-        f"{t['errors']} errors, {t['skipped']} skipped"
-    )
+    counts = counts_text(n["totals"])
     return f"{head}{built}: {', '.join(parts) if parts else 'nothing new'} ({counts})"
 
 
@@ -142,23 +159,38 @@ def commit_line(n: dict[str, Any]) -> str:
     return f"commits {_short(old)}..{_short(new)}{counted}{dirty} since the previous night ({prev})"
 
 
-def _finding_row(f: dict[str, Any], key: str) -> list[Cell]:
+def _finding_row(f: dict[str, Any], key: str, faults: dict[str, tuple[str, ...]]) -> list[Cell]:
     if key == "devices_missing":
         return [f["device"], f["arch"], f["reason"], f["since"] or ""]
-    row: list[Cell] = [f["device"], f["arch"], f["gate"], f["fixture"], f["name"], f.get("last_outcome") or "new"]
+    row: list[Cell] = [f"{f['device']} ({f['arch']})", f["name"], f.get("last_outcome") or "new"]
     if key == "still_failing":
         row.append(f.get("since") or "")
-    row.append(f.get("message", ""))
-    return row
+    message = f.get("message", "")
+    if not message and f.get("last_failure") and f["last_failure"].get("message"):  # a fixed test: what it was
+        message = f"was ({f['last_failure']['run']}): {f['last_failure']['message']}"
+    row.append(message)
+    if "recent" in f:  # the test's history (a nightly.json of an older bmoe-ci has none)
+        recent = tuple((r["run"], r["outcome"]) for r in f["recent"])
+        marked = tuple((r, faults[r]) for r, _ in recent if r in faults)
+        row += [Strip(recent, f.get("history", ""), marked), last_pass_text(f.get("last_pass")), str(f["flips"])]
+    links = tuple(
+        Link(text, f[field]) for text, field in (("evidence", "evidence"), ("history", "history")) if f.get(field)
+    )
+    return [*row, links] if links else row
 
 
-def _finding_header(key: str) -> list[str]:
+def _finding_header(key: str, f: dict[str, Any] | None) -> list[str]:
     if key == "devices_missing":
         return ["device", "arch", "reason", "missing since"]
-    head = ["device", "arch", "gate", "fixture", "test", "last time"]
+    head = ["device", "test", "last time"]
     if key == "still_failing":
         head.append("failing since")
-    return [*head, "message"]
+    head.append("reason")
+    if f is not None and "recent" in f:
+        head += [f"last {len(f['recent'])} nights", "last pass before", "flips"]
+    if f is not None and (f.get("evidence") or f.get("history")):
+        head.append("links")
+    return head
 
 
 def _device_links(name: str, d: dict[str, Any]) -> list[Cell]:
@@ -167,21 +199,47 @@ def _device_links(name: str, d: dict[str, Any]) -> list[Cell]:
     return [junit, files]
 
 
-def _finding_section(
-    n: dict[str, Any], key: str, title: str, note: str, artifacts: dict[tuple[str, str], tuple[Link, ...]]
-) -> Section:
-    header, rows = _finding_header(key), [_finding_row(f, key) for f in n[key]]
-    links = [artifacts.get((f["device"], f.get("name", ""))) for f in n[key]]
-    if any(links):  # the column only where a test left artifacts
-        header = [*header, "artifacts"]
-        rows = [[*row, link or ""] for row, link in zip(rows, links, strict=True)]
+def _finding_section(n: dict[str, Any], key: str, title: str, note: str) -> Section:
+    faults = {r: tuple(f) for r, f in (n.get("fault_runs") or {}).items()}
+    rows = [_finding_row(f, key, faults) for f in n[key]]
+    width = max((len(r) for r in rows), default=0)
+    widest = next((f for f, r in zip(n[key], rows, strict=True) if len(r) == width), None)
+    header = _finding_header(key, widest)
+    rows = [[*r, *([""] * (len(header) - len(r)))] for r in rows]  # a row without links: empty cells
     return Section(key, f"{title} ({len(n[key])})", note, header, rows)
 
 
-def sections(n: dict[str, Any], artifacts: dict[tuple[str, str], tuple[Link, ...]] | None = None) -> list[Section]:
+def annotate(n: dict[str, Any], summary: dict[str, Any] | None, histories: dict[tuple[str, str], TestHistory]) -> None:
+    """Give each finding of nightly.json *n* what a reader needs next to it: the first line of its
+    reason (as summary.json says it), its evidence page, and its history (recent nights, last pass,
+    flips, its history page). Also ``fault_runs``: the fault nights among the runs shown."""
+    evidence = failure_evidence(summary)
+    runs: set[str] = set()
+    for key, _, _ in CLASSES:
+        if key == "devices_missing":
+            continue
+        for f in n[key]:
+            problem = evidence.get((f["device"], f["name"]))
+            if problem is not None:
+                f["message"] = problem["message"]
+                f["evidence"] = problem["evidence"]
+            h = histories.get((f["device"], f["name"]))
+            if h is not None:
+                f.update(h.to_dict())
+                runs.update(r["run"] for r in f["recent"])
+    n["fault_runs"] = {
+        rid: list(p.faults)
+        for h in histories.values()
+        for rid, p in h.points.items()
+        if p.faults and (rid in runs or not runs)
+    }
+
+
+def sections(n: dict[str, Any]) -> list[Section]:
     """The report's tables from nightly.json content, in report order; a table with nothing to say is
-    left out (a green night is short). *artifacts*: :func:`failure_artifacts`, linked from the findings."""
-    out = [_finding_section(n, key, title, note, artifacts or {}) for key, title, note in CLASSES]
+    left out (a green night is short). A finding links its evidence and its history when nightly.json
+    has them (:func:`annotate`)."""
+    out = [_finding_section(n, key, title, note) for key, title, note in CLASSES]
     out.append(
         Section(
             "disagreements",
@@ -253,7 +311,7 @@ def sections(n: dict[str, Any], artifacts: dict[tuple[str, str], tuple[Link, ...
                 "kind",
                 "target",
                 "engine build",
-                "pushed bytes",
+                "pushed",
                 "engine s",
                 "wall s",
                 "state",
@@ -268,7 +326,7 @@ def sections(n: dict[str, Any], artifacts: dict[tuple[str, str], tuple[Link, ...
                     d["kind"],
                     d["target"],
                     d["engine_build_id"],
-                    str(d["pushed_bytes"]),
+                    human_bytes(d["pushed_bytes"]),
                     f"{d['engine_s']:.2f}",
                     f"{d['wall_s']:.2f}",
                     d["infra_error"] or "reached",
@@ -281,9 +339,9 @@ def sections(n: dict[str, Any], artifacts: dict[tuple[str, str], tuple[Link, ...
     return [s for s in out if s.rows]
 
 
-def _split(n: dict[str, Any], summary: dict[str, Any] | None) -> tuple[list[Section], list[Section]]:
+def _split(n: dict[str, Any]) -> tuple[list[Section], list[Section]]:
     """(findings, devices): the trend chart goes between them."""
-    all_ = sections(n, failure_artifacts(summary))
+    all_ = sections(n)
     return [s for s in all_ if s.key != "devices"], [s for s in all_ if s.key == "devices"]
 
 
@@ -294,9 +352,12 @@ def _md(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _md_cell(c: Cell) -> str:
+def md_cell(c: Cell) -> str:
+    """One table cell of report.md."""
     if isinstance(c, tuple):
-        return " ".join(_md_cell(link) for link in c)
+        return " ".join(md_cell(link) for link in c)
+    if isinstance(c, Strip):
+        return f"[{c.text}]({quote(c.href)})" if c.href else c.text
     return f"[{_md(c.text)}]({quote(c.href)})" if isinstance(c, Link) else _md(c)
 
 
@@ -304,7 +365,7 @@ def _md_section(s: Section) -> list[str]:
     lines = [f"## {s.title}", "", f"_{s.note}_", ""]
     lines.append("| " + " | ".join(_md(h) for h in s.header) + " |")
     lines.append("|" + "---|" * len(s.header))
-    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in s.rows]
+    lines += ["| " + " | ".join(md_cell(c) for c in row) + " |" for row in s.rows]
     return [*lines, ""]
 
 
@@ -321,7 +382,7 @@ def markdown(n: dict[str, Any], summary: dict[str, Any] | None = None, files: Se
     ]
     if summary and summary["devices"]:
         lines += ["## Device x gate", "", *matrix_markdown(summary), ""]
-    findings, devices = _split(n, summary)
+    findings, devices = _split(n)
     for s in findings:
         lines += _md_section(s)
     for s in devices:
@@ -348,9 +409,14 @@ table { border-collapse: collapse; font-size: .85em; max-width: 100%; }
 td, th { border: 1px solid #d0d7de; padding: .25em .5em; text-align: left; vertical-align: top;
   overflow-wrap: break-word; }
 table.findings th { white-space: nowrap; }
-/* the last column (a message) may break a long path anywhere, so the table fits the page; the other
-   columns keep their words whole instead of being squeezed to a letter or two */
-table.findings td:last-child { overflow-wrap: anywhere; min-width: 16em; }
+/* the reason (or the last column) may break a long word anywhere, so the table fits the page; the
+   other columns keep their words whole instead of being squeezed to a letter or two */
+table.findings td.reason, table.findings td:last-child { overflow-wrap: anywhere; min-width: 12em; }
+table.findings td.reason { min-width: 18em; }
+table.findings td.links { white-space: nowrap; min-width: 0; }
+.nights { text-decoration: none; white-space: nowrap; }
+.night { display: inline-block; width: 1.25em; text-align: center; margin-right: 1px; font-size: .85em;
+  font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; border-radius: 2px; }
 th { background: #f6f8fa; } .note { color: #57606a; font-style: italic; } .empty { color: #57606a; }
 figure { margin: 1em 0; overflow-x: auto; } figure svg { max-width: 100%; height: auto; }
 """
@@ -361,9 +427,14 @@ figure { margin: 1em 0; overflow-x: auto; } figure svg { max-width: 100%; height
 def _html_cell(c: Cell) -> str:
     if isinstance(c, tuple):
         return " ".join(_html_cell(link) for link in c)
+    if isinstance(c, Strip):
+        return strip_html([{"run": r, "outcome": o} for r, o in c.recent], dict(c.faults), c.href)
     if isinstance(c, Link):
         return f'<a href="{html.escape(quote(c.href))}">{html.escape(c.text)}</a>'
     return html.escape(c)
+
+
+_CLASS = {"reason": ' class="reason"', "message": ' class="reason"', "links": ' class="links"'}
 
 
 def _html_section(s: Section) -> list[str]:
@@ -371,7 +442,11 @@ def _html_section(s: Section) -> list[str]:
         f'<h2 id="{s.key}">{html.escape(s.title)}</h2><p class="note">{html.escape(s.note)}</p>',
         '<table class="findings"><tr>' + "".join(f"<th>{html.escape(h)}</th>" for h in s.header) + "</tr>",
     ]
-    out += ["<tr>" + "".join(f"<td>{_html_cell(c)}</td>" for c in row) + "</tr>" for row in s.rows]
+    klass = [_CLASS.get(h, "") for h in s.header]
+    out += [
+        "<tr>" + "".join(f"<td{k}>{_html_cell(c)}</td>" for k, c in zip(klass, row, strict=True)) + "</tr>"
+        for row in s.rows
+    ]
     return [*out, "</table>"]
 
 
@@ -402,7 +477,7 @@ def render_html(n: dict[str, Any], summary: dict[str, Any] | None, trend: str | 
     ]
     if summary and summary["devices"]:
         out.append(f'<h2>Device x gate</h2><figure id="matrix">{matrix_html(summary)}</figure>')
-    findings, devices = _split(n, summary)
+    findings, devices = _split(n)
     for s in findings:
         out += _html_section(s)
     if trend:
@@ -422,10 +497,58 @@ def render_html(n: dict[str, Any], summary: dict[str, Any] | None, trend: str | 
     return "\n".join(out) + "\n"
 
 
+def write_test_pages(
+    run_dir: Path,
+    n: dict[str, Any],
+    summary: dict[str, Any] | None,
+    histories: dict[tuple[str, str], TestHistory],
+    started: dict[str, str | None],
+) -> list[str]:
+    """One page per test of *histories* (``_history/<test>.html``): its history per device across the
+    window's nights; returns the pages written (relative to *run_dir*)."""
+    by_name: dict[str, list[TestHistory]] = {}
+    for (_, name), h in sorted(histories.items()):
+        by_name.setdefault(name, []).append(h)
+    evidence = failure_evidence(summary)
+    faults = {rid: p.faults for hs in by_name.values() for h in hs for rid, p in h.points.items() if p.faults}
+    arch = {d: v.get("arch", "") for d, v in (summary or {}).get("devices", {}).items()}
+    pages = []
+    for name, hs in by_name.items():
+        page = page_href(name)
+        text = render_page(
+            name,
+            hs,
+            pool=n["pool"],
+            run=n["run"],
+            started=started,
+            faults=faults,
+            evidence={h.device: evidence[(h.device, name)]["evidence"] for h in hs if (h.device, name) in evidence},
+            arch=arch,
+        )
+        atomic_write(run_dir / page, text.encode("utf-8"))
+        pages.append(page)
+    return pages
+
+
 def write_report(
-    run_dir: Path, n: dict[str, Any], summary: dict[str, Any] | None, trend_runs: list[RunSummary]
+    run_dir: Path,
+    n: dict[str, Any],
+    summary: dict[str, Any] | None,
+    trend_runs: list[RunSummary],
+    *,
+    runs: list[DeviceRun] | None = None,
+    histories: dict[tuple[str, str], TestHistory] | None = None,
 ) -> Path:
-    """nightly.json, report.md, trend.svg and report.html in *run_dir*; returns the HTML's path."""
+    """nightly.json, report.md, trend.svg and report.html in *run_dir*; returns the HTML's path. With
+    *histories* (:func:`bmoe_ci.nightly.testhistory.collect`), each finding carries its history and
+    every test of them gets its page; with *runs* (the gate run's devices), every failure's evidence
+    page is written again with links to this report and to the test's history."""
+    if histories:
+        annotate(n, summary, histories)
+        started = {r.id: r.started for r in trend_runs}
+        write_test_pages(run_dir, n, summary, histories, started)
+    elif summary is not None:
+        annotate(n, summary, {})
     write_json(run_dir / NIGHTLY_JSON, n)
     trend = trend_svg(trend_runs) if trend_runs else None
     if trend:
@@ -434,6 +557,9 @@ def write_report(
     atomic_write(run_dir / REPORT_MD, markdown(n, summary, files).encode("utf-8"))
     path = run_dir / REPORT_HTML
     atomic_write(path, render_html(n, summary, trend, files).encode("utf-8"))
+    if runs is not None:
+        links = (*EVIDENCE_LINKS, ("this test's history", f"{HISTORY_DIR}/{{name}}.html"))
+        write_evidence(run_dir, n["run"], [r for run in runs for r in run.reported_records()], links)
     return path
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bmoe_ci.farm import FarmError, default_run_id, load_farm
+from bmoe_ci.farm import FarmError, default_run_id, load_farm, select_devices
 from bmoe_ci.faults import CatalogueError, load_catalogue
 from bmoe_ci.gaterun.suite import SuiteCall, run_gate_suite, suite_command
 from bmoe_ci.nightly.classify import (
@@ -32,6 +32,7 @@ from bmoe_ci.nightly.classify import (
 )
 from bmoe_ci.nightly.history import History, MutationScore, gave_verdict, run_record
 from bmoe_ci.nightly.report import (
+    CLASSES,
     NIGHTLY_JSON,
     NIGHTLY_SCHEMA,
     TREND_RUNS,
@@ -40,6 +41,7 @@ from bmoe_ci.nightly.report import (
     write_index,
     write_report,
 )
+from bmoe_ci.nightly.testhistory import collect as collect_histories
 from bmoe_ci.paths import Places
 from bmoe_ci.reports import ReportError, load_results
 from bmoe_ci.reports.junit import JUNIT_XML
@@ -59,6 +61,9 @@ class NightlyUsageError(Exception):
 class NightlyOptions:
     history: Path
     pool: str = "nightly"
+    # --device SEL (the gate suite's selector) instead of a pool: the history keeps it as the pool
+    # `device:SEL,...`, so a night is compared with the nights of the same selection
+    devices: tuple[str, ...] = ()
     farm: Path | None = None
     fixtures: tuple[str, ...] = ()
     faults: tuple[str, ...] = ()
@@ -153,12 +158,18 @@ def gate_call(opts: NightlyOptions, run_dir: Path, n_devices: int) -> SuiteCall:
     return SuiteCall(
         tree=opts.places.source_tree(),
         farm=_farm_path(opts),
-        devices=(f"pool:{opts.pool}",),
+        devices=opts.devices or (f"pool:{opts.pool}",),
         results=run_dir,
         fixtures=opts.fixtures,
         faults=opts.faults,
         workers=workers,
+        run_id=run_dir.name,  # the gate run is known by the nightly's own run id
     )
+
+
+def pool_name(opts: NightlyOptions) -> str:
+    """The name a night is recorded under: its pool, or ``device:SEL,...`` for a --device selection."""
+    return "device:" + ",".join(opts.devices) if opts.devices else opts.pool
 
 
 def gate_command(opts: NightlyOptions, run_dir: Path, n_devices: int) -> list[str]:
@@ -170,7 +181,7 @@ def _empty_nightly(run_id: str, opts: NightlyOptions) -> dict[str, Any]:
     return {
         "schema": NIGHTLY_SCHEMA,
         "run": run_id,
-        "pool": opts.pool,
+        "pool": pool_name(opts),
         "started": None,
         "finished": None,
         "git_commit": "",
@@ -243,13 +254,15 @@ def run_nightly(opts: NightlyOptions) -> NightlyResult:
     try:
         farm = load_farm(opts.farm, opts.places)
         farm_path = _farm_path(opts)
+        selected = [d.name for d in select_devices(farm, list(opts.devices))] if opts.devices else None
     except FarmError as exc:
-        raise NightlyUsageError(str(exc)) from None
-    if opts.pool not in farm.pools:
+        raise NightlyUsageError(f"--device: {exc}" if opts.devices else str(exc)) from None
+    if selected is None and opts.pool not in farm.pools:
         raise NightlyUsageError(
             f"pool {opts.pool!r} is not defined in {farm_path} (pools: {', '.join(farm.pools) or 'none'})"
         )
-    pool_devices = list(farm.pools[opts.pool])
+    pool_devices = selected if selected is not None else list(farm.pools[opts.pool])
+    pool = pool_name(opts)
     run_id = default_run_id()
     run_dir = opts.history / run_id
     started = time.monotonic()
@@ -262,8 +275,8 @@ def run_nightly(opts: NightlyOptions) -> NightlyResult:
         gate_started = time.monotonic()
         meta, runs, summary = _gate_run(opts, run_dir, len(pool_devices), n)
         gate_s = time.monotonic() - gate_started
-        # The history knows a run by its directory name (retention and links rely on it); the gate
-        # suite's own run id, in run.json, is chosen by its process and differs.
+        # The history knows a run by its directory name (retention and links rely on it), which is
+        # also the id the gate run was given ($BMOE_CI_RUN_ID: its run.json says the same)
         meta = replace(meta, run=run_id)
         scores: list[MutationScore] = []
         if opts.mutants and summary is not None:
@@ -275,7 +288,7 @@ def run_nightly(opts: NightlyOptions) -> NightlyResult:
             run_record(
                 meta,
                 runs,
-                pool=opts.pool,
+                pool=pool,
                 pool_devices=pool_devices,
                 git_commit=n["git_commit"],
                 git_dirty=n["git_dirty"],
@@ -283,6 +296,7 @@ def run_nightly(opts: NightlyOptions) -> NightlyResult:
                 results_dir=str(run_dir),
                 verdicts=verdicts,
                 mutation_scores=tuple(scores),
+                faults=tuple(sorted(set(meta.faults) | set(opts.faults))),
             )
         )
         n.update(
@@ -293,8 +307,8 @@ def run_nightly(opts: NightlyOptions) -> NightlyResult:
             n["devices"] = device_facts_table(summary, run_dir)
             # the gate suite records the faults it built in (summary.json): never lose one from the report
             n["faults"] = sorted(set(n["faults"]) | set(summary.get("faults") or []))
-        _compare_with_history(n, hist, opts, summary)
-        n["commit_range"] = commit_range(hist, opts.pool, run_id, n["git_commit"], opts.places.checkout())
+        _compare_with_history(n, hist, pool, opts, summary)
+        n["commit_range"] = commit_range(hist, pool, run_id, n["git_commit"], opts.places.checkout())
         if scores:
             n["mutation_score"] = {
                 "caught": sum(s.caught for s in scores),
@@ -302,8 +316,9 @@ def run_nightly(opts: NightlyOptions) -> NightlyResult:
                 "devices": [vars(s) for s in scores],
             }
         n["exit_code"] = decide_exit(n)
-        trend = hist.run_summaries(hist.run_ids(opts.pool, limit=TREND_RUNS))
-        report = write_report(run_dir, n, summary, trend)
+        trend = hist.run_summaries(hist.run_ids(pool, limit=TREND_RUNS))
+        histories = collect_histories(hist, pool, run_id, finding_keys(n, summary), TREND_RUNS)
+        report = write_report(run_dir, n, summary, trend, runs=runs, histories=histories)
         if opts.keep is not None:
             for removed in apply_retention(opts.history, hist, opts.keep):
                 _log(f"retention: removed {removed}")
@@ -353,12 +368,20 @@ def _one_device_per_arch(runs: list[DeviceRun]) -> dict[str, str]:
     return chosen
 
 
+def finding_keys(n: dict[str, Any], summary: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """(device, test name) of every finding of tonight and every failure or error of the gate run:
+    the tests whose history the report shows."""
+    keys = [(f["device"], f["name"]) for key, _, _ in CLASSES if key != "devices_missing" for f in n[key]]
+    keys += [(p["device"], p["name"]) for p in (summary or {}).get("problems", [])]
+    return list(dict.fromkeys(keys))
+
+
 def _compare_with_history(
-    n: dict[str, Any], hist: History, opts: NightlyOptions, summary: dict[str, Any] | None
+    n: dict[str, Any], hist: History, pool: str, opts: NightlyOptions, summary: dict[str, Any] | None
 ) -> None:
     """Classification and cross-device agreement of run ``n["run"]`` against the pool's earlier runs."""
     run_id = n["run"]
-    previous = hist.run_ids(opts.pool, before=run_id)
+    previous = hist.run_ids(pool, before=run_id)
     fill_classification(
         n,
         classify(

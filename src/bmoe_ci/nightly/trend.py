@@ -1,6 +1,11 @@
 """The nightly report's trend chart: pass rate, mutation score and engine time per device over the
 recent runs of a pool, against the date each run started.
 
+The pass rate is over what can pass: passed / (passed + failed + errors); a skip (a gate that does not
+apply to a fixture) is left out, so a green night reads 100 %. A fault night (an engine built with an
+injected fault, `--fault`) is marked: an amber band on both axes and an amber point, so its dip is
+never read as the real engine's.
+
 Honest axes: both y axes start at 0 (a pass rate of 96 % drawn from 95 to 100 looks like a collapse),
 the rate axis ends at 100 %, and x is the start date, so a gap of three nights without a run shows as a
 gap instead of three evenly spaced points.
@@ -11,11 +16,13 @@ from __future__ import annotations
 import io
 import re
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 from bmoe_ci.nightly.history import RunSummary
 
 _RUN_ID_TIME = re.compile(r"^(\d{8}-\d{6})")
+FAULT_COLOUR = "#9a6700"  # as a fault build's status cell and banner
 
 
 def import_matplotlib() -> tuple[Any, Any]:
@@ -64,9 +71,33 @@ def trend_figure(runs: list[RunSummary]) -> Any | None:
     FigureCanvasSVG(fig)
     rate_ax, time_ax = fig.subplots(2, 1, sharex=True)
     xs = [t for t, _ in dated]
-    rate = [100.0 * r.passed / r.tests if r.tests else float("nan") for _, r in dated]
+    rate = [100.0 * r.rate if r.rate is not None else float("nan") for _, r in dated]
     # clip_on=False: a point at exactly 100 % is drawn whole instead of cut in half by the axis' top
-    rate_ax.plot(xs, rate, marker="o", color="#2da44e", label="pass rate % (passed / all tests)", clip_on=False)
+    rate_ax.plot(
+        xs,
+        rate,
+        marker="o",
+        color="#2da44e",
+        label="pass rate % (of the tests that ran; skips left out)",
+        clip_on=False,
+    )
+    faulty = [(t, r) for t, r in dated if r.faults]
+    if faulty:
+        # a band as wide as a night at most, and narrower than the gap to the nearest other run
+        gaps = [b - a for a, b in pairwise(xs) if b > a]
+        half = min([timedelta(hours=5), *(0.4 * g for g in gaps)])
+        for t, _ in faulty:
+            for ax in (rate_ax, time_ax):
+                ax.axvspan(t - half, t + half, color=FAULT_COLOUR, alpha=0.25, lw=0)
+        rate_ax.plot(
+            [t for t, _ in faulty],
+            [100.0 * r.rate if r.rate is not None else float("nan") for _, r in faulty],
+            marker="D",
+            linestyle="none",
+            color=FAULT_COLOUR,
+            label="fault night (--fault: not the real engine)",
+            clip_on=False,
+        )
     mut = [100.0 * r.mutation[0] / r.mutation[1] if r.mutation and r.mutation[1] else float("nan") for _, r in dated]
     if any(v == v for v in mut):
         rate_ax.plot(xs, mut, marker="s", linestyle="none", color="#8250df", label="mutation score %", clip_on=False)

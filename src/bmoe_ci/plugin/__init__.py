@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,13 +42,15 @@ from bmoe_ci.gaterun.context import DeviceContext, GateRun
 from bmoe_ci.gaterun.progress import Progress
 from bmoe_ci.gaterun.runner import DeviceRunner
 from bmoe_ci.gaterun.state import GateState, plan_line
+from bmoe_ci.gaterun.suite import ENV_RUN_ID
 from bmoe_ci.models import SpecError
 from bmoe_ci.paths import Places
 from bmoe_ci.plugin import options
 from bmoe_ci.plugin.collect import RecordCollector, begin_run
-from bmoe_ci.plugin.marks import mark_gate_item, register_catalogue
+from bmoe_ci.plugin.marks import mark_gate_item, register_catalogue, xdev_fixtures
 from bmoe_ci.plugin.options import GateOptions
 from bmoe_ci.plugin.suite import pytest_load_initial_conftests  # noqa: F401 (`pytest gates` anywhere)
+from bmoe_ci.reports.evidence import ARTIFACTS, safe_name
 from bmoe_ci.reports.plan import PlannedTest, write_plan
 
 if TYPE_CHECKING:
@@ -54,6 +58,16 @@ if TYPE_CHECKING:
 
 RUN_KEY = pytest.StashKey[GateRun]()
 STATE_KEY = pytest.StashKey["GateState"]()
+
+
+def run_id_from(environ: Mapping[str, str]) -> str:
+    """``$BMOE_CI_RUN_ID`` when set (it must be usable as a directory name), else a fresh run id."""
+    given = environ.get(ENV_RUN_ID, "").strip()
+    if not given:
+        return default_run_id()
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}", given):
+        raise pytest.UsageError(f"${ENV_RUN_ID} {given!r}: not usable as a run id (letters, digits, '.', '_', '-')")
+    return given
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -119,6 +133,7 @@ class Controller:
         self.prepared: Prepared | None = None
         self.collector: RecordCollector | None = None
         self.started = time.monotonic()
+        self.plans: dict[str, list[dict]] = {}  # device -> the plans its tests ran (bmoe.plans)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -128,7 +143,7 @@ class Controller:
         from bmoe_ci.gaterun.prepare import plan_only, prepare, results_dir_problem
 
         config, opts = self.config, self.opts
-        run_id = default_run_id()
+        run_id = run_id_from(os.environ)
         results = Path(opts.results or Path("results") / run_id).resolve()
         # bad options are refused before any device is touched
         problem = results_dir_problem(results)
@@ -152,11 +167,22 @@ class Controller:
             for what, value, where in (
                 ("farm", opts.farm, opts.farm_from),
                 ("devices", " ".join(opts.selectors), opts.selectors_from),
+                ("fixtures", " ".join(opts.fixtures or ()), opts.fixtures_from),
             )
             if where not in ("command line", "default")
         ]
-        if origins:  # a setting the user did not type: say where it came from
+        # a setting the user did not type: say where it came from, and in any error it causes (under
+        # -q the step line is not shown, and the error alone would not say why that farm or device)
+        came_from = f" ({'; '.join(origins)})" if origins else ""
+        if origins:
             self.progress.step("; ".join(origins))
+        if opts.fixtures:  # an unknown fixture is a usage error, said once, before anything is built
+            from bmoe_ci.models import load_specs
+
+            try:
+                load_specs(places=opts.places).select(list(opts.fixtures))
+            except SpecError as exc:
+                raise pytest.UsageError(f"{options.option('fixture')}: {exc}{came_from}") from exc
         if results.is_dir() and not options.dry_run(config):
             # a directory used before: a run killed while preparing must not read as the earlier one
             begin_run(results, run_id)
@@ -187,7 +213,7 @@ class Controller:
                 places=opts.places,
             )
         except FarmError as exc:
-            raise pytest.UsageError(str(exc)) from exc
+            raise pytest.UsageError(f"{exc}{came_from}") from exc
         except (BuildError, SpecError) as exc:
             # Not a verdict on any device: the suite cannot start. Say why, without a traceback.
             pytest.exit(f"bmoe-ci: cannot prepare the gate run: {exc}", returncode=3)
@@ -206,16 +232,22 @@ class Controller:
             self.collector.add(report)
         for key, value in report.user_properties:
             if key == "bmoe.plans":  # plans a test ran, here or on an xdist worker
-                device = dict(report.user_properties).get("bmoe.device", "?")
+                device = str(dict(report.user_properties).get("bmoe.device", "?"))
                 for plan in json.loads(str(value)):
-                    self.progress.step(plan_line(str(device), plan))
+                    # one line per plan with -v, where pytest gives each test a line of its own too;
+                    # at the normal verbosity a line here would cut pytest's line of dots in two, so
+                    # the plans are summed up per device after the tests (plans_lines)
+                    self.progress.detail(plan_line(device, plan))
+                    self.plans.setdefault(device, []).append(plan)
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.prepared is None or self.collector is None:
             return
         self.prepared.close()  # release every device lock, whatever happened
-        self.summary, verdict = self.collector.finish(time.monotonic() - self.started)
+        width = self.config.get_terminal_writer().fullwidth
+        xdev = xdev_fixtures(self.config, list(self.collector.run.fixtures))
+        self.summary, verdict = self.collector.finish(time.monotonic() - self.started, width=width, xdev_fixtures=xdev)
         if verdict != 0 and session.exitstatus == pytest.ExitCode.OK:
             # a verdict derived from the results, not from a test of this session (XDEV), or a device
             # that recorded nothing: the run is not green
@@ -225,7 +257,27 @@ class Controller:
         summary = getattr(self, "summary", None)
         if summary is not None:
             terminalreporter.write_sep("=", "bmoe-ci gate matrix")
+            if self.progress.verbosity == 0:  # -v said each plan as it ended; -q says none
+                for line in plans_lines(self.plans):
+                    terminalreporter.write_line(line)
             terminalreporter.write_line(summary)
+
+
+def plans_lines(plans: dict[str, list[dict]]) -> list[str]:
+    """Per device, the engine plans its tests ran: ``plans: host 11 (264 entries), 13.2 s; the slowest
+    trained 2.1 s``, and every plan that did not end well on a line of its own (plan_line)."""
+    out = []
+    for device, done in plans.items():
+        entries = sum(int(p.get("entries", 0)) for p in done)
+        seconds = sum(float(p.get("seconds", 0.0)) for p in done)
+        slowest = max(done, key=lambda p: float(p.get("seconds", 0.0)))
+        what = str(slowest.get("key", "")).removeprefix("fixture:")
+        out.append(
+            f"plans: {device} {len(done)} ({entries} entries), {seconds:.1f} s; "
+            f"the slowest {what} {float(slowest.get('seconds', 0.0)):.1f} s"
+        )
+        out += [plan_line(device, p) for p in done if p.get("outcome", "ok") != "ok" or int(p.get("crashed", 0))]
+    return out
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -297,10 +349,17 @@ def runner(gate_state: GateState, device: DeviceContext, request: pytest.Fixture
 
 
 @pytest.fixture
-def artifacts(gate_state: GateState, device: DeviceContext, request: pytest.FixtureRequest) -> Path:
-    """A directory for this test's artifacts (kept only when the test fails)."""
-    safe = "".join(c if c.isalnum() or c in "-_.[]" else "_" for c in request.node.name)
-    return Path(gate_state.run.results_dir) / device.name / "artifacts" / safe
+def artifacts(gate_state: GateState, device: DeviceContext, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A directory for this test's artifacts (a gate writes there when it fails). What the test left
+    there is recorded on the test (paths relative to the device's results directory), so the reports
+    link it from the failure (reports/evidence.py)."""
+    device_dir = Path(gate_state.run.results_dir) / device.name
+    path = device_dir / ARTIFACTS / safe_name(request.node.name)
+    yield path
+    if path.is_dir():
+        files = sorted(p.relative_to(device_dir).as_posix() for p in path.rglob("*") if p.is_file())
+        if files:
+            request.node.user_properties.append(("bmoe.artifacts", "\n".join(files)))
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:

@@ -9,6 +9,7 @@ is an error too.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from bmoe_ci.gaterun.context import GateRun
 from bmoe_ci.reports import DeviceRun, RunMeta, TestRecord, console_matrix, exit_code, finalize, write_device_junit
 from bmoe_ci.reports.plan import read_plan, reconcile, write_pending_plan
 from bmoe_ci.reports.records import RUN_JSON
-from bmoe_ci.reports.summary import SUMMARY_JSON
+from bmoe_ci.reports.summary import CONSOLE_WIDTH, SUMMARY_JSON, human_bytes
 
 
 @dataclass
@@ -45,6 +46,18 @@ def _one_line(report: pytest.TestReport) -> str:
     if isinstance(report.longrepr, tuple):  # skip: (path, line, reason)
         return str(report.longrepr[2])
     return str(report.longrepr).strip().splitlines()[-1] if report.longrepr else ""
+
+
+def reason_line(message: str, device_dir: Path) -> str:
+    """A failure's first line as the reports show it: the reason, not how Python spelled it
+    (``AssertionError: `` is dropped, other exception names stay: they say something) and without the
+    absolute path of its artifacts directory, which the record links instead
+    (``(artifacts in /abs/.../artifacts/test_x[...])``, ``(all in ...)``, ``; artifacts in ...``)."""
+    text = message[len("AssertionError: ") :] if message.startswith("AssertionError: ") else message
+    where = re.escape(str(device_dir))
+    text = re.sub(rf"\s*\((?:artifacts|all) in {where}[^)]*\)", "", text)
+    text = re.sub(rf"[;,]\s*(?:artifacts|all) in {where}[^)]*", "", text)
+    return text.replace(str(device_dir) + "/", "")
 
 
 def begin_run(results_dir: Path, run_id: str) -> None:
@@ -106,6 +119,7 @@ class RecordCollector:
         if "bmoe.digests" in p.props:  # fixture -> entry -> fingerprint, from the plan's runs (XDEV)
             self.digests.setdefault(device, {}).update(json.loads(p.props["bmoe.digests"]))
         artifacts = [a for a in p.props.get("bmoe.artifacts", "").split("\n") if a]
+        device_dir = (Path(self.run.results_dir) / device).absolute()
         self.records.setdefault(device, []).append(
             TestRecord(
                 device=device,
@@ -115,7 +129,7 @@ class RecordCollector:
                 classname=p.props.get("bmoe.classname", "gates"),
                 outcome=p.outcome,  # type: ignore[arg-type]
                 duration_s=p.duration,
-                message=p.message,
+                message=reason_line(p.message, device_dir),
                 details=p.details,
                 system_out=p.stdout or None,
                 artifacts=artifacts,
@@ -148,8 +162,12 @@ class RecordCollector:
             digests=self.digests.get(d.name, {}),
         )
 
-    def finish(self, wall_s: float) -> tuple[str, int]:
-        """Writes the results; returns the console text and the summary's exit code."""
+    def finish(
+        self, wall_s: float, *, width: int = CONSOLE_WIDTH, xdev_fixtures: list[str] | None = None
+    ) -> tuple[str, int]:
+        """Writes the results; returns the console text (laid out for a terminal *width* columns wide)
+        and the summary's exit code. *xdev_fixtures*: the fixtures whose XDEV verdict the selection kept
+        (None: every one; plugin/marks.py)."""
         for nodeid in list(self.pending):  # phases that never completed
             self.pending[nodeid].outcome = "error"
             self.pending[nodeid].message = "the test did not finish"
@@ -167,14 +185,16 @@ class RecordCollector:
             fixtures=self.run.fixtures,
             notes=list(self.run.notes),
             faults=list(self.run.faults),
+            devices=[d.name for d in self.run.devices],
+            xdev_fixtures=xdev_fixtures,
         )
         data = finalize(self.run.results_dir, runs, meta, absolute=self.absolute)
-        lines = [console_matrix(data)]
+        lines = [console_matrix(data, width)]
         built = ", ".join(self.run.compiled) or "nothing (every target from the cache)"
         pushed = sum(d.pushed_bytes for d in self.run.devices)
         engine = sum(self.engine_s.values())
         busiest = max(self.engine_s.values(), default=0.0)
-        lines.append(f"built: {built}; pushed: {pushed} bytes")
+        lines.append(f"built: {built}; pushed: {human_bytes(pushed)}")
         lines.append(
             f"time: session wall {wall_s:.1f} s; engine on the devices {engine:.1f} s in all, "
             f"{busiest:.1f} s on the busiest device (per-device overhead in summary.md)"

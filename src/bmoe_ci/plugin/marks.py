@@ -19,6 +19,7 @@ import re
 import pytest
 
 from bmoe_ci.reports.summary import GATE_ORDER
+from bmoe_ci.reports.xdev import XDEV_GATE
 
 
 def marker_name(gate_id: str) -> str:
@@ -63,4 +64,31 @@ def mark_gate_item(item: pytest.Item) -> None:
             item.add_marker(name)
 
 
-__all__ = ["gate_markers", "mark_gate_item", "marker_name", "register_catalogue"]
+def xdev_fixtures(config: pytest.Config, fixtures: list[str]) -> list[str] | None:
+    """The fixtures whose XDEV verdict the session's selection keeps, as if XDEV[fixture] were a test
+    with the marker `xdev` and that name: `-m g8b` keeps none (nobody asked for XDEV), `-k qwen3moe`
+    keeps qwen3moe's, no -m/-k keeps every one (None). XDEV is no test of the session (reports/xdev.py
+    derives it over the devices), so pytest's own selection never sees it."""
+    from _pytest.mark.expression import Expression  # the -m/-k grammar; pytest has no public API for it
+
+    markexpr = str(getattr(config.option, "markexpr", "") or "")
+    keyword = str(getattr(config.option, "keyword", "") or "")
+    if not markexpr and not keyword:
+        return None
+    gate = marker_name(XDEV_GATE)
+    kept = []
+    for fixture in fixtures:
+        names = {f"{XDEV_GATE}[{fixture}]", gate}
+        try:
+            by_mark = not markexpr or Expression.compile(markexpr).evaluate(lambda m, **kw: m == gate and not kw)
+            by_key = not keyword or Expression.compile(keyword).evaluate(
+                lambda k, names=names, **kw: not kw and any(k.lower() in n.lower() for n in names)
+            )
+        except Exception:  # pytest refused the expression already; no XDEV rather than a second error
+            return []
+        if by_mark and by_key:
+            kept.append(fixture)
+    return kept
+
+
+__all__ = ["gate_markers", "mark_gate_item", "marker_name", "register_catalogue", "xdev_fixtures"]

@@ -140,6 +140,7 @@ class GateOptions:
     faults: tuple[str, ...] = ()
     selectors_from: str = "default"  # where the selectors came from (for messages)
     farm_from: str = "default"
+    fixtures_from: str = "default"
     places: Places = field(default_factory=Places)  # $BMOE_CI_REPO, $BMOE_CI_CACHE, $BMOE_CI_STATE
     absolute_attachments: bool = False  # $BMOE_CI_ATTACHMENT_PATHS=absolute
 
@@ -150,16 +151,19 @@ def resolve(
     environ: Mapping[str, str],
     ini: Mapping[str, Any],
     ini_dir: Path | None,
+    ini_file: Path | None = None,
 ) -> GateOptions:
     """`cli`: the parsed options by short name (None or [] when not given); `ini`: the ini values by key
-    ("" or [] when absent); `ini_dir`: what a relative ini path is relative to. Pure, for the tests."""
+    ("" or [] when absent); `ini_dir`: what a relative ini path is relative to; `ini_file`: the ini file,
+    named in where a setting came from. Pure, for the tests."""
+    of = f" of {ini_file}" if ini_file is not None else ""
     selectors: Sequence[str]
     if cli.get("device"):
         selectors, selectors_from = cli["device"], "command line"
     elif environ.get(ENV_DEVICE, "").split():
         selectors, selectors_from = environ[ENV_DEVICE].split(), f"${ENV_DEVICE}"
     elif ini.get(INI_DEVICE):
-        selectors, selectors_from = ini[INI_DEVICE], f"ini {INI_DEVICE}"
+        selectors, selectors_from = ini[INI_DEVICE], f"ini {INI_DEVICE}{of}"
     else:
         selectors, selectors_from = ("all",), "default"
 
@@ -172,11 +176,12 @@ def resolve(
         raw = Path(str(ini[INI_FARM]).strip()).expanduser()
         # relative to the file that names it, as pytest does for its own path-valued ini keys
         farm = str(raw if raw.is_absolute() or ini_dir is None else ini_dir / raw)
-        farm_from = f"ini {INI_FARM}"
+        farm_from = f"ini {INI_FARM}{of}"
     else:
         farm, farm_from = None, "default"
 
     fixtures = cli.get("fixture") or ini.get(INI_FIXTURE) or None
+    fixtures_from = "command line" if cli.get("fixture") else f"ini {INI_FIXTURE}{of}" if fixtures else "default"
     return GateOptions(
         selectors=tuple(selectors),
         farm=farm,
@@ -187,6 +192,7 @@ def resolve(
         faults=tuple(cli.get("fault") or ()),
         selectors_from=selectors_from,
         farm_from=farm_from,
+        fixtures_from=fixtures_from,
         places=Places.from_environ(environ),
         absolute_attachments=absolute_attachments(environ),
     )
@@ -197,7 +203,7 @@ def from_config(config: pytest.Config, environ: Mapping[str, str]) -> GateOption
     cli = {name: config.getoption(dest(name)) for name in OPTIONS}
     ini = {key: config.getini(key) for key in (INI_FARM, INI_DEVICE, INI_FIXTURE)}
     ini_dir = config.inipath.parent if config.inipath is not None else config.rootpath
-    return resolve(cli=cli, environ=environ, ini=ini, ini_dir=ini_dir)
+    return resolve(cli=cli, environ=environ, ini=ini, ini_dir=ini_dir, ini_file=config.inipath)
 
 
 def given_on_command_line(config: pytest.Config) -> bool:

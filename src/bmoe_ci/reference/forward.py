@@ -1,19 +1,20 @@
 """An independent numpy forward pass, written from docs/model-math.md (not from the C engine).
 
 It reads a GGUF model (a single file or the first shard of a llama.cpp split model) with gguf's
-GGUFReader, dequantizes F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K and Q6_K with gguf.quants, and computes
-in float64, except that the input of every matmul with quantised weights is first quantised exactly as
-the engine does it (docs/model-math.md, "Activation quantisation": that step is part of the model the
-engine computes): to Q8_0 blocks for Q8_0, Q4_0 and Q5_0 weights, to Q8_K super-blocks for Q4_K, Q5_K
-and Q6_K weights. It gives the logits of every position of a token sequence and greedy
-generations, and records the routing it took (for checks that fixtures route every expert, and to tell
-a real mismatch from a near-tie).
+GGUFReader, dequantizes every weight type the engine computes with (bmoe_ci.weight_types) with
+gguf.quants, and computes in float64, except that the input of every matmul with quantised weights is
+first quantised exactly as the engine does it (docs/model-math.md, "Activation quantisation": that step
+is part of the model the engine computes), to the activation format weight_types gives the type: Q8_0
+blocks (Q8_0, Q4_0, Q5_0) or Q8_K super-blocks (the K-quants). It gives the logits of every position
+of a token sequence and greedy generations, and records the routing it took (for checks that
+fixtures route every expert, and to tell a real mismatch from a near-tie).
 
     model = Model.load(path)
     logits = model.logits(tokens)                 # [len(tokens), V]
     gen = model.generate(prompt_tokens, n=24)     # gen.tokens, gen.logits, gen.routes, margins
 
-Nothing here imports the generator (bmoe_ci.models): the two share only the GGUF format.
+Nothing here imports the generator (bmoe_ci.models): the two share only the GGUF format and the list
+of weight types (bmoe_ci.weight_types).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
 from bmoe_ci.recipes import RECIPES
+from bmoe_ci.weight_types import supported, weight_type
 
 from .eog import eog_ids
 
@@ -471,9 +473,10 @@ class Model:
                 if t.name in tensors:
                     raise ModelError(f"{p.name}: duplicate tensor {t.name}")
                 tensors[t.name] = _to_f64(t)
-                if t.tensor_type in Q8_0_INPUT:
+                act = weight_type(t.tensor_type).activation
+                if act == "q8_0":
                     q8_0.add(t.name)
-                elif t.tensor_type in Q8_K_INPUT:
+                elif act == "q8_K":
                     q8_k.add(t.name)
         if len(paths) > 1 and int(get("split.tensors.count")) != len(tensors):
             raise ModelError(f"split.tensors.count {get('split.tensors.count')} != {len(tensors)} tensors")
@@ -948,31 +951,13 @@ def yarn_factors(n_rot: int, base: float, scale: float, orig_ctx: int, attn_fact
     return scale * (1.0 - ramp) + ramp, attn_factor * (1.0 + 0.1 * math.log(1.0 / scale))
 
 
-# The weight types read through gguf.quants' dequantizers (float32 values, as ggml's dequantize_row_*
-# computes them). The block types also quantise the matmul's input (docs/model-math.md): Q8_0_INPUT to
-# Q8_0 blocks, Q8_K_INPUT to Q8_K super-blocks; F16 and BF16 multiply the float input as is.
-Q8_0_INPUT = (GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q5_0)
-Q8_K_INPUT = (GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q5_K, GGMLQuantizationType.Q6_K)
-DEQUANTISED = (
-    GGMLQuantizationType.F16,
-    GGMLQuantizationType.BF16,
-    GGMLQuantizationType.Q8_0,
-    GGMLQuantizationType.Q4_0,
-    GGMLQuantizationType.Q5_0,
-    GGMLQuantizationType.Q4_K,
-    GGMLQuantizationType.Q5_K,
-    GGMLQuantizationType.Q6_K,
-)
-
-
 def _to_f64(t: Any) -> np.ndarray:
     """A reader tensor as float64 in numpy order (GGUF ne reversed)."""
     shape = tuple(int(s) for s in reversed([int(x) for x in t.shape]))
     if t.tensor_type == GGMLQuantizationType.F32:
         arr = np.asarray(t.data, dtype=np.float32)
-    elif t.tensor_type in DEQUANTISED:
+    elif supported(t.tensor_type):
         arr = dequantize(np.asarray(t.data), t.tensor_type)
     else:
-        names = ", ".join(q.name for q in (GGMLQuantizationType.F32, *DEQUANTISED))
-        raise ModelError(f"{t.name}: type {t.tensor_type.name} is not one of {names}")
+        raise ModelError(f"{t.name}: type {t.tensor_type.name} is not a weight type the engine computes with")
     return np.asarray(arr, dtype=np.float64).reshape(shape)

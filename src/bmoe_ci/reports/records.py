@@ -209,6 +209,9 @@ class RunMeta:
     fixtures: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # e.g. devices the selection skipped (quarantined)
     faults: list[str] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)  # the selection, in farm-file order (how reports list them)
+    # the fixtures whose XDEV verdict the selection kept (-m/-k); None: every fixture (nothing narrowed it)
+    xdev_fixtures: list[str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": RUN_SCHEMA, **asdict(self)}

@@ -10,8 +10,10 @@ sha256: devices given different files of the same name (runners of different ver
 not compared with each other. Each (entry, field) whose
 values differ is a disagreement; the devices outside the strict majority (more than half of those
 taking part) are its minority, or all of them when no value has a majority. A device fails
-``XDEV[fixture]`` when it is in the minority of any disagreement of that fixture, passes otherwise;
-with a single device taking part there is nothing to compare and the record is a skip saying so.
+``XDEV[fixture]`` when it is in the minority of any disagreement of that fixture, passes otherwise.
+With a single device taking part there is nothing to compare: no XDEV verdict exists (not a skip,
+which would count as a test that could have run), and the summary says so in words instead. A run
+whose selection (`-m g8b`, `-k ...`) left XDEV out gets no XDEV verdict either (``fixtures``).
 """
 
 from __future__ import annotations
@@ -109,21 +111,27 @@ def _short(value: Any) -> str:
     return text[:12] if isinstance(value, str) and len(text) == 64 else text
 
 
-def xdev_records(runs: list[DeviceRun]) -> dict[str, list[TestRecord]]:
-    """device -> its XDEV records (one per fixture it recorded digests for)."""
+def lone(runs: list[DeviceRun], fixtures: list[str] | None = None) -> list[str]:
+    """The fixtures (of *fixtures*, None: all) that only one device recorded what XDEV compares for:
+    nothing to compare, so no XDEV verdict."""
+    return sorted(
+        {f for (f, _), devices in _groups(runs).items() if len(devices) < 2 and (fixtures is None or f in fixtures)}
+        - {f for (f, _), devices in _groups(runs).items() if len(devices) >= 2}
+    )
+
+
+def xdev_records(runs: list[DeviceRun], fixtures: list[str] | None = None) -> dict[str, list[TestRecord]]:
+    """device -> its XDEV records: one per fixture it recorded digests for and that at least one other
+    device ran from the same file. *fixtures*: only these fixtures' verdicts (None: every fixture)."""
     found = disagreements(runs)
     out: dict[str, list[TestRecord]] = {r.device: [] for r in runs}
-    for (fixture, sha), devices in sorted(_groups(runs).items()):
+    for (fixture, _sha), devices in sorted(_groups(runs).items()):
+        if len(devices) < 2 or (fixtures is not None and fixture not in fixtures):
+            continue
         for device in sorted(devices):
             name = f"{XDEV_GATE}[{fixture}]"
             mine = [d for d in found if d.fixture == fixture and device in d.minority]
-            if len(devices) < 2:
-                outcome = "skip"
-                message = details = (
-                    f"only {device} ran {fixture} (file sha256 {sha[:12] or '?'}) in these "
-                    "results: no other device to compare with"
-                )
-            elif mine:
+            if mine:
                 parts = []
                 for d in mine[:_LISTED]:
                     others = ", ".join(f"{o} {_short(v)}" for o, v in d.values.items() if o != device)
@@ -155,9 +163,10 @@ def xdev_records(runs: list[DeviceRun]) -> dict[str, list[TestRecord]]:
     return out
 
 
-def with_xdev(runs: list[DeviceRun]) -> list[DeviceRun]:
-    """The runs with their XDEV records derived afresh (any earlier XDEV record is replaced)."""
-    derived = xdev_records(runs)
+def with_xdev(runs: list[DeviceRun], fixtures: list[str] | None = None) -> list[DeviceRun]:
+    """The runs with their XDEV records derived afresh (any earlier XDEV record is replaced);
+    *fixtures*: as :func:`xdev_records`."""
+    derived = xdev_records(runs, fixtures)
     return [
         replace(run, records=[r for r in run.records if r.gate != XDEV_GATE] + derived.get(run.device, []))
         for run in runs
