@@ -48,6 +48,8 @@ LOGITS_TOL = 1e-5
 # on the gate prompt's first 8 rows, 1.3e-4 on another prompt's, at most 4.6e-4 over 1800 rows of text.
 # A RoPE, position or kernel bug is still 1e-2 or more.
 LOGITS_TOL_GELU = 1e-3
+
+
 def logits_tol(fixture: str, places: Places) -> float:
     from bmoe_ci.models.spec import load_specs
     from bmoe_ci.recipes import recipe

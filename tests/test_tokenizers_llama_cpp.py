@@ -157,7 +157,8 @@ O200K_TEXTS = [
     "HELLOworld helloWorld CamelCaseWordsAndACRONYMSLikeHTTPServer \u00c0Bc \u00c0B \u00c9COLE \u00e9cole",
     "nai\u0308ve e\u0301t\u00e9 \u0300abc A\u0300BC 's 'LL x'S X'lL I'M HERE 'Ve",
     "path/to/file\n\r\n  a/b//\n !!// 1234567 \u0661\u0662\u0663\u0664 12.5 ...\n\n\nx ?!",
-    "\u0915\u093f\u0924\u093e\u092c \u0e2a\u0e27\u0e31\u0e2a\u0e14\u0e35 \u4e2d\u6587 \U0001f600 \u3000x\u00a0y \u01c5ab \u1e9e\u00df",
+    "\u0915\u093f\u0924\u093e\u092c \u0e2a\u0e27\u0e31\u0e2a\u0e14\u0e35 \u4e2d\u6587 \U0001f600",
+    "\u3000x\u00a0y \u01c5ab \u1e9e\u00df",
     "  leading\t\ttabs\u000b\u000cff end   ",
     "<|return|>x<|end|><|start|>assistant<|channel|>final<|message|>Hi<|call|>",
 ]
@@ -167,7 +168,7 @@ def test_gpt4o_pretokenizer_as_llama_cpp(engine_bin: Path, tmp_path: Path) -> No
     """gpt-oss's pre-tokenizer against llama.cpp's: the byte-level vocabulary with a merge for every
     pair of bytes, so two characters merge exactly when no word boundary lies between them (the ids show
     where each implementation cut), over the held-out texts of the qwen2 set and texts for its pattern."""
-    toks, types = vocabulary("gpt-4o")
+    toks, _ = vocabulary("gpt-4o")
     base = toks[:256]
     merges = [f"{a} {b}" for a in base for b in base]
     texts = [*base, *(a + b for a in base for b in base), *toks[256:]]
