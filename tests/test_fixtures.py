@@ -30,7 +30,7 @@ DEFAULTS = [
     "qwen2moe",
     "gpt-oss",
 ]
-VARIANTS = ["qwen3moe-sigmoid", "qwen3moe-softmax-sel"]
+VARIANTS = ["qwen3moe-sigmoid", "qwen3moe-softmax-sel", "gemma4-file"]
 #: one fixture per further weight type (not default: the reference and kernel tests of each type)
 QUANT_VARIANTS = ["qwen3moe-q5k", "qwen3moe-q6k", "qwen3moe-q4_0", "qwen3moe-q5_0", "qwen3moe-bf16"]
 COMMITTED = ["trained", "trained-q8_0"]  # default fixtures that are committed files (test_trained_fixtures.py)
@@ -285,29 +285,41 @@ def test_tensor_names_are_llama_cpp_names_of_the_arch(generated: dict, name: str
 def _expected_shapes(meta: dict, arch: str, tensors: dict) -> dict[str, tuple[int, ...]]:
     """GGUF ne of every tensor, from docs/model-math.md."""
     g = lambda k: meta[f"{arch}.{k}"]  # noqa: E731
-    d, L, H, Hkv = (
+    d, L, H, kv_heads = (
         g("embedding_length"),
         g("block_count"),
         g("attention.head_count"),
         g("attention.head_count_kv"),
     )
-    hd, hdv = g("attention.key_length"), g("attention.value_length")
+    hd_full, hdv_full = g("attention.key_length"), g("attention.value_length")
+    hd = hd_full
+    swa = meta.get(f"{arch}.attention.sliding_window_pattern", [])
     E, f, V = g("expert_count"), g("expert_feed_forward_length"), len(meta["tokenizer.ggml.tokens"])
     dense = meta.get(f"{arch}.leading_dense_block_count", 0)
     out = {"token_embd.weight": (d, V), "output_norm.weight": (d,)}
     if "output.weight" in tensors:
         out["output.weight"] = (d, V)
     if arch == "gemma4":
-        out["rope_freqs.weight"] = (hd // 2,)
+        out["rope_freqs.weight"] = (hd_full // 2,)
     for i in range(L):
         b = f"blk.{i}."
+        # head_count_kv may be per layer, and gemma4's sliding layers have head sizes of their own
+        Hkv = kv_heads[i] if isinstance(kv_heads, list) else kv_heads
+        local = arch == "gemma4" and swa[i]
+        hd = g("attention.key_length_swa") if local else hd_full
+        hdv = g("attention.value_length_swa") if local else hdv_full
         out |= {
             b + "attn_norm.weight": (d,),
             b + "attn_q.weight": (d, H * hd),
             b + "attn_k.weight": (d, Hkv * hd),
-            b + "attn_v.weight": (d, Hkv * hdv),
             b + "attn_output.weight": (H * hdv, d),
         }
+        if b + "attn_v.weight" in tensors or arch != "gemma4":  # gemma4 may take v from k
+            out[b + "attn_v.weight"] = (d, Hkv * hdv)
+        if b + "layer_output_scale.weight" in tensors:
+            out[b + "layer_output_scale.weight"] = (1,)
+        if b + "ffn_down_exps.scale" in tensors:
+            out[b + "ffn_down_exps.scale"] = (E,)
         if arch not in ("qwen2moe", "gpt-oss"):  # those two have no q/k norms
             out |= {b + "attn_q_norm.weight": (hd,), b + "attn_k_norm.weight": (hd,)}
         # gpt-oss's FFN norm is the tensor named post_attention_norm

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from bmoe_ci import vocabs
+from bmoe_ci.models import generate
 from bmoe_ci.models.model import vocabulary
 from vocab_files import fixture_vocab, write_vocab
 
@@ -175,6 +176,14 @@ def test_gpt4o_pretokenizer_as_llama_cpp(engine_bin: Path, tmp_path: Path) -> No
     tt = [1] * (len(texts) - len(toks) + 256) + [3] * (len(toks) - 256)
     path = write_vocab(tmp_path / "o200k.gguf", texts, tt, pre="gpt-4o", merges=merges)
     _compare(engine_bin, path, [*vocabs.load("qwen2").texts, *EXTRA, *O200K_TEXTS], tmp_path)
+
+
+def test_the_gemma4_file_fixture_tokenizes_as_llama_cpp(engine_bin: Path, fixture_dir: Path, tmp_path: Path) -> None:
+    """gemma4-file's own small gemma4 vocabulary (merges building a few words, byte fallback for the
+    rest): ids, decoding and the end-of-generation set as llama.cpp's."""
+    (f,) = generate(fixture_dir, names=["gemma4-file"])
+    _compare(engine_bin, f.path, [*EXTRA, *O200K_TEXTS, "The quick brown fox is a fox,  ism\n\n\n\u00e9"], tmp_path)
+    assert _engine_eog(engine_bin, f.path) == _llama_cpp_eog(f.path)
 
 
 def test_eog_set_of_the_gpt_oss_fixture(engine_bin: Path, fixtures: dict[str, Path]) -> None:

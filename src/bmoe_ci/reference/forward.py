@@ -34,6 +34,7 @@ from bmoe_ci.recipes import RECIPES
 from bmoe_ci.weight_types import supported, weight_type
 
 from .eog import eog_ids
+from .gemma4_tok import Gemma4Tokenizer
 
 __all__ = ["Generation", "HParams", "Model", "ModelError", "Route", "shard_paths"]
 
@@ -287,8 +288,10 @@ class Model:
         q8_0: frozenset[str] = frozenset(),
         q8_k: frozenset[str] = frozenset(),
         eog: frozenset[int] | None = None,
+        gemma4: Gemma4Tokenizer | None = None,
     ) -> None:
         self.hp = hp
+        self._gemma4 = gemma4  # tokenizer.ggml.model gemma4 (gemma4_tok.py); else byte-level
         self.q8_0 = q8_0  # tensors whose matmuls quantise their input to Q8_0 (Q8_0, Q4_0, Q5_0 weights)
         self.q8_k = q8_k  # ... to Q8_K (Q4_K, Q5_K, Q6_K weights)
         self.recipe = RECIPES[hp.arch]
@@ -303,10 +306,12 @@ class Model:
         self.n_vocab = len(vocab)
         b2u = _bytes_to_unicode()
         text_to_id = {text: i for i, text in enumerate(vocab)}
-        try:
-            self._byte_token = [text_to_id[b2u[b]] for b in range(256)]
-        except KeyError as exc:
-            raise ModelError(f"tokenizer.ggml.tokens: no token for byte image {exc}") from None
+        self._byte_token: list[int] = []
+        if gemma4 is None:
+            try:
+                self._byte_token = [text_to_id[b2u[b]] for b in range(256)]
+            except KeyError as exc:
+                raise ModelError(f"tokenizer.ggml.tokens: no token for byte image {exc}") from None
         self._u2b = {c: b for b, c in b2u.items()}
         self._out_name = "output.weight" if "output.weight" in tensors else "token_embd.weight"
         self._out = tensors[self._out_name]
@@ -485,6 +490,14 @@ class Model:
         eos = get("tokenizer.ggml.eos_token_id", None)
         bos = get("tokenizer.ggml.bos_token_id", None)
         add_bos = bool(get("tokenizer.ggml.add_bos_token", False))
+        gemma4 = None
+        if get("tokenizer.ggml.model", "gpt2") == "gemma4":
+            gemma4 = Gemma4Tokenizer(
+                vocab, types, list(get("tokenizer.ggml.merges")), None if bos is None else int(bos)
+            )
+            add_bos = True  # llama.cpp adds BOS to a gemma4 prompt whatever the key says
+        elif get("tokenizer.ggml.model", "gpt2") != "gpt2":
+            raise ModelError(f"tokenizer.ggml.model: {get('tokenizer.ggml.model')!r} is not modelled (gpt2, gemma4)")
         model = cls(
             hp,
             tensors,
@@ -496,6 +509,7 @@ class Model:
             frozenset(q8_0),
             frozenset(q8_k),
             eog_ids(vocab, get),
+            gemma4,
         )
         model._check_shapes()
         return model
@@ -602,6 +616,8 @@ class Model:
 
     # ---------------------------------------------------------------- tokens
     def tokenize(self, text: str | bytes) -> list[int]:
+        if self._gemma4 is not None:
+            return self._gemma4.encode(text if isinstance(text, str) else text.decode("utf-8", "replace"))
         data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
         toks = [self._byte_token[b] for b in data]
         if self.add_bos and self.bos is not None:
@@ -609,6 +625,8 @@ class Model:
         return toks
 
     def detokenize(self, tokens: Sequence[int]) -> bytes:
+        if self._gemma4 is not None:
+            return self._gemma4.decode(tokens)
         out = bytearray()
         for t in tokens:
             if self.token_types[t] in (3, 4):  # CONTROL / USER_DEFINED specials decode to nothing
