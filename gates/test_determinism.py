@@ -9,7 +9,7 @@ import pytest
 from bmoe_ci.gaterun.engine import EngineResult
 from bmoe_ci.gaterun.runner import DeviceRunner
 from gates.compare import assert_identical, check, output_digest
-from gates.plan import REFERENCE, model_args, score_wide_argv
+from gates.plan import PROMPT, REFERENCE, SESSION_REPEATS, model_args, score_wide_argv
 
 # What a scoring run reports to the last bit (the mean nll of a text is a sum over every logit row, so
 # one changed bit of any logit shows).
@@ -35,6 +35,38 @@ def test_batch_equals_single_process(
 ) -> None:
     single = runner.single(model_args(model, *REFERENCE, "-t", "1"))
     assert_identical(runs["ref"], single, "batch", "single", artifacts)
+
+
+@pytest.mark.gate("DET", "session")
+def test_session_prompts_are_new_contexts(runs: dict[str, EngineResult], artifacts: Path) -> None:
+    """Each `--session` prompt is a new context (docs/engine-flags.md): the gate's prompt, run as the
+    first and again as the third prompt of a session with another prompt between them, generates what
+    `ref` generates. No state of an earlier prompt (a KV cache position, a recurrent layer's state)
+    reaches a later one; the expert cache, which may carry over, changes no byte."""
+    ref, ses = runs["ref"], runs["session"]
+    for r, label in ((ref, "ref"), (ses, "session")):
+        check(r.ok, f"{label}: {r.describe()}", artifacts, ref=ref, session=ses)
+    prompts = ses.data["prompts"]
+    for i in SESSION_REPEATS:
+        got = prompts[i]
+        check(
+            got["prompt_tokens"] == len(ref.data["prompt_tokens"]),
+            f"session prompt {i} has {got['prompt_tokens']} tokens, the gate prompt {PROMPT!r} "
+            f"{len(ref.data['prompt_tokens'])}: gates/data/session.txt is not the file this gate expects",
+            artifacts,
+            ref=ref,
+            session=ses,
+        )
+        pairs = enumerate(zip(got["tokens"], ref.data["tokens"], strict=False))
+        first = next((j for j, (a, b) in pairs if a != b), None)
+        check(
+            got["tokens"] == ref.data["tokens"] and got["text_hex"] == ref.data["text_hex"],
+            f"session prompt {i} (the gate prompt after {i} other prompts) generated other tokens than ref"
+            + (f": first difference at generated token {first}" if first is not None else " (another length)"),
+            artifacts,
+            ref=ref,
+            session=ses,
+        )
 
 
 @pytest.mark.gate("DET", "kernels")

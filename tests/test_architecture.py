@@ -25,7 +25,7 @@ SRC = REPO / "src" / "bmoe_ci"
 
 #: Low -> high. Each unit imports only units of lower layers.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("bmoe_ci", "paths", "recipes"),  # the package root (its version), where things live, the recipe table
+    ("bmoe_ci", "paths", "recipes", "weight_types"),  # the package root (its version), where things live, the recipe and type tables
     ("origin", "builder", "faults", "reference", "replay", "check_table", "vocabs"),
     ("enginecheck", "models", "farm"),
     ("reports",),

@@ -29,6 +29,8 @@ DEFAULTS = [
     "qwen3moe-tied",
     "qwen2moe",
     "gpt-oss",
+    "qwen35moe",
+    "lfm2moe",
 ]
 VARIANTS = ["qwen3moe-sigmoid", "qwen3moe-softmax-sel", "gemma4-file"]
 #: one fixture per further weight type (not default: the reference and kernel tests of each type)
@@ -274,8 +276,9 @@ def test_tensor_names_are_llama_cpp_names_of_the_arch(generated: dict, name: str
     arch = _meta(generated[name].path)["general.architecture"]
     (arch_enum,) = [a for a, n in MODEL_ARCH_NAMES.items() if n == arch]
     patterns = [
-        # .scale: gemma4's router input scale (llama.cpp's ffn_gate_inp "scale" tensor); .bias: biases
-        re.escape(TENSOR_NAMES[t]).replace(r"\{bid\}", r"\d+") + r"\.(weight|scale|bias)"
+        # .scale: gemma4's router input scale (llama.cpp's ffn_gate_inp "scale" tensor); .bias: exp_probs_b
+        # and ssm_dt; no suffix: ssm_a (llama.cpp's name for it has none)
+        re.escape(TENSOR_NAMES[t]).replace(r"\{bid\}", r"\d+") + r"(\.(weight|scale|bias))?"
         for t in MODEL_TENSORS[arch_enum]
     ]
     for tname in _tensors(generated[name].path):
@@ -291,6 +294,8 @@ def _expected_shapes(meta: dict, arch: str, tensors: dict) -> dict[str, tuple[in
         g("attention.head_count"),
         g("attention.head_count_kv"),
     )
+    if arch in ("qwen35moe", "lfm2moe"):
+        return _expected_hybrid_shapes(meta, arch, tensors)
     hd_full, hdv_full = g("attention.key_length"), g("attention.value_length")
     hd = hd_full
     swa = meta.get(f"{arch}.attention.sliding_window_pattern", [])
@@ -376,6 +381,86 @@ def _expected_shapes(meta: dict, arch: str, tensors: dict) -> dict[str, tuple[in
     return out
 
 
+def _expected_hybrid_shapes(meta: dict, arch: str, tensors: dict) -> dict[str, tuple[int, ...]]:
+    """GGUF ne of a hybrid's tensors (docs/model-math.md, "Hybrid architectures")."""
+    g = lambda k: meta[f"{arch}.{k}"]  # noqa: E731
+    d, L, H, hd = g("embedding_length"), g("block_count"), g("attention.head_count"), g("attention.key_length")
+    E, f, V = g("expert_count"), g("expert_feed_forward_length"), len(meta["tokenizer.ggml.tokens"])
+    kv = g("attention.head_count_kv")
+    out: dict[str, tuple[int, ...]] = {"token_embd.weight": (d, V)}
+    if arch == "qwen35moe":
+        S, Hk, Hv, K = g("ssm.state_size"), g("ssm.group_count"), g("ssm.time_step_rank"), g("ssm.conv_kernel")
+        C, every, sh = (2 * Hk + Hv) * S, g("full_attention_interval"), g("expert_shared_feed_forward_length")
+        out |= {"output_norm.weight": (d,), "output.weight": (d, V)}
+        for i in range(L):
+            b = f"blk.{i}."
+            out |= {b + "attn_norm.weight": (d,), b + "post_attention_norm.weight": (d,)}
+            if (i + 1) % every:
+                out |= {
+                    b + "attn_qkv.weight": (d, C),
+                    b + "attn_gate.weight": (d, Hv * S),
+                    b + "ssm_conv1d.weight": (K, C),
+                    b + "ssm_dt.bias": (Hv,),
+                    b + "ssm_a": (Hv,),
+                    b + "ssm_beta.weight": (d, Hv),
+                    b + "ssm_alpha.weight": (d, Hv),
+                    b + "ssm_norm.weight": (S,),
+                    b + "ssm_out.weight": (Hv * S, d),
+                }
+            else:
+                out |= {
+                    b + "attn_q.weight": (d, 2 * H * hd),
+                    b + "attn_k.weight": (d, kv * hd),
+                    b + "attn_v.weight": (d, kv * hd),
+                    b + "attn_output.weight": (H * hd, d),
+                    b + "attn_q_norm.weight": (hd,),
+                    b + "attn_k_norm.weight": (hd,),
+                }
+            out |= {
+                b + "ffn_gate_inp.weight": (d, E),
+                b + "ffn_gate_exps.weight": (d, f, E),
+                b + "ffn_up_exps.weight": (d, f, E),
+                b + "ffn_down_exps.weight": (f, d, E),
+                b + "ffn_gate_inp_shexp.weight": (d,),
+                b + "ffn_gate_shexp.weight": (d, sh),
+                b + "ffn_up_shexp.weight": (d, sh),
+                b + "ffn_down_shexp.weight": (sh, d),
+            }
+        return out
+    K, dense = g("shortconv.l_cache"), meta.get(f"{arch}.leading_dense_block_count", 0)
+    out["token_embd_norm.weight"] = (d,)
+    for i in range(L):
+        b = f"blk.{i}."
+        out |= {b + "attn_norm.weight": (d,), b + "ffn_norm.weight": (d,)}
+        if kv[i] == 0:
+            out |= {
+                b + "shortconv.in_proj.weight": (d, 3 * d),
+                b + "shortconv.conv.weight": (K, d),
+                b + "shortconv.out_proj.weight": (d, d),
+            }
+        else:
+            out |= {
+                b + "attn_q.weight": (d, H * hd),
+                b + "attn_k.weight": (d, kv[i] * hd),
+                b + "attn_v.weight": (d, kv[i] * hd),
+                b + "attn_output.weight": (H * hd, d),
+                b + "attn_q_norm.weight": (hd,),
+                b + "attn_k_norm.weight": (hd,),
+            }
+        if i < dense:
+            F = g("feed_forward_length")
+            out |= {b + "ffn_gate.weight": (d, F), b + "ffn_up.weight": (d, F), b + "ffn_down.weight": (F, d)}
+            continue
+        out |= {
+            b + "ffn_gate_inp.weight": (d, E),
+            b + "exp_probs_b.bias": (E,),
+            b + "ffn_gate_exps.weight": (d, f, E),
+            b + "ffn_up_exps.weight": (d, f, E),
+            b + "ffn_down_exps.weight": (f, d, E),
+        }
+    return out
+
+
 @pytest.mark.parametrize("name", DEFAULTS + VARIANTS)
 def test_shapes_follow_model_math(generated: dict, name: str):
     meta = _meta(generated[name].path)
@@ -418,8 +503,9 @@ def test_metadata_and_vocabulary(generated: dict, name: str):
     for key in REQUIRED_KEYS:
         assert key.format(a=arch) in meta, key
     assert meta["general.alignment"] == 32
-    # gpt-oss: the o200k_harmony specials and its pre-tokenizer; every other fixture qwen2's
-    pre, n_special = ("gpt-4o", 7) if arch == "gpt-oss" else ("qwen2", 3)
+    # byte-level either way; gpt-oss with the o200k_harmony specials
+    pre = {"qwen35moe": "qwen35", "lfm2moe": "lfm2", "gpt-oss": "gpt-4o"}.get(name, "qwen2")
+    n_special = 7 if arch == "gpt-oss" else 3
     assert meta["tokenizer.ggml.model"] == "gpt2" and meta["tokenizer.ggml.pre"] == pre
     tokens = meta["tokenizer.ggml.tokens"]
     assert len(tokens) == 256 + n_special and len(set(tokens)) == len(tokens)
@@ -449,6 +535,11 @@ def test_gating_and_structure_keys(generated: dict):
     )
     x = _meta(generated["qwen3moe-softmax-sel"].path)
     assert (x["dots1.expert_gating_func"], x["dots1.expert_weights_norm"]) == (3, False)
+    q35, lfm = _meta(generated["qwen35moe"].path), _meta(generated["lfm2moe"].path)
+    assert q35["qwen35moe.full_attention_interval"] == 2 and q35["qwen35moe.rope.dimension_sections"] == [2, 1, 0, 1]
+    assert not any(k.startswith("qwen35moe.expert_weights") or k == "qwen35moe.expert_gating_func" for k in q35)
+    assert lfm["lfm2moe.attention.head_count_kv"] == [0, 0, 2, 0, 2] and lfm["lfm2moe.expert_gating_func"] == 2
+    assert "lfm2moe.expert_weights_norm" not in lfm and "output.weight" not in _tensors(generated["lfm2moe"].path)
     n = _meta(generated["qwen3moe-nonorm"].path)
     assert (n["general.architecture"], n["dots1.expert_gating_func"], n["dots1.expert_weights_norm"]) == (
         "dots1",

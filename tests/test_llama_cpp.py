@@ -105,6 +105,15 @@ def llama_greedy(path: Path, prompt: list[int], n: int) -> tuple[list[int], np.n
         llm.close()
 
 
+def llama_tokenize(path: Path, text: str) -> list[int]:
+    """llama.cpp's tokens for a prompt, as llama_tokenize(add_special=true, parse_special=true) gives them."""
+    llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+    try:
+        return [int(t) for t in llm.tokenize(text.encode(), add_bos=True, special=True)]
+    finally:
+        llm.close()
+
+
 def engine_greedy(engine: Path, path: Path, prompt: str, n: int) -> tuple[list[int], list[int]]:
     """The engine's prompt tokens (its own tokenizer, as the gates run it) and greedy tokens."""
     cmd = [str(engine), "run", "-m", str(path), "--mmap", "-p", prompt, "-n", str(n), "--json"]
@@ -125,6 +134,8 @@ def test_llama_cpp_decodes_the_engines_tokens(
     request: pytest.FixtureRequest, engine: Path, models: dict, name: str, prompt: str
 ):
     prompt_tokens, tokens = engine_greedy(engine, models[name], prompt, N_PREDICT)
+    # the prompt as llama.cpp's own tokenizer cuts it (each fixture's tokenizer.ggml.pre: qwen2, qwen35, lfm2)
+    assert llama_tokenize(models[name], prompt) == prompt_tokens, name
     got, rows = llama_greedy(models[name], prompt_tokens, N_PREDICT)
     if name in QUANTISED:
         # llama.cpp in the engine's place under REF's rule: within TOL_Q8_0 of the reference and the same

@@ -37,6 +37,8 @@ DEFAULTS = [
     "qwen3moe-tied",
     "qwen2moe",
     "gpt-oss",
+    "qwen35moe",
+    "lfm2moe",
 ]
 #: the gating variants, and one fixture per further weight type (Q5_K, Q6_K, Q4_0, Q5_0, BF16): the block
 #: types round their matmul inputs as the reference does (Q8_K for the K-quants, Q8_0 for Q4_0 / Q5_0), so

@@ -85,7 +85,8 @@ def test_one_layer_larger_than_the_cache_is_replayed(
 ) -> None:
     """The gate plan's stress entry (topk-all-prefetch2: every expert, two prefetch rounds, 1 MiB) on
     `wide`, whose 16 experts of one layer outweigh the budget: demand loads go over budget while the
-    layer's pins hold, and the replay still predicts every decision. On qwen3moe one layer fits."""
+    layer's pins hold, and the replay still predicts every decision. On qwen3moe one layer fits; on
+    qwen3moe-q4k the layers whose slots are larger (Q6_K down projections) do not, the others do."""
     stress = ("--cache-mb", "1", "--force-cache", "--prefetch", "2", "--prefetch-sync")
     argv, counters, text = traced_run(engine_bin, fixtures["wide"], tmp_path, *stress, "--n-expert-used", "16", n=8)
     pred = replay(parse_trace(text, "trace.csv"), RunConfig.from_argv(argv))
@@ -94,6 +95,16 @@ def test_one_layer_larger_than_the_cache_is_replayed(
     argv, counters, text = traced_run(engine_bin, fixtures["qwen3moe"], tmp_path, *stress, "--n-expert-used", "8", n=8)
     pred = replay(parse_trace(text, "trace.csv"), RunConfig.from_argv(argv))
     assert mismatches(parse_trace(text, "trace.csv"), pred, counters) == [] and pred.over_budget_loads == 0
+    # qwen3moe-q4k (llama.cpp's Q4_K_M mix): the eight experts of a Q4_K layer fit the 1 MiB (8 x 120 KiB
+    # slots), those of a Q6_K-down layer do not (8 x 140 KiB): over budget in layers 2 and 3 only
+    argv, data, text = traced_result(
+        engine_bin, fixtures["qwen3moe-q4k"], tmp_path, *stress, "--n-expert-used", "8", n=8
+    )
+    trace = parse_trace(text, "trace.csv")
+    pred = replay(trace, RunConfig.from_argv(argv))
+    assert mismatches(trace, pred, data["counters"], data["flash_by_layer"]) == [] and pred.over_budget_loads > 0
+    small, large = sorted(set(pred.slot_bytes.values()))
+    assert 8 * small <= 1 << 20 < 8 * large
 
 
 def test_tied_weights_exactly_at_the_threshold_are_kept(

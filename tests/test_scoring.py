@@ -32,7 +32,7 @@ DATA = REPO / "gates" / "data"
 TEXT = DATA / "score.txt"
 CHOICES = DATA / "choices.jsonl"
 SESSION = DATA / "session.txt"
-FIXTURES = ["qwen3moe", "gemma4", "wide", "qwen3moe-q8_0", "trained", "trained-q8_0"]
+FIXTURES = ["qwen3moe", "gemma4", "wide", "qwen3moe-q8_0", "trained", "trained-q8_0", "qwen35moe", "lfm2moe"]
 EVICTING = ("--cache-mb", "2", "--force-cache")
 SCORES = ("nll_sum", "nll_mean", "ppl", "top1_agreement", "tokens_scored", "windows")
 # engine f32 against reference float64: measured at most 1.4e-7 on these fixtures (gemma4 before its f16 GELU,
@@ -191,7 +191,8 @@ def test_ppl_ref_agreement_and_kl(engine_bin: Path, fixtures: dict[str, Path], t
     assert again["ref_agreement"] == 1 and again["kl_mean"] == 0
 
 
-@pytest.mark.parametrize("name", ["qwen3moe", "gemma4"])
+# the hybrids: every option continues from the recurrent state the context left (forward_mark)
+@pytest.mark.parametrize("name", ["qwen3moe", "gemma4", "qwen35moe", "lfm2moe"])
 def test_choices_match_reference(engine_bin: Path, fixtures: dict[str, Path], name: str) -> None:
     model = fixtures[name]
     proc = engine(engine_bin, "run", "-m", model, "--mmap", "--ppl-choices", CHOICES, "--json")
@@ -227,8 +228,10 @@ def test_choices_match_reference(engine_bin: Path, fixtures: dict[str, Path], na
     invariants(lossy, True)
 
 
-def test_session_prompts_match_single_runs(engine_bin: Path, fixtures: dict[str, Path]) -> None:
-    model = fixtures["qwen3moe"]
+# the hybrids: each prompt starts a new context, the recurrent state included
+@pytest.mark.parametrize("name", ["qwen3moe", "qwen35moe", "lfm2moe"])
+def test_session_prompts_match_single_runs(engine_bin: Path, fixtures: dict[str, Path], name: str) -> None:
+    model = fixtures[name]
     proc = engine(engine_bin, "run", "-m", model, *EVICTING, "-n", "6", "--session", SESSION, "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)

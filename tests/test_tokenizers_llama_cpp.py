@@ -33,6 +33,8 @@ EXTRA = [
     "tab\tand\r\nnewlines\n\n\n and  spaces   ",
     "\u00e9\u0301 \u4e2d\u6587 \U0001f600 \u0660\u0661 12345678 x's X'LL",
     "\ufffd\u200b\u3000end",
+    # combining marks where qwen35's letter runs ([\p{L}\p{M}]+) and qwen2's (\p{L}+) part ways
+    "\u0939\u093f\u0902 x ?!\u0301? \u0300a e\u0301x",
 ]
 
 #: how the chat formats the engine renders begin (chatml, gemma, llama3)

@@ -112,6 +112,36 @@ static const bmoe_recipe RECIPES[] = {
         .ffn_norm = "post_attention_norm",
         .output_required = 1,
     },
+    {
+        /* hybrid: gated delta-net layers between gated full-attention layers (every
+         * full_attention_interval-th) with partial interleaved M-RoPE; post_attention_norm is the FFN's
+         * input norm; a sigmoid-gated shared expert */
+        .arch = "qwen35moe",
+        .act = BMOE_ACT_SILU,
+        .moe_layers = BMOE_MOE_ALL,
+        .gating = BMOE_GATING_SOFTMAX,
+        .norm_w = 1,
+        .gating_keys = BMOE_GATING_KEYS_FIXED,
+        .shared_expert = BMOE_SHEXP_GATED,
+        .mixer = BMOE_MIXER_DELTA_NET,
+        .qk_norm = 1,
+        .attn_gate = 1,
+        .rope_sections = 1,
+        .ffn_norm = "post_attention_norm",
+    },
+    {
+        /* hybrid: short-convolution layers where head_count_kv is 0, attention layers elsewhere; dense
+         * leading layers; sigmoid routing (the function from the file) chosen by probs + exp_probs_b */
+        .arch = "lfm2moe",
+        .act = BMOE_ACT_SILU,
+        .moe_layers = BMOE_MOE_LEAD_DENSE,
+        .norm_w = 1,
+        .gating_keys = BMOE_GATING_KEYS_FUNC,
+        .probs_bias = 1,
+        .mixer = BMOE_MIXER_SHORTCONV,
+        .qk_norm = 1,
+        .output_norm = "token_embd_norm",
+    },
 };
 
 #define N_RECIPES ((int)(sizeof RECIPES / sizeof RECIPES[0]))
@@ -164,6 +194,8 @@ const char *arch_act_name(bmoe_act a) {
 
 const char *arch_ffn_norm(const bmoe_recipe *r) { return r->ffn_norm ? r->ffn_norm : "ffn_norm"; }
 
+const char *arch_output_norm(const bmoe_recipe *r) { return r->output_norm ? r->output_norm : "output_norm"; }
+
 /* ---- the row as JSON: enum values by the names src/bmoe_ci/recipes.py uses ---------------------- */
 
 static const char *moe_layers_name(bmoe_moe_layers v) {
@@ -190,7 +222,14 @@ static const char *swa_rope_name(bmoe_swa_rope v) { return v == BMOE_SWA_ROPE_GL
 
 static const char *rope_name(bmoe_rope v) { return v == BMOE_ROPE_NEOX ? "neox" : "?"; }
 
-static const char *gating_keys_name(bmoe_gating_keys v) { return v == BMOE_GATING_KEYS_READ ? "read" : "fixed"; }
+static const char *gating_keys_name(bmoe_gating_keys v) {
+    return v == BMOE_GATING_KEYS_READ ? "read" : v == BMOE_GATING_KEYS_FUNC ? "func" : "fixed";
+}
+
+static const char *mixer_name(bmoe_mixer v) {
+    static const char *const n[] = { "attention", "delta_net", "shortconv" };
+    return (unsigned)v < sizeof n / sizeof n[0] ? n[v] : "?";
+}
 
 void arch_write_json(json_writer *w, const bmoe_recipe *r) {
     const bmoe_gating *g = arch_gating(r->gating);
@@ -209,8 +248,11 @@ void arch_write_json(json_writer *w, const bmoe_recipe *r) {
     json_str(w, "expert_bias", bias_name(r->expert_bias));
     json_str(w, "shared_expert", shexp_name(r->shared_expert));
     json_str(w, "expert_scale", bias_name(r->expert_scale));
+    json_bool(w, "probs_bias", r->probs_bias);
+    json_str(w, "mixer", mixer_name(r->mixer));
     json_str(w, "qkv_bias", bias_name(r->qkv_bias));
     json_str(w, "out_bias", bias_name(r->out_bias));
+    json_bool(w, "attn_gate", r->attn_gate);
     json_bool(w, "qk_norm", r->qk_norm);
     json_bool(w, "v_norm", r->v_norm);
     json_bool(w, "v_from_k", r->v_from_k);
@@ -229,8 +271,10 @@ void arch_write_json(json_writer *w, const bmoe_recipe *r) {
     if (r->rope_scaling & BMOE_ROPE_SCALING_YARN) json_str(w, NULL, "yarn");
     json_end_array(w);
     json_str(w, "layer_scale", bias_name(r->layer_scale));
+    json_bool(w, "rope_sections", r->rope_sections);
     json_bool(w, "post_norms", r->post_norms);
     json_str(w, "ffn_norm", arch_ffn_norm(r));
+    json_str(w, "output_norm", arch_output_norm(r));
     json_bool(w, "embd_scale", r->embd_scale);
     json_bool(w, "output_required", r->output_required);
     json_bool(w, "final_softcap", r->final_softcap);

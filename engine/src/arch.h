@@ -43,6 +43,8 @@ typedef enum {
                                     * a file whose keys say otherwise is refused, never silently ignored */
     BMOE_GATING_KEYS_READ = 1,     /* read; expert_gating_func is required (llama.cpp aborts without one),
                                     * expert_weights_norm defaults to false, expert_weights_scale 0 means 1 */
+    BMOE_GATING_KEYS_FUNC = 2,     /* expert_gating_func is read (and required); the norm and the scale are
+                                    * the recipe's, fixed as with BMOE_GATING_KEYS_FIXED (lfm2moe) */
 } bmoe_gating_keys;
 
 /* Which blocks have routed experts. */
@@ -95,6 +97,15 @@ typedef enum {
 /* RoPE scaling types an architecture reads (rope.scaling.type), a bit each; 0: the keys are not read. */
 enum { BMOE_ROPE_SCALING_LINEAR = 1, BMOE_ROPE_SCALING_YARN = 2 };
 
+/* Which layers mix positions recurrently instead of attending (bmoe_layer_kind in model.h). */
+typedef enum {
+    BMOE_MIXER_ATTN = 0,       /* every layer attends */
+    BMOE_MIXER_DELTA_NET = 1,  /* qwen35moe: attention.recurrent_layers (per layer), else every
+                                * full_attention_interval-th layer (default 4) attends and the others are
+                                * gated delta-net layers */
+    BMOE_MIXER_SHORTCONV = 2,  /* lfm2moe: attention.head_count_kv per layer, 0 = a short-convolution layer */
+} bmoe_mixer;
+
 typedef struct bmoe_recipe {
     const char *arch;       /* general.architecture */
 
@@ -113,9 +124,16 @@ typedef struct bmoe_recipe {
     bmoe_bias expert_bias;  /* ffn_gate_exps.bias / ffn_up_exps.bias [f, E], ffn_down_exps.bias [d, E] */
     bmoe_shexp shared_expert; /* a resident shared expert beside the routed ones, its names and its gate */
     bmoe_bias expert_scale; /* ffn_down_exps.scale [E]: expert e's output times scale[e] (gemma4) */
+    int probs_bias;         /* exp_probs_b.bias [E] on every MoE layer: added to the probs for the selection
+                             * only, the weights stay the unbiased probs (lfm2moe) */
+
+    /* mixers: which layers attend and which are recurrent (docs/model-math.md, "Hybrid architectures") */
+    int mixer;              /* bmoe_mixer */
 
     /* attention */
     bmoe_bias qkv_bias;     /* attn_q.bias, attn_k.bias, attn_v.bias */
+    int attn_gate;          /* attn_q holds each head's queries then as many gate values: the head's output
+                             * is multiplied by sigmoid(gate) before attn_output (qwen35moe) */
     bmoe_bias out_bias;     /* attn_output.bias */
     int qk_norm;            /* attn_q_norm / attn_k_norm per head (required) */
     int v_norm;             /* v is RMS-normed per head, without a weight */
@@ -135,11 +153,14 @@ typedef struct bmoe_recipe {
     int full_rope;          /* rope.dimension_count must equal attention.key_length (llama.cpp asserts it) */
     int rope_freqs;         /* rope_freqs.weight [head dim / 2] divides the global layers' frequencies */
     unsigned rope_scaling;  /* BMOE_ROPE_SCALING_* bits: rope.scaling.type / .factor are read */
+    int rope_sections;      /* rope.dimension_sections is required: interleaved M-RoPE, for text positions a
+                             * pair rotates unless it falls in the extra sector (qwen35moe) */
 
     /* norms and scales */
     bmoe_bias layer_scale;  /* layer_output_scale.weight [1]: the layer's output (the residual) times it */
     int post_norms;         /* post_attention_norm and the MoE norm sandwich (required) */
     const char *ffn_norm;   /* the FFN input norm's tensor (NULL: "ffn_norm"; gpt-oss "post_attention_norm") */
+    const char *output_norm; /* the output norm's tensor (NULL: "output_norm"; lfm2moe "token_embd_norm") */
 
     /* embedding and output */
     int embd_scale;         /* token embedding multiplied by sqrt(d) */
@@ -160,6 +181,8 @@ char *arch_known(char *buf, unsigned long n);
 const char *arch_act_name(bmoe_act a);
 /* The FFN input norm's tensor name ("ffn_norm" unless the recipe names another). */
 const char *arch_ffn_norm(const bmoe_recipe *r);
+/* The output norm's tensor name without ".weight". */
+const char *arch_output_norm(const bmoe_recipe *r);
 /* The row as a JSON object: every field by name, enums by name (`bmoe archs`). */
 void arch_write_json(struct json_writer *w, const bmoe_recipe *r);
 

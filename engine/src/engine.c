@@ -592,6 +592,9 @@ static int score_choices(bmoe_engine *e, bmoe_error *err) {
             if (rc) { forward_failed(e, err, rc, msg); goto done; }
         }
         memcpy(base, e->logits, (size_t)V * sizeof *base);
+        /* every option continues from the context's state: the KV cache's positions are overwritten,
+         * a recurrent state is returned to this mark (forward_mark) */
+        if (forward_mark(e->fwd)) { rc = err_set(err, 1, NULL, "out of memory"); goto done; }
         int best = 0;
         for (int k = 0; k < q->n_options; k++) {
             const int32_t *ids = t->opt[k];

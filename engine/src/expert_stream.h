@@ -11,11 +11,11 @@
  * Releasing returns its pages (MADV_DONTNEED) and removes access (PROT_NONE), so a later touch of
  * an evicted or never-loaded slot faults instead of reading stale bytes.
  *
- * Huge pages: the shared slots and the frame arena start on a 2 MiB boundary and are advised
+ * Huge pages: the shared slots and each frame arena start on a 2 MiB boundary and are advised
  * MADV_HUGEPAGE, so direct reads land in physically contiguous 2 MiB runs. Because a huge page needs
  * its whole 2 MiB inside one read-write mapping, the S shared slots (not the guard) and the first
- * frame_pool_bytes of frames are opened read-write together at stream_open rather than one by one;
- * neither holds an expert before its read, so opening them early exposes nothing.
+ * frame_pool_bytes of each arena's frames are opened read-write together at stream_open rather than
+ * one by one; neither holds an expert before its read, so opening them early exposes nothing.
  *
  * Frame pool (per-expert layout with frame_pool_bytes > 0): the memory behind the slots is an arena
  * of slot-sized frames per slot size (a class: layers whose experts differ in type have slots of

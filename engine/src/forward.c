@@ -15,6 +15,7 @@
 
 #include "arch_ops.h"
 #include "kernels.h"
+#include "recurrent.h"
 #include "tensor.h"
 
 struct bmoe_forward {
@@ -25,6 +26,12 @@ struct bmoe_forward {
     int d, q_dim, kv_dim, v_dim, o_dim, ff_max; /* the widest layer's rows (layers may differ: bmoe_layer) */
     float *k_cache, *v_cache;     /* layer il's [n_ctx][its kv rows] at k_off[il], v_off[il] */
     size_t *k_off, *v_off;
+    rec_state rs;                 /* the recurrent layers' state (recurrent.h), one buffer for all of them */
+    float *qg;                    /* gated attention: each head's gate values [T, q_dim] */
+    float *rin, *rcv, *rz, *ro;   /* recurrent layers: projections [T, rin_w], conv out [T, rin_w], z, out [T, rz_w] */
+    float *ralpha, *rbeta;        /* delta-net gates [T, Hv] */
+    float *rtmp;                  /* delta rule scratch [threads][S] */
+    size_t rin_w, rz_w;
     double *inv_freq;             /* RoPE: base^(-2j/n_rot) / rope_freqs[j], j < n_rot/2 */
     double *inv_freq_swa;         /* sliding-window layers: base_swa^(-2j/n_rot_swa), j < n_rot_swa/2 */
     float rope_mscale, rope_mscale_swa; /* YaRN: cos and sin multiplied by this (1 without YaRN) */
@@ -32,6 +39,7 @@ struct bmoe_forward {
     float *x, *xn, *hm, *q, *k, *v, *att, *o, *ffn, *sh;
     float *hg, *hu;               /* dense / shared FFN hidden [T, ff_max] */
     float *rlog, *rprob, *w;      /* router logits and probs [T, E], weights [T, top_k] */
+    float *rsel;                  /* probs + the selection bias [T, E] (recipes with probs_bias) */
     int32_t *ids;                 /* [T, top_k] */
     float *moe, *gx, *eg, *eu, *eo; /* expert path: sum [T,d], gathered in [T,d], hidden [T,2f], [T,f], out [T,d] */
     float *keg, *keu, *keo;       /* one token's k experts at once: [k,2f], [k,f], [k,d] */
@@ -254,12 +262,12 @@ static void matmul(bmoe_forward *f, const bmoe_weight *W, const float *x, int T,
     matmul_raw(f, W->data, W->type, (size_t)W->row_bytes, (size_t)W->ne[0], (size_t)W->ne[1], x, T, y);
 }
 
-/* Several matmuls of the same input (q, k, v; gate, up) as one pool job over all their rows: one
+/* Several matmuls (up to 4) of the same input (q, k, v; gate, up) as one pool job over all their rows: one
  * wake-up instead of one each. Each row is computed as matmul() computes it. */
 typedef struct {
     int n;
-    mm_job mm[3];
-    int end[3]; /* cumulative row counts */
+    mm_job mm[4];
+    int end[4]; /* cumulative row counts */
 } mm_multi_job;
 
 static void mm_multi_rows(void *ctx, int i0, int i1, int tid) {
@@ -403,22 +411,130 @@ static void attention(bmoe_forward *f, int il, int T, int pos0) {
                    f->k_cache + f->k_off[il], f->v_cache + f->v_off[il] };
     rmsnorm_rows(f->xn, f->x, ly->attn_norm, T, d, m->hp.eps);
     const bmoe_weight *W[3] = { &ly->attn_q, &ly->attn_k, &ly->attn_v };
-    float *const y3[3] = { f->q, f->k, f->v };
+    int gated = m->recipe->attn_gate, hd = J.hd;
+    float *const y3[3] = { gated ? f->rin : f->q, f->k, f->v };
     if (ly->attn_v.t) {
         matmul_multi(f, 3, W, f->xn, T, y3);
     } else { /* gemma4 without attn_v: v is k's projection, taken before k's norm */
         matmul_multi(f, 2, W, f->xn, T, y3);
         memcpy(f->v, f->k, (size_t)T * J.kvd * sizeof(float));
     }
+    if (gated) /* per head: hd queries, then hd gate values */
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < J.H; h++) {
+                const float *src = f->rin + (size_t)t * 2 * J.qd + (size_t)h * 2 * hd;
+                memcpy(f->q + (size_t)t * J.qd + (size_t)h * hd, src, (size_t)hd * sizeof(float));
+                memcpy(f->qg + (size_t)t * J.qd + (size_t)h * hd, src + hd, (size_t)hd * sizeof(float));
+            }
     ops_add_bias_rows(f->q, ly->attn_q_b, T, J.qd); /* q/k/v biases where the model has them */
     ops_add_bias_rows(f->k, ly->attn_k_b, T, J.kvd);
     ops_add_bias_rows(f->v, ly->attn_v_b, T, J.vd);
     pool_run(f->pool, T, qk_rows, &J);
     pool_run(f->pool, T * J.H, attn_heads, &J);
+    if (gated) /* the output gate: each head's output times sigmoid(gate) (head dims equal: od == qd) */
+        for (size_t i = 0; i < (size_t)T * J.od; i++)
+            f->att[i] = f->att[i] * (float)(1.0 / (1.0 + bm_exp(-(double)f->qg[i])));
     matmul(f, &ly->attn_output, f->att, T, f->o);
     ops_add_bias_rows(f->o, ly->attn_output_b, T, (size_t)d);
     if (ly->post_attention_norm) rmsnorm_rows(f->o, f->o, ly->post_attention_norm, T, d, m->hp.eps);
     for (size_t i = 0; i < (size_t)T * d; i++) f->x[i] += f->o[i];
+}
+
+/* ---- recurrent layers (recurrent.h, docs/model-math.md "Hybrid architectures") ---------------- */
+
+typedef struct {
+    const float *x;
+    size_t xs;
+    int T, K;
+    const float *w;
+    float *state, *y;
+    size_t ys;
+} conv_job;
+
+static void conv_channels(void *ctx, int c0, int c1, int tid) {
+    (void)tid;
+    const conv_job *J = ctx;
+    rec_conv(J->x, J->xs, J->T, J->w, J->K, J->state, J->y, J->ys, c0, c1);
+}
+
+typedef struct {
+    bmoe_forward *f;
+    float *M;         /* the layer's delta-rule state: head h at h * S * S */
+    int T;
+} delta_job;
+
+static void delta_heads(void *ctx, int h0, int h1, int tid) {
+    const delta_job *J = ctx;
+    bmoe_forward *f = J->f;
+    const bmoe_hparams *hp = &f->m->hp;
+    int S = hp->ssm_state, Hk = hp->ssm_groups, Hv = hp->ssm_heads;
+    size_t C = f->rin_w, SS = (size_t)S * (size_t)S;
+    for (int h = h0; h < h1; h++) {
+        int a = h % Hk; /* value head h reads q/k head h mod Hk */
+        const float *q = f->rcv + (size_t)a * S, *k = f->rcv + (size_t)(Hk + a) * S;
+        const float *v = f->rcv + (size_t)(2 * Hk + h) * S;
+        rec_delta_head(&f->kern, S, J->T, q, C, k, C, v, C, f->ralpha + h, f->rbeta + h, (size_t)Hv, J->M + (size_t)h * SS,
+                       f->ro + (size_t)h * S, (size_t)Hv * S, f->rtmp + (size_t)tid * S);
+    }
+}
+
+/* A gated delta-net layer: x += ssm_out(gated_norm(delta rule(l2(silu(conv(attn_qkv h)))))). */
+static void delta_layer(bmoe_forward *f, int il, int T) {
+    const bmoe_model *m = f->m;
+    const bmoe_hparams *hp = &m->hp;
+    const bmoe_layer *ly = &m->layers[il];
+    int d = f->d, S = hp->ssm_state, Hk = hp->ssm_groups, Hv = hp->ssm_heads, K = hp->conv_taps;
+    size_t C = f->rin_w, Z = (size_t)Hv * S;
+    rmsnorm_rows(f->xn, f->x, ly->attn_norm, T, d, hp->eps);
+    const bmoe_weight *W[4] = { &ly->attn_qkv, &ly->attn_z, &ly->ssm_beta, &ly->ssm_alpha };
+    float *const y4[4] = { f->rin, f->rz, f->rbeta, f->ralpha };
+    matmul_multi(f, 4, W, f->xn, T, y4);
+    float *state = f->rs.cur + ly->rec_off;
+    conv_job CJ = { f->rin, C, T, K, ly->ssm_conv1d, state, f->rcv, C };
+    pool_run(f->pool, (int)C, conv_channels, &CJ);
+    for (size_t i = 0; i < (size_t)T * C; i++) f->rcv[i] = bm_silu(f->rcv[i]);
+    for (int t = 0; t < T; t++) {
+        for (int a = 0; a < 2 * Hk; a++) rec_l2norm(f->rcv + (size_t)t * C + (size_t)a * S, S, hp->eps); /* q, then k */
+        for (int h = 0; h < Hv; h++) {
+            size_t i = (size_t)t * Hv + h;
+            f->ralpha[i] = rec_gate(f->ralpha[i], ly->ssm_dt[h], ly->ssm_a[h]);
+            f->rbeta[i] = rec_beta(f->rbeta[i]);
+        }
+    }
+    delta_job DJ = { f, state + (size_t)(K - 1) * C, T };
+    pool_run(f->pool, Hv, delta_heads, &DJ);
+    for (size_t r = 0; r < (size_t)T * Hv; r++) { /* per head: rmsnorm * ssm_norm * silu(z) */
+        float *o = f->ro + r * S;
+        rmsnorm(o, o, ly->ssm_norm, S, hp->eps);
+        f->kern.silu_mul(f->rz + r * S, o, (size_t)S, o);
+    }
+    matmul(f, &ly->ssm_out, f->ro, T, f->o);
+    (void)Z;
+    for (size_t i = 0; i < (size_t)T * d; i++) f->x[i] += f->o[i];
+}
+
+/* A short-convolution layer: [B, C, X] = in_proj h; x += out_proj(C * conv(B * X)). */
+static void conv_layer(bmoe_forward *f, int il, int T) {
+    const bmoe_model *m = f->m;
+    const bmoe_layer *ly = &m->layers[il];
+    int d = f->d;
+    size_t D = (size_t)d;
+    rmsnorm_rows(f->xn, f->x, ly->attn_norm, T, d, m->hp.eps);
+    matmul(f, &ly->sc_in, f->xn, T, f->rin); /* [T, 3d] */
+    for (int t = 0; t < T; t++) {
+        const float *r = f->rin + (size_t)t * 3 * D;
+        float *bx = f->rz + (size_t)t * D;
+        for (size_t c = 0; c < D; c++) bx[c] = r[c] * r[2 * D + c];
+    }
+    conv_job CJ = { f->rz, D, T, m->hp.conv_taps, ly->sc_conv, f->rs.cur + ly->rec_off, f->rcv, D };
+    pool_run(f->pool, d, conv_channels, &CJ);
+    for (int t = 0; t < T; t++) {
+        const float *cc = f->rin + (size_t)t * 3 * D + D;
+        float *y = f->rcv + (size_t)t * D;
+        for (size_t c = 0; c < D; c++) y[c] = cc[c] * y[c];
+    }
+    matmul(f, &ly->sc_out, f->rcv, T, f->o);
+    for (size_t i = 0; i < (size_t)T * D; i++) f->x[i] += f->o[i];
 }
 
 /* ---- MoE FFN --------------------------------------------------------------------------------- */
@@ -440,7 +556,7 @@ static int emit(bmoe_forward *f, const moe_ctx *c, bmoe_node node, char *err, si
     else {
         r.ids = f->ids;
         if (node == BMOE_NODE_TOPK) {
-            r.scores = f->rprob;
+            r.scores = f->m->layers[c->il].exp_probs_b ? f->rsel : f->rprob; /* the tensor the selection sorted */
             r.scores_are_probs = f->m->hp.gating->scores_are_probs;
         } else {
             r.weights = f->w;
@@ -645,8 +761,6 @@ static int check_ids(bmoe_forward *f, const moe_ctx *c, bmoe_node node, char *er
     return 0;
 }
 
-static void shexp_gate(bmoe_forward *f, const bmoe_layer *ly, int T);
-
 static int moe_ffn(bmoe_forward *f, const moe_ctx *c, char *err, size_t errlen) {
     const bmoe_model *m = f->m;
     const bmoe_hparams *hp = &m->hp;
@@ -682,7 +796,14 @@ static int moe_ffn(bmoe_forward *f, const moe_ctx *c, char *err, size_t errlen) 
     }
     if ((rc = emit(f, c, BMOE_NODE_PROBS, err, errlen))) return rc;
 
-    for (int t = 0; t < T; t++) topk_row(f->rprob + (size_t)t * E, E, k, f->ids + (size_t)t * k);
+    /* the selection: probs, or probs + the selection-only bias (the weights stay the unbiased probs) */
+    const float *sel = f->rprob;
+    if (ly->exp_probs_b) {
+        for (int t = 0; t < T; t++)
+            for (int e = 0; e < E; e++) f->rsel[(size_t)t * E + e] = f->rprob[(size_t)t * E + e] + ly->exp_probs_b[e];
+        sel = f->rsel;
+    }
+    for (int t = 0; t < T; t++) topk_row(sel + (size_t)t * E, E, k, f->ids + (size_t)t * k);
     f->experts_routed += (uint64_t)T * (uint64_t)k;
     if ((rc = emit(f, c, BMOE_NODE_TOPK, err, errlen))) return rc;
     if ((rc = check_ids(f, c, BMOE_NODE_TOPK, err, errlen))) return rc;
@@ -725,23 +846,20 @@ static int moe_ffn(bmoe_forward *f, const moe_ctx *c, char *err, size_t errlen) 
     if (ly->post_ffw_norm_2) rmsnorm_rows(f->moe, f->moe, ly->post_ffw_norm_2, T, d, hp->eps);
     if (ly->ffn_gate.t) {
         ffn_dense(f, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, f->xn, T, f->sh);
-        if (ly->ffn_gate_inp_shexp) shexp_gate(f, ly, T); /* qwen2moe: times sigmoid(gate . h) */
+        if (ly->ffn_gate_inp_shexp.t) { /* the shared expert's gate: sigmoid(ffn_gate_inp_shexp . h) per position */
+            float gs[1];
+            for (int t = 0; t < T; t++) {
+                matmul(f, &ly->ffn_gate_inp_shexp, f->xn + (size_t)t * d, 1, gs);
+                float gt = (float)(1.0 / (1.0 + bm_exp(-(double)gs[0])));
+                for (int i = 0; i < d; i++) f->sh[(size_t)t * d + i] *= gt;
+            }
+        }
         if (ly->post_ffw_norm_1) rmsnorm_rows(f->sh, f->sh, ly->post_ffw_norm_1, T, d, hp->eps);
         for (size_t i = 0; i < (size_t)T * d; i++) f->moe[i] = f->sh[i] + f->moe[i];
     }
     if (ly->post_ffw_norm) rmsnorm_rows(f->moe, f->moe, ly->post_ffw_norm, T, d, hp->eps);
     for (size_t i = 0; i < (size_t)T * d; i++) f->x[i] += f->moe[i];
     return 0;
-}
-
-/* A gated shared expert (BMOE_SHEXP_GATED): each row of sh times sigmoid(ffn_gate_inp_shexp . h). */
-static void shexp_gate(bmoe_forward *f, const bmoe_layer *ly, int T) {
-    size_t d = (size_t)f->d;
-    for (int t = 0; t < T; t++) {
-        float g = ops_sigmoid(f->kern.dot_f32(ly->ffn_gate_inp_shexp, f->xn + (size_t)t * d, d));
-        float *row = f->sh + (size_t)t * d;
-        for (size_t i = 0; i < d; i++) row[i] *= g;
-    }
 }
 
 static void dense_ffn(bmoe_forward *f, int il, int T) {
@@ -765,6 +883,11 @@ int forward_eval(bmoe_forward *f, const int32_t *tokens, int T, int pos0, int ph
         snprintf(err, errlen, "batch of %d at position %d does not fit the context of %d (-c)", T, pos0, f->n_ctx);
         return 2;
     }
+    if (rec_seek(&f->rs, pos0)) {
+        snprintf(err, errlen, "internal: the recurrent state stands at position %d and cannot continue at %d",
+                 f->rs.pos, pos0);
+        return 1;
+    }
     for (int t = 0; t < T; t++) {
         if (tokens[t] < 0 || tokens[t] >= V) {
             snprintf(err, errlen, "token %d is outside the vocabulary (%d)", (int)tokens[t], V);
@@ -778,7 +901,10 @@ int forward_eval(bmoe_forward *f, const int32_t *tokens, int T, int pos0, int ph
         }
     }
     for (int il = 0; il < hp->n_layer; il++) {
-        attention(f, il, T, pos0);
+        int kind = m->layers[il].kind;
+        if (kind == BMOE_LAYER_DELTA) delta_layer(f, il, T);
+        else if (kind == BMOE_LAYER_CONV) conv_layer(f, il, T);
+        else attention(f, il, T, pos0);
         if (m->layers[il].is_moe) {
             moe_ctx c = { il, T, phase, step, pos0 };
             int rc = moe_ffn(f, &c, err, errlen);
@@ -789,6 +915,7 @@ int forward_eval(bmoe_forward *f, const int32_t *tokens, int T, int pos0, int ph
         /* gemma4's layer_output_scale: the layer's output, residual included, times a scalar */
         if (m->layers[il].out_scale != 1.0f) ops_scale_rows(f->x, m->layers[il].out_scale, T, (size_t)d);
     }
+    f->rs.pos = pos0 + T;
     int t0 = all_logits ? 0 : T - 1, n = T - t0;
     rmsnorm_rows(f->xl, f->x + (size_t)t0 * d, m->output_norm, n, d, hp->eps);
     matmul(f, &m->output, f->xl, n, logits);
@@ -800,6 +927,8 @@ int forward_eval(bmoe_forward *f, const int32_t *tokens, int T, int pos0, int ph
 }
 
 uint64_t forward_experts_routed(const bmoe_forward *f) { return f->experts_routed; }
+
+int forward_mark(bmoe_forward *f) { return rec_mark(&f->rs); }
 
 int forward_set_kernels(bmoe_forward *f, bm_kpath path) {
     if (!bm_kpath_available(path)) return 2;
@@ -881,6 +1010,9 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
     int kv_overflow = 0;
     for (int il = 0; il < hp->n_layer; il++) { /* each layer's own rows (model.c checked each product) */
         const bmoe_layer *ly = &m->layers[il];
+        f->k_off[il] = kv_total;
+        f->v_off[il] = v_total;
+        if (ly->kind != BMOE_LAYER_ATTN) continue; /* only attention layers keep k and v */
         int qd = ly->n_head * ly->head_dim, kvd = ly->n_head_kv * ly->head_dim;
         int vd = ly->n_head_kv * ly->head_dim_v, od = ly->n_head * ly->head_dim_v;
         if (qd > f->q_dim) f->q_dim = qd;
@@ -888,16 +1020,14 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
         if (vd > f->v_dim) f->v_dim = vd;
         if (od > f->o_dim) f->o_dim = od;
         size_t kb = mul3(1, (size_t)n_ctx, (size_t)kvd), vb = mul3(1, (size_t)n_ctx, (size_t)vd);
-        f->k_off[il] = kv_total;
-        f->v_off[il] = v_total;
         if (kb == 0 || vb == 0 || kv_total > SIZE_MAX / 8 - kb || v_total > SIZE_MAX / 8 - vb) kv_overflow = 1;
         else kv_total += kb, v_total += vb;
     }
     f->ff_max = hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp;
     size_t T = (size_t)max_batch, E = (size_t)(hp->n_expert > 0 ? hp->n_expert : 1);
     size_t K = (size_t)(f->top_k > 0 ? f->top_k : 1), fe = (size_t)hp->n_ff_exp;
-    size_t kbytes = kv_total, vbytes = v_total;
-    int oom = kv_overflow || kbytes == 0 || vbytes == 0;
+    size_t kbytes = kv_total ? kv_total : 1, vbytes = v_total ? v_total : 1; /* no attention layer: unused */
+    int oom = kv_overflow;
     if (!oom) {
         f->k_cache = alloc_f(kbytes, sizeof(float), &oom);
         f->v_cache = alloc_f(vbytes, sizeof(float), &oom);
@@ -912,6 +1042,16 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
     if (!f->inv_freq || !f->inv_freq_swa) oom = 1;
     else {
         f->rope_mscale = rope_init(hp, hp->n_rot, hp->rope_base, m->rope_freqs, 1, f->inv_freq);
+        if (m->recipe->rope_sections) { /* interleaved M-RoPE: a pair of the extra sector stays put */
+            const int *sec = hp->rope_sections;
+            int dims = sec[0] + sec[1] + sec[2] + sec[3];
+            for (int j = 0; j < hp->n_rot / 2; j++) {
+                int st = j % dims;
+                int moves = (st % 3 == 0 && st < 3 * sec[0]) || (st % 3 == 1 && st < 3 * sec[1]) ||
+                            (st % 3 == 2 && st < 3 * sec[2]);
+                if (!moves) f->inv_freq[j] = 0.0; /* angle 0: cos 1, sin 0, the pair passes unchanged */
+            }
+        }
         /* sliding-window layers: no rope_freqs; scaled as the global ones only when the recipe says so */
         f->rope_mscale_swa = rope_init(hp, hp->n_rot_swa, hp->rope_base_swa, NULL,
                                        m->recipe->swa_rope == BMOE_SWA_ROPE_GLOBAL, f->inv_freq_swa);
@@ -943,7 +1083,26 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
     f->start = alloc_f(E, sizeof(int), &oom);
     f->order = alloc_f(T, sizeof(int), &oom);
     f->scratch = alloc_f((size_t)pool_threads(pool) * (size_t)n_ctx, sizeof(float), &oom);
+    /* the recurrent and gated-attention scratch */
+    size_t HvS = (size_t)hp->ssm_heads * (size_t)hp->ssm_state;
+    f->rin_w = (size_t)(2 * hp->ssm_groups + hp->ssm_heads) * (size_t)hp->ssm_state;
+    size_t rin_cap = f->rin_w > 3 * D ? f->rin_w : 3 * D;
+    if (m->recipe->attn_gate && (size_t)(2 * f->q_dim) > rin_cap) rin_cap = (size_t)(2 * f->q_dim);
+    size_t rcv_cap = f->rin_w > D ? f->rin_w : D, rz_cap = HvS > D ? HvS : D;
+    f->rz_w = HvS;
+    int any_rec = m->rec_floats > 0 || m->recipe->attn_gate;
+    f->rin = alloc_f(any_rec ? T * rin_cap : 1, sizeof(float), &oom);
+    f->rcv = alloc_f(any_rec ? T * rcv_cap : 1, sizeof(float), &oom);
+    f->rz = alloc_f(any_rec ? T * rz_cap : 1, sizeof(float), &oom);
+    f->ro = alloc_f(T * HvS, sizeof(float), &oom);
+    f->ralpha = alloc_f(T * (size_t)hp->ssm_heads, sizeof(float), &oom);
+    f->rbeta = alloc_f(T * (size_t)hp->ssm_heads, sizeof(float), &oom);
+    f->rtmp = alloc_f((size_t)pool_threads(pool) * (size_t)hp->ssm_state, sizeof(float), &oom);
+    f->qg = alloc_f(m->recipe->attn_gate ? T * (size_t)f->q_dim : 1, sizeof(float), &oom);
+    f->rsel = alloc_f(T * E, sizeof(float), &oom);
+    if (rec_state_init(&f->rs, m->rec_floats)) oom = 1;
     size_t in_max = D;
+    if (HvS > in_max) in_max = HvS;
     if ((size_t)f->o_dim > in_max) in_max = (size_t)f->o_dim;
     if ((size_t)f->ff_max > in_max) in_max = (size_t)f->ff_max;
     if (fe > in_max) in_max = fe;
@@ -979,5 +1138,8 @@ void forward_free(bmoe_forward *f) {
     free(f->moe); free(f->gx); free(f->eg); free(f->eu); free(f->eo);
     free(f->cnt); free(f->start); free(f->order); free(f->scratch); free(f->xq); free(f->xd); free(f->xs); free(f->xk);
     free(f->keg); free(f->keu); free(f->keo); free(f->kxq); free(f->kxd); free(f->kxs); free(f->kxk); free(f->kv);
+    free(f->qg); free(f->rin); free(f->rcv); free(f->rz); free(f->ro); free(f->ralpha); free(f->rbeta); free(f->rtmp);
+    free(f->rsel);
+    rec_state_free(&f->rs);
     free(f);
 }

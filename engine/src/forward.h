@@ -34,6 +34,11 @@ bm_kpath forward_kernels(const bmoe_forward *f);
 int forward_eval(bmoe_forward *f, const int32_t *tokens, int T, int pos0, int phase, int step, int all_logits,
                  float *logits, char *err, size_t errlen);
 
+/* Remembers the recurrent state (recurrent.h) at the current position, so that a later pass at that
+ * position continues from it (--ppl-choices: every option after the same context). 0, or 1 out of
+ * memory; a no-op for a model without recurrent layers. */
+int forward_mark(bmoe_forward *f);
+
 /* Routed slots seen so far (every MoE layer, every token, before any hook edits): T * top_k per layer. */
 uint64_t forward_experts_routed(const bmoe_forward *f);
 

@@ -257,6 +257,55 @@ static int bind_layer(loader *L, int il, const char *what, int required, int n_e
     return bind(L, name, required, n_exp, e0, e1, e2, w);
 }
 
+/* A 2-D weight [n_in, n_out] dequantised into owned f32 rows (zeros when the model is not mapped). */
+static int bind_mat_f32(loader *L, const char *name, uint64_t n_in, uint64_t n_out, float **out) {
+    bmoe_weight w;
+    *out = NULL;
+    int rc = bind(L, name, 1, 2, n_in, n_out, 1, &w);
+    if (rc) return rc;
+    float *v = calloc((size_t)(n_in * n_out), sizeof(float));
+    if (!v) return fail(L, 1, "out of memory loading %s", name);
+    for (uint64_t j = 0; w.data && j < n_out; j++) row_to_f32(w.type, w.data + j * w.row_bytes, v + j * n_in, (size_t)n_in);
+    *out = v;
+    return 0;
+}
+
+/* The tensors of a recurrent layer (docs/model-math.md, "Hybrid architectures"), and its share of the
+ * recurrent state: the convolution's K-1 inputs per channel, then a delta-net layer's Hv S x S matrices. */
+static int bind_recurrent(loader *L, int il) {
+    bmoe_model *m = L->m;
+    const bmoe_hparams *hp = &m->hp;
+    bmoe_layer *ly = &m->layers[il];
+    uint64_t d = (uint64_t)hp->n_embd, K = (uint64_t)hp->conv_taps;
+    char name[96];
+    int rc;
+    ly->rec_off = m->rec_floats;
+    if (ly->kind == BMOE_LAYER_CONV) {
+        if ((rc = bind_layer(L, il, "shortconv.in_proj", 1, 2, d, 3 * d, 1, &ly->sc_in))) return rc;
+        if ((rc = bind_layer(L, il, "shortconv.out_proj", 1, 2, d, d, 1, &ly->sc_out))) return rc;
+        snprintf(name, sizeof name, "blk.%d.shortconv.conv.weight", il);
+        if ((rc = bind_mat_f32(L, name, K, d, &ly->sc_conv))) return rc;
+        m->rec_floats += (size_t)((K - 1) * d);
+        return 0;
+    }
+    uint64_t S = (uint64_t)hp->ssm_state, Hk = (uint64_t)hp->ssm_groups, Hv = (uint64_t)hp->ssm_heads;
+    uint64_t C = (2 * Hk + Hv) * S;
+    if ((rc = bind_layer(L, il, "attn_qkv", 1, 2, d, C, 1, &ly->attn_qkv))) return rc;
+    if ((rc = bind_layer(L, il, "attn_gate", 1, 2, d, Hv * S, 1, &ly->attn_z))) return rc;
+    if ((rc = bind_layer(L, il, "ssm_beta", 1, 2, d, Hv, 1, &ly->ssm_beta))) return rc;
+    if ((rc = bind_layer(L, il, "ssm_alpha", 1, 2, d, Hv, 1, &ly->ssm_alpha))) return rc;
+    if ((rc = bind_layer(L, il, "ssm_out", 1, 2, Hv * S, d, 1, &ly->ssm_out))) return rc;
+    snprintf(name, sizeof name, "blk.%d.ssm_conv1d.weight", il);
+    if ((rc = bind_mat_f32(L, name, K, C, &ly->ssm_conv1d))) return rc;
+    snprintf(name, sizeof name, "blk.%d.ssm_dt.bias", il);
+    if ((rc = bind_vec(L, name, 1, Hv, &ly->ssm_dt))) return rc;
+    snprintf(name, sizeof name, "blk.%d.ssm_a", il);
+    if ((rc = bind_vec(L, name, 1, Hv, &ly->ssm_a))) return rc;
+    if ((rc = bind_layer_vec(L, il, "ssm_norm", 1, S, &ly->ssm_norm))) return rc;
+    m->rec_floats += (size_t)((K - 1) * C + Hv * S * S);
+    return 0;
+}
+
 /* The gating keys, as llama.cpp's graph for the architecture uses them (arch.h, bmoe_gating_keys). */
 static int read_gating(loader *L) {
     bmoe_model *m = L->m;
@@ -267,10 +316,21 @@ static int read_gating(loader *L) {
     if ((rc = get_int(L, "expert_gating_func", 0, 0, 0, 1 << 30, &gid))) return rc;
     if ((rc = get_flag(L, "expert_weights_norm", -1, &norm))) return rc;
     if ((rc = get_real(L, "expert_weights_scale", 0, 0.0, 0.0, 1e30, &scale))) return rc;
-    if (r->gating_keys == BMOE_GATING_KEYS_FIXED) {
+    if (r->gating_keys == BMOE_GATING_KEYS_FUNC) {
+        /* the function is the file's (and required); the norm and the scale are the graph's own */
+        if (gid == 0 && hp->n_expert > 0)
+            return fail(L, 3, "%s: required metadata key %s.expert_gating_func is missing (llama.cpp's %s graph "
+                        "has no default gating)", m->path, m->arch, m->arch);
+        hp->gating = arch_gating(gid == 0 ? BMOE_GATING_SOFTMAX : gid);
+        if (!hp->gating)
+            return fail(L, 3, "%s: %s.expert_gating_func = %d is not implemented (1 softmax, 2 sigmoid, 3 softmax "
+                        "over the selected)", m->path, m->arch, gid);
+        gid = 0; /* checked: the norm and scale checks below are those of a fixed gating */
+    }
+    if (r->gating_keys != BMOE_GATING_KEYS_READ) {
         /* llama.cpp ignores these keys for this architecture: a value that asks for anything else would
          * give a model llama.cpp computes differently, so it is refused rather than followed or ignored */
-        const bmoe_gating *g = arch_gating(r->gating);
+        const bmoe_gating *g = r->gating_keys == BMOE_GATING_KEYS_FUNC ? hp->gating : arch_gating(r->gating);
         if (gid != 0 && gid != r->gating)
             return fail(L, 3, "%s: %s.expert_gating_func = %d: llama.cpp's %s graph always uses %s gating (%d); "
                         "use an architecture that reads the key (dots1)", m->path, m->arch, gid, m->arch,
@@ -317,6 +377,8 @@ static int read_shared_width(loader *L) {
                         "(llama.cpp's %s graph sizes the shared expert by feed_forward_length)", m->path, m->arch,
                         given, hp->n_ff, m->arch);
         hp->n_ff_shexp = hp->n_ff;
+    } else if (r->shared_expert == BMOE_SHEXP_GATED) {
+        hp->n_ff_shexp = given >= 0 ? given : hp->n_ff; /* llama.cpp: n_ff_shexp, else feed_forward_length */
     } else if (r->shared_expert == BMOE_SHEXP_NAMED) {
         if (given >= 0)
             return fail(L, 3, "%s: %s.expert_shared_feed_forward_length is not read by llama.cpp's %s graph (the "
@@ -330,9 +392,6 @@ static int read_shared_width(loader *L) {
         if ((uint64_t)hp->n_ff_exp * (uint64_t)hp->n_expert_shared > MAX_DIM)
             return fail(L, 3, "%s: %s: shared expert width exceeds %d", m->path, m->arch, MAX_DIM);
         hp->n_ff_shexp = hp->n_ff_exp * hp->n_expert_shared;
-    } else if (r->shared_expert == BMOE_SHEXP_GATED) {
-        /* llama.cpp's qwen2moe: expert_shared_feed_forward_length, else feed_forward_length */
-        hp->n_ff_shexp = given > 0 ? given : hp->n_ff;
     } else if (given >= 0) {
         return fail(L, 3, "%s: %s.expert_shared_feed_forward_length: the %s architecture has no shared expert",
                     m->path, m->arch, m->arch);
@@ -493,6 +552,108 @@ static int layer_geometry(loader *L) {
     return 0;
 }
 
+/* Which layers are recurrent (arch.h, bmoe_mixer) into m->layer_kinds; with BMOE_MIXER_SHORTCONV also
+ * the attention layers' KV heads, from head_count_kv given per layer (0: a conv layer) or once. */
+static int read_layer_kinds(loader *L) {
+    bmoe_model *m = L->m;
+    bmoe_hparams *hp = &m->hp;
+    const bmoe_recipe *r = m->recipe;
+    int rc;
+    char e[256] = "";
+    m->layer_kinds = calloc((size_t)hp->n_layer, 1); /* BMOE_LAYER_ATTN everywhere */
+    if (!m->layer_kinds) return fail(L, 1, "out of memory");
+    if (r->mixer == BMOE_MIXER_SHORTCONV) {
+        const char *key = akey(L, "attention.head_count_kv");
+        const gguf_kv *kv = gguf_find_kv(m->g, key);
+        int kvh = 0;
+        if (kv && kv->type == GGUF_TYPE_ARRAY) {
+            if (kv->n != (uint64_t)hp->n_layer)
+                return fail(L, 3, "%s: %s has %llu entries but block_count is %d", m->path, key,
+                            (unsigned long long)kv->n, hp->n_layer);
+            for (uint64_t i = 0; i < kv->n; i++) {
+                uint64_t u = 0;
+                if (!gguf_arr_u64(kv, i, &u) || u > MAX_HEADS)
+                    return fail(L, 3, "%s: %s must be an array of integers in [0, %d]", m->path, key, MAX_HEADS);
+                if (u == 0) { m->layer_kinds[i] = BMOE_LAYER_CONV; continue; }
+                if (kvh && (int)u != kvh)
+                    return fail(L, 3, "%s: %s: layer %llu has %llu KV heads but an earlier attention layer %d "
+                                "(attention layers with different KV head counts are not implemented)", m->path,
+                                key, (unsigned long long)i, (unsigned long long)u, kvh);
+                kvh = (int)u;
+            }
+        } else {
+            if ((rc = get_int(L, "attention.head_count_kv", 0, hp->n_head, 0, MAX_HEADS, &kvh))) return rc;
+            if (kvh == 0) memset(m->layer_kinds, BMOE_LAYER_CONV, (size_t)hp->n_layer);
+        }
+        hp->n_head_kv = kvh ? kvh : hp->n_head; /* no attention layer: unused */
+        return 0;
+    }
+    if (r->mixer != BMOE_MIXER_DELTA_NET) return 0;
+    const char *key = akey(L, "attention.recurrent_layers");
+    const gguf_kv *kv = NULL;
+    int got = gguf_get_arr(m->g, key, GGUF_TYPE_COUNT, &kv, e, sizeof e);
+    if (got < 0) return bad_type(L, key, e);
+    if (got > 0) {
+        if (kv->n != (uint64_t)hp->n_layer)
+            return fail(L, 3, "%s: %s has %llu entries but block_count is %d", m->path, key, (unsigned long long)kv->n,
+                        hp->n_layer);
+        for (uint64_t i = 0; i < kv->n; i++) {
+            uint64_t u = 0;
+            int ok = kv->arr_type == GGUF_TYPE_BOOL ? (u = ((const uint8_t *)kv->data)[i], 1) : gguf_arr_u64(kv, i, &u);
+            if (!ok) return fail(L, 3, "%s: %s must be an array of booleans or integers", m->path, key);
+            m->layer_kinds[i] = u ? BMOE_LAYER_DELTA : BMOE_LAYER_ATTN;
+        }
+        return 0;
+    }
+    int every = 4; /* llama.cpp's default */
+    if ((rc = get_int(L, "full_attention_interval", 0, 4, 1, MAX_LAYERS, &every))) return rc;
+    for (int il = 0; il < hp->n_layer; il++) m->layer_kinds[il] = (il + 1) % every ? BMOE_LAYER_DELTA : BMOE_LAYER_ATTN;
+    return 0;
+}
+
+/* The recurrent layers' sizes (delta-net: ssm.*; conv: shortconv.l_cache) and the M-RoPE sections. */
+static int read_recurrent(loader *L) {
+    bmoe_model *m = L->m;
+    bmoe_hparams *hp = &m->hp;
+    const bmoe_recipe *r = m->recipe;
+    int rc, inner = 0;
+    if (r->mixer == BMOE_MIXER_DELTA_NET) {
+        if ((rc = get_int(L, "ssm.state_size", 1, 0, 1, MAX_DIM, &hp->ssm_state))) return rc;
+        if ((rc = get_int(L, "ssm.group_count", 1, 0, 1, MAX_HEADS, &hp->ssm_groups))) return rc;
+        if ((rc = get_int(L, "ssm.time_step_rank", 1, 0, 1, MAX_HEADS, &hp->ssm_heads))) return rc;
+        if ((rc = get_int(L, "ssm.inner_size", 1, 0, 1, MAX_DIM, &inner))) return rc;
+        if ((rc = get_int(L, "ssm.conv_kernel", 1, 0, 1, 64, &hp->conv_taps))) return rc;
+        if (hp->ssm_heads % hp->ssm_groups != 0)
+            return fail(L, 3, "%s: %s.ssm.time_step_rank %d is not a multiple of ssm.group_count %d", m->path, m->arch,
+                        hp->ssm_heads, hp->ssm_groups);
+        if ((uint64_t)hp->ssm_heads * (uint64_t)hp->ssm_state != (uint64_t)inner)
+            return fail(L, 3, "%s: %s.ssm.inner_size %d is not ssm.time_step_rank x ssm.state_size (%d x %d)", m->path,
+                        m->arch, inner, hp->ssm_heads, hp->ssm_state);
+        if ((uint64_t)(2 * hp->ssm_groups + hp->ssm_heads) * (uint64_t)hp->ssm_state > MAX_DIM)
+            return fail(L, 3, "%s: %s: the delta-net's convolution channels exceed %d", m->path, m->arch, MAX_DIM);
+    } else if (r->mixer == BMOE_MIXER_SHORTCONV) {
+        if ((rc = get_int(L, "shortconv.l_cache", 1, 0, 2, 64, &hp->conv_taps))) return rc;
+    }
+    if (r->rope_sections) {
+        const char *key = akey(L, "rope.dimension_sections");
+        const gguf_kv *kv = NULL;
+        char e[256] = "";
+        int got = gguf_get_arr(m->g, key, GGUF_TYPE_COUNT, &kv, e, sizeof e);
+        if (got < 0) return bad_type(L, key, e);
+        if (got == 0) return fail(L, 3, "%s: required metadata key %s is missing", m->path, key);
+        if (kv->n != 4) return fail(L, 3, "%s: %s has %llu entries, expected 4", m->path, key, (unsigned long long)kv->n);
+        for (int i = 0; i < 4; i++) {
+            uint64_t u = 0;
+            if (!gguf_arr_u64(kv, (uint64_t)i, &u) || u > MAX_DIM)
+                return fail(L, 3, "%s: %s must hold 4 integers in [0, %d]", m->path, key, MAX_DIM);
+            hp->rope_sections[i] = (int)u;
+        }
+        if (hp->rope_sections[0] + hp->rope_sections[1] + hp->rope_sections[2] == 0)
+            return fail(L, 3, "%s: %s: the first three sections are all 0", m->path, key);
+    }
+    return 0;
+}
+
 static int read_hparams(loader *L) {
     bmoe_model *m = L->m;
     bmoe_hparams *hp = &m->hp;
@@ -513,17 +674,22 @@ static int read_hparams(loader *L) {
     }
     if (!rc) rc = get_int_layers(L, "attention.head_count", 1, 0, 1, MAX_HEADS, tmp);
     for (int il = 0; !rc && il < hp->n_layer; il++) m->layers[il].n_head = tmp[il];
-    if (!rc) rc = get_int_layers(L, "attention.head_count_kv", 0, -1, 1, MAX_HEADS, tmp);
-    for (int il = 0; !rc && il < hp->n_layer; il++) {
-        bmoe_layer *ly = &m->layers[il];
-        ly->n_head_kv = tmp[il] < 0 ? ly->n_head : tmp[il]; /* absent: head_count, layer by layer */
-        if (ly->n_head % ly->n_head_kv != 0)
-            rc = fail(L, 3, "%s: %s.attention.head_count %d is not a multiple of head_count_kv %d (layer %d)", m->path,
-                      m->arch, ly->n_head, ly->n_head_kv, il);
-    }
+    if (!rc) hp->n_head = m->layers[0].n_head;
+    /* a short-convolution recipe says which layers attend by head_count_kv (0: a conv layer): read_layer_kinds
+     * reads it there; elsewhere it is each layer's KV heads */
+    if (!rc && r->mixer != BMOE_MIXER_SHORTCONV) rc = get_int_layers(L, "attention.head_count_kv", 0, -1, 1, MAX_HEADS, tmp);
+    for (int il = 0; !rc && il < hp->n_layer && r->mixer != BMOE_MIXER_SHORTCONV; il++)
+        m->layers[il].n_head_kv = tmp[il] < 0 ? m->layers[il].n_head : tmp[il]; /* absent: head_count */
     free(tmp);
     if (rc) return rc;
-    hp->n_head = m->layers[0].n_head;
+    if ((rc = read_layer_kinds(L))) return rc; /* head_count_kv per layer for BMOE_MIXER_SHORTCONV */
+    for (int il = 0; il < hp->n_layer; il++) {
+        bmoe_layer *ly = &m->layers[il];
+        if (r->mixer == BMOE_MIXER_SHORTCONV) ly->n_head_kv = hp->n_head_kv;
+        if (ly->n_head % ly->n_head_kv != 0)
+            return fail(L, 3, "%s: %s.attention.head_count %d is not a multiple of head_count_kv %d (layer %d)",
+                        m->path, m->arch, ly->n_head, ly->n_head_kv, il);
+    }
     hp->n_head_kv = m->layers[0].n_head_kv;
     int def_hd = hp->n_embd / hp->n_head;
     if ((rc = get_int(L, "attention.key_length", 0, def_hd, 1, MAX_DIM, &hp->head_dim))) return rc;
@@ -560,6 +726,7 @@ static int read_hparams(loader *L) {
         hp->w_scale = 1.0;
     }
     if ((rc = read_shared_width(L))) return rc;
+    if ((rc = read_recurrent(L))) return rc;
     if (r->swa == BMOE_SWA_REQUIRED && (rc = read_swa(L))) return rc;
     if (r->swa == BMOE_SWA_PERIODIC && (rc = read_swa_periodic(L))) return rc;
     hp->rope_scale = 1.0;
@@ -620,6 +787,7 @@ static int expert_part(loader *L, int il, int part, const bmoe_weight *w) {
 static int refuse_foreign(loader *L, int il) {
     const bmoe_model *m = L->m;
     const bmoe_recipe *r = m->recipe;
+    const bmoe_layer *ly = &m->layers[il];
     static const char *const unsupported[] = { "exp_probs_b.bias", "attn_qkv.weight" };
     const struct { const char *name; int allowed; } by_recipe[] = {
         { "attn_q.bias", r->qkv_bias != BMOE_BIAS_NONE },
@@ -637,6 +805,8 @@ static int refuse_foreign(loader *L, int il) {
     };
     char name[96];
     for (size_t u = 0; u < sizeof unsupported / sizeof unsupported[0]; u++) {
+        if (u == 0 && r->probs_bias) continue;                /* exp_probs_b: bound with the router */
+        if (u == 1 && ly->kind == BMOE_LAYER_DELTA) continue; /* attn_qkv: a delta-net layer's input */
         snprintf(name, sizeof name, "blk.%d.%s", il, unsupported[u]);
         if (gguf_find_tensor(m->g, name))
             return fail(L, 3, "%s: tensor %s is not implemented by the engine", m->path, name);
@@ -657,7 +827,9 @@ static int bind_tensors(loader *L) {
     uint64_t hd_global = (uint64_t)hp->head_dim; /* rope_freqs: the global layers' head dim */
     int rc;
     if ((rc = bind(L, "token_embd.weight", 1, 2, d, V, 1, &m->token_embd))) return rc;
-    if ((rc = bind_vec(L, "output_norm.weight", 1, d, &m->output_norm))) return rc;
+    char output_norm_name[96];
+    snprintf(output_norm_name, sizeof output_norm_name, "%s.weight", arch_output_norm(r));
+    if ((rc = bind_vec(L, output_norm_name, 1, d, &m->output_norm))) return rc;
     if ((rc = bind(L, "output.weight", r->output_required, 2, d, V, 1, &m->output))) return rc;
     if (!m->output.t) { m->output = m->token_embd; m->output_tied = 1; }
     if (hp->n_layer < 1) return fail(L, 3, "%s: %s.block_count is 0", m->path, m->arch);
@@ -680,14 +852,27 @@ static int bind_tensors(loader *L) {
         /* this layer's geometry (layer_geometry) */
         uint64_t hd = (uint64_t)ly->head_dim, hdv = (uint64_t)ly->head_dim_v;
         uint64_t H = (uint64_t)ly->n_head, Hkv = (uint64_t)ly->n_head_kv;
+        ly->kind = m->layer_kinds[il];
+        ly->kv_slot = -1;
         if ((rc = bind_layer_vec(L, il, "attn_norm", 1, d, &ly->attn_norm))) return rc;
-        if ((rc = bind_layer(L, il, "attn_q", 1, 2, d, H * hd, 1, &ly->attn_q))) return rc;
-        if ((rc = bind_layer(L, il, "attn_k", 1, 2, d, Hkv * hd, 1, &ly->attn_k))) return rc;
-        /* gemma4 may leave v out: v is then k's projection (llama.cpp's use_alternative_attention) */
-        if ((rc = bind_layer(L, il, "attn_v", !r->v_from_k, 2, d, Hkv * hdv, 1, &ly->attn_v))) return rc;
-        if ((rc = bind_layer(L, il, "attn_output", 1, 2, H * hdv, d, 1, &ly->attn_output))) return rc;
-        if ((rc = bind_layer_vec(L, il, "attn_q_norm", r->qk_norm, hd, &ly->attn_q_norm))) return rc;
-        if ((rc = bind_layer_vec(L, il, "attn_k_norm", r->qk_norm, hd, &ly->attn_k_norm))) return rc;
+        if (ly->kind == BMOE_LAYER_ATTN) {
+            ly->kv_slot = m->n_attn_layers++;
+            uint64_t qrows = H * hd * (r->attn_gate ? 2 : 1); /* a gated head's queries, then its gate */
+            if ((rc = bind_layer(L, il, "attn_q", 1, 2, d, qrows, 1, &ly->attn_q))) return rc;
+            if ((rc = bind_layer(L, il, "attn_k", 1, 2, d, Hkv * hd, 1, &ly->attn_k))) return rc;
+            /* gemma4 may leave v out: v is then k's projection (llama.cpp's use_alternative_attention) */
+            if ((rc = bind_layer(L, il, "attn_v", !r->v_from_k, 2, d, Hkv * hdv, 1, &ly->attn_v))) return rc;
+            if ((rc = bind_layer(L, il, "attn_output", 1, 2, H * hdv, d, 1, &ly->attn_output))) return rc;
+            if ((rc = bind_layer_vec(L, il, "attn_q_norm", r->qk_norm, hd, &ly->attn_q_norm))) return rc;
+            if ((rc = bind_layer_vec(L, il, "attn_k_norm", r->qk_norm, hd, &ly->attn_k_norm))) return rc;
+            if ((rc = bind_layer_bias(L, il, "attn_q", r->qkv_bias, H * hd, &ly->attn_q_b))) return rc;
+            if ((rc = bind_layer_bias(L, il, "attn_k", r->qkv_bias, Hkv * hd, &ly->attn_k_b))) return rc;
+            if ((rc = bind_layer_bias(L, il, "attn_v", r->qkv_bias, Hkv * hdv, &ly->attn_v_b))) return rc;
+            if ((rc = bind_layer_bias(L, il, "attn_output", r->out_bias, d, &ly->attn_output_b))) return rc;
+            if ((rc = bind_layer_vec(L, il, "attn_sinks", r->attn_sinks, H, &ly->attn_sinks))) return rc;
+        } else if ((rc = bind_recurrent(L, il))) {
+            return rc;
+        }
         if (r->layer_scale != BMOE_BIAS_NONE) {
             float *sc = NULL;
             if ((rc = bind_layer_vec(L, il, "layer_output_scale", r->layer_scale == BMOE_BIAS_REQUIRED, 1, &sc)))
@@ -695,12 +880,8 @@ static int bind_tensors(loader *L) {
             if (sc) ly->out_scale = sc[0]; /* `bmoe info` maps nothing: 0 there, never run */
             free(sc);
         }
-        if ((rc = bind_layer_bias(L, il, "attn_q", r->qkv_bias, H * hd, &ly->attn_q_b))) return rc;
-        if ((rc = bind_layer_bias(L, il, "attn_k", r->qkv_bias, Hkv * hd, &ly->attn_k_b))) return rc;
-        if ((rc = bind_layer_bias(L, il, "attn_v", r->qkv_bias, Hkv * hdv, &ly->attn_v_b))) return rc;
-        if ((rc = bind_layer_bias(L, il, "attn_output", r->out_bias, d, &ly->attn_output_b))) return rc;
-        if ((rc = bind_layer_vec(L, il, "attn_sinks", r->attn_sinks, H, &ly->attn_sinks))) return rc;
-        /* the attention's post-norm is a recipe's (post_norms); gpt-oss's tensor of that name is its FFN norm */
+        /* the norm of the attention's output, in recipes with post norms; elsewhere a tensor of that name
+         * may be the FFN's input norm (qwen35moe, gpt-oss), never this */
         if (r->post_norms && (rc = bind_layer_vec(L, il, "post_attention_norm", 1, d, &ly->post_attention_norm)))
             return rc;
         if ((rc = bind_layer_vec(L, il, arch_ffn_norm(r), 1, d, &ly->ffn_norm))) return rc;
@@ -744,6 +925,10 @@ static int bind_tensors(loader *L) {
             snprintf(name, sizeof name, "blk.%d.ffn_down_exps.bias", il);
             if ((rc = bind_rows_f32(L, name, req, d, E, &ly->exp_down_b))) return rc;
         }
+        if (r->probs_bias) {
+            snprintf(name, sizeof name, "blk.%d.exp_probs_b.bias", il);
+            if ((rc = bind_vec(L, name, 1, E, &ly->exp_probs_b))) return rc;
+        }
         if (r->router_prescale) {
             snprintf(name, sizeof name, "blk.%d.ffn_gate_inp.scale", il);
             if ((rc = bind_vec(L, name, 1, d, &ly->ffn_gate_inp_s))) return rc;
@@ -770,15 +955,15 @@ static int bind_tensors(loader *L) {
                             r->shared_expert == BMOE_SHEXP_NAMED   ? "expert_shared_count"
                             : r->shared_expert == BMOE_SHEXP_GATED ? "expert_shared_feed_forward_length"
                                                                    : "feed_forward_length");
-            if (r->shared_expert == BMOE_SHEXP_GATED &&
-                (rc = bind_layer_vec(L, il, "ffn_gate_inp_shexp", 1, d, &ly->ffn_gate_inp_shexp)))
-                return rc;
             /* gemma4's shared expert is its layer's feed_forward_length wide */
             uint64_t S = (uint64_t)(r->shared_expert == BMOE_SHEXP_FFN ? ly->n_ff : hp->n_ff_shexp);
             if (S < 1) return fail(L, 3, "%s: layer %d: %s.feed_forward_length is 0", m->path, il, m->arch);
             if ((rc = bind_layer(L, il, named ? "ffn_gate_shexp" : "ffn_gate", 1, 2, d, S, 1, &ly->ffn_gate))) return rc;
             if ((rc = bind_layer(L, il, named ? "ffn_up_shexp" : "ffn_up", 1, 2, d, S, 1, &ly->ffn_up))) return rc;
             if ((rc = bind_layer(L, il, named ? "ffn_down_shexp" : "ffn_down", 1, 2, S, d, 1, &ly->ffn_down))) return rc;
+            if (r->shared_expert == BMOE_SHEXP_GATED &&
+                (rc = bind_layer(L, il, "ffn_gate_inp_shexp", 1, 1, d, 1, 1, &ly->ffn_gate_inp_shexp)))
+                return rc;
         }
         if (r->post_norms) {
             if ((rc = bind_layer_vec(L, il, "pre_ffw_norm_2", 1, d, &ly->pre_ffw_norm_2))) return rc;
@@ -870,6 +1055,27 @@ fail:
     return rc ? rc : 1;
 }
 
+enum { DENSE_PER_LAYER = 16 };
+
+size_t model_dense_capacity(const bmoe_model *m) { return 2 + (size_t)m->hp.n_layer * DENSE_PER_LAYER; }
+
+size_t model_dense_weights(bmoe_model *m, bmoe_weight **out) {
+    size_t n = 0;
+    out[n++] = &m->token_embd;
+    if (!m->output_tied) out[n++] = &m->output;
+    for (int il = 0; il < m->hp.n_layer; il++) {
+        bmoe_layer *ly = &m->layers[il];
+        bmoe_weight *lw[DENSE_PER_LAYER] = {
+            &ly->attn_q, &ly->attn_k, &ly->attn_v, &ly->attn_output,
+            &ly->attn_qkv, &ly->attn_z, &ly->ssm_beta, &ly->ssm_alpha, &ly->ssm_out, &ly->sc_in, &ly->sc_out,
+            &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, &ly->ffn_gate_inp, &ly->ffn_gate_inp_shexp,
+        };
+        for (int i = 0; i < DENSE_PER_LAYER; i++)
+            if (lw[i]->t) out[n++] = lw[i];
+    }
+    return n;
+}
+
 void model_close(bmoe_model *m) {
     if (!m) return;
     if (m->layers) {
@@ -880,7 +1086,9 @@ void model_close(bmoe_model *m) {
             free(ly->post_ffw_norm); free(ly->ffn_gate_inp_s);
             free(ly->attn_q_b); free(ly->attn_k_b); free(ly->attn_v_b); free(ly->attn_output_b); free(ly->attn_sinks);
             free(ly->ffn_gate_inp_b); free(ly->exp_gate_b); free(ly->exp_up_b); free(ly->exp_down_b);
-            free(ly->ffn_gate_inp_shexp); free(ly->exp_out_s);
+            free(ly->exp_out_s);
+            free(ly->exp_probs_b);
+            free(ly->ssm_conv1d); free(ly->ssm_dt); free(ly->ssm_a); free(ly->ssm_norm); free(ly->sc_conv);
         }
     }
     free(m->layers);
@@ -888,6 +1096,7 @@ void model_close(bmoe_model *m) {
     free(m->output_norm);
     free(m->rope_freqs);
     free(m->swa_pattern);
+    free(m->layer_kinds);
     if (m->maps && m->g)
         for (uint32_t s = 0; s < m->g->n_shards; s++)
             if (m->maps[s]) munmap(m->maps[s], (size_t)m->map_len[s]);

@@ -82,17 +82,20 @@ static void split_gpt2(chunk *c) {
     }
 }
 
-/* llama3 (max_digits 3) and qwen2 (max_digits 1) */
-static void split_llama3(chunk *c, int max_digits) {
+/* llama3 (max_digits 3, letters \p{L}), qwen2 (max_digits 1) and qwen35 (max_digits 1, letters
+ * [\p{L}\p{M}]: a letter run also takes combining marks, and the "other" run excludes them). `letter`
+ * is the flag mask of what a letter run takes. */
+static void split_llama3(chunk *c, int max_digits, unsigned letter) {
+    unsigned word = UF_WHITESPACE | UF_NUMBER | letter; /* what ' ?[^\s<letter>\p{N}]+' stops at */
     for (size_t pos = c->ini; pos < c->end;) {
         uint32_t ch = cpt(c, pos);
         unsigned f = flg(c, pos);
         size_t k = contraction(c, pos, 1);
         if (k) { pos += add(c, pos + k); continue; }
-        /* '[^\r\n\p{L}\p{N}]?\p{L}+' */
-        if (!(ch == '\r' || ch == '\n' || (f & UF_NUMBER)) && ((f & UF_LETTER) || (flg(c, pos + 1) & UF_LETTER))) {
+        /* '[^\r\n\p{L}\p{N}]?<letter>+' */
+        if (!(ch == '\r' || ch == '\n' || (f & UF_NUMBER)) && ((f & letter) || (flg(c, pos + 1) & letter))) {
             pos++;
-            while (flg(c, pos) & UF_LETTER) pos++;
+            while (flg(c, pos) & letter) pos++;
             add(c, pos);
             continue;
         }
@@ -104,11 +107,11 @@ static void split_llama3(chunk *c, int max_digits) {
             add(c, pos);
             continue;
         }
-        /* ' ?[^\s\p{L}\p{N}]+[\r\n]*' (the first test looks at this position's own flags, as llama.cpp does) */
+        /* ' ?[^\s<letter>\p{N}]+[\r\n]*' (the first test looks at this position's own flags, as llama.cpp does) */
         unsigned f2 = ch == ' ' ? flg(c, pos + 1) : f;
-        if (NOT_WLN(f2) && f) {
+        if (!(f2 & word) && f) {
             pos += ch == ' ';
-            while (NOT_WLN(f2) && f2) f2 = flg(c, ++pos);
+            while (!(f2 & word) && f2) f2 = flg(c, ++pos);
             uint32_t c2 = cpt(c, pos);
             while (c2 == '\r' || c2 == '\n') c2 = cpt(c, ++pos);
             add(c, pos);
@@ -262,7 +265,7 @@ static void split_digit_triples(chunk *c) {
     add(c, c->end);
 }
 
-typedef enum { PASS_GPT2, PASS_LLAMA3, PASS_QWEN2, PASS_GPT4O, PASS_PUNCT, PASS_NUMBERS, PASS_TRIPLES } pass;
+typedef enum { PASS_GPT2, PASS_LLAMA3, PASS_QWEN2, PASS_QWEN35, PASS_GPT4O, PASS_PUNCT, PASS_NUMBERS, PASS_TRIPLES } pass;
 
 /* one pass over every chunk of `in` (n_in lengths), lengths to out; returns their count */
 static size_t run_pass(pass p, const uint32_t *cp, const size_t *in, size_t n_in, size_t *out) {
@@ -273,8 +276,9 @@ static size_t run_pass(pass p, const uint32_t *cp, const size_t *in, size_t n_in
         c.end = start + in[i];
         switch (p) {
         case PASS_GPT2: split_gpt2(&c); break;
-        case PASS_LLAMA3: split_llama3(&c, 3); break;
-        case PASS_QWEN2: split_llama3(&c, 1); break;
+        case PASS_LLAMA3: split_llama3(&c, 3, UF_LETTER); break;
+        case PASS_QWEN2: split_llama3(&c, 1, UF_LETTER); break;
+        case PASS_QWEN35: split_llama3(&c, 1, UF_LETTER | UF_MARK); break;
         case PASS_GPT4O: split_gpt4o(&c); break;
         case PASS_PUNCT: split_runs(&c, is_punct_run); break;
         case PASS_NUMBERS: split_runs(&c, is_number_run); break;
@@ -293,6 +297,7 @@ size_t pretok_split(pretok_kind k, const uint32_t *cp, size_t n, size_t *lens, s
         [PRETOK_LLAMA3] = { PASS_LLAMA3 },
         [PRETOK_QWEN2] = { PASS_QWEN2 },
         [PRETOK_GPT4O] = { PASS_GPT4O },
+        [PRETOK_QWEN35] = { PASS_QWEN35 },
     };
     int n_pass = k == PRETOK_DEFAULT ? 4 : 1;
     /* passes alternate between the two buffers and end in lens */
@@ -314,9 +319,10 @@ static const struct { const char *name; pretok_kind kind; } NAMES[] = {
     { "default", PRETOK_DEFAULT },
     { "gpt-2", PRETOK_GPT2 }, { "phi-2", PRETOK_GPT2 }, { "mpt", PRETOK_GPT2 }, { "olmo", PRETOK_GPT2 },
     { "llama3", PRETOK_LLAMA3 }, { "llama-v3", PRETOK_LLAMA3 }, { "llama-bpe", PRETOK_LLAMA3 },
-    { "falcon3", PRETOK_LLAMA3 }, { "pixtral", PRETOK_LLAMA3 },
+    { "falcon3", PRETOK_LLAMA3 }, { "pixtral", PRETOK_LLAMA3 }, { "lfm2", PRETOK_LLAMA3 },
     { "qwen2", PRETOK_QWEN2 }, { "deepseek-r1-qwen", PRETOK_QWEN2 }, { "stablelm2", PRETOK_QWEN2 },
     { "gpt-4o", PRETOK_GPT4O }, { "llama4", PRETOK_GPT4O },
+    { "qwen35", PRETOK_QWEN35 },
 };
 
 int pretok_from_name(const char *name, size_t len) {
@@ -332,6 +338,7 @@ const char *pretok_name(pretok_kind k) {
     case PRETOK_LLAMA3: return "llama3";
     case PRETOK_QWEN2: return "qwen2";
     case PRETOK_GPT4O: return "gpt-4o";
+    case PRETOK_QWEN35: return "qwen35";
     }
     return "?";
 }

@@ -14,6 +14,7 @@ typedef enum {
     PRETOK_QWEN2,       /* the llama3 pattern with \p{N} (one digit per word) */
     PRETOK_GPT4O,       /* o200k (gpt-oss, llama4): cased letter runs, \p{N}{1,3}, punctuation with trailing
                          * [\r\n/]*, as llama.cpp's collapsed-text regex cuts them (pretok.c) */
+    PRETOK_QWEN35,      /* qwen2's with [\p{L}\p{M}]+ letter runs and marks left out of the other run */
 } pretok_kind;
 
 /* Maps a tokenizer.ggml.pre name to its kind; -1 when the name is not supported. */

@@ -90,18 +90,9 @@ static int pread_full(int fd, uint8_t *dst, uint64_t n, uint64_t off) {
 
 static int make_dense_resident(bmoe_stream_hook *h, bmoe_error *err) {
     bmoe_model *m = h->m;
-    enum { PER_LAYER = 8 };
-    size_t cap = 2 + (size_t)m->hp.n_layer * PER_LAYER, n = 0;
-    bmoe_weight **ws = malloc(cap * sizeof *ws);
+    bmoe_weight **ws = malloc(model_dense_capacity(m) * sizeof *ws);
     if (!ws) return err_set(err, 1, NULL, "out of memory");
-    ws[n++] = &m->token_embd;
-    if (!m->output_tied) ws[n++] = &m->output;
-    for (int il = 0; il < m->hp.n_layer; il++) {
-        bmoe_layer *ly = &m->layers[il];
-        bmoe_weight *lw[PER_LAYER] = { &ly->attn_q, &ly->attn_k, &ly->attn_v, &ly->attn_output,
-                                       &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, &ly->ffn_gate_inp };
-        for (int i = 0; i < PER_LAYER; i++) ws[n++] = lw[i];
-    }
+    size_t n = model_dense_weights(m, ws); /* every dense matrix the forward pass reads (model.h) */
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++)
         if (ws[i]->t) total += (ws[i]->t->nbytes + 63) & ~(uint64_t)63;

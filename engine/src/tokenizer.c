@@ -364,7 +364,7 @@ int tok_load(bmoe_tokenizer *tk, const gguf_model *g, const char *path, char *er
         if (r > 0) {
             int k = pretok_from_name(s.ptr, (size_t)s.len);
             if (k < 0) {
-                snprintf(err, errlen, "%s: tokenizer.ggml.pre \"%.40s\" is not supported (default, gpt-2, llama-bpe, qwen2, gpt-4o and their aliases)",
+                snprintf(err, errlen, "%s: tokenizer.ggml.pre \"%.40s\" is not supported (default, gpt-2, llama-bpe, qwen2, qwen35, gpt-4o and their aliases)",
                          path, s.ptr);
                 return 3;
             }
@@ -372,7 +372,7 @@ int tok_load(bmoe_tokenizer *tk, const gguf_model *g, const char *path, char *er
         }
         tk->ignore_merges = tk->pre == PRETOK_LLAMA3;
         tk->add_bos = tk->pre == PRETOK_LLAMA3; /* llama.cpp's default for the llama3 family */
-        tk->clean_spaces = tk->pre != PRETOK_QWEN2 && tk->pre != PRETOK_GPT4O; /* llama.cpp: no clean-up */
+        tk->clean_spaces = tk->pre != PRETOK_QWEN2 && tk->pre != PRETOK_QWEN35 && tk->pre != PRETOK_GPT4O; /* llama.cpp */
     } else if (tk->kind == TOK_GEMMA4) {
         tk->clean_spaces = 1; /* llama.cpp's BPE default; no pre-tokenizer name is read */
     } else {

@@ -241,6 +241,16 @@ static void test_pretok(void) {
     CHECK(pretok_from_name("gpt-4o", 6) == PRETOK_GPT4O && pretok_from_name("llama4", 6) == PRETOK_GPT4O);
     CHECK(pretok_from_name("llama-bpe", 9) == PRETOK_LLAMA3 && pretok_from_name("qwen2", 5) == PRETOK_QWEN2);
     CHECK(pretok_from_name("gpt-2", 5) == PRETOK_GPT2 && pretok_from_name("starcoder", 9) < 0);
+    /* qwen35: a letter run takes combining marks (U+0301 after "e", U+0300 after a space, Devanagari vowel
+     * signs) and the "other" run stops at one; qwen2 cuts before every mark (a mark then starts the next
+     * letter run as its optional prefix, or joins a space's "other" run) */
+    CHECK(split_is(PRETOK_QWEN35, "e\xcc\x81" "x \xcc\x80" "a 12", "e\xcc\x81" "x| \xcc\x80" "a| |1|2"));
+    CHECK(split_is(PRETOK_QWEN2, "e\xcc\x81" "x \xcc\x80" "a 12", "e|\xcc\x81" "x| \xcc\x80|a| |1|2"));
+    CHECK(split_is(PRETOK_QWEN35, "?!\xcc\x81" "?", "?!|\xcc\x81|?"));
+    CHECK(split_is(PRETOK_QWEN2, "?!\xcc\x81" "?", "?!\xcc\x81" "?"));
+    CHECK(split_is(PRETOK_QWEN35, "\xe0\xa4\xb9\xe0\xa4\xbf\xe0\xa4\x82 x", "\xe0\xa4\xb9\xe0\xa4\xbf\xe0\xa4\x82| x"));
+    CHECK(split_is(PRETOK_QWEN2, "\xe0\xa4\xb9\xe0\xa4\xbf\xe0\xa4\x82 x", "\xe0\xa4\xb9|\xe0\xa4\xbf\xe0\xa4\x82| x"));
+    CHECK(pretok_from_name("qwen35", 6) == PRETOK_QWEN35 && pretok_from_name("lfm2", 4) == PRETOK_LLAMA3);
 }
 
 /* ---- BPE: 256 byte images, then ab, abc, bc and merges by rank ---- */

@@ -14,14 +14,18 @@ Enumerations are strings, named as `bmoe archs` names them:
   ffn_gate_inp) | "all"
 - `gating`: "softmax" | "sigmoid" | "softmax_selected" | None (the file must say: gating_keys "read")
 - `gating_keys`: "fixed" (llama.cpp hard-codes gating, norm and scale; a contrary key is refused) |
-  "read"
+  "read" | "func" (expert_gating_func read and required, norm and scale fixed)
 - biases (`router_bias`, `expert_bias`, `qkv_bias`, `out_bias`): "none" (refused) | "optional" |
   "required"
 - `shared_expert`: "none" | "ffn" (gemma4's sandwich) | "named" (dots1's ffn_*_shexp) | "gated"
   (ffn_*_shexp times sigmoid(ffn_gate_inp_shexp . h))
 - `swa`: "none" | "required" (gemma4's per-layer pattern) | "periodic" (a pattern, a period or the
   recipe's `swa_period`); `swa_rope`: "own" (rope.freq_base_swa, default 10000, unscaled) | "global"
-- `rope`: "neox"; `rope_scaling`: the rope.scaling.type values read ("linear", "yarn")
+- `rope`: "neox"; `rope_scaling`: the rope.scaling.type values read ("linear", "yarn"); `rope_sections`:
+  rope.dimension_sections read (interleaved M-RoPE)
+- `mixer`: "attention" (every layer) | "delta_net" (qwen35moe: attention.recurrent_layers, else every
+  full_attention_interval-th layer attends, the others are gated delta-net layers) | "shortconv"
+  (lfm2moe: head_count_kv per layer, 0 = a short-convolution layer)
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ MoeLayers = Literal["none", "lead_dense", "by_router", "all"]
 Gating = Literal["softmax", "sigmoid", "softmax_selected"]
 Bias = Literal["none", "optional", "required"]
 Shexp = Literal["none", "ffn", "named", "gated"]
+Mixer = Literal["attention", "delta_net", "shortconv"]
 Swa = Literal["none", "required", "periodic"]
 
 #: facts only the fixture generator needs (what llama.cpp's loader accepts, beyond what the engine computes)
@@ -54,15 +59,19 @@ class Recipe:
     # routing
     gating: Gating | None = None
     norm_w: bool = False  # default: normalise the selected weights
-    gating_keys: Literal["fixed", "read"] = "fixed"
+    gating_keys: Literal["fixed", "read", "func"] = "fixed"
     router_prescale: bool = False  # router input rmsnorm(x) / sqrt(d) * ffn_gate_inp.scale
     router_bias: Bias = "none"  # ffn_gate_inp.bias, added to the logits
     expert_bias: Bias = "none"  # ffn_{gate,up,down}_exps.bias, per expert
     shared_expert: Shexp = "none"
     expert_scale: Bias = "none"  # ffn_down_exps.scale [E]: expert e's output times scale[e]
+    probs_bias: bool = False  # exp_probs_b.bias [E]: added to the probs for the selection only
+    # mixers: which layers attend, which are recurrent
+    mixer: Mixer = "attention"
     # attention
     qkv_bias: Bias = "none"
     out_bias: Bias = "none"
+    attn_gate: bool = False  # attn_q holds each head's queries then its gate: output * sigmoid(gate)
     no_gqa: bool = False  # generator only: llama.cpp's loader sizes k and v by head_count (no GQA)
     q_is_embd: bool = False  # generator only: llama.cpp's loader sizes attn_q / attn_output [d, d]
     qk_norm: bool = False
@@ -82,8 +91,10 @@ class Recipe:
     rope_scaling: tuple[str, ...] = ()  # rope.scaling.type values read
     # norms and scales
     layer_scale: Bias = "none"  # layer_output_scale.weight [1]: the layer's output times it
+    rope_sections: bool = False  # rope.dimension_sections required: interleaved M-RoPE (text positions)
     post_norms: bool = False  # post_attention_norm and the MoE norm sandwich
     ffn_norm: str = "ffn_norm"  # the FFN input norm's tensor (gpt-oss: post_attention_norm)
+    output_norm: str = "output_norm"  # the output norm's tensor (lfm2moe: token_embd_norm)
     # embedding and output
     embd_scale: bool = False  # token embedding * sqrt(d)
     output_required: bool = False  # output.weight required (no tying)
@@ -206,6 +217,34 @@ RECIPES: dict[str, Recipe] = {
             rope_scaling=("linear", "yarn"),
             ffn_norm="post_attention_norm",
             output_required=True,
+        ),
+        # hybrid: gated delta-net layers between gated full-attention layers with partial interleaved
+        # M-RoPE; post_attention_norm is the FFN's input norm; a sigmoid-gated shared expert
+        Recipe(
+            arch="qwen35moe",
+            act="silu",
+            moe_layers="all",
+            gating="softmax",
+            norm_w=True,
+            shared_expert="gated",
+            mixer="delta_net",
+            qk_norm=True,
+            attn_gate=True,
+            rope_sections=True,
+            ffn_norm="post_attention_norm",
+        ),
+        # hybrid: short-convolution layers where head_count_kv is 0; dense leading layers; the gating
+        # function from the file, chosen by probs + exp_probs_b
+        Recipe(
+            arch="lfm2moe",
+            act="silu",
+            moe_layers="lead_dense",
+            norm_w=True,
+            gating_keys="func",
+            probs_bias=True,
+            mixer="shortconv",
+            qk_norm=True,
+            output_norm="token_embd_norm",
         ),
     )
 }

@@ -35,6 +35,7 @@ from bmoe_ci.weight_types import supported, weight_type
 
 from .eog import eog_ids
 from .gemma4_tok import Gemma4Tokenizer
+from .recurrent import DeltaNetDims, delta_net, mrope_rotated, short_conv
 
 __all__ = ["Generation", "HParams", "Model", "ModelError", "Route", "shard_paths"]
 
@@ -89,6 +90,11 @@ class HParams:
     swa_scaled: bool = False  # the sliding-window layers are scaled too (recipe swa_rope "global")
     yarn: tuple[int, float] | None = None  # rope.scaling.type yarn: (original context, attn_factor)
     attn_scale: float = 0.0  # scores = q.k * attn_scale
+    #: per layer: "attention", "delta_net" or "shortconv" (hybrid architectures; empty: every layer attends)
+    mixers: tuple[str, ...] = ()
+    delta: DeltaNetDims | None = None  # qwen35moe's delta-net sizes
+    conv_taps: int = 0  # lfm2moe's short convolution
+    rope_sections: tuple[int, ...] = ()  # interleaved M-RoPE sections [t, h, w, e] (qwen35moe)
 
     #: per layer (head_count, head_count_kv and feed_forward_length may be arrays); empty: the scalars
     heads: tuple[int, ...] = ()
@@ -110,6 +116,9 @@ class HParams:
 
     def ff(self, il: int) -> int | None:
         return self.ffs[il] if self.ffs else self.n_ff
+
+    def mixer(self, il: int) -> str:
+        return self.mixers[il] if self.mixers else "attention"
 
 
 @dataclass(frozen=True)
@@ -366,10 +375,13 @@ class Model:
         gating = int(get(f"{arch}.expert_gating_func", 0)) if recipe.moe else 0
         norm_key = get(f"{arch}.expert_weights_norm", None)
         scale_key = float(get(f"{arch}.expert_weights_scale", 0.0))
-        if recipe.gating_keys == "fixed":
-            fixed = recipe.gating_id
+        if recipe.gating_keys in ("fixed", "func"):
+            # "func": the function is the file's (required), the norm and scale the recipe's
+            fixed = recipe.gating_id if recipe.gating_keys == "fixed" else gating
             if gating not in (0, fixed) or norm_key not in (None, recipe.norm_w) or scale_key not in (0, 1):
                 raise ModelError(f"{arch}: the gating keys contradict the architecture's fixed gating")
+            if fixed == 0 and recipe.moe:
+                raise ModelError(f"{arch}.expert_gating_func: required for this architecture")
             gating, norm_key, scale_key = fixed, recipe.norm_w, 1.0
         elif gating == 0:
             raise ModelError(f"{arch}.expert_gating_func: required for this architecture")
@@ -418,6 +430,10 @@ class Model:
         else:
             attn_scale = 1.0 / math.sqrt(hd)
 
+        mixers, n_head_kv, delta, conv_taps, sections = _mixers(get, arch, recipe.mixer, n_layer, n_head)
+        if recipe.mixer == "shortconv":  # head_count_kv said which layers attend: they share one KV count
+            heads_kv = tuple(n_head_kv for _ in range(n_layer))
+
         def expert_key(key: str) -> int:
             if not recipe.moe:
                 return 0
@@ -462,6 +478,10 @@ class Model:
             swa_scaled=recipe.swa_rope == "global",
             yarn=yarn,
             attn_scale=attn_scale,
+            mixers=mixers,
+            delta=delta,
+            conv_taps=conv_taps,
+            rope_sections=sections,
         )
         if hp.gating not in (1, 2, 3):
             raise ModelError(f"{arch}.expert_gating_func: {hp.gating} is not 1, 2 or 3")
@@ -525,34 +545,55 @@ class Model:
                 raise ModelError(f"{name}: numpy shape {self.t[name].shape}, expected {shape}")
 
         need("token_embd.weight", (V, d))
-        need("output_norm.weight", (d,))
+        need(r.output_norm + ".weight", (d,))
         for i in range(hp.n_layer):
             b = f"blk.{i}."
             need(b + "attn_norm.weight", (d,))
-            H, Hkv, hd, hdv = hp.geometry(i)
-            need(b + "attn_q.weight", (H * hd, d))
-            need(b + "attn_k.weight", (Hkv * hd, d))
-            if not (r.v_from_k and b + "attn_v.weight" not in self.t):
-                need(b + "attn_v.weight", (Hkv * hdv, d))
-            need(b + "attn_output.weight", (d, H * hdv))
-            if r.qk_norm:
-                need(b + "attn_q_norm.weight", (hd,))
-                need(b + "attn_k_norm.weight", (hd,))
-            if hd != hdv:
-                raise ModelError(f"{hp.arch}: layer {i}: value_length {hdv} differs from key_length {hd}")
-            biases = {
-                "attn_q": (r.qkv_bias, H * hd),
-                "attn_k": (r.qkv_bias, Hkv * hd),
-                "attn_v": (r.qkv_bias, Hkv * hdv),
-                "attn_output": (r.out_bias, d),
-            }
-            for name, (kind, n) in biases.items():
-                if kind == "none" and b + name + ".bias" in self.t:
-                    raise ModelError(f"{b}{name}.bias: not part of {hp.arch}'s graph")
-                if kind == "required" or (kind == "optional" and b + name + ".bias" in self.t):
-                    need(b + name + ".bias", (n,))
-            if r.attn_sinks:
-                need(b + "attn_sinks.weight", (H,))
+            if hp.mixer(i) == "delta_net":
+                dn = hp.delta
+                assert dn is not None
+                C, Z = dn.conv_channels, dn.Hv * dn.S
+                for name, shape in (
+                    ("attn_qkv.weight", (C, d)),
+                    ("attn_gate.weight", (Z, d)),
+                    ("ssm_conv1d.weight", (C, dn.K)),
+                    ("ssm_dt.bias", (dn.Hv,)),
+                    ("ssm_a", (dn.Hv,)),
+                    ("ssm_beta.weight", (dn.Hv, d)),
+                    ("ssm_alpha.weight", (dn.Hv, d)),
+                    ("ssm_norm.weight", (dn.S,)),
+                    ("ssm_out.weight", (d, Z)),
+                ):
+                    need(b + name, shape)
+            elif hp.mixer(i) == "shortconv":
+                need(b + "shortconv.in_proj.weight", (3 * d, d))
+                need(b + "shortconv.conv.weight", (d, hp.conv_taps))
+                need(b + "shortconv.out_proj.weight", (d, d))
+            else:
+                H, Hkv, hd, hdv = hp.geometry(i)
+                need(b + "attn_q.weight", (H * hd * (2 if r.attn_gate else 1), d))
+                need(b + "attn_k.weight", (Hkv * hd, d))
+                if not (r.v_from_k and b + "attn_v.weight" not in self.t):
+                    need(b + "attn_v.weight", (Hkv * hdv, d))
+                need(b + "attn_output.weight", (d, H * hdv))
+                if r.qk_norm:
+                    need(b + "attn_q_norm.weight", (hd,))
+                    need(b + "attn_k_norm.weight", (hd,))
+                if hd != hdv:
+                    raise ModelError(f"{hp.arch}: layer {i}: value_length {hdv} differs from key_length {hd}")
+                biases = {
+                    "attn_q": (r.qkv_bias, H * hd),
+                    "attn_k": (r.qkv_bias, Hkv * hd),
+                    "attn_v": (r.qkv_bias, Hkv * hdv),
+                    "attn_output": (r.out_bias, d),
+                }
+                for name, (kind, n) in biases.items():
+                    if kind == "none" and b + name + ".bias" in self.t:
+                        raise ModelError(f"{b}{name}.bias: not part of {hp.arch}'s graph")
+                    if kind == "required" or (kind == "optional" and b + name + ".bias" in self.t):
+                        need(b + name + ".bias", (n,))
+                if r.attn_sinks:
+                    need(b + "attn_sinks.weight", (H,))
             if b + "layer_output_scale.weight" in self.t:
                 if r.layer_scale == "none":
                     raise ModelError(f"{b}layer_output_scale.weight: not part of {hp.arch}'s graph")
@@ -573,6 +614,10 @@ class Model:
                     need(b + "post_ffw_norm.weight", (d,))
                 continue
             need(b + "ffn_gate_inp.weight", (E, d))
+            if r.probs_bias:
+                need(b + "exp_probs_b.bias", (E,))
+            if r.shared_expert == "gated":
+                need(b + "ffn_gate_inp_shexp.weight", (d,))
             if r.fused_gate_up:
                 need(b + "ffn_gate_up_exps.weight", (E, 2 * f, d))
             else:
@@ -636,7 +681,10 @@ class Model:
 
     # ---------------------------------------------------------------- forward
     def new_cache(self) -> dict[str, Any]:
-        return {"pos": 0, "k": [None] * self.hp.n_layer, "v": [None] * self.hp.n_layer}
+        """A context: the KV cache of the attention layers and the recurrent layers' state (each layer's
+        dict filled by its first position)."""
+        n = self.hp.n_layer
+        return {"pos": 0, "k": [None] * n, "v": [None] * n, "rec": [{} for _ in range(n)]}
 
     def forward(
         self,
@@ -663,7 +711,18 @@ class Model:
         for il in range(hp.n_layer):
             b = f"blk.{il}."
             h = _rmsnorm(x, hp.eps) * t[b + "attn_norm.weight"]
-            o = self._attention(il, h, qz, cache)
+            mixer = hp.mixer(il)
+
+            def mm(rows: np.ndarray, name: str) -> np.ndarray:
+                return self._mm(rows, name, qz)
+
+            if mixer == "delta_net":
+                assert hp.delta is not None
+                o = delta_net(h, b, t, hp.delta, hp.eps, cache["rec"][il], mm)
+            elif mixer == "shortconv":
+                o = short_conv(h, b, t, cache["rec"][il], mm)
+            else:
+                o = self._attention(il, h, qz, cache)
             if r.post_norms:
                 o = _rmsnorm(o, hp.eps) * t[b + "post_attention_norm.weight"]
             x = x + o
@@ -671,7 +730,7 @@ class Model:
             if b + "layer_output_scale.weight" in t:  # gemma4: the layer's output, residual included, scaled
                 x = x * t[b + "layer_output_scale.weight"][0]
         cache["pos"] = p0 + n
-        y = _rmsnorm(x, hp.eps) * t["output_norm.weight"]
+        y = _rmsnorm(x, hp.eps) * t[r.output_norm + ".weight"]
         logits = self._q(y, self._out_name, qz) @ self._out.T
         if hp.softcap:
             logits = hp.softcap * np.tanh(logits / hp.softcap)
@@ -710,6 +769,8 @@ class Model:
                 freq = freq * mul
             else:
                 pos = pos * self.hp.rope_scale  # linear RoPE scaling
+        if self.hp.rope_sections:  # interleaved M-RoPE: a pair of the extra sector has position 0
+            freq = np.where(mrope_rotated(nrot, self.hp.rope_sections), freq, 0.0)
         theta = pos[:, None] * freq  # [n, half]
         cos, sin = mscale * np.cos(theta)[:, None, :], mscale * np.sin(theta)[:, None, :]
         out = v.copy()
@@ -722,7 +783,12 @@ class Model:
         hp, t, b, pos = self.hp, self.t, f"blk.{il}.", qz.pos
         n = h.shape[0]
         H, Hkv, hd, hdv = hp.geometry(il)
-        q = self._mm(h, b + "attn_q.weight", qz, b + "attn_q.bias").reshape(n, H, hd)
+        gate = None
+        if self.recipe.attn_gate:  # per head: hd queries, then hd gate values
+            qg = self._mm(h, b + "attn_q.weight", qz, b + "attn_q.bias").reshape(n, H, 2, hd)
+            q, gate = qg[:, :, 0, :], qg[:, :, 1, :]
+        else:
+            q = self._mm(h, b + "attn_q.weight", qz, b + "attn_q.bias").reshape(n, H, hd)
         k = self._mm(h, b + "attn_k.weight", qz, b + "attn_k.bias").reshape(n, Hkv, hd)
         if b + "attn_v.weight" in t:
             v = self._mm(h, b + "attn_v.weight", qz, b + "attn_v.bias").reshape(n, Hkv, hdv)
@@ -758,6 +824,8 @@ class Model:
             else:
                 p = _softmax(s)
             out[:, hh, :] = p @ Vv[:, g, :]
+        if gate is not None:
+            out = out / (1.0 + np.exp(-gate))  # times sigmoid(gate)
         return self._mm(out.reshape(n, H * hdv), b + "attn_output.weight", qz, b + "attn_output.bias")
 
     def _glu(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
@@ -808,8 +876,22 @@ class Model:
         if r.router_prescale:
             router_in = _rmsnorm(x, hp.eps) / math.sqrt(hp.d) * t[b + "ffn_gate_inp.scale"]
         moe = self._moe(il, router_in, h_moe, qz, routes)
-        if r.shared_expert in ("named", "gated"):
-            sh = self._mlp(
+        if r.shared_expert == "gated":  # times sigmoid(ffn_gate_inp_shexp . h), one number per position
+            g = self._mm(h, b + "ffn_gate_inp_shexp.weight", qz)
+            return (
+                moe
+                + self._mlp(
+                    h,
+                    t[b + "ffn_gate_shexp.weight"],
+                    t[b + "ffn_up_shexp.weight"],
+                    t[b + "ffn_down_shexp.weight"],
+                    (b + "ffn_gate_shexp.weight", b + "ffn_down_shexp.weight"),
+                    qz,
+                )
+                / (1.0 + np.exp(-g))[:, None]
+            )
+        if r.shared_expert == "named":
+            return moe + self._mlp(
                 h,
                 t[b + "ffn_gate_shexp.weight"],
                 t[b + "ffn_up_shexp.weight"],
@@ -817,9 +899,6 @@ class Model:
                 (b + "ffn_gate_shexp.weight", b + "ffn_down_shexp.weight"),
                 qz,
             )
-            if r.shared_expert == "gated":  # scaled by sigmoid(ffn_gate_inp_shexp . h), per row
-                sh = sh / (1.0 + np.exp(-(h @ t[b + "ffn_gate_inp_shexp.weight"])))[:, None]
-            return moe + sh
         if r.shared_expert != "ffn":
             return moe
         sh = self._mlp(
@@ -836,8 +915,9 @@ class Model:
         )
         return _rmsnorm(z, hp.eps) * t[b + "post_ffw_norm.weight"]
 
-    def route(self, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-        """One position's gating: (ids in rank order, final weights, selection margin)."""
+    def route(self, logits: np.ndarray, bias: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+        """One position's gating: (ids in rank order, final weights, selection margin). `bias` (recipes
+        with probs_bias: the layer's exp_probs_b) is added to the probs for the selection only."""
         hp, k = self.hp, self.hp.n_expert_used
         if hp.gating == 1:
             probs = _softmax(logits)
@@ -845,9 +925,10 @@ class Model:
             probs = 1.0 / (1.0 + np.exp(-logits))
         else:
             probs = logits.copy()
-        order = np.argsort(-probs, kind="stable")  # descending; ties keep the lower id first
+        sel = probs if bias is None else probs + bias
+        order = np.argsort(-sel, kind="stable")  # descending; ties keep the lower id first
         ids = order[:k]
-        margin = float(probs[order[k - 1]] - probs[order[k]]) if k < len(probs) else math.inf
+        margin = float(sel[order[k - 1]] - sel[order[k]]) if k < len(probs) else math.inf
         w = probs[ids].copy()
         if hp.gating == 3:
             w = _softmax(w)
@@ -863,8 +944,9 @@ class Model:
         logits = self._mm(h, b + "ffn_gate_inp.weight", qz, b + "ffn_gate_inp.bias")  # [n, E], biased (gpt-oss)
         out = np.zeros_like(h_moe)
         down = t[b + "ffn_down_exps.weight"]
+        bias = t[b + "exp_probs_b.bias"] if r.probs_bias else None
         for row in range(h.shape[0]):
-            ids, w, margin = self.route(logits[row])
+            ids, w, margin = self.route(logits[row], bias)
             if routes is not None:
                 routes.append(Route(int(pos[row]), il, tuple(int(i) for i in ids), tuple(float(v) for v in w), margin))
             acc = np.zeros(hp.d)
@@ -920,6 +1002,41 @@ class Model:
         logits = np.vstack(rows)
         margins = [qm.get(p, 0.5) for p in range(len(logits))]
         return Generation(list(prompt), out, logits, routes, stopped, margins)
+
+
+def _mixers(
+    get: Any, arch: str, mixer: str, n_layer: int, n_head: int
+) -> tuple[tuple[str, ...], int, DeltaNetDims | None, int, tuple[int, ...]]:
+    """The hybrid architectures' layer kinds (docs/model-math.md, "Hybrid architectures"), with the KV
+    head count, the delta-net sizes, the convolution's taps and the M-RoPE sections."""
+    kv = get(f"{arch}.attention.head_count_kv", n_head)
+    if mixer == "attention":
+        return (), int(kv), None, 0, ()
+    if mixer == "shortconv":  # head_count_kv per layer: 0 is a conv layer
+        per = [int(v) for v in kv] if isinstance(kv, list) else [int(kv)] * n_layer
+        if len(per) != n_layer:
+            raise ModelError(f"{arch}.attention.head_count_kv: {len(per)} entries, {n_layer} layers")
+        heads = {v for v in per if v}
+        if len(heads) > 1:
+            raise ModelError(f"{arch}.attention.head_count_kv: attention layers with different KV heads {heads}")
+        kinds = tuple("shortconv" if v == 0 else "attention" for v in per)
+        return kinds, heads.pop() if heads else n_head, None, int(get(f"{arch}.shortconv.l_cache")), ()
+    rec = get(f"{arch}.attention.recurrent_layers", None)
+    if rec is not None:
+        if len(rec) != n_layer:
+            raise ModelError(f"{arch}.attention.recurrent_layers: {len(rec)} entries, {n_layer} layers")
+        kinds = tuple("delta_net" if v else "attention" for v in rec)
+    else:
+        every = int(get(f"{arch}.full_attention_interval", 4))
+        kinds = tuple("attention" if (il + 1) % every == 0 else "delta_net" for il in range(n_layer))
+    S, Hv = int(get(f"{arch}.ssm.state_size")), int(get(f"{arch}.ssm.time_step_rank"))
+    dims = DeltaNetDims(S=S, Hk=int(get(f"{arch}.ssm.group_count")), Hv=Hv, K=int(get(f"{arch}.ssm.conv_kernel")))
+    if int(get(f"{arch}.ssm.inner_size")) != Hv * S or Hv % dims.Hk:
+        raise ModelError(f"{arch}.ssm.*: inner_size must be time_step_rank x state_size, a multiple of group_count")
+    sections = tuple(int(v) for v in get(f"{arch}.rope.dimension_sections"))
+    if len(sections) != 4:
+        raise ModelError(f"{arch}.rope.dimension_sections: {len(sections)} entries, expected 4")
+    return kinds, int(kv), dims, 0, sections
 
 
 def _periodic_swa(get: Any, arch: str, n_layer: int, period: int, required: bool) -> tuple[tuple[bool, ...], int]:
