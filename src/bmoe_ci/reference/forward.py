@@ -1010,8 +1010,8 @@ def _mixers(
     """The hybrid architectures' layer kinds (docs/model-math.md, "Hybrid architectures"), with the KV
     head count, the delta-net sizes, the convolution's taps and the M-RoPE sections."""
     kv = get(f"{arch}.attention.head_count_kv", n_head)
-    if mixer == "attention":
-        return (), int(kv), None, 0, ()
+    if mixer == "attention":  # (per-layer KV heads, if the key is an array, are HParams.heads_kv)
+        return (), int(kv[0] if isinstance(kv, list) else kv), None, 0, ()
     if mixer == "shortconv":  # head_count_kv per layer: 0 is a conv layer
         per = [int(v) for v in kv] if isinstance(kv, list) else [int(kv)] * n_layer
         if len(per) != n_layer:
@@ -1036,7 +1036,7 @@ def _mixers(
     sections = tuple(int(v) for v in get(f"{arch}.rope.dimension_sections"))
     if len(sections) != 4:
         raise ModelError(f"{arch}.rope.dimension_sections: {len(sections)} entries, expected 4")
-    return kinds, int(kv), dims, 0, sections
+    return kinds, int(kv[0] if isinstance(kv, list) else kv), dims, 0, sections
 
 
 def _periodic_swa(get: Any, arch: str, n_layer: int, period: int, required: bool) -> tuple[tuple[bool, ...], int]:
