@@ -50,6 +50,8 @@ VARIANTS = [
     "qwen3moe-q6k",
     "qwen3moe-q4_0",
     "qwen3moe-q5_0",
+    "qwen3moe-q4_1",
+    "qwen3moe-q5_1",
     "qwen3moe-bf16",
     "gemma4-file",
 ]
