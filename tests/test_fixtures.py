@@ -603,10 +603,17 @@ def test_the_llama_cpp_table_notices_what_is_missing(generated: dict):
         ("dots1", {"dims": {"kv_heads": 2}}, "kv_heads: llama.cpp's dots1 sizes k and v by heads"),
         ("qwen3moe", {"dims": {"rope_dims": 8}}, "rope_dims: llama.cpp's qwen3moe rotates the whole head"),
         ("gemma4", {"dims": {"shared_ffn": 96}}, "shared_ffn: llama.cpp's gemma4 sizes the shared expert"),
+        ("qwen3moe", {"hybrid": {"conv_kernel": 4}}, "hybrid: qwen3moe has no recurrent layers"),
+        ("qwen35moe", {"hybrid": {"groups": 3}}, "hybrid.value_heads: 4 is not a multiple of groups (3)"),
+        ("qwen35moe", {"hybrid": {"full_attention_interval": 5}}, "hybrid: 0 of 4 layers attend"),
+        ("lfm2moe", {"hybrid": {"attention_layers": [0, 1, 2, 3, 4]}}, "hybrid: 5 of 5 layers attend"),
+        ("lfm2moe", {"hybrid": {"attention_layers": [2, 9]}}, "must be distinct layers of 0..4"),
+        ("lfm2moe", {"gating": {"func": 2, "norm": False}}, "fixes the normalisation and reads no scale"),
+        ("lfm2moe", {"dims": {"head_dim": 8}}, "heads x head_dim == d (64)"),
     ],
 )
 def test_specs_llama_cpp_would_read_differently_are_refused(arch: str, change: dict, message: str):
-    base = {"qwen3moe": "qwen3moe", "gemma4": "gemma4", "dots1": "qwen3moe-nonorm"}[arch]
+    base = {"dots1": "qwen3moe-nonorm"}.get(arch, arch)
     doc = _spec_doc()
     (item,) = [copy.deepcopy(f) for f in doc["fixtures"] if f["name"] == base]
     for key, value in change.items():

@@ -399,6 +399,19 @@ static int read_shared_width(loader *L) {
     return 0;
 }
 
+/* A per-layer array (booleans or integers, one entry per block) under `key`: its length, and entry i. */
+static int per_layer_len(loader *L, const char *key, const gguf_kv *kv) {
+    if (kv->n != (uint64_t)L->m->hp.n_layer)
+        return fail(L, 3, "%s: %s has %llu entries but block_count is %d", L->m->path, key, (unsigned long long)kv->n,
+                    L->m->hp.n_layer);
+    return 0;
+}
+
+static int per_layer_entry(loader *L, const char *key, const gguf_kv *kv, uint64_t i, uint64_t *u) {
+    int ok = kv->arr_type == GGUF_TYPE_BOOL ? (*u = ((const uint8_t *)kv->data)[i], 1) : gguf_arr_u64(kv, i, u);
+    return ok ? 0 : fail(L, 3, "%s: %s must be an array of booleans or integers", L->m->path, key);
+}
+
 /* Sliding-window keys (gemma4): llama.cpp requires them. A sliding-window layer attends to the n_swa
  * latest positions, has head sizes of its own (attention.key_length_swa / value_length_swa) and rotates
  * with its own RoPE base and dims, without rope_freqs; per-layer input embeddings and shared KV layers
@@ -413,15 +426,12 @@ static int read_swa(loader *L) {
     int r = gguf_get_arr(m->g, key, GGUF_TYPE_COUNT, &kv, e, sizeof e);
     if (r < 0) return bad_type(L, key, e);
     if (r == 0) return fail(L, 3, "%s: required metadata key %s is missing", m->path, key);
-    if (kv->n != (uint64_t)hp->n_layer)
-        return fail(L, 3, "%s: %s has %llu entries but block_count is %d", m->path, key, (unsigned long long)kv->n,
-                    hp->n_layer);
+    if ((rc = per_layer_len(L, key, kv))) return rc;
     m->swa_pattern = calloc((size_t)hp->n_layer, 1);
     if (!m->swa_pattern) return fail(L, 1, "out of memory");
     for (uint64_t i = 0; i < kv->n; i++) {
         uint64_t u = 0;
-        int ok = kv->arr_type == GGUF_TYPE_BOOL ? (u = ((const uint8_t *)kv->data)[i], 1) : gguf_arr_u64(kv, i, &u);
-        if (!ok) return fail(L, 3, "%s: %s must be an array of booleans or integers", m->path, key);
+        if ((rc = per_layer_entry(L, key, kv, i, &u))) return rc;
         m->swa_pattern[i] = u != 0;
     }
     if ((rc = get_int(L, "attention.sliding_window", 1, 0, 1, MAX_CTX, &hp->n_swa))) return rc;
@@ -466,13 +476,10 @@ static int read_swa_periodic(loader *L) {
     const char *key = akey(L, "attention.sliding_window_pattern");
     const gguf_kv *kv = gguf_find_kv(m->g, key);
     if (kv && kv->type == GGUF_TYPE_ARRAY) {
-        if (kv->n != (uint64_t)hp->n_layer)
-            return fail(L, 3, "%s: %s has %llu entries but block_count is %d", m->path, key,
-                        (unsigned long long)kv->n, hp->n_layer);
+        if ((rc = per_layer_len(L, key, kv))) return rc;
         for (uint64_t i = 0; i < kv->n; i++) {
             uint64_t u = 0;
-            int ok = kv->arr_type == GGUF_TYPE_BOOL ? (u = ((const uint8_t *)kv->data)[i], 1) : gguf_arr_u64(kv, i, &u);
-            if (!ok) return fail(L, 3, "%s: %s must be an array of booleans or integers", m->path, key);
+            if ((rc = per_layer_entry(L, key, kv, i, &u))) return rc;
             m->swa_pattern[i] = u != 0;
         }
     } else {
@@ -567,13 +574,13 @@ static int read_layer_kinds(loader *L) {
         const gguf_kv *kv = gguf_find_kv(m->g, key);
         int kvh = 0;
         if (kv && kv->type == GGUF_TYPE_ARRAY) {
-            if (kv->n != (uint64_t)hp->n_layer)
-                return fail(L, 3, "%s: %s has %llu entries but block_count is %d", m->path, key,
-                            (unsigned long long)kv->n, hp->n_layer);
+            if ((rc = per_layer_len(L, key, kv))) return rc;
             for (uint64_t i = 0; i < kv->n; i++) {
                 uint64_t u = 0;
-                if (!gguf_arr_u64(kv, i, &u) || u > MAX_HEADS)
-                    return fail(L, 3, "%s: %s must be an array of integers in [0, %d]", m->path, key, MAX_HEADS);
+                if ((rc = per_layer_entry(L, key, kv, i, &u))) return rc;
+                if (u > MAX_HEADS)
+                    return fail(L, 3, "%s: %s = %llu at layer %llu is out of range [0, %d]", m->path, key,
+                                (unsigned long long)u, (unsigned long long)i, MAX_HEADS);
                 if (u == 0) { m->layer_kinds[i] = BMOE_LAYER_CONV; continue; }
                 if (kvh && (int)u != kvh)
                     return fail(L, 3, "%s: %s: layer %llu has %llu KV heads but an earlier attention layer %d "
@@ -594,13 +601,10 @@ static int read_layer_kinds(loader *L) {
     int got = gguf_get_arr(m->g, key, GGUF_TYPE_COUNT, &kv, e, sizeof e);
     if (got < 0) return bad_type(L, key, e);
     if (got > 0) {
-        if (kv->n != (uint64_t)hp->n_layer)
-            return fail(L, 3, "%s: %s has %llu entries but block_count is %d", m->path, key, (unsigned long long)kv->n,
-                        hp->n_layer);
+        if ((rc = per_layer_len(L, key, kv))) return rc;
         for (uint64_t i = 0; i < kv->n; i++) {
             uint64_t u = 0;
-            int ok = kv->arr_type == GGUF_TYPE_BOOL ? (u = ((const uint8_t *)kv->data)[i], 1) : gguf_arr_u64(kv, i, &u);
-            if (!ok) return fail(L, 3, "%s: %s must be an array of booleans or integers", m->path, key);
+            if ((rc = per_layer_entry(L, key, kv, i, &u))) return rc;
             m->layer_kinds[i] = u ? BMOE_LAYER_DELTA : BMOE_LAYER_ATTN;
         }
         return 0;
@@ -618,7 +622,8 @@ static int read_recurrent(loader *L) {
     const bmoe_recipe *r = m->recipe;
     int rc, inner = 0;
     if (r->mixer == BMOE_MIXER_DELTA_NET) {
-        if ((rc = get_int(L, "ssm.state_size", 1, 0, 1, MAX_DIM, &hp->ssm_state))) return rc;
+        /* the state is Hv S x S floats per layer: S is bounded far above real models' 128 */
+        if ((rc = get_int(L, "ssm.state_size", 1, 0, 1, 4096, &hp->ssm_state))) return rc;
         if ((rc = get_int(L, "ssm.group_count", 1, 0, 1, MAX_HEADS, &hp->ssm_groups))) return rc;
         if ((rc = get_int(L, "ssm.time_step_rank", 1, 0, 1, MAX_HEADS, &hp->ssm_heads))) return rc;
         if ((rc = get_int(L, "ssm.inner_size", 1, 0, 1, MAX_DIM, &inner))) return rc;
