@@ -94,6 +94,22 @@ static int get_flag(loader *L, const char *suffix, int def, int *out) {
     return 0;
 }
 
+/* The one reader of per-layer arrays (one entry per block) under `key`: its length, and entry i; with
+ * `bools`, an array of booleans is read as 0/1 too (sliding-window patterns, recurrent layers). */
+static int per_layer_len(loader *L, const char *key, const gguf_kv *kv) {
+    if (kv->n != (uint64_t)L->m->hp.n_layer)
+        return fail(L, 3, "%s: %s has %llu entries but block_count is %d", L->m->path, key, (unsigned long long)kv->n,
+                    L->m->hp.n_layer);
+    return 0;
+}
+
+static int per_layer_entry(loader *L, const char *key, const gguf_kv *kv, uint64_t i, int bools, uint64_t *u) {
+    int ok = bools && kv->arr_type == GGUF_TYPE_BOOL ? (*u = ((const uint8_t *)kv->data)[i], 1) : gguf_arr_u64(kv, i, u);
+    if (ok) return 0;
+    return fail(L, 3, "%s: %s must be %s", L->m->path, key,
+                bools ? "an array of booleans or integers" : "an integer or an array of integers");
+}
+
 /* A hyperparameter llama.cpp reads with get_key_or_arr: one integer for every layer, or an array of
  * block_count integers. out[il] for il < n_layer; def fills it when absent and not required. */
 static int get_int_layers(loader *L, const char *suffix, int required, int def, int lo, int hi, int *out) {
@@ -102,18 +118,16 @@ static int get_int_layers(loader *L, const char *suffix, int required, int def, 
     const char *key = akey(L, suffix);
     const gguf_kv *kv = gguf_find_kv(m->g, key);
     if (kv && kv->type == GGUF_TYPE_ARRAY) {
-        if (kv->n != (uint64_t)n)
-            return fail(L, 3, "%s: %s has %llu entries but block_count is %d", m->path, key, (unsigned long long)kv->n, n);
-        for (int i = 0; i < n; i++) {
+        int rc = per_layer_len(L, key, kv);
+        for (int i = 0; !rc && i < n; i++) {
             uint64_t v = 0;
-            if (!gguf_arr_u64(kv, (uint64_t)i, &v))
-                return fail(L, 3, "%s: %s must be an integer or an array of integers", m->path, key);
+            if ((rc = per_layer_entry(L, key, kv, (uint64_t)i, 0, &v))) break;
             if (v < (uint64_t)lo || v > (uint64_t)hi)
                 return fail(L, 3, "%s: %s[%d] = %llu is out of range [%d, %d]", m->path, key, i, (unsigned long long)v,
                             lo, hi);
             out[i] = (int)v;
         }
-        return 0;
+        return rc;
     }
     int v = 0, rc = get_int(L, suffix, required, def, lo, hi, &v);
     if (rc) return rc;
@@ -399,19 +413,6 @@ static int read_shared_width(loader *L) {
     return 0;
 }
 
-/* A per-layer array (booleans or integers, one entry per block) under `key`: its length, and entry i. */
-static int per_layer_len(loader *L, const char *key, const gguf_kv *kv) {
-    if (kv->n != (uint64_t)L->m->hp.n_layer)
-        return fail(L, 3, "%s: %s has %llu entries but block_count is %d", L->m->path, key, (unsigned long long)kv->n,
-                    L->m->hp.n_layer);
-    return 0;
-}
-
-static int per_layer_entry(loader *L, const char *key, const gguf_kv *kv, uint64_t i, uint64_t *u) {
-    int ok = kv->arr_type == GGUF_TYPE_BOOL ? (*u = ((const uint8_t *)kv->data)[i], 1) : gguf_arr_u64(kv, i, u);
-    return ok ? 0 : fail(L, 3, "%s: %s must be an array of booleans or integers", L->m->path, key);
-}
-
 /* Sliding-window keys (gemma4): llama.cpp requires them. A sliding-window layer attends to the n_swa
  * latest positions, has head sizes of its own (attention.key_length_swa / value_length_swa) and rotates
  * with its own RoPE base and dims, without rope_freqs; per-layer input embeddings and shared KV layers
@@ -431,7 +432,7 @@ static int read_swa(loader *L) {
     if (!m->swa_pattern) return fail(L, 1, "out of memory");
     for (uint64_t i = 0; i < kv->n; i++) {
         uint64_t u = 0;
-        if ((rc = per_layer_entry(L, key, kv, i, &u))) return rc;
+        if ((rc = per_layer_entry(L, key, kv, i, 1, &u))) return rc;
         m->swa_pattern[i] = u != 0;
     }
     if ((rc = get_int(L, "attention.sliding_window", 1, 0, 1, MAX_CTX, &hp->n_swa))) return rc;
@@ -479,7 +480,7 @@ static int read_swa_periodic(loader *L) {
         if ((rc = per_layer_len(L, key, kv))) return rc;
         for (uint64_t i = 0; i < kv->n; i++) {
             uint64_t u = 0;
-            if ((rc = per_layer_entry(L, key, kv, i, &u))) return rc;
+            if ((rc = per_layer_entry(L, key, kv, i, 1, &u))) return rc;
             m->swa_pattern[i] = u != 0;
         }
     } else {
@@ -570,28 +571,19 @@ static int read_layer_kinds(loader *L) {
     m->layer_kinds = calloc((size_t)hp->n_layer, 1); /* BMOE_LAYER_ATTN everywhere */
     if (!m->layer_kinds) return fail(L, 1, "out of memory");
     if (r->mixer == BMOE_MIXER_SHORTCONV) {
-        const char *key = akey(L, "attention.head_count_kv");
-        const gguf_kv *kv = gguf_find_kv(m->g, key);
-        int kvh = 0;
-        if (kv && kv->type == GGUF_TYPE_ARRAY) {
-            if ((rc = per_layer_len(L, key, kv))) return rc;
-            for (uint64_t i = 0; i < kv->n; i++) {
-                uint64_t u = 0;
-                if ((rc = per_layer_entry(L, key, kv, i, &u))) return rc;
-                if (u > MAX_HEADS)
-                    return fail(L, 3, "%s: %s = %llu at layer %llu is out of range [0, %d]", m->path, key,
-                                (unsigned long long)u, (unsigned long long)i, MAX_HEADS);
-                if (u == 0) { m->layer_kinds[i] = BMOE_LAYER_CONV; continue; }
-                if (kvh && (int)u != kvh)
-                    return fail(L, 3, "%s: %s: layer %llu has %llu KV heads but an earlier attention layer %d "
-                                "(attention layers with different KV head counts are not implemented)", m->path,
-                                key, (unsigned long long)i, (unsigned long long)u, kvh);
-                kvh = (int)u;
-            }
-        } else {
-            if ((rc = get_int(L, "attention.head_count_kv", 0, hp->n_head, 0, MAX_HEADS, &kvh))) return rc;
-            if (kvh == 0) memset(m->layer_kinds, BMOE_LAYER_CONV, (size_t)hp->n_layer);
+        int *kv = malloc((size_t)hp->n_layer * sizeof *kv), kvh = 0;
+        if (!kv) return fail(L, 1, "out of memory");
+        rc = get_int_layers(L, "attention.head_count_kv", 0, hp->n_head, 0, MAX_HEADS, kv);
+        for (int il = 0; !rc && il < hp->n_layer; il++) {
+            if (kv[il] == 0) { m->layer_kinds[il] = BMOE_LAYER_CONV; continue; }
+            if (kvh && kv[il] != kvh)
+                rc = fail(L, 3, "%s: %s: layer %d has %d KV heads but an earlier attention layer %d "
+                          "(attention layers with different KV head counts are not implemented)", m->path,
+                          akey(L, "attention.head_count_kv"), il, kv[il], kvh);
+            kvh = kv[il];
         }
+        free(kv);
+        if (rc) return rc;
         hp->n_head_kv = kvh ? kvh : hp->n_head; /* no attention layer: unused */
         return 0;
     }
@@ -604,7 +596,7 @@ static int read_layer_kinds(loader *L) {
         if ((rc = per_layer_len(L, key, kv))) return rc;
         for (uint64_t i = 0; i < kv->n; i++) {
             uint64_t u = 0;
-            if ((rc = per_layer_entry(L, key, kv, i, &u))) return rc;
+            if ((rc = per_layer_entry(L, key, kv, i, 1, &u))) return rc;
             m->layer_kinds[i] = u ? BMOE_LAYER_DELTA : BMOE_LAYER_ATTN;
         }
         return 0;
