@@ -44,6 +44,7 @@ _SCALAR_FMT = {
 # ggml tensor types: id -> (block elements, block bytes)
 GGML_F32, GGML_F16, GGML_Q4_0, GGML_Q8_0, GGML_Q4_K = 0, 1, 2, 8, 12
 GGML_Q4_1, GGML_Q2_K, GGML_Q5_0, GGML_Q5_K, GGML_Q6_K, GGML_BF16 = 3, 10, 6, 13, 14, 30
+GGML_IQ2_XXS, GGML_TQ1_0 = 16, 34  # types the engine does not compute with
 # ggml type -> (values per block, bytes per block)
 GGML_BLOCKS = {
     0: (1, 4),
@@ -56,7 +57,9 @@ GGML_BLOCKS = {
     12: (256, 144),
     13: (256, 176),
     14: (256, 210),
+    16: (256, 66),
     30: (1, 2),
+    34: (256, 54),
 }
 
 DEFAULT_ALIGNMENT = 32
@@ -523,8 +526,8 @@ def malformed_cases() -> dict[str, tuple[bytes, str]]:
     add("nbytes_past_end_f32", ts(Tensor("w", [1 << 61], data=b"")), "past end of file")
     add("q8_0_not_multiple", ts(Tensor("w", [33], GGML_Q8_0, data=b"")), "not a multiple of the q8_0 block size 32")
     add("q8_0_past_end", ts(Tensor("w", [1 << 61, 3], GGML_Q8_0, data=b"")), "past end of file")
-    add("type_q2_K", ts(Tensor("w", [256], GGML_Q2_K)), "type 10 (q2_K) is not supported")
-    add("type_q4_1", ts(Tensor("w", [32], GGML_Q4_1)), "type 3 (q4_1) is not supported")
+    add("type_iq2_xxs", ts(Tensor("w", [256], GGML_IQ2_XXS)), "type 16 (iq2_xxs) is not supported")
+    add("type_tq1_0", ts(Tensor("w", [256], GGML_TQ1_0)), "type 34 (tq1_0) is not supported")
     add("q4_K_not_multiple", ts(Tensor("w", [320], GGML_Q4_K, data=b"")), "not a multiple of the q4_K block size 256")
     add("q4_K_past_end", ts(Tensor("w", [256, 1 << 40], GGML_Q4_K, data=b"")), "past end of file")
     add("type_unknown", ts(Tensor("w", [4], 1000, data=b"\0" * 16)), "type 1000 (unknown)")

@@ -32,7 +32,15 @@ DEFAULTS = [
 ]
 VARIANTS = ["qwen3moe-sigmoid", "qwen3moe-softmax-sel"]
 #: one fixture per further weight type (not default: the reference and kernel tests of each type)
-QUANT_VARIANTS = ["qwen3moe-q5k", "qwen3moe-q6k", "qwen3moe-q4_0", "qwen3moe-q5_0", "qwen3moe-bf16"]
+QUANT_VARIANTS = [
+    "qwen3moe-q5k",
+    "qwen3moe-q6k",
+    "qwen3moe-q4_0",
+    "qwen3moe-q5_0",
+    "qwen3moe-q4_1",
+    "qwen3moe-q5_1",
+    "qwen3moe-bf16",
+]
 COMMITTED = ["trained", "trained-q8_0"]  # default fixtures that are committed files (test_trained_fixtures.py)
 
 
@@ -617,11 +625,23 @@ QUANT_TYPES = {
     "qwen3moe-q6k": (18, Q.Q6_K, Q.Q6_K),
     "qwen3moe-q4_0": (2, Q.Q4_0, Q.Q4_0),
     "qwen3moe-q5_0": (8, Q.Q5_0, Q.Q5_0),
+    "qwen3moe-q4_1": (3, Q.Q4_1, Q.Q4_1),
+    "qwen3moe-q5_1": (9, Q.Q5_1, Q.Q5_1),
     "qwen3moe-bf16": (32, Q.BF16, Q.BF16),
 }
 #: the quantizer's error, rms(dequantised - float) / rms(float) over a tensor, at most (measured on the
-#: fixtures: Q4_K 0.07, Q5_K 0.035, Q6_K 0.018, Q4_0 0.11, Q5_0 0.05, BF16 0.002)
-QUANT_RMS = {Q.Q4_K: 0.09, Q.Q5_K: 0.045, Q.Q6_K: 0.025, Q.Q4_0: 0.13, Q.Q5_0: 0.065, Q.BF16: 0.003, Q.Q8_0: 0.01}
+#: fixtures: Q4_K 0.07, Q5_K 0.035, Q6_K 0.018, Q4_0 0.11, Q5_0 0.05, Q4_1 0.082, Q5_1 0.039, BF16 0.002)
+QUANT_RMS = {
+    Q.Q4_K: 0.09,
+    Q.Q5_K: 0.045,
+    Q.Q6_K: 0.025,
+    Q.Q4_0: 0.13,
+    Q.Q5_0: 0.065,
+    Q.Q4_1: 0.1,
+    Q.Q5_1: 0.05,
+    Q.BF16: 0.003,
+    Q.Q8_0: 0.01,
+}
 #: llama.cpp's Q4_K_M of qwen3moe-q4k (4 layers, 8 experts, rows of 256), as its llama_tensor_get_type
 #: decides (src/llama-quant.cpp): with exactly 8 experts attn_k and attn_v are Q8_0 and attn_output
 #: Q5_K; ffn_down is Q6_K in the use_more_bits layers (2 and 3 of 4); everything else Q4_K

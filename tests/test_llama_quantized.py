@@ -39,7 +39,7 @@ from bmoe_ci.models import load_specs
 from bmoe_ci.models.spec import FixtureSpec, spec_hash
 from bmoe_ci.models.writer import write
 from bmoe_ci.paths import Places
-from bmoe_ci.reference import Model, agreement, relative_error
+from bmoe_ci.reference import QUANT_FLIP_LLAMA_CPP, Model, agreement, relative_error
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install '.[bench]')")
 
@@ -262,7 +262,9 @@ def test_llama_cpp_file(engine_bin: Path, claimed: set[str], tmp_path: Path, mod
         )
         return
     gen = ref.generate(prompt, N_PREDICT)
-    a = agreement(len(prompt), gen.tokens, gen.logits, gen.quant_margins, got["tokens"], rows, TOL_QUANT)
+    a = agreement(
+        len(prompt), gen.tokens, gen.logits, gen.quant_margins, got["tokens"], rows, TOL_QUANT, QUANT_FLIP_LLAMA_CPP
+    )
     assert a.ok, f"{path.name}: llama.cpp against the reference: {a.message}"
     assert resident.rows is not None
     e = agreement(len(prompt), gen.tokens, gen.logits, gen.quant_margins, tokens, resident.rows, TOL_QUANT)

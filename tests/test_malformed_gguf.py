@@ -338,9 +338,9 @@ METADATA_CASES: dict[str, tuple[Callable[[gc.GGUFImage], gc.GGUFImage], str]] = 
     "tokens_not_strings": (_set("tokenizer.ggml.tokens", gc.ARRAY, [1, 2], arr_type=gc.U32), "tokenizer.ggml.tokens"),
     "missing_expert_tensor": (lambda img: _drop_tensor(img, DOWN3), DOWN3),
     "expert_tensor_wrong_shape": (lambda img: _retype(img, UP0, dims=[32, 256, 8]), UP0),
-    "expert_tensor_q2_K": (
-        lambda img: _retype(img, UP0, ggml_type=gc.GGML_Q2_K, dims=[256, 128, 8], data=b"\0" * (128 * 8 * 84)),
-        "type 10 (q2_K) is not supported",
+    "expert_tensor_iq2_xxs": (
+        lambda img: _retype(img, UP0, ggml_type=gc.GGML_IQ2_XXS, dims=[256, 128, 8], data=b"\0" * (128 * 8 * 66)),
+        "type 16 (iq2_xxs) is not supported",
     ),
     # a supported K-quant whose rows do not match the model's width (64 is not even one block)
     "expert_tensor_q4_K_shape": (

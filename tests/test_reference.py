@@ -47,6 +47,8 @@ VARIANTS = [
     "qwen3moe-q6k",
     "qwen3moe-q4_0",
     "qwen3moe-q5_0",
+    "qwen3moe-q4_1",
+    "qwen3moe-q5_1",
     "qwen3moe-bf16",
 ]
 Q8 = {"qwen3moe-q8_0"}

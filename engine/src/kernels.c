@@ -122,6 +122,18 @@ float bm_dot_q5_0_scalar(const uint8_t *w, const bm_act *a, size_t n) {
     return bm_sum8(acc);
 }
 
+float bm_dot_q4_1_scalar(const uint8_t *w, const bm_act *a, size_t n) {
+    float acc[8] = {0};
+    bm_q41_blocks(acc, 0, w, a->q, a->d, a->s, 0, n / BMOE_Q8_0_BLOCK);
+    return bm_sum8(acc);
+}
+
+float bm_dot_q5_1_scalar(const uint8_t *w, const bm_act *a, size_t n) {
+    float acc[8] = {0};
+    bm_q41_blocks(acc, 1, w, a->q, a->d, a->s, 0, n / BMOE_Q8_0_BLOCK);
+    return bm_sum8(acc);
+}
+
 float bm_dot_q4_K_scalar(const uint8_t *w, const bm_act *a, size_t n) {
     float acc[8] = {0};
     for (size_t b = 0; b < n / BM_Q8K_BLOCK; b++) acc[b & 7] += k4_block(w, 0, a->k + b, b);

@@ -11,6 +11,9 @@
  *   Q4_0, Q5_0 against the same Q8_0 activation blocks: block b's exact integer sum
  *              s_b = sum (q_w - 8) * q_x (Q5_0: q_w - 16, q_w with its fifth bit), then exactly the Q8_0
  *              float steps: (float)s_b * (d_w * d_x) onto lane b mod 8, the same tree.
+ *   Q4_1, Q5_1 against Q8_1 activation blocks (bm_quantize_q8_1: Q8_0's q and d, and per block
+ *              s_x = f16(d sum q)): block b's exact sum s_b = sum q_w * q_x of the unsigned levels, then
+ *              c_b = (float)s_b * (d_w * d_x) + m_w * s_x onto lane b mod 8, the same tree.
  *   Q4_K, Q5_K, Q6_K  the activation vector is first quantised to Q8_K super-blocks of 256
  *              (bm_quantize_q8_k). Super-block b gives exact integer sums over its sub-blocks:
  *                Q4_K/Q5_K  is = sum_j sc_j * sum_i q_i x_i (j = 0..7, 32 values each, q 0..15 / 0..31),
@@ -112,7 +115,8 @@ void bm_exp_shift_scalar(float *v, size_t n, float mx);
 /* Every type's kernels, one pair per path: bm_dot_<type>_<path> and bm_dot_mt_<type>_<path>
  * (type_traits.c puts them in the type's row). A path's functions exist only in a binary built for
  * its architecture. */
-#define BM_WEIGHT_TYPES(X) X(f32) X(f16) X(bf16) X(q8_0) X(q4_0) X(q5_0) X(q4_K) X(q5_K) X(q6_K)
+#define BM_WEIGHT_TYPES(X)                                                                                 \
+    X(f32) X(f16) X(bf16) X(q8_0) X(q4_0) X(q5_0) X(q4_1) X(q5_1) X(q4_K) X(q5_K) X(q6_K)
 #define BM_DOT_DECL(T, P)                                                                                  \
     float bm_dot_##T##_##P(const uint8_t *w, const bm_act *a, size_t n);                                  \
     void bm_dot_mt_##T##_##P(const uint8_t *w, const bm_act *a, size_t n, int nt, float *out);

@@ -296,6 +296,83 @@ AVX2_FN static void dot_q45_0_mt_avx2(uint32_t type, const uint8_t *w, const int
     }
 }
 
+/* ---- Q4_1 / Q5_1 against Q8_1 blocks (kernels.h): unsigned levels, so maddubs takes them as they
+ * are (pairs of level times activation within int16: 2 * 31 * 127); the float steps are
+ * bm_q1_value's, eight blocks at a time. */
+
+/* Block blk's 32 unsigned levels (bm_q41_levels) in one register. */
+AVX2_FN static inline __m256i q41_levels(int five, const uint8_t *blk) {
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m128i t = _mm_loadu_si128((const __m128i *)(blk + (five ? 8 : 4)));
+    __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), m4);
+    if (!five) return v;
+    uint32_t qh = (uint32_t)blk[4] | ((uint32_t)blk[5] << 8) | ((uint32_t)blk[6] << 16) | ((uint32_t)blk[7] << 24);
+    __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh),
+                                        _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL));
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    __m256i hb = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(0x10));
+    return _mm256_or_si256(v, hb);
+}
+
+AVX2_MT_FN void q41_mt(int five, const uint8_t *w, const int8_t *xq, const float *xd, const float *xs, size_t n,
+                       const int NT, float *out) {
+    const size_t nb = n / BMOE_Q8_0_BLOCK, bb = bm_q41_bytes(five);
+    const __m256i ones = _mm256_set1_epi16(1);
+    size_t b = 0;
+    __m256 acc[BM_MT_MAX];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (; b + 8 <= nb; b += 8) {
+        const uint8_t *blk = w + b * bb;
+        bm_prefetch_ahead(blk, 8 * bb);
+        __m256i h[2][BM_MT_MAX]; /* blocks 0-3 and 4-7: lane k of s below = block k's exact sum */
+        for (int g = 0; g < 2; g++) {
+            __m256i wv[4];
+            for (int k = 0; k < 4; k++) wv[k] = q41_levels(five, blk + (size_t)(4 * g + k) * bb);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                const int8_t *p = xq + (size_t)t * n + (b + 4 * (size_t)g) * BMOE_Q8_0_BLOCK;
+                __m256i v[4];
+                for (int k = 0; k < 4; k++)
+                    v[k] = _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(wv[k], _mm256_loadu_si256((const __m256i *)(p + k * BMOE_Q8_0_BLOCK))), ones);
+                h[g][t] = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+            }
+        }
+        const __m256 dw = scales8_stride(blk, bb), mw = scales8_stride(blk + 2, bb);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(h[0][t], h[1][t], 0x20),
+                                         _mm256_permute2x128_si256(h[0][t], h[1][t], 0x31));
+            __m256 dd = _mm256_mul_ps(dw, _mm256_loadu_ps(xd + (size_t)t * nb + b));
+            __m256 c = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(s), dd),
+                                     _mm256_mul_ps(mw, _mm256_loadu_ps(xs + (size_t)t * nb + b)));
+            acc[t] = _mm256_add_ps(acc[t], c);
+        }
+    }
+    for (int t = 0; t < NT; t++) {
+        float l[8];
+        _mm256_storeu_ps(l, acc[t]);
+        bm_q41_blocks(l, five, w, xq + (size_t)t * n, xd + (size_t)t * nb, xs + (size_t)t * nb, b, nb);
+        out[t] = bm_simd_sum8(l);
+    }
+}
+
+AVX2_FN static void dot_q41_mt_avx2(int five, const uint8_t *w, const bm_act *a, size_t n, int nt, float *out) {
+    switch (nt) {
+    case 4: q41_mt(five, w, a->q, a->d, a->s, n, 4, out); break;
+    case 3: q41_mt(five, w, a->q, a->d, a->s, n, 3, out); break;
+    case 2: q41_mt(five, w, a->q, a->d, a->s, n, 2, out); break;
+    default: q41_mt(five, w, a->q, a->d, a->s, n, 1, out);
+    }
+}
+
+AVX2_FN static float dot_q41_avx2(int five, const uint8_t *w, const bm_act *a, size_t n) {
+    float o;
+    q41_mt(five, w, a->q, a->d, a->s, n, 1, &o);
+    return o;
+}
+
 /* ---- K-quants against Q8_K super-blocks (kernels.h): the exact integer sums with maddubs (unsigned
  * levels times signed activations, pairs within int16) and madd (times the sub-block's scale, into
  * int32); the float steps are the shared bm_k4_value / bm_k6_value. A super-block's weights are
@@ -557,6 +634,8 @@ AVX2_ROW(q4_0, dot_q45_0_avx2(GGML_TYPE_Q4_0, w, a->q, a->d, n),
          dot_q45_0_mt_avx2(GGML_TYPE_Q4_0, w, a->q, a->d, n, nt, out))
 AVX2_ROW(q5_0, dot_q45_0_avx2(GGML_TYPE_Q5_0, w, a->q, a->d, n),
          dot_q45_0_mt_avx2(GGML_TYPE_Q5_0, w, a->q, a->d, n, nt, out))
+AVX2_ROW(q4_1, dot_q41_avx2(0, w, a, n), dot_q41_mt_avx2(0, w, a, n, nt, out))
+AVX2_ROW(q5_1, dot_q41_avx2(1, w, a, n), dot_q41_mt_avx2(1, w, a, n, nt, out))
 AVX2_ROW(q4_K, dot_kq_avx2(GGML_TYPE_Q4_K, w, a->k, n), dot_kq_mt_avx2(GGML_TYPE_Q4_K, w, a->k, n, nt, out))
 AVX2_ROW(q5_K, dot_kq_avx2(GGML_TYPE_Q5_K, w, a->k, n), dot_kq_mt_avx2(GGML_TYPE_Q5_K, w, a->k, n, nt, out))
 AVX2_ROW(q6_K, dot_kq_avx2(GGML_TYPE_Q6_K, w, a->k, n), dot_kq_mt_avx2(GGML_TYPE_Q6_K, w, a->k, n, nt, out))

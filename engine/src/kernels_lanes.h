@@ -112,6 +112,45 @@ static inline void bm_q45_0_blocks(float l[8], uint32_t type, const uint8_t *w, 
     }
 }
 
+/* ---- Q4_1 / Q5_1 against Q8_1 activation blocks (kernels.h) ---- */
+
+static inline size_t bm_q41_bytes(int five) { return five ? BMOE_Q5_1_BYTES : BMOE_Q4_1_BYTES; }
+
+/* Block blk's 32 levels, unsigned (0..15, Q5_1 0..31): value j < 16 the low nibble of qs[j], value
+ * j + 16 its high nibble, Q5_1's fifth bit of value i bit i of qh (tensor.h). */
+static inline void bm_q41_levels(int five, const uint8_t *blk, uint8_t v[32]) {
+    const uint8_t *qs = blk + (five ? 8 : 4);
+    uint32_t qh = five ? (uint32_t)blk[4] | ((uint32_t)blk[5] << 8) | ((uint32_t)blk[6] << 16) | ((uint32_t)blk[7] << 24)
+                       : 0;
+    for (int j = 0; j < 16; j++) {
+        v[j] = (uint8_t)((qs[j] & 0xF) | (((qh >> j) & 1) << 4));
+        v[j + 16] = (uint8_t)((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
+    }
+}
+
+/* A Q4_1 / Q5_1 block's float contribution from its exact sum s = sum q_w q_x: the levels' part
+ * scaled by d_w d_x, plus the block minimum m_w times the activation block's sum s_x (Q8_1's
+ * f16(d sum q)), as ggml's vec_dot_q4_1_q8_1 adds them; one function for every path. */
+static inline float bm_q1_value(int32_t s, float dw, float dx, float mw, float sx) {
+    return (float)s * (dw * dx) + mw * sx;
+}
+
+/* Q4_1 / Q5_1 blocks b .. nb-1 one at a time onto the lanes (block b to lane b mod 8): the scalar
+ * path's row and the SIMD paths' last nb mod 8 blocks. */
+static inline void bm_q41_blocks(float l[8], int five, const uint8_t *w, const int8_t *xq, const float *xd,
+                                 const float *xs, size_t b, size_t nb) {
+    const size_t bb = bm_q41_bytes(five);
+    for (; b < nb; b++) {
+        const uint8_t *blk = w + b * bb;
+        const int8_t *p = xq + b * BMOE_Q8_0_BLOCK;
+        uint8_t v[32];
+        bm_q41_levels(five, blk, v);
+        int32_t s = 0;
+        for (int i = 0; i < 32; i++) s += (int32_t)v[i] * (int32_t)p[i];
+        l[b & 7] += bm_q1_value(s, bm_f16_to_f32(bm_rd16(blk)), xd[b], bm_f16_to_f32(bm_rd16(blk + 2)), xs[b]);
+    }
+}
+
 /* ---- K-quants against Q8_K super-blocks (kernels.h): the float steps every path shares ---- */
 
 /* Q4_K / Q5_K: sum_j m_j * (the activation's sum over sub-block j of 32). */

@@ -409,6 +409,107 @@ DOT_FN static void dot_q45_0_mt_neon_dot(uint32_t type, const uint8_t *w, const 
     }
 }
 
+/* ---- Q4_1 / Q5_1 against Q8_1 blocks (kernels.h): the levels (0..31) fit signed bytes, so the Q8_0
+ * block sums apply as they are; the float steps are bm_q1_value's, four blocks per register. */
+
+/* Block blk's 32 unsigned levels (bm_q41_levels): v0 values 0-15, v1 16-31. */
+static inline void q41_levels(int five, const uint8_t *blk, int8x16_t *v0, int8x16_t *v1) {
+    const uint8x16_t t = vld1q_u8(blk + (five ? 8 : 4));
+    uint8x16_t lo = vandq_u8(t, vdupq_n_u8(0xF)), hi = vshrq_n_u8(t, 4);
+    if (five) {
+        static const uint8_t IDX0[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+        static const uint8_t IDX1[16] = {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+        static const uint8_t BIT[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+        const uint32_t qh = (uint32_t)blk[4] | ((uint32_t)blk[5] << 8) | ((uint32_t)blk[6] << 16) |
+                            ((uint32_t)blk[7] << 24);
+        const uint8x16_t q4 = vreinterpretq_u8_u32(vdupq_n_u32(qh));
+        const uint8x16_t k16 = vdupq_n_u8(0x10), bit = vld1q_u8(BIT);
+        lo = vorrq_u8(lo, vandq_u8(vtstq_u8(vqtbl1q_u8(q4, vld1q_u8(IDX0)), bit), k16));
+        hi = vorrq_u8(hi, vandq_u8(vtstq_u8(vqtbl1q_u8(q4, vld1q_u8(IDX1)), bit), k16));
+    }
+    *v0 = vreinterpretq_s8_u8(lo);
+    *v1 = vreinterpretq_s8_u8(hi);
+}
+
+/* One token's eight block sums into its lanes: c = s (d_w d_x) + m_w s_x, then the lanes += c. */
+static inline void acc8_q1(float32x4_t *a0, float32x4_t *a1, int32x4_t s0, int32x4_t s1, float32x4_t dw0,
+                           float32x4_t dw1, float32x4_t mw0, float32x4_t mw1, const float *xd, const float *xs) {
+    float32x4_t d0 = vmulq_f32(dw0, vld1q_f32(xd)), d1 = vmulq_f32(dw1, vld1q_f32(xd + 4));
+    float32x4_t c0 = vaddq_f32(vmulq_f32(vcvtq_f32_s32(s0), d0), vmulq_f32(mw0, vld1q_f32(xs)));
+    float32x4_t c1 = vaddq_f32(vmulq_f32(vcvtq_f32_s32(s1), d1), vmulq_f32(mw1, vld1q_f32(xs + 4)));
+    *a0 = vaddq_f32(*a0, c0);
+    *a1 = vaddq_f32(*a1, c1);
+}
+
+#define Q41_MT_BODY(PART)                                                                                          \
+    const size_t nb = n / BMOE_Q8_0_BLOCK, bb = bm_q41_bytes(five);                                                \
+    size_t b = 0;                                                                                                  \
+    float32x4_t a0[BM_MT_MAX], a1[BM_MT_MAX];                                                                      \
+    _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a0[t] = a1[t] = vdupq_n_f32(0.0f);                        \
+    for (; b + 8 <= nb; b += 8) {                                                                                  \
+        const uint8_t *blk = w + b * bb;                                                                           \
+        bm_prefetch_ahead(blk, 8 * bb);                                                                            \
+        int32x4_t s[2][BM_MT_MAX];                                                                                 \
+        for (int g = 0; g < 2; g++) {                                                                              \
+            int8x16_t wl[4], wh[4];                                                                                \
+            for (int k = 0; k < 4; k++) q41_levels(five, blk + (size_t)(4 * g + k) * bb, &wl[k], &wh[k]);          \
+            _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                                 \
+                const int8_t *p = xq + (size_t)t * n + (b + 4 * (size_t)g) * BMOE_Q8_0_BLOCK;                      \
+                s[g][t] = sums4(PART(wl[0], wh[0], p), PART(wl[1], wh[1], p + 32), PART(wl[2], wh[2], p + 64),     \
+                                PART(wl[3], wh[3], p + 96));                                                       \
+            }                                                                                                      \
+        }                                                                                                          \
+        float32x4_t dw0, dw1, mw0, mw1;                                                                            \
+        scales8_stride(blk, bb, &dw0, &dw1);                                                                       \
+        scales8_stride(blk + 2, bb, &mw0, &mw1);                                                                   \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                                       \
+            acc8_q1(&a0[t], &a1[t], s[0][t], s[1][t], dw0, dw1, mw0, mw1, xd + (size_t)t * nb + b,                 \
+                    xs + (size_t)t * nb + b);                                                                      \
+    }                                                                                                              \
+    for (int t = 0; t < NT; t++) {                                                                                 \
+        float l[8];                                                                                                \
+        vst1q_f32(l, a0[t]);                                                                                       \
+        vst1q_f32(l + 4, a1[t]);                                                                                   \
+        bm_q41_blocks(l, five, w, xq + (size_t)t * n, xd + (size_t)t * nb, xs + (size_t)t * nb, b, nb);            \
+        out[t] = bm_simd_sum8(l);                                                                                  \
+    }
+
+MT_FN void q41_mt_mull(int five, const uint8_t *w, const int8_t *xq, const float *xd, const float *xs, size_t n,
+                       const int NT, float *out) {
+    Q41_MT_BODY(part_mull)
+}
+
+DOT_FN MT_FN void q41_mt_sdot(int five, const uint8_t *w, const int8_t *xq, const float *xd, const float *xs, size_t n,
+                              const int NT, float *out) {
+    Q41_MT_BODY(part_sdot)
+}
+
+/* The one-token and nt-token entry points of a multi-token body F (NT a constant after inlining). */
+#define MT_SWITCH(F, ...)                                                                                          \
+    switch (nt) {                                                                                                  \
+    case 4: F(__VA_ARGS__, 4, out); break;                                                                         \
+    case 3: F(__VA_ARGS__, 3, out); break;                                                                         \
+    case 2: F(__VA_ARGS__, 2, out); break;                                                                         \
+    default: F(__VA_ARGS__, 1, out);                                                                               \
+    }
+
+static void dot_q41_mt_neon(int five, const uint8_t *w, const bm_act *a, size_t n, int nt, float *out) {
+    MT_SWITCH(q41_mt_mull, five, w, a->q, a->d, a->s, n)
+}
+DOT_FN static void dot_q41_mt_neon_dot(int five, const uint8_t *w, const bm_act *a, size_t n, int nt, float *out) {
+    MT_SWITCH(q41_mt_sdot, five, w, a->q, a->d, a->s, n)
+}
+static float dot_q41_neon(int five, const uint8_t *w, const bm_act *a, size_t n) {
+    float o;
+    q41_mt_mull(five, w, a->q, a->d, a->s, n, 1, &o);
+    return o;
+}
+DOT_FN static float dot_q41_neon_dot(int five, const uint8_t *w, const bm_act *a, size_t n) {
+    float o;
+    q41_mt_sdot(five, w, a->q, a->d, a->s, n, 1, &o);
+    return o;
+}
+
 /* ---- K-quants against Q8_K super-blocks (kernels.h): exact int32 sums per sub-block (widening
  * multiplies, or sdot), times the sub-block's scale with an integer multiply-accumulate; the float
  * steps are the shared bm_k4_value / bm_k6_value. A super-block's weights are unpacked once for all
@@ -646,6 +747,11 @@ NEON_ROW(q8_0, neon_dot, DOT_FN, dot_q8_0_neon_dot(w, a->q, a->d, n), dot_q8_0_m
              dot_q45_0_mt_neon_dot(TY, w, a->q, a->d, n, nt, out))
 NEON_Q45(q4_0, GGML_TYPE_Q4_0)
 NEON_Q45(q5_0, GGML_TYPE_Q5_0)
+#define NEON_Q41(T, FIVE)                                                                                  \
+    NEON_ROW(T, neon, , dot_q41_neon(FIVE, w, a, n), dot_q41_mt_neon(FIVE, w, a, n, nt, out))             \
+    NEON_ROW(T, neon_dot, DOT_FN, dot_q41_neon_dot(FIVE, w, a, n), dot_q41_mt_neon_dot(FIVE, w, a, n, nt, out))
+NEON_Q41(q4_1, 0)
+NEON_Q41(q5_1, 1)
 #define NEON_KQ(T, TY)                                                                                     \
     NEON_ROW(T, neon, , dot_kq_neon(TY, w, a->k, n), dot_kq_mt_neon(TY, w, a->k, n, nt, out))             \
     NEON_ROW(T, neon_dot, DOT_FN, dot_kq_neon_dot(TY, w, a->k, n), dot_kq_mt_neon_dot(TY, w, a->k, n, nt, out))

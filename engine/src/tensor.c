@@ -108,6 +108,26 @@ void bm_to_f32_q5_0(const uint8_t *blocks, float *y, size_t n) {
     }
 }
 
+/* ggml's dequantize_row_q4_1 / _q5_1: level * d + m (the level with Q5_1's fifth bit, as Q5_0's). */
+static void dq_q41(const uint8_t *blocks, float *y, size_t n, int five) {
+    const size_t bb = five ? BMOE_Q5_1_BYTES : BMOE_Q4_1_BYTES;
+    for (size_t b = 0; b < n / 32; b++, y += 32) {
+        const uint8_t *blk = blocks + b * bb, *qs = blk + (five ? 8 : 4);
+        const float d = bm_f16_to_f32(rd16(blk)), m = bm_f16_to_f32(rd16(blk + 2));
+        uint32_t qh = five ? (uint32_t)blk[4] | ((uint32_t)blk[5] << 8) | ((uint32_t)blk[6] << 16) |
+                                 ((uint32_t)blk[7] << 24)
+                           : 0;
+        for (int j = 0; j < 16; j++) {
+            int h0 = (int)(((qh >> j) << 4) & 0x10), h1 = (int)((qh >> (j + 12)) & 0x10);
+            y[j] = (float)((qs[j] & 0xF) | h0) * d + m;
+            y[j + 16] = (float)((qs[j] >> 4) | h1) * d + m;
+        }
+    }
+}
+
+void bm_to_f32_q4_1(const uint8_t *blocks, float *y, size_t n) { dq_q41(blocks, y, n, 0); }
+void bm_to_f32_q5_1(const uint8_t *blocks, float *y, size_t n) { dq_q41(blocks, y, n, 1); }
+
 /* ggml's dequantize_row_q4_K / _q5_K for one block (hbit: Q5_K's qh, NULL for Q4_K). */
 static void dq_q4_5_K(const uint8_t *blk, const uint8_t *qh, const uint8_t *qs, float *y) {
     const float d = bm_f16_to_f32(rd16(blk)), dmin = bm_f16_to_f32(rd16(blk + 2));

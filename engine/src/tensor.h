@@ -18,6 +18,8 @@
  * values each one holds):
  *   Q4_0   18 bytes / 32:  f16 d, qs[16]; y[j] = d * ((qs[j] & 15) - 8), y[j+16] = d * ((qs[j] >> 4) - 8)
  *   Q5_0   22 bytes / 32:  f16 d, qh (u32: bit j is value j's 5th bit), qs[16]; as Q4_0 with 5 bits - 16
+ *   Q4_1   20 bytes / 32:  f16 d, f16 m, qs[16]; y[j] = (qs[j] & 15) * d + m, y[j+16] = (qs[j] >> 4) * d + m
+ *   Q5_1   24 bytes / 32:  f16 d, f16 m, qh (u32), qs[16]; as Q4_1 with Q5_0's fifth bits
  *   Q4_K  144 bytes / 256: f16 d, f16 dmin, scales[12] (8 x 6-bit scale, 8 x 6-bit min), qs[128]
  *   Q5_K  176 bytes / 256: f16 d, f16 dmin, scales[12], qh[32], qs[128]
  *   Q6_K  210 bytes / 256: ql[128], qh[64], scales[16] (int8), f16 d
@@ -27,6 +29,8 @@
 #define BMOE_QK_K 256
 #define BMOE_Q4_0_BYTES 18
 #define BMOE_Q5_0_BYTES 22
+#define BMOE_Q4_1_BYTES 20
+#define BMOE_Q5_1_BYTES 24
 #define BMOE_Q4_K_BYTES 144
 #define BMOE_Q5_K_BYTES 176
 #define BMOE_Q6_K_BYTES 210
@@ -49,6 +53,8 @@ void bm_to_f32_bf16(const uint8_t *blocks, float *y, size_t n);
 void bm_to_f32_q8_0(const uint8_t *blocks, float *y, size_t n);
 void bm_to_f32_q4_0(const uint8_t *blocks, float *y, size_t n);
 void bm_to_f32_q5_0(const uint8_t *blocks, float *y, size_t n);
+void bm_to_f32_q4_1(const uint8_t *blocks, float *y, size_t n);
+void bm_to_f32_q5_1(const uint8_t *blocks, float *y, size_t n);
 void bm_to_f32_q4_K(const uint8_t *blocks, float *y, size_t n);
 void bm_to_f32_q5_K(const uint8_t *blocks, float *y, size_t n);
 void bm_to_f32_q6_K(const uint8_t *blocks, float *y, size_t n);

@@ -28,6 +28,10 @@ static void test_scales(void) {
     scale_case(GGML_TYPE_Q8_0, 34, 0, "d");
     scale_case(GGML_TYPE_Q4_0, 18, 0, "d");
     scale_case(GGML_TYPE_Q5_0, 22, 0, "d");
+    scale_case(GGML_TYPE_Q4_1, 20, 0, "d");
+    scale_case(GGML_TYPE_Q4_1, 20, 2, "m");
+    scale_case(GGML_TYPE_Q5_1, 24, 0, "d");
+    scale_case(GGML_TYPE_Q5_1, 24, 2, "m");
     scale_case(GGML_TYPE_Q4_K, 144, 0, "d");
     scale_case(GGML_TYPE_Q4_K, 144, 2, "dmin");
     scale_case(GGML_TYPE_Q5_K, 176, 2, "dmin");

@@ -498,11 +498,15 @@ static void test_tensor_malformations(void) {
     /* q8_0: divisibility checked first, then (n / 32) * 34 (which cannot overflow once n <= INT64_MAX) */
     BAD_TENSOR(((tspec){ "w", 1, { 33 }, GGML_TYPE_Q8_0, AUTO }), "ne[0] = 33 is not a multiple of the q8_0 block size 32");
     BAD_TENSOR(((tspec){ "w", 2, { UINT64_C(1) << 61, 3 }, GGML_TYPE_Q8_0, AUTO }), "+ 7349874591868649472 bytes past end");
-    BAD_TENSOR(((tspec){ "blk.0.ffn_down_exps.weight", 1, { 256 }, 10, AUTO }),
-               "tensor 0 (blk.0.ffn_down_exps.weight): type 10 (q2_K) is not supported (f32, f16, q4_0, q5_0, q8_0, "
-               "q4_K, q5_K, q6_K, bf16 are)");
-    BAD_TENSOR(((tspec){ "w", 1, { 32 }, 3, AUTO }), "type 3 (q4_1) is not supported");
-    BAD_TENSOR(((tspec){ "w", 1, { 256 }, 11, AUTO }), "type 11 (q3_K) is not supported");
+    {   /* the list of supported types is the type table's, in id order */
+        char list[256], want[512];
+        snprintf(want, sizeof want, "tensor 0 (blk.0.ffn_down_exps.weight): type 16 (iq2_xxs) is not supported (%s are)",
+                 bm_types_supported(list, sizeof list));
+        BAD_TENSOR(((tspec){ "blk.0.ffn_down_exps.weight", 1, { 256 }, 16, AUTO }), want);
+        CHECK(strncmp(list, "f32, f16, q4_0, q4_1, q5_0, q5_1, q8_0, ", 40) == 0);
+    }
+    BAD_TENSOR(((tspec){ "w", 1, { 256 }, 19, AUTO }), "type 19 (iq1_s) is not supported");
+    BAD_TENSOR(((tspec){ "w", 1, { 256 }, 34, AUTO }), "type 34 (tq1_0) is not supported");
     BAD_TENSOR(((tspec){ "w", 1, { 256 }, 15, AUTO }), "type 15 (q8_K) is not supported");
     /* the K-quants: rows of whole 256-value blocks; the other block types: of whole 32-value blocks */
     BAD_TENSOR(((tspec){ "w", 2, { 320, 2 }, GGML_TYPE_Q4_K, AUTO }), "ne[0] = 320 is not a multiple of the q4_K block size 256");
@@ -579,8 +583,8 @@ static void test_type_helpers(void) {
     CHECK(ggml_type_nbytes(GGML_TYPE_Q8_0, 64) == 68);
     CHECK(ggml_type_nbytes(GGML_TYPE_Q8_0, 33) == 0);
     CHECK(ggml_type_nbytes(GGML_TYPE_F32, UINT64_MAX / 2) == 0);
-    CHECK(ggml_type_nbytes(10, 256) == 0); /* q2_K: not supported */
-    CHECK(ggml_type_block(GGML_TYPE_Q8_0) == 32 && ggml_type_block(10) == 0);
+    CHECK(ggml_type_nbytes(16, 256) == 0); /* iq2_xxs: not supported */
+    CHECK(ggml_type_block(GGML_TYPE_Q8_0) == 32 && ggml_type_block(16) == 0);
     CHECK(ggml_type_nbytes(GGML_TYPE_Q4_K, 512) == 288 && ggml_type_nbytes(GGML_TYPE_Q4_K, 300) == 0);
     CHECK(ggml_type_nbytes(GGML_TYPE_Q5_K, 256) == 176 && ggml_type_nbytes(GGML_TYPE_Q6_K, 256) == 210);
     CHECK(ggml_type_nbytes(GGML_TYPE_Q4_0, 32) == 18 && ggml_type_nbytes(GGML_TYPE_Q5_0, 64) == 44);

@@ -27,6 +27,10 @@ Activation = Literal["f32", "q8_0", "q8_1", "q8_K"]
 class WeightType:
     qtype: GGMLQuantizationType
     activation: Activation
+    #: Q8_1 types: the byte offset in a block of its f16 minimum m. Q8_1 carries each input block's sum
+    #: rounded to f16 (s = f16(d sum q)), which the dot product multiplies by m, so the reference needs m
+    #: to compute what the engine (and ggml) compute
+    min_offset: int | None = None
 
     @property
     def name(self) -> str:
@@ -60,7 +64,9 @@ TYPES: tuple[WeightType, ...] = (
     WeightType(Q.F32, "f32"),
     WeightType(Q.F16, "f32"),
     WeightType(Q.Q4_0, "q8_0"),
+    WeightType(Q.Q4_1, "q8_1", min_offset=2),
     WeightType(Q.Q5_0, "q8_0"),
+    WeightType(Q.Q5_1, "q8_1", min_offset=2),
     WeightType(Q.Q8_0, "q8_0"),
     WeightType(Q.Q4_K, "q8_K"),
     WeightType(Q.Q5_K, "q8_K"),

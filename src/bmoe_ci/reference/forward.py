@@ -185,7 +185,9 @@ def _margin(t: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return dist.reshape(*shape[:-1], -1).min(axis=-1)
 
 
-def _q8_0(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _q8_0_blocks(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, ...]]:
+    """x's Q8_0 blocks as the engine forms them: (q [..., nb, 32] as float32 integers, d = amax / 127
+    [..., nb, 1] in float32 before its f16 rounding, the scaled values t, x's shape)."""
     x32 = np.asarray(x, dtype=np.float32)
     shape = x32.shape
     if shape[-1] % 32:
@@ -199,8 +201,34 @@ def _q8_0(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         t = np.clip(b * inv, np.float32(-127), np.float32(127))
         t = np.where(np.isnan(t), np.float32(0), t)
         q = np.rint(t)  # ties to even
-        scale = d.astype(np.float16).astype(np.float64)
-        return (q.astype(np.float64) * scale).reshape(shape), _margin(t, shape)
+    return q, d, t, shape
+
+
+def _q8_0(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    q, d, t, shape = _q8_0_blocks(x)
+    scale = d.astype(np.float16).astype(np.float64)
+    return (q.astype(np.float64) * scale).reshape(shape), _margin(t, shape)
+
+
+def _q8_1(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x's Q8_1 blocks (docs/model-math.md): Q8_0's values, and per block the difference between the
+    block sum the dot product uses, s = f16(d * sum q) (d before its own f16 rounding, as ggml's x86
+    quantize_row_q8_1), and the values' exact sum f16(d) * sum q: a Q4_1 / Q5_1 weight block's minimum m
+    multiplies s, so its matmul is values @ W.T + diff @ M.T. The margin includes how close d * sum q
+    came to an f16 rounding boundary (in f16 ulps), where the engine's f32 inputs could round it the
+    other way."""
+    q, d, t, shape = _q8_0_blocks(x)
+    scale = d.astype(np.float16).astype(np.float64)
+    sq = q.sum(axis=-1, keepdims=True)  # exact in float32 (|sum| <= 4064)
+    with np.errstate(invalid="ignore", over="ignore"):
+        v = (d * sq).astype(np.float32)
+        s = v.astype(np.float16).astype(np.float64)
+        diff = (s - scale * sq.astype(np.float64))[..., 0]
+        ulp = np.spacing(np.abs(v).astype(np.float16)).astype(np.float64)
+        frac = np.where((ulp > 0) & np.isfinite(v), v.astype(np.float64) / np.where(ulp > 0, ulp, 1.0), 0.0)
+        s_margin = np.abs(np.abs(frac - np.floor(frac)) - 0.5)
+    s_margin = np.where(np.isfinite(s_margin), s_margin, 0.5).reshape(*shape[:-1], -1).min(axis=-1)
+    return (q.astype(np.float64) * scale).reshape(shape), diff, np.minimum(_margin(t, shape), s_margin)
 
 
 def _q8_k(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -219,6 +247,23 @@ def _q8_k(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     out[m == 0] = 0.0
     out[~np.all(np.isfinite(b), axis=1)] = np.nan
     return out.reshape(shape), _margin(t, shape)
+
+
+@dataclass(frozen=True)
+class _QIn:
+    """A matmul's input as the weights multiply it: the (rounded) values, and for Q8_1 inputs the per
+    block difference between the activation sum the kernel uses and the values' own (see _q8_1)."""
+
+    x: np.ndarray
+    diff: np.ndarray | None = None
+
+    def times(self, w: np.ndarray, mins: np.ndarray | None) -> np.ndarray:
+        """x @ w.T, plus diff @ mins.T where the weights are a Q8_1 type (mins: their block minima,
+        [rows, blocks])."""
+        y = self.x @ w.T
+        if self.diff is not None and mins is not None:
+            y = y + self.diff @ mins.T
+        return y
 
 
 def _rmsnorm(x: np.ndarray, eps: float) -> np.ndarray:
@@ -268,10 +313,16 @@ class Model:
         q8_0: frozenset[str] = frozenset(),
         q8_k: frozenset[str] = frozenset(),
         eog: frozenset[int] | None = None,
+        q8_1: frozenset[str] = frozenset(),
+        mins: dict[str, np.ndarray] | None = None,
     ) -> None:
         self.hp = hp
-        self.q8_0 = q8_0  # tensors whose matmuls quantise their input to Q8_0 (Q8_0, Q4_0, Q5_0 weights)
-        self.q8_k = q8_k  # ... to Q8_K (Q4_K, Q5_K, Q6_K weights)
+        # the tensors whose matmuls quantise their input (bmoe_ci.weight_types, activation): to Q8_0
+        # blocks, to Q8_1 blocks, to Q8_K super-blocks
+        self.q8_0 = q8_0
+        self.q8_1 = q8_1
+        self.q8_k = q8_k
+        self.mins = mins or {}  # Q8_1 tensors: their blocks' minima m (numpy order, [..., rows, blocks])
         self.recipe = RECIPES[hp.arch]
         self.t = tensors
         self.vocab = vocab
@@ -421,16 +472,21 @@ class Model:
             raise ModelError(f"{arch}.attention.head_count_kv: {hp.n_head_kv} does not divide {hp.n_head}")
         tensors: dict[str, np.ndarray] = {}
         q8_0: set[str] = set()
+        q8_1: set[str] = set()
         q8_k: set[str] = set()
+        mins: dict[str, np.ndarray] = {}
         for p, r in zip(paths, readers, strict=True):
             for t in r.tensors:
                 if t.name in tensors:
                     raise ModelError(f"{p.name}: duplicate tensor {t.name}")
                 tensors[t.name] = _to_f64(t)
-                act = weight_type(t.tensor_type).activation
-                if act == "q8_0":
+                wt = weight_type(t.tensor_type)
+                if wt.activation == "q8_0":
                     q8_0.add(t.name)
-                elif act == "q8_K":
+                elif wt.activation == "q8_1":
+                    q8_1.add(t.name)
+                    mins[t.name] = _block_mins(t, wt.block, wt.block_bytes, wt.min_offset or 0)
+                elif wt.activation == "q8_K":
                     q8_k.add(t.name)
         if len(paths) > 1 and int(get("split.tensors.count")) != len(tensors):
             raise ModelError(f"split.tensors.count {get('split.tensors.count')} != {len(tensors)} tensors")
@@ -450,6 +506,8 @@ class Model:
             frozenset(q8_0),
             frozenset(q8_k),
             eog_ids(vocab, get),
+            q8_1=frozenset(q8_1),
+            mins=mins,
         )
         model._check_shapes()
         return model
@@ -612,24 +670,32 @@ class Model:
             x = x + self._ffn(il, x, qz, routes)
         cache["pos"] = p0 + n
         y = _rmsnorm(x, hp.eps) * t[r.output_norm + ".weight"]
-        logits = self._q(y, self._out_name, qz) @ self._out.T
+        logits = self._q(y, self._out_name, qz).times(self._out, self.mins.get(self._out_name))
         if hp.softcap:
             logits = hp.softcap * np.tanh(logits / hp.softcap)
         return logits
 
-    def _q(self, x: np.ndarray, name: str, qz: _Quant) -> np.ndarray:
+    def _q(self, x: np.ndarray, name: str, qz: _Quant) -> _QIn:
         """The input of a matmul with tensor `name` (rows at qz.pos), quantised as its weight type asks."""
+        diff = None
         if name in self.q8_0:
             y, margin = _q8_0(x)
+        elif name in self.q8_1:
+            y, diff, margin = _q8_1(x)
         elif name in self.q8_k:
             y, margin = _q8_k(x)
         else:
-            return x
+            return _QIn(x)
         qz.note(margin)
-        return y
+        return _QIn(y, diff)
+
+    def _m(self, name: str, e: int | None = None) -> np.ndarray | None:
+        """A Q8_1 tensor's block minima (expert e's), or None."""
+        m = self.mins.get(name)
+        return m if m is None or e is None else m[e]
 
     def _mm(self, x: np.ndarray, name: str, qz: _Quant) -> np.ndarray:
-        return self._q(x, name, qz) @ self.t[name].T
+        return self._q(x, name, qz).times(self.t[name], self._m(name))
 
     def _rope(self, v: np.ndarray, pos: np.ndarray, swa: bool = False) -> np.ndarray:
         """NeoX pairing on the first n_rot dims of the last axis; v is [n, heads, hd]. A sliding-window
@@ -701,10 +767,16 @@ class Model:
         down: np.ndarray,
         names: tuple[str, str],
         qz: _Quant,
+        mins: tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None] = (None, None, None),
     ) -> np.ndarray:
-        """names: the tensors gate/up and down come from (they decide the input quantisation)."""
-        h = self._q(h, names[0], qz)
-        return self._q(self._act(h @ gate.T) * (h @ up.T), names[1], qz) @ down.T
+        """names: the tensors gate/up and down come from (they decide the input quantisation); mins:
+        gate's, up's and down's block minima where they are a Q8_1 type."""
+        hq = self._q(h, names[0], qz)
+        a = self._act(hq.times(gate, mins[0])) * hq.times(up, mins[1])
+        return self._q(a, names[1], qz).times(down, mins[2])
+
+    def _mins3(self, b: str, suffix: str = "") -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+        return tuple(self._m(f"{b}ffn_{p}{suffix}.weight") for p in ("gate", "up", "down"))  # type: ignore[return-value]
 
     def _ffn(self, il: int, x: np.ndarray, qz: _Quant, routes: list[Route] | None) -> np.ndarray:
         hp, r, t, b = self.hp, self.recipe, self.t, f"blk.{il}."
@@ -717,6 +789,7 @@ class Model:
                 t[b + "ffn_down.weight"],
                 (b + "ffn_gate.weight", b + "ffn_down.weight"),
                 qz,
+                self._mins3(b),
             )
             if b + "post_ffw_norm.weight" in t:
                 y = _rmsnorm(y, hp.eps) * t[b + "post_ffw_norm.weight"]
@@ -748,6 +821,7 @@ class Model:
                 t[b + "ffn_down_shexp.weight"],
                 (b + "ffn_gate_shexp.weight", b + "ffn_down_shexp.weight"),
                 qz,
+                self._mins3(b, "_shexp"),
             )
         if r.shared_expert != "ffn":
             return moe
@@ -758,6 +832,7 @@ class Model:
             t[b + "ffn_down.weight"],
             (b + "ffn_gate.weight", b + "ffn_down.weight"),
             qz,
+            self._mins3(b),
         )
         z = (
             _rmsnorm(sh, hp.eps) * t[b + "post_ffw_norm_1.weight"]
@@ -803,13 +878,17 @@ class Model:
             for e, we in zip(ids, w, strict=True):
                 if r.fused_gate_up:
                     gname = b + "ffn_gate_up_exps.weight"
-                    gu = t[gname][e]
+                    gu, gum = t[gname][e], self._m(gname, e)
                     gate, up = gu[:f], gu[f:]
+                    mg, mu = (None, None) if gum is None else (gum[:f], gum[f:])
                 else:
                     gname = b + "ffn_gate_exps.weight"
                     gate, up = t[gname][e], t[b + "ffn_up_exps.weight"][e]
-                names = (gname, b + "ffn_down_exps.weight")
-                acc += we * self._mlp(h_moe[row], gate, up, down[e], names, qz.row(row))
+                    mg, mu = self._m(gname, e), self._m(b + "ffn_up_exps.weight", e)
+                dname = b + "ffn_down_exps.weight"
+                names = (gname, dname)
+                mins = (mg, mu, self._m(dname, e))
+                acc += we * self._mlp(h_moe[row], gate, up, down[e], names, qz.row(row), mins)
             out[row] = acc
         return out
 
@@ -902,6 +981,14 @@ def _rope_scale(get: Any, arch: str) -> float:
         raise ModelError(f"{arch}.rope.scaling.type: {kind!r} is not modelled (linear only)")
     factor = float(get(f"{arch}.rope.scaling.factor", 0.0)) or float(get(f"{arch}.rope.scale_linear", 0.0))
     return 1.0 if factor == 0.0 else 1.0 / factor
+
+
+def _block_mins(t: Any, block: int, block_bytes: int, offset: int) -> np.ndarray:
+    """A Q8_1-type tensor's per-block f16 minimum m (at `offset` in each block), float64, numpy order:
+    [..., rows, blocks per row]."""
+    shape = tuple(int(s) for s in reversed([int(x) for x in t.shape]))
+    raw = np.ascontiguousarray(np.asarray(t.data, dtype=np.uint8).reshape(-1, block_bytes)[:, offset : offset + 2])
+    return raw.view("<f2").astype(np.float64).reshape(*shape[:-1], shape[-1] // block)
 
 
 def _to_f64(t: Any) -> np.ndarray:
