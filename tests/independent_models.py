@@ -214,4 +214,67 @@ def lfm2moe(path: Path) -> Path:
     return m.write(path)
 
 
-MODELS: dict[str, Callable[[Path], Path]] = {"qwen2moe": qwen2moe, "gpt-oss": gpt_oss, "lfm2moe": lfm2moe}
+def qwen35moe(path: Path) -> Path:
+    """Qwen3.5 / 3.6 MoE's layout (llama.cpp src/models/qwen35moe.cpp): gated delta-net blocks
+    (attn_qkv, attn_gate, ssm_conv1d, ssm_a, ssm_dt, ssm_alpha, ssm_beta, ssm_norm, ssm_out) but every
+    full_attention_interval-th, which attends with q and its gate in attn_q, q/k norms and partial
+    M-RoPE; experts and a sigmoid-gated shared expert in every block; post_attention_norm before the FFN."""
+    m = _Model("qwen35moe", 2804, "qwen35")
+    n_layer, E, F, SH, H, KV, HD = 4, 8, 32, 32, 4, 2, 16
+    S, HK, HV, TAPS = 16, 2, 4, 4
+    conv = 2 * HK * S + HV * S
+    m.common(n_layer, H, KV)
+    m.key(Keys.LLM.FEED_FORWARD_LENGTH, F)
+    m.key(Keys.LLM.EXPERT_COUNT, E)
+    m.key(Keys.LLM.EXPERT_USED_COUNT, 2)
+    m.key(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, F)
+    m.key(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, SH)
+    m.key(Keys.Attention.KEY_LENGTH, HD)
+    m.key(Keys.Attention.VALUE_LENGTH, HD)
+    m.key(Keys.Rope.DIMENSION_COUNT, 8)
+    m.key(Keys.Rope.DIMENSION_SECTIONS, [2, 1, 1, 0])
+    m.key(Keys.Rope.FREQ_BASE, 1000000.0)
+    m.key(Keys.LLM.FULL_ATTENTION_INTERVAL, 2)
+    m.key(Keys.SSM.CONV_KERNEL, TAPS)
+    m.key(Keys.SSM.STATE_SIZE, S)
+    m.key(Keys.SSM.GROUP_COUNT, HK)
+    m.key(Keys.SSM.TIME_STEP_RANK, HV)
+    m.key(Keys.SSM.INNER_SIZE, HV * S)
+    for i in range(n_layer):
+        m.vec(_name(MODEL_TENSOR.ATTN_NORM, i), D, 1.0)
+        m.vec(_name(MODEL_TENSOR.ATTN_POST_NORM, i), D, 1.0)
+        if (i + 1) % 2 == 0:
+            m.mat(_name(MODEL_TENSOR.ATTN_Q, i), 2 * H * HD, D)
+            m.mat(_name(MODEL_TENSOR.ATTN_K, i), KV * HD, D)
+            m.mat(_name(MODEL_TENSOR.ATTN_V, i), KV * HD, D)
+            m.mat(_name(MODEL_TENSOR.ATTN_OUT, i), D, H * HD)
+            m.vec(_name(MODEL_TENSOR.ATTN_Q_NORM, i), HD, 1.0)
+            m.vec(_name(MODEL_TENSOR.ATTN_K_NORM, i), HD, 1.0)
+        else:
+            m.mat(_name(MODEL_TENSOR.ATTN_QKV, i), conv, D)
+            m.mat(_name(MODEL_TENSOR.ATTN_GATE, i), HV * S, D)
+            m.mat(_name(MODEL_TENSOR.SSM_CONV1D, i), conv, TAPS)
+            m.vec(_name(MODEL_TENSOR.SSM_DT, i, "bias"), HV, 0.0, 0.5)
+            m.tensors[TENSOR_NAMES[MODEL_TENSOR.SSM_A].format(bid=i)] = (
+                -np.exp(0.5 * m.rng.standard_normal(HV))
+            ).astype(np.float32)
+            m.mat(_name(MODEL_TENSOR.SSM_BETA, i), HV, D)
+            m.mat(_name(MODEL_TENSOR.SSM_ALPHA, i), HV, D)
+            m.vec(_name(MODEL_TENSOR.SSM_NORM, i), S, 1.0)
+            m.mat(_name(MODEL_TENSOR.SSM_OUT, i), D, HV * S)
+        m.experts(i, E, F)
+        m.vec(_name(MODEL_TENSOR.FFN_GATE_INP_SHEXP, i), D, 0.0, 0.2)
+        m.mat(_name(MODEL_TENSOR.FFN_GATE_SHEXP, i), SH, D)
+        m.mat(_name(MODEL_TENSOR.FFN_UP_SHEXP, i), SH, D)
+        m.mat(_name(MODEL_TENSOR.FFN_DOWN_SHEXP, i), D, SH)
+    m.vec(_name(MODEL_TENSOR.OUTPUT_NORM), D, 1.0)
+    m.mat(_name(MODEL_TENSOR.OUTPUT), N_VOCAB, D, scale=4.0)
+    return m.write(path)
+
+
+MODELS: dict[str, Callable[[Path], Path]] = {
+    "qwen2moe": qwen2moe,
+    "gpt-oss": gpt_oss,
+    "lfm2moe": lfm2moe,
+    "qwen35moe": qwen35moe,
+}
