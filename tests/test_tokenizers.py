@@ -16,7 +16,8 @@ import pytest
 from gguf import TokenType
 
 from bmoe_ci import vocabs
-from bmoe_ci.models.model import SPECIAL_TOKENS, bytes_to_unicode
+from bmoe_ci.models.model import SPECIAL_TOKENS
+from bmoe_ci.models.vocab import bytes_to_unicode
 from vocab_files import fixture_vocab, write_vocab
 
 

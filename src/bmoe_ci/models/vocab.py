@@ -77,7 +77,7 @@ class Vocab:
     """A vocabulary as the GGUF tokenizer keys hold it."""
 
     name: str
-    model: str  # tokenizer.ggml.model: gpt2 | llama
+    model: str  # tokenizer.ggml.model: gpt2 | llama | gemma4
     pre: str | None  # tokenizer.ggml.pre
     tokens: tuple[str, ...]
     types: tuple[int, ...]
@@ -90,6 +90,12 @@ class Vocab:
     add_bos: bool | None = None  # None: the key is not written (llama.cpp's default applies)
     add_eos: bool | None = None
     chat_template: str | None = None
+    add_space_prefix: bool | None = None
+
+    @property
+    def bos_always(self) -> bool:
+        """llama.cpp adds this tokenizer's BOS to every prompt whatever add_bos_token says (gemma4)."""
+        return self.model == GEMMA4
 
     @property
     def n_vocab(self) -> int:
@@ -132,14 +138,82 @@ def bytes_to_unicode() -> dict[int, str]:
 
 
 BYTE_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+#: the specials of gpt-oss's o200k_harmony vocabulary that decide its end-of-generation set (tokenizer
+#: `gpt-4o`): <|return|> and <|call|> end generation, and with both present <|end|> does not
+HARMONY_SPECIALS = ("<|endoftext|>", "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|return|>", "<|call|>")
+#: the generated vocabularies a fixture's `tokenizer` names (spec.FixtureSpec.tokenizer): the byte-level
+#: ones, as tokenizer.ggml.pre and the specials after the 256 byte images; and gemma4 (gemma4_vocab)
+BYTE_TOKENIZERS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "qwen2": ("qwen2", BYTE_SPECIALS),
+    "qwen35": ("qwen35", BYTE_SPECIALS),
+    "lfm2": ("lfm2", BYTE_SPECIALS),
+    "gpt-4o": ("gpt-4o", HARMONY_SPECIALS),
+}
+GEMMA4 = "gemma4"
+BYTE_EOS = 256
 
 
-def byte_vocab() -> Vocab:
-    """The byte-level vocabulary: one token per byte, then the chatml specials; EOS and BOS 256."""
+def byte_vocab(tokenizer: str = "qwen2") -> Vocab:
+    """The byte-level vocabulary: one token per byte (no merges), then the tokenizer's specials; EOS and
+    BOS 256, no BOS added; tokenizer.ggml.pre is `tokenizer`'s."""
+    pre, specials = BYTE_TOKENIZERS[tokenizer]
     table = bytes_to_unicode()
-    tokens = tuple(table[b] for b in range(256)) + BYTE_SPECIALS
-    types = (NORMAL,) * 256 + (CONTROL,) * len(BYTE_SPECIALS)
-    return Vocab(BYTES, "gpt2", "qwen2", tokens, types, (), None, bos=256, eos=256, add_bos=False)
+    tokens = tuple(table[b] for b in range(256)) + specials
+    types = (NORMAL,) * 256 + (CONTROL,) * len(specials)
+    return Vocab(BYTES, "gpt2", pre, tokens, types, (), None, bos=BYTE_EOS, eos=BYTE_EOS, add_bos=False)
+
+
+#: the gemma4 vocabulary (tokenizer.ggml.model gemma4): its specials (EOS 1, BOS 2, <unk> 3; <turn|>
+#: ends generation by its text), the 256 byte tokens <0xXX>, the characters \t, \n, U+2581 (the space)
+#: and printable ASCII, then the words the merges build, each merged left to right
+GEMMA4_SPECIALS = ("<pad>", "<eos>", "<bos>", "<unk>", "<|turn>", "<turn|>")
+GEMMA4_WORDS = ("\u2581the", "\u2581quick", "\u2581brown", "\u2581fox", "ing", "\u2581Hello", "\u2581world", "er",
+                "\u2581is", "\u2581a", "\n\n", "ism", ",\u2581")  # fmt: skip
+
+
+def gemma4_vocab() -> Vocab:
+    """Gemma 4's tokenizer as its converter writes it (BPE over UTF-8 with U+2581 for spaces, byte
+    fallback, BOS always; docs/tokenizers.md), on a small generated vocabulary."""
+    tokens = list(GEMMA4_SPECIALS)
+    types = [CONTROL] * len(tokens)
+    types[3] = UNKNOWN
+    tokens += [f"<0x{b:02X}>" for b in range(256)]
+    types += [BYTE] * 256
+    chars = ["\t", "\n", "\u2581", *(chr(c) for c in range(0x21, 0x7F))]
+    tokens += chars
+    types += [NORMAL] * len(chars)
+    merges: list[str] = []
+    for w in GEMMA4_WORDS:
+        for i in range(1, len(w)):
+            merge, made = f"{w[:i]} {w[i]}", w[: i + 1]
+            if merge not in merges:
+                merges.append(merge)
+            if made not in tokens:
+                tokens.append(made)
+                types.append(NORMAL)
+    return Vocab(
+        GEMMA4,
+        GEMMA4,
+        None,
+        tuple(tokens),
+        tuple(types),
+        tuple(merges),
+        None,
+        bos=2,
+        eos=1,
+        unk=3,
+        pad=0,
+        add_bos=True,
+        add_space_prefix=False,
+    )
+
+
+def fixture_vocab(vocab: str, tokenizer: str = "qwen2") -> Vocab:
+    """A fixture's vocabulary: the committed one `vocab` names, else the generated one of `tokenizer`
+    (byte-level under its pre-tokenizer, or gemma4's)."""
+    if vocab != BYTES:
+        return load_vocab(vocab)
+    return gemma4_vocab() if tokenizer == GEMMA4 else byte_vocab(tokenizer)
 
 
 def vocab_dir(places: Places | None = None) -> Path:
@@ -191,6 +265,8 @@ def metadata(v: Vocab) -> list[tuple[str, Any, GGUFValueType, GGUFValueType | No
     for key, value in (("eos", v.eos), ("bos", v.bos), ("unknown", v.unk), ("padding", v.pad)):
         if value is not None:
             kv.append((f"tokenizer.ggml.{key}_token_id", value, U32, None))
+    if v.add_space_prefix is not None:
+        kv.append(("tokenizer.ggml.add_space_prefix", v.add_space_prefix, BOOL, None))
     if v.add_bos is not None:
         kv.append(("tokenizer.ggml.add_bos_token", v.add_bos, BOOL, None))
     if v.add_eos is not None:

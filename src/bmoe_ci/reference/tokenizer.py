@@ -4,8 +4,9 @@ parse_special=true)` gives them, for the vocabularies the engine supports (docs/
 Written from that document and from llama.cpp's algorithms, never from the engine's C: the
 pre-tokenizers are the models' own regular expressions run by the `regex` package (the engine has
 hand-written matchers and its own Unicode table), byte-level BPE merges by rank and SentencePiece
-pieces by score with the queue orders llama.cpp uses, byte fallback, and the special tokens found
-before anything else, longest first. REF and SCORE compare the engine's prompt and text tokens with
+pieces by score with the queue orders llama.cpp uses, Gemma 4's BPE over UTF-8 characters (U+2581 for
+spaces, runs of newlines apart, byte fallback, BOS always), and the special tokens found before anything
+else, longest first. REF and SCORE compare the engine's prompt and text tokens with
 it; tests/test_reference_tokenizer.py holds it to llama.cpp's vocabulary test sets (the ids of the
 Hugging Face tokenizers) and to llama.cpp itself.
 """
@@ -98,7 +99,7 @@ def _utf8(cps: Sequence[int]) -> bytes:
 
 @dataclass(frozen=True)
 class Tokenizer:
-    model: str  # gpt2 | llama
+    model: str  # gpt2 | llama | gemma4
     pre: str
     tokens: tuple[str, ...]
     types: tuple[int, ...]
@@ -136,6 +137,14 @@ class Tokenizer:
                     ranks.setdefault((str(merge)[0] + left, right), rank)
             default_bos, default_eos, space_prefix = PRE[pre][2], False, False
             bos_default = 11
+        elif model == "gemma4":
+            pre = "gemma4"
+            for rank, merge in enumerate(get("tokenizer.ggml.merges", [])):
+                left, sep, right = str(merge)[1:].partition(" ")
+                if sep:
+                    ranks.setdefault((str(merge)[0] + left, right), rank)
+            default_bos, default_eos, space_prefix = True, False, False
+            bos_default = 2
         elif model == "llama":
             pre = "spm"
             scores = tuple(float(s) for s in get("tokenizer.ggml.scores", [0.0] * len(tokens)))
@@ -157,7 +166,8 @@ class Tokenizer:
             scores=scores,
             bos=None if bos is None else int(bos),
             eos=None if eos is None else int(eos),
-            add_bos=bool(get("tokenizer.ggml.add_bos_token", default_bos)),
+            # llama.cpp adds BOS to a gemma4 prompt whatever the key says
+            add_bos=model == "gemma4" or bool(get("tokenizer.ggml.add_bos_token", default_bos)),
             add_eos=bool(get("tokenizer.ggml.add_eos_token", default_eos)),
             add_space_prefix=bool(get("tokenizer.ggml.add_space_prefix", space_prefix)),
             specials=tuple(specials),
@@ -223,7 +233,7 @@ class Tokenizer:
                 if isinstance(frag, int):
                     out.append(frag)
                 else:
-                    out += self._bpe(frag)
+                    out += self._gemma4(frag) if self.model == "gemma4" else self._bpe(frag)
         if add_special and self.add_eos:
             self._need(self.eos, "EOS")
             out.append(self.eos)  # type: ignore[arg-type]
@@ -304,6 +314,37 @@ class Tokenizer:
             push(left, nxt[left])
         return [t for t in text if t]
 
+    # ------------------------------------------------------------------------------------------ gemma4
+    def _gemma4(self, data: bytes) -> list[int]:
+        """Gemma 4's BPE: spaces become U+2581; the text is cut into runs of newlines and runs of anything
+        else; a run of newlines that is a token is taken whole; otherwise each character is a symbol and
+        the pairs merge by rank (_merge); a symbol left that is not a token is spelled with the <0xXX>
+        tokens of its UTF-8 bytes."""
+        ids = self._ids
+        text = "".join(map(chr, utf8_chars(data))).replace(" ", "\u2581")
+        words: list[str] = []
+        for ch in text:
+            if words and (words[-1][-1] == "\n") == (ch == "\n"):
+                words[-1] += ch
+            else:
+                words.append(ch)
+        out: list[int] = []
+        for w in words:
+            if w[0] == "\n" and w in ids:
+                out.append(ids[w])
+                continue
+            for sym in self._merge(list(w)):
+                tid = ids.get(sym)
+                if tid is not None:
+                    out.append(tid)
+                    continue
+                for b in sym.encode("utf-8", "surrogatepass"):
+                    fb = ids.get(f"<0x{b:02X}>")
+                    if fb is None:
+                        raise TokenizerError(f"byte 0x{b:02x} has no token in this vocabulary")
+                    out.append(fb)
+        return out
+
     # ------------------------------------------------------------------------------------------ SPM
     def _spm(self, data: bytes) -> list[int]:
         ids = self._ids
@@ -370,7 +411,7 @@ class Tokenizer:
             return text.encode("utf-8")
         if t == BYTE:
             return bytes([int(text[3:5], 16)])
-        if self.model == "llama":
+        if self.model in ("llama", "gemma4"):
             return text.replace("\u2581", " ").encode("utf-8")
         return bytes(_U2B[c] for c in text)
 
