@@ -111,7 +111,11 @@ class Vocab:
         return Vocab(**{**self.__dict__, "pre": pre, "add_bos": add_bos})
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, **self.__dict__}
+        # add_space_prefix only where written (gemma4_vocab): the committed cuts leave llama.cpp's default
+        return {
+            "schema": SCHEMA,
+            **{k: v for k, v in self.__dict__.items() if k != "add_space_prefix" or v is not None},
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Vocab:
