@@ -53,3 +53,20 @@ def eog_ids(vocab: Sequence[str], get: Callable[[str, Any], Any]) -> frozenset[i
     if "</s>" in texts and texts & {"<|tool_response>", "<|plamo:eos|>"}:
         out.discard(ids["</s>"])
     return frozenset(out)
+
+
+#: gpt-oss's harmony markers: user-defined in any vocabulary (llama.cpp prints them and finds them in any text)
+RENDERED = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")
+
+
+def retyped(vocab: Sequence[str], eog: frozenset[int]) -> dict[int, int]:
+    """The token types llama.cpp's loader changes beside the end-of-generation set (eog_ids): the harmony
+    markers become user-defined, an `<|end|>` that left the set user-defined and a `</s>` that left it
+    normal. Applied after the end-of-generation tokens found by text became control tokens."""
+    ids = {text: i for i, text in enumerate(vocab)}
+    out = {ids[t]: 4 for t in RENDERED if t in ids}
+    if "<|end|>" in ids and ids["<|end|>"] not in eog:
+        out[ids["<|end|>"]] = 4
+    if "</s>" in ids and ids["</s>"] not in eog:
+        out[ids["</s>"]] = 1
+    return out

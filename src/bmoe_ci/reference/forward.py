@@ -33,7 +33,7 @@ from gguf.quants import dequantize
 from bmoe_ci.recipes import RECIPES
 from bmoe_ci.weight_types import supported, weight_type
 
-from .eog import EOG_TEXTS, FIM_KINDS, eog_ids
+from .eog import EOG_TEXTS, FIM_KINDS, eog_ids, retyped
 from .recurrent import DeltaNetDims, delta_net, mrope_rotated, short_conv
 from .tokenizer import Tokenizer
 
@@ -549,7 +549,7 @@ class Model:
         bos = get("tokenizer.ggml.bos_token_id", None)
         eog = eog_ids(vocab, get)
         by_text = frozenset(i for i in eog if vocab[i] in EOG_TEXTS or vocab[i] in FIM_TEXTS)
-        tokenizer = Tokenizer.from_metadata(get, by_text)
+        tokenizer = Tokenizer.from_metadata(get, by_text, retyped(vocab, eog))
         model = cls(
             hp,
             tensors,

@@ -113,15 +113,20 @@ class Tokenizer:
     specials: tuple[int, ...]  # ids found in a text before anything else, longest text first
 
     @classmethod
-    def from_metadata(cls, get: Callable[[str, Any], Any], eog: frozenset[int] = frozenset()) -> Tokenizer:
+    def from_metadata(
+        cls, get: Callable[[str, Any], Any], eog: frozenset[int] = frozenset(), retype: dict[int, int] | None = None
+    ) -> Tokenizer:
         """`get(key, default)` reads the GGUF metadata; `eog`: the end-of-generation tokens found by their
-        text, which llama.cpp makes control tokens whatever their stored type."""
+        text, which llama.cpp makes control tokens whatever their stored type; `retype`: the types its
+        loader sets after that (eog.retyped: gpt-oss's markers and a dropped `<|end|>` user-defined)."""
         model = str(get("tokenizer.ggml.model", "gpt2"))
         tokens = tuple(str(t) for t in get("tokenizer.ggml.tokens", []))
         types = [int(t) for t in get("tokenizer.ggml.token_type", [NORMAL] * len(tokens))]
         for i in eog:
             if types[i] in (NORMAL, USER_DEFINED):
                 types[i] = CONTROL
+        for i, t in (retype or {}).items():
+            types[i] = t
         ranks: dict[tuple[str, str], int] = {}
         scores: tuple[float, ...] = ()
         if model == "gpt2":
