@@ -363,7 +363,13 @@ static inline void scales8_stride(const uint8_t *blk, size_t bb, float32x4_t *d0
         float l[8];                                                                                                \
         vst1q_f32(l, a0[t]);                                                                                       \
         vst1q_f32(l + 4, a1[t]);                                                                                   \
-        bm_q45_0_blocks(l, type, w, xq + (size_t)t * n, xd + (size_t)t * nb, b, nb);                               \
+        for (size_t bt = b; bt < nb; bt++) { /* the last nb mod 8 blocks: bm_q45_0_blocks, SIMD integer sums */     \
+            const uint8_t *blk = w + bt * bb;                                                                      \
+            int8x16_t wl, wh;                                                                                      \
+            q45_0_levels(type, blk, &wl, &wh);                                                                     \
+            int32_t st = vaddvq_s32(PART(wl, wh, xq + (size_t)t * n + bt * BMOE_Q8_0_BLOCK));                      \
+            l[bt & 7] += (float)st * (bm_f16_to_f32(bm_rd16(blk)) * xd[(size_t)t * nb + bt]);                      \
+        }                                                                                                          \
         out[t] = bm_simd_sum8(l);                                                                                  \
     }
 

@@ -283,3 +283,10 @@ float bm_gelu_f16(float z) {
     float h = bm_f16_to_f32(bm_f32_to_f16(z)); /* NaN stays NaN */
     return bm_f16_to_f32(bm_f32_to_f16(bm_gelu_tanh(h)));
 }
+
+/* Inside (-10, 10) bm_gelu_f16 depends on z only through h = f16(z): entry h is its last line for
+ * that h. Entries for values outside (-10, 10) are never read. */
+void bm_gelu_f16_table(float *tab) {
+    for (uint32_t h = 0; h < BM_GELU_TAB; h++)
+        tab[h] = bm_f16_to_f32(bm_f32_to_f16(bm_gelu_tanh(bm_f16_to_f32((uint16_t)h))));
+}

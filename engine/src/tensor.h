@@ -119,5 +119,15 @@ float bm_gelu_tanh(float z);         /* 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715
 /* GELU as ggml's CPU backend computes it (llama.cpp's GELU and GEGLU): a table indexed by z rounded to
  * f16, holding gelu_tanh rounded to f16; z <= -10 gives 0, z >= 10 gives z. */
 float bm_gelu_f16(float z);
+/* bm_gelu_f16's table itself: tab[h] (BM_GELU_TAB entries) = its value at every z that rounds to the f16
+ * h, computed by bm_gelu_f16 once per entry, so bm_gelu_f16_tab(tab, z) == bm_gelu_f16(z) bit for bit
+ * for every float z (NaN included) without its double-precision tanh per value. */
+#define BM_GELU_TAB 65536
+void bm_gelu_f16_table(float *tab);
+static inline float bm_gelu_f16_tab(const float *tab, float z) {
+    if (z <= -10.0f) return 0.0f;
+    if (z >= 10.0f) return z;
+    return tab[bm_f32_to_f16(z)];
+}
 
 #endif
