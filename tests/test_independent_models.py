@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from independent_models import MODELS, N_VOCAB, gpt_oss
+from independent_models import MODELS, gpt_oss
 
 from llama_plain import without_weight_repacking
 
@@ -31,6 +31,14 @@ N = 12
 TOL = 1e-4
 #: a top-2 margin at or below NEAR x the row's largest |logit| is a near-tie
 NEAR = 1e-3
+#: gemma4's GELU goes through ggml's f16 table on both sides, and float32 noise (llama.cpp's order of
+#: summation against the engine's) puts an input on the other side of an f16 rounding step now and then
+#: (docs/fixtures.md, "Against llama.cpp"): the worst row within TOL_GELU, the median row within
+#: GELU_MEDIAN, near-ties within NEAR_GELU. Measured 1.6e-4 worst, 3.7e-5 median, smallest margin 9e-3
+#: (seed 2808, 2026-12-03); over seeds 2805-2814 the median ranged 3.7e-5 to 2.5e-4, as gemma4-file's does
+#: against the reference, and a near-tie within NEAR_GELU came in 4 of 10 seeds' 12 steps
+GELU = {"gemma4"}
+TOL_GELU, GELU_MEDIAN, NEAR_GELU = 2e-3, 2e-4, 4e-3
 
 
 def llama_run(path: Path, text: str, n: int) -> tuple[list[int], list[int], np.ndarray]:
@@ -67,7 +75,8 @@ def engine_run(engine: Path, path: Path, args: list[str], tmp: Path, *extra: str
     cmd = [str(engine), "run", "-m", str(path), *args, "--json", "-t", "1", "--logits-out", str(logits), *extra]
     proc = subprocess.run(cmd, capture_output=True, timeout=300)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-2000:]
-    return json.loads(proc.stdout), np.fromfile(logits, dtype="<f4").reshape(-1, N_VOCAB).astype(np.float64)
+    res = json.loads(proc.stdout)
+    return res, np.fromfile(logits, dtype="<f4").reshape(-1, res["model"]["n_vocab"]).astype(np.float64)
 
 
 def teacher_forced(engine: Path, path: Path, seq: list[int], rows: np.ndarray, tmp: Path) -> np.ndarray:
@@ -85,11 +94,14 @@ def test_independent_model_agrees_with_llama_cpp(engine_bin: Path, tmp_path: Pat
     res, _ = engine_run(engine_bin, path, ["-p", PROMPT, "-n", "1", "--mmap"], tmp_path)
     assert [int(t) for t in res["prompt_tokens"]] == prompt, name
     rel = teacher_forced(engine_bin, path, seq, rows, tmp_path)
-    assert float(rel.max()) <= TOL, f"{name}: row {int(rel.argmax())} differs from llama.cpp's by {rel.max():.3g}"
+    tol, near = (TOL_GELU, NEAR_GELU) if name in GELU else (TOL, NEAR)
+    assert float(rel.max()) <= tol, f"{name}: row {int(rel.argmax())} differs from llama.cpp's by {rel.max():.3g}"
+    if name in GELU:
+        assert float(np.median(rel)) <= GELU_MEDIAN, f"{name}: the median row differs by {np.median(rel):.3g}"
     picked = rows[len(prompt) - 1 : len(prompt) - 1 + len(want)]
     top2 = np.sort(picked, axis=1)[:, -2:]
     margin = (top2[:, 1] - top2[:, 0]) / np.max(np.abs(picked), axis=1)
-    close = next((i for i, m in enumerate(margin) if m <= NEAR), len(want))
+    close = next((i for i, m in enumerate(margin) if m <= near), len(want))
     args = ["--prompt-tokens", ",".join(map(str, prompt)), "-n", str(N)]
     free, resident = engine_run(engine_bin, path, [*args, "--mmap"], tmp_path)
     got = [int(t) for t in free["tokens"]]
@@ -107,3 +119,18 @@ def test_the_comparison_sees_a_wrong_model(engine_bin: Path, tmp_path: Path) -> 
     wrong = gpt_oss(tmp_path / "wrong.gguf", sinks=1.5)
     rel = teacher_forced(engine_bin, wrong, [*prompt, *want], rows, tmp_path)
     assert float(rel.max()) > 10 * TOL, f"a 1.5x sink moved the logits by {rel.max():.3g} only"
+
+
+def test_gemma4_byte_fallback_and_newlines_as_llama_cpp(engine_bin: Path, tmp_path: Path) -> None:
+    """The gemma4 tokenizer past the merges: characters outside the vocabulary as <0xXX> byte tokens
+    (a two-byte UTF-8 character as two), runs of newlines split off, the BOS added."""
+    path = MODELS["gemma4"](tmp_path / "gemma4.gguf")
+    text = "The fox\n\nquick, Thé brown!"
+    llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+    try:
+        want = [int(t) for t in llm.tokenize(text.encode(), add_bos=True, special=True)]
+    finally:
+        llm.close()
+    assert want[0] == 2 and 4 + 0xC3 in want and 4 + ord("!") in want, want  # BOS, <0xC3>, <0x21>
+    res, _ = engine_run(engine_bin, path, ["-p", text, "-n", "1", "--mmap"], tmp_path)
+    assert [int(t) for t in res["prompt_tokens"]] == want
