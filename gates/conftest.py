@@ -39,6 +39,16 @@ def logits_path(runner: DeviceRunner, fixture: str) -> str:
     return runner.session.file(f"ref-{fixture}.logits.f32")
 
 
+class PlanResults(dict[str, EngineResult]):
+    """A plan's results by entry id; an entry the run left out says why instead of a bare KeyError."""
+
+    def __missing__(self, key: str) -> EngineResult:
+        raise KeyError(
+            f"plan entry {key!r} was not run: no selected test's @pytest.mark.entries lists it "
+            "(a test reading it must say so)"
+        )
+
+
 @pytest.fixture
 def runs(
     runner: DeviceRunner, device: DeviceContext, fixture: str, gate_state: GateState, request: pytest.FixtureRequest
@@ -46,10 +56,9 @@ def runs(
     """Every engine run of the fixture's plan on this device (run once, then cached). What each run
     produced is recorded for the device (its fingerprint: bytes, tokens, counters), for XDEV."""
     model = device.models[fixture]
-    results = runner.plan(
-        f"fixture:{fixture}",
-        fixture_plan(model, fixture, trace_paths(runner, fixture), logits_path(runner, fixture), gate_state.places),
-    )
+    plan = fixture_plan(model, fixture, trace_paths(runner, fixture), logits_path(runner, fixture), gate_state.places)
+    # only the entries the selected tests read (their `entries` markers): `-m g8b` runs G8b's entries only
+    results = PlanResults(runner.plan(f"fixture:{fixture}", gate_state.entries(device.name, fixture, plan)))
     recorded = request.config.stash.setdefault(_DIGESTS_SENT, set())
     if (device.name, fixture) not in recorded:  # once per plan: the first test that reads it carries it
         recorded.add((device.name, fixture))

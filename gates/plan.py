@@ -3,7 +3,7 @@ through `bmoe batch` (one round trip), shared by every gate that reads it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import cache
 
 from bmoe_ci.paths import Places
@@ -61,6 +61,16 @@ SCORING_DIR = "scoring"  # the text's directory, beside the device's fixtures
 # Every streamed entry but the warning's one-token runs and the scoring runs (REPLAY models generation:
 # a prefill, then decode steps at growing positions; a scoring run's steps restart at position 0).
 UNTRACED = frozenset({"drop-warn", "drop-warn-k4", "score-step", "score-step-subst", "score-wide-subst"})
+
+
+def traced_entry(entry: str, argv: Sequence[str]) -> bool:
+    """An entry that writes a route trace (REPLAY replays each; `@pytest.mark.entries(where=...)`)."""
+    return "--route-trace" in argv
+
+
+def traced_drop(entry: str, argv: Sequence[str]) -> bool:
+    """A traced entry that drops (G8b holds each to the dropping rule)."""
+    return DROP in argv and "--route-trace" in argv
 
 
 def scoring_file(model: str, name: str) -> str:

@@ -17,6 +17,7 @@ SCORE_BITS = ("prompt_tokens", "tokens_scored", "nll_sum", "nll_mean", "ppl", "t
 
 
 @pytest.mark.gate("DET", "repeat")
+@pytest.mark.entries("ref", "again")
 def test_same_config_twice(
     runs: dict[str, EngineResult], fixture: str, artifacts: Path, request: pytest.FixtureRequest
 ) -> None:
@@ -25,11 +26,15 @@ def test_same_config_twice(
 
 
 @pytest.mark.gate("DET", "threads")
+@pytest.mark.entries("ref", "threads2")
 def test_one_vs_two_threads(runs: dict[str, EngineResult], artifacts: Path) -> None:
     assert_identical(runs["ref"], runs["threads2"], "threads1", "threads2", artifacts)
 
 
 @pytest.mark.gate("DET", "batch")
+@pytest.mark.entries(
+    "ref",
+)
 def test_batch_equals_single_process(
     runs: dict[str, EngineResult], runner: DeviceRunner, model: str, artifacts: Path
 ) -> None:
@@ -70,6 +75,9 @@ def test_session_prompts_are_new_contexts(runs: dict[str, EngineResult], artifac
 
 
 @pytest.mark.gate("DET", "kernels")
+@pytest.mark.entries(
+    "score-wide",
+)
 def test_kernel_path_changes_no_byte(
     runs: dict[str, EngineResult], runner: DeviceRunner, model: str, artifacts: Path
 ) -> None:

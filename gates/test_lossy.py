@@ -38,7 +38,7 @@ from gates.compare import (
     subst_direction,
     subst_untied,
 )
-from gates.plan import DROP, WARN_F, warn_single_argv
+from gates.plan import DROP, WARN_F, traced_drop, warn_single_argv
 
 WARNING_MARK = "WARNING drop-cold-experts="
 WARNING_RE = re.compile(
@@ -59,11 +59,15 @@ def ok_or_fail(r: EngineResult, label: str, artifacts: Path) -> None:
 
 
 @pytest.mark.gate("G8a")
+@pytest.mark.entries("stream-evict", "drop-inert")
 def test_inert_drop_is_byte_identical(runs: dict[str, EngineResult], artifacts: Path) -> None:
     assert_identical(runs["stream-evict"], runs["drop-inert"], "cached", "drop_1e-6", artifacts)
 
 
 @pytest.mark.gate("G8a'")
+@pytest.mark.entries(
+    "drop-inert",
+)
 def test_inert_drop_examined_and_dropped_nothing(runs: dict[str, EngineResult], artifacts: Path) -> None:
     r = runs["drop-inert"]
     ok_or_fail(r, "drop_1e-6", artifacts)
@@ -90,10 +94,11 @@ def traced(traces: dict[str, Trace | str], entry: str, artifacts: Path, r: Engin
 
 
 def drop_entries(runs: dict[str, EngineResult]) -> list[str]:
-    return [e for e, r in runs.items() if DROP in r.argv and "--route-trace" in r.argv]
+    return [e for e, r in runs.items() if traced_drop(e, r.argv)]
 
 
 @pytest.mark.gate("G8b")
+@pytest.mark.entries("drop-full", where=traced_drop)
 def test_full_drop_completes_and_fires(
     runs: dict[str, EngineResult], traces: dict[str, Trace | str], artifacts: Path
 ) -> None:
@@ -126,6 +131,7 @@ def test_full_drop_completes_and_fires(
 
 
 @pytest.mark.gate("G8c")
+@pytest.mark.entries("k1-evict", "k1-drop")
 def test_top1_drop_is_a_no_op(runs: dict[str, EngineResult], artifacts: Path) -> None:
     base, dropped = runs["k1-evict"], runs["k1-drop"]
     assert_identical(base, dropped, "k1", "k1_drop_1.0", artifacts)
@@ -149,6 +155,7 @@ def test_top1_drop_is_a_no_op(runs: dict[str, EngineResult], artifacts: Path) ->
 
 
 @pytest.mark.gate("G8d")
+@pytest.mark.entries("stream-evict", "subst-inert")
 def test_inert_substitution_is_byte_identical(
     runs: dict[str, EngineResult], traces: dict[str, Trace | str], artifacts: Path
 ) -> None:
@@ -173,6 +180,7 @@ def test_inert_substitution_is_byte_identical(
 
 
 @pytest.mark.gate("G8e")
+@pytest.mark.entries("subst-full", "stream-evict")
 def test_full_substitution_fires(
     runs: dict[str, EngineResult], traces: dict[str, Trace | str], artifacts: Path
 ) -> None:
@@ -228,6 +236,7 @@ def expect_warning(found: list[str], F: str, k: int, where: str) -> str | None:
 
 
 @pytest.mark.gate("G8w")
+@pytest.mark.entries("drop-warn", "drop-warn-k4", "stream-evict")
 def test_narrow_routing_warning(
     runs: dict[str, EngineResult], runner: DeviceRunner, model: str, artifacts: Path
 ) -> None:

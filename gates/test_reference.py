@@ -65,15 +65,10 @@ def reference_for(gate_state: GateState, device: DeviceContext, fixture: str) ->
     return ReferenceOutput.from_json(Path(path).read_text())
 
 
-def _discard(local: Path) -> None:
-    """Artifacts are kept for failures only."""
-    local.unlink(missing_ok=True)
-    for d in (local.parent, local.parent.parent):  # the test's directory, then artifacts/ if now empty
-        if d.is_dir() and not any(d.iterdir()):
-            d.rmdir()
-
-
 @pytest.mark.gate("REF")
+@pytest.mark.entries(
+    "ref",
+)
 def test_resident_run_matches_reference(
     runs: dict[str, EngineResult],
     runner: DeviceRunner,
@@ -94,7 +89,8 @@ def test_resident_run_matches_reference(
     argv = list(r.argv)
     if "--logits-out" not in argv:
         raise AssertionError("the plan's `ref` entry has no --logits-out: REF cannot check the logits")
-    local = runner.session.pull(argv[argv.index("--logits-out") + 1], artifacts / "logits.f32")
+    # verified against the device's size and hash; the artifacts fixture keeps it only if the test fails
+    local = runner.pull(argv[argv.index("--logits-out") + 1], artifacts / "logits.f32")
     raw = local.read_bytes()
     n_vocab = ref.logits.shape[1]
     n_rows = len(ref.logits)
@@ -113,4 +109,3 @@ def test_resident_run_matches_reference(
             f"{a.message} (reference margins: logit {ref.min_logit_margin:.3g}, routing "
             f"{ref.min_route_margin:.3g}; artifacts in {artifacts})"
         )
-    _discard(local)

@@ -17,11 +17,13 @@ import pytest
 from bmoe_ci.gaterun.engine import EngineResult
 from bmoe_ci.replay import RunConfig, Trace, mismatches, replay
 from gates.compare import save
+from gates.plan import traced_entry
 
 SHOWN = 12  # mismatches quoted in the failure message (all are in the artifacts)
 
 
 @pytest.mark.gate("REPLAY")
+@pytest.mark.entries(where=traced_entry)
 def test_engine_matches_the_replay(
     runs: dict[str, EngineResult], traces: dict[str, Trace | str], artifacts: Path
 ) -> None:

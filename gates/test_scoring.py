@@ -75,6 +75,7 @@ def local_model(gate_state: GateState, device: DeviceContext, fixture: str) -> P
 
 
 @pytest.mark.gate("SCORE")
+@pytest.mark.entries("score-wide", "score-step", "score-step-subst", "score-wide-subst")
 def test_scoring_instruments(
     runs: dict[str, EngineResult], device: DeviceContext, fixture: str, gate_state: GateState, artifacts: Path
 ) -> None:

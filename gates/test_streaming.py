@@ -20,6 +20,7 @@ from gates.compare import assert_identical, check, counters
 
 
 @pytest.mark.gate("G1")
+@pytest.mark.entries("ref", "stream")
 def test_mmap_equals_streamed_cache_off(runs: dict[str, EngineResult], artifacts: Path) -> None:
     ref, stream = runs["ref"], runs["stream"]
     assert_identical(ref, stream, "mmap", "stream", artifacts)
@@ -46,6 +47,7 @@ def test_mmap_equals_streamed_cache_off(runs: dict[str, EngineResult], artifacts
 
 
 @pytest.mark.gate("G2")
+@pytest.mark.entries("stream", "stream-evict")
 def test_cache_off_equals_evicting_cache(runs: dict[str, EngineResult], artifacts: Path) -> None:
     stream, evict = runs["stream"], runs["stream-evict"]
     assert_identical(stream, evict, "cache_off", "evicting_cache", artifacts)
@@ -69,6 +71,7 @@ def test_cache_off_equals_evicting_cache(runs: dict[str, EngineResult], artifact
 
 
 @pytest.mark.gate("G5")
+@pytest.mark.entries("stream", "stream-prefetch")
 def test_prefetch_equals_streamed(runs: dict[str, EngineResult], artifacts: Path) -> None:
     stream, pre = runs["stream"], runs["stream-prefetch"]
     assert_identical(stream, pre, "stream", "prefetch", artifacts)
@@ -82,6 +85,7 @@ def test_prefetch_equals_streamed(runs: dict[str, EngineResult], artifacts: Path
 
 
 @pytest.mark.gate("DET", "io-lanes")
+@pytest.mark.entries("stream", "stream-lanes4", "stream-evict", "stream-evict-lanes4")
 def test_one_vs_four_io_lanes(runs: dict[str, EngineResult], artifacts: Path) -> None:
     for one, four in (("stream", "stream-lanes4"), ("stream-evict", "stream-evict-lanes4")):
         assert_identical(runs[one], runs[four], one, four, artifacts)

@@ -49,6 +49,19 @@ class AdbLink:
             f"    connect_timeout: 5\n{extra}"
         )
 
+    def server_pid(self) -> int:
+        """The pid of this link's adb server (the process `adb start-server` left listening on our port)."""
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"fork-server" in cmdline and any(f"tcp:{self.server_port}".encode() in a for a in cmdline):
+                return int(proc.name)
+        raise AssertionError(f"no adb server on port {self.server_port}")
+
     def stop_adbd(self) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.adbd.pid, signal.SIGKILL)

@@ -25,8 +25,8 @@ SRC = REPO / "src" / "bmoe_ci"
 
 #: Low -> high. Each unit imports only units of lower layers.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    # the package root (its version), where things live, the recipe and type tables
-    ("bmoe_ci", "paths", "recipes", "weight_types"),
+    # the package root (its version), where things live, the recipe and type tables, reading input files
+    ("bmoe_ci", "paths", "recipes", "weight_types", "inputs"),
     ("origin", "builder", "faults", "reference", "replay", "check_table", "vocabs"),
     ("enginecheck", "models", "farm"),
     ("reports",),

@@ -61,6 +61,7 @@ pools:
 
 def write(tmp_path: Path, text: str, name: str = "farm.yaml") -> Path:
     (tmp_path / "id_test").write_text("not really a key\n")
+    (tmp_path / "id_test").chmod(0o600)
     (tmp_path / "known").write_text("")
     p = tmp_path / name
     p.write_text(textwrap.dedent(text))
@@ -106,6 +107,7 @@ def test_example_farm_is_valid(tmp_path: Path) -> None:
     assert [i.key for i in ei.value.issues] == ["defaults.key", "defaults.known_hosts"]
     (tmp_path / "keys").mkdir()
     (tmp_path / "keys" / "farm_ed25519").write_text("k")
+    (tmp_path / "keys" / "farm_ed25519").chmod(0o600)
     (tmp_path / "lab_known_hosts").write_text("")
     farm = load_farm_file(tmp_path / "lab.yaml")
     assert farm.devices["galaxy-a54"].arch == "aarch64"
@@ -292,6 +294,15 @@ def test_selection_errors(farm) -> None:
 # ---------------------------------------------------------------------------------------------- helpers
 
 
+def test_a_private_key_others_can_read_is_refused_as_ssh_refuses_it(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD)
+    (tmp_path / "id_test").chmod(0o644)
+    with pytest.raises(FarmConfigError) as ei:
+        load_farm_file(path)
+    (msg,) = [str(i) for i in ei.value.issues]
+    assert "defaults.key: key file" in msg and "accessible by others (mode 0644)" in msg and "chmod 600" in msg
+
+
 def test_arch_helpers() -> None:
     assert normalize_arch("ARM64") == "aarch64" and normalize_arch("amd64") == "x86_64"
     assert triple_arch("aarch64-linux-musl") == "aarch64" and triple_arch("x86_64-linux-gnu") == "x86_64"
@@ -309,8 +320,10 @@ def test_lock_owner_staleness() -> None:
     me = LockOwner.mine("r1")
     assert me.stale_reason(ttl=60) is None  # our own live process
     old = LockOwner("elsewhere", "boot", 1, None, "r0", time.time() - 500, time.time() - 500, "t")
-    assert "no heartbeat" in (old.stale_reason(ttl=100) or "")
-    assert old.stale_reason(ttl=1000) is None  # another machine: only the TTL can expire it
+    # another machine: its wall clock is only a hint (a lease is broken after watching it, see
+    # test_farm_lease.py), never a reason to break it at once
+    assert old.stale_reason(ttl=100) is None and old.looks_stale(100) and not old.looks_stale(1000)
+    assert LockOwner("e", "b", 1, None, "r", 0.0, time.time(), "t", ttl=float("nan")).bounded_ttl(60) == 60
     assert LockOwner.from_json(me.to_json()) == me
     assert LockOwner.from_json("garbage") is None
 

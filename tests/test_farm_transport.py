@@ -315,6 +315,31 @@ def test_unknown_host_key_is_refused(ssh_dev, tmp_path: Path) -> None:
     assert kh.read_text() == ""
 
 
+def test_a_revoked_host_key_is_refused_and_a_bad_line_is_one_error(ssh_dev, tmp_path: Path) -> None:
+    """An `@revoked` line (which paramiko cannot read: it used to stop the whole run with an INTERNALERROR)
+    revokes the key even where another line pins it; a line that cannot be read names the file and line."""
+    pinned = Path(ssh_dev.known_hosts).read_text()
+    host = f"[{ssh_dev.host}]:{ssh_dev.port}"
+    ours = next(ln for ln in pinned.splitlines() if ln.startswith(host)).split()
+    kh = tmp_path / "known_hosts"
+    kh.write_text(
+        f"# the lab's keys\n{pinned}@revoked {host} {ours[1]} {ours[2]}\n@cert-authority *.lab ssh-ed25519 AAAA\n"
+    )
+    dev = ssh_dev.model_copy(update={"known_hosts": str(kh)})
+    with pytest.raises(InfraError) as ei:
+        SshTransport(dev).connect()
+    assert ei.value.kind == "hostkey" and "is REVOKED" in ei.value.reason and f"{kh}:" in ei.value.reason
+    kh.write_text(pinned + f"{host} ssh-ed25519 not-base64!!\n")
+    with pytest.raises(InfraError) as ei:
+        SshTransport(ssh_dev.model_copy(update={"known_hosts": str(kh)})).connect()
+    assert ei.value.kind == "hostkey" and f"{kh}:{len(pinned.splitlines()) + 1}: unreadable" in ei.value.reason
+    # a known_hosts with only comments and markers around the pinned key still connects
+    kh.write_text("# keys\n\n@cert-authority *.lab ssh-ed25519 AAAA\n" + pinned)
+    t = SshTransport(ssh_dev.model_copy(update={"known_hosts": str(kh)}))
+    t.connect()
+    t.close()
+
+
 def test_wrong_key_is_an_auth_error(ssh_dev, tmp_path: Path) -> None:
     dev = ssh_dev.model_copy(update={"key": str(_keygen(tmp_path / "stranger"))})
     with pytest.raises(InfraError) as ei:

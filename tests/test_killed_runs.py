@@ -100,11 +100,10 @@ def _devices_ready(results: Path) -> bool:
 
 
 KILL_POINTS: dict[str, Callable[[Path], bool]] = {
-    # building, pushing: the directory (used before) says a run started, no device has results yet
+    # collecting, building, pushing: the directory (used before) says a run started, no device has results
+    # yet (the devices are readied once the tests are collected, so the plan comes with the devices)
     "while preparing": lambda r: _pending(r) and not any((r / dev).exists() for dev in DEVICES),
-    # the controller has its devices ready, its workers have not collected the tests yet
-    "before the plan": lambda r: _pending(r) and _devices_ready(r),
-    "right after the plan": lambda r: _planned(r) is not None,
+    "right after the plan": lambda r: _planned(r) is not None and _devices_ready(r),
     "after the first record": lambda r: _recorded(r) >= 1,
     f"mid-run, {DELAY_S} s after the plan": _after_plan_with_delay(DELAY_S),
     # every test recorded: the session is stopping its workers and writing the summary

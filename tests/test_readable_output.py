@@ -98,6 +98,8 @@ def test_the_watchers_marks_never_reach_the_engines_stderr() -> None:
     glued = "moe-warn: narrow routi__bmoe_ci_progress__ 812\nng (k=1)\n__bmoe_ci_progress__ 900\n"
     assert strip_marks(glued) == "moe-warn: narrow routing (k=1)\n"
     assert strip_marks("plain\n") == "plain\n"
+    # the watcher's alive line (every 5 s without growth: a slow entry under emulation)
+    assert strip_marks("moe-drop: 3/9__bmoe_ci_alive__ 5\n routed\n__bmoe_ci_alive__ 10\n") == "moe-drop: 3/9 routed\n"
     assert deadline_hit("partial__bmoe_ci_entry_deadline__ 8\n") and not deadline_hit("__bmoe_ci_progress__ 3\n")
 
 

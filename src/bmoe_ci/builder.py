@@ -14,6 +14,8 @@ import platform
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,6 +133,38 @@ def compute_build_id(target: str, defines: Sequence[str], engine_dir: Path, zig:
     return digest.hexdigest()[:16]
 
 
+#: Seconds between the "still building" lines of a compile; and the most a compile may take.
+BUILD_HEARTBEAT_S = 20.0
+BUILD_TIMEOUT_S = 900.0
+
+
+def _compile(
+    cmd: Sequence[str], triple: str, say: Callable[[str], None], *, heartbeat: float, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """Run the compiler, saying every ``heartbeat`` seconds that it still runs (TimeoutExpired past
+    ``timeout``, the compiler killed)."""
+    started = time.monotonic()
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        out: list[str] = []
+
+        def drain() -> None:  # the compiler's output, read while it runs (a full pipe would stall it)
+            o, e = proc.communicate()
+            out.extend((o, e))
+
+        reader = threading.Thread(target=drain, daemon=True)
+        reader.start()
+        while True:
+            reader.join(timeout=min(heartbeat, max(0.0, started + timeout - time.monotonic())))
+            if not reader.is_alive():
+                break
+            if time.monotonic() - started >= timeout:
+                proc.kill()
+                reader.join()
+                raise subprocess.TimeoutExpired(cmd, timeout)
+            say(f"still building {triple}: {time.monotonic() - started:.0f} s")
+        return subprocess.CompletedProcess(cmd, proc.returncode, out[0] if out else "", out[1] if out else "")
+
+
 def build(
     target: str = "host",
     *,
@@ -140,8 +174,10 @@ def build(
     engine_dir: Path | None = None,
     cache: Path | None = None,
     places: Places | None = None,
+    heartbeat: float = BUILD_HEARTBEAT_S,
 ) -> Build:
-    """Builds (or takes from the cache) the engine for `target`.
+    """Builds (or takes from the cache) the engine for `target`. While compiling, `progress` hears
+    ``still building TRIPLE: N s`` every `heartbeat` seconds (a cold build, libc included, takes minutes).
 
     `defines` are extra preprocessor definitions (`BMOE_FAULT_...=1`) for fault-injected builds;
     they are part of the build id, so a faulty binary can never be mistaken for the real one.
@@ -174,7 +210,7 @@ def build(
         tmp_path = Path(tmp.name)
     cmd = [*zig_command(), "cc", "-target", triple, *link, *flags, *sources, "-o", str(tmp_path), "-lm"]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        proc = _compile(cmd, triple, say, heartbeat=heartbeat, timeout=BUILD_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
         tmp_path.unlink(missing_ok=True)
         raise BuildError(f"building for {triple} timed out after {exc.timeout:.0f} s") from exc

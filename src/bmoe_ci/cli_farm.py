@@ -240,7 +240,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         rows = list(pool.map(lambda d: _probe(d, True), devices))
     health = HealthBook(farm.path, places=args.places)
     for r in rows:
-        h = health.get(r["device"])
+        h = health.get(farm.devices[r["device"]])  # about its entry as the farm file has it now
         r["quarantine"] = h.quarantine.describe() if h.quarantine else None
         r["failed_checks"] = h.failures
     if args.json:

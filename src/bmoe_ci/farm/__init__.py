@@ -16,7 +16,7 @@ API (what the pytest plugin and the commands use)::
         # timeout x device.timeout_scale, exec prefix applied; r.outcome: EXITED | SIGNALED | INFRA
         if r.outcome is farm.Ending.INFRA: ...            # JUnit error (r.infra: InfraError)
         elif r.outcome is farm.Ending.SIGNALED: ...       # engine crashed: gate failure
-        s.pull(s.file("trace.csv"), "artifacts/trace.csv")  # stays inside results_dir
+        s.pull(s.file("trace.csv"), "artifacts/trace.csv")  # inside results_dir, size and sha256 checked
     # lock released, transport closed
 
 Names:
@@ -27,7 +27,8 @@ Names:
   run_engine / run / pull / close)
 * :func:`open_transport`, :class:`Transport`, :class:`RunResult`, :class:`Ending`, :func:`registry`
   (the transports, one module each in :mod:`bmoe_ci.farm.transports`: local, ssh, adb)
-* :func:`push`, :class:`PushItem`, :class:`PushReport` (content-addressed store)
+* :func:`push`, :class:`PushItem`, :class:`PushReport` (content-addressed store); :mod:`bmoe_ci.farm.pull`
+  (verified reads back: ``pull``, ``read_files``)
 * :func:`preflight`, :func:`check_lite`, :class:`PreflightReport`, :class:`EngineVersion`, :func:`parse_version`
 * :class:`DeviceLock`, :func:`read_lock`
 * errors: :class:`FarmError` > :class:`FarmConfigError`, :class:`SelectionError`, :class:`FarmNotUp`,

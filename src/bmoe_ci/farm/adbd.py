@@ -37,6 +37,13 @@ Options
     server's lifetime (repeatable). The file is otherwise written whole and the client is told OKAY, so only
     a hash comparison notices: that is what the test of a push's check needs. An empty file has no byte to
     flip and is delivered as is.
+``--cut-pull N``
+    the N-th file sent back through sync RECV (``adb pull``), counted from 1 over the server's lifetime
+    (repeatable), is cut short: its first half, then DONE, as if the far end had lost the rest. adb reports
+    success; only a size or hash comparison notices.
+``--cut-output N``
+    the N-th shell command (counted from 1, repeatable) has its standard output cut short after half of it
+    (the rest is read and dropped) while its exit status is reported as usual.
 ``--verbose``
     log connections, streams, services and every packet received to stderr. Without it nothing is printed
     except a start-up error.
@@ -285,6 +292,10 @@ class DeviceConfig:
     battery: Battery = field(default_factory=Battery)
     #: 1-based numbers of the sync SENDs whose file gets one byte flipped.
     corrupt_push: frozenset[int] = frozenset()
+    #: 1-based numbers of the sync RECVs sent back cut to half their size.
+    cut_pull: frozenset[int] = frozenset()
+    #: 1-based numbers of the shell commands whose stdout is cut after half of it.
+    cut_output: frozenset[int] = frozenset()
 
     def banner(self) -> bytes:
         props = [f"{key}={self.props.get(key, '')}" for key in BANNER_PROPS]
@@ -732,6 +743,7 @@ class ShellSession:
         self.spec = spec
         self._proc: subprocess.Popen[bytes] | None = None
         self._reaped = threading.Event()
+        self._cut = server.next_shell_number() in server.config.cut_output  # --cut-output
 
     def _emit(self, channel: int, data: bytes) -> None:
         if self.spec.protocol:
@@ -789,8 +801,11 @@ class ShellSession:
                     outputs.append((proc.stderr.fileno(), SHELL_STDERR))
                 stdin_fd = proc.stdin.fileno()
             pumps = [
-                threading.Thread(target=self._pump_output, args=(fd, channel), daemon=True) for fd, channel in outputs
+                threading.Thread(target=self._pump_output, args=(fd, channel, self._cut and channel == SHELL_STDOUT))
+                for fd, channel in outputs
             ]
+            for pump in pumps:
+                pump.daemon = True
             pumps.append(threading.Thread(target=self._pump_input, args=(stdin_fd,), daemon=True))
             for pump in pumps:
                 pump.start()
@@ -824,9 +839,23 @@ class ShellSession:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
 
-    def _pump_output(self, fd: int, channel: int) -> None:
+    def _pump_output(self, fd: int, channel: int, cut: bool = False) -> None:
         size = max(self.stream.conn.peer_max - SHELL_HEADER.size, 1024)
         writable = True
+        if cut:  # --cut-output: read it all, send the first half only
+            data = bytearray()
+            while chunk := self._read_output(fd, size):
+                data += chunk
+            with contextlib.suppress(StreamClosed):
+                for i in range(0, len(data) // 2, size):
+                    self._emit(channel, bytes(data[i : min(i + size, len(data) // 2)]))
+            log.info(
+                "stream %d: output cut to %d of %d bytes (--cut-output)",
+                self.stream.local_id,
+                len(data) // 2,
+                len(data),
+            )
+            return
         while True:
             try:
                 data = os.read(fd, size)
@@ -843,6 +872,12 @@ class ShellSession:
                     self._emit(channel, data)
                 except StreamClosed:
                     writable = False  # keep draining so the command never blocks on a full pipe
+
+    def _read_output(self, fd: int, size: int) -> bytes:
+        try:
+            return os.read(fd, size)
+        except OSError:
+            return b""
 
     def _pump_input(self, fd: int) -> None:
         stdin_open = True
@@ -1109,13 +1144,17 @@ class SyncSession:
             self.stream.read_exact(length)
 
     def _recv(self, path: bytes) -> bool:
+        cut = self.server.next_pull_number() in self.server.config.cut_pull
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError as exc:
             self._fail(f"open failed: {exc.strerror}")
             return False
+        left = os.fstat(fd).st_size // 2 if cut else None  # --cut-pull: the first half, then DONE
+        if cut:
+            log.info("sync RECV %r: cut to %d bytes (--cut-pull)", path, left)
         try:
-            while True:
+            while left is None or left > 0:
                 try:
                     data = os.read(fd, SYNC_DATA_MAX)
                 except OSError as exc:
@@ -1123,6 +1162,9 @@ class SyncSession:
                     return False
                 if not data:
                     break
+                if left is not None:
+                    data = data[:left]
+                    left -= len(data)
                 self.stream.write(SYNC_REQUEST.pack(ID_DATA, len(data)) + data)
         finally:
             os.close(fd)
@@ -1202,6 +1244,8 @@ class StandInAdbd:
         self._lock = threading.Lock()
         self._connections: set[Connection] = set()
         self._pushes = 0
+        self._pulls = 0
+        self._shells = 0
         self._stopping = False
         self._listener: socket.socket | None = None
         self._accept_thread: threading.Thread | None = None
@@ -1242,6 +1286,16 @@ class StandInAdbd:
         with self._lock:
             self._pushes += 1
             return self._pushes
+
+    def next_pull_number(self) -> int:
+        with self._lock:
+            self._pulls += 1
+            return self._pulls
+
+    def next_shell_number(self) -> int:
+        with self._lock:
+            self._shells += 1
+            return self._shells
 
     def forget(self, conn: Connection) -> None:
         with self._lock:
@@ -1321,6 +1375,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="flip a byte of the N-th file pushed (repeatable)",
     )
+    for flag, what in (("--cut-pull", "file pulled"), ("--cut-output", "shell command's stdout")):
+        p.add_argument(
+            flag, type=int, action="append", default=[], metavar="N", help=f"cut the N-th {what} to half (repeatable)"
+        )
     p.add_argument("--verbose", action="store_true", help="log to stderr")
     return p
 
@@ -1332,8 +1390,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         props = parse_props(args.prop)
         if not 0 <= args.battery_level <= 100:
             raise ValueError(f"--battery-level {args.battery_level}: expected 0-100")
-        if any(n < 1 for n in args.corrupt_push):
-            raise ValueError("--corrupt-push counts files from 1")
+        for flag, numbers in (
+            ("--corrupt-push", args.corrupt_push),
+            ("--cut-pull", args.cut_pull),
+            ("--cut-output", args.cut_output),
+        ):
+            if any(n < 1 for n in numbers):
+                raise ValueError(f"{flag} counts from 1")
     except ValueError as exc:
         print(f"adbd: {exc}", file=sys.stderr)
         return 2
@@ -1350,6 +1413,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         auth=args.auth,
         battery=Battery(args.battery_level, args.temperature_tenths, args.plugged),
         corrupt_push=frozenset(args.corrupt_push),
+        cut_pull=frozenset(args.cut_pull),
+        cut_output=frozenset(args.cut_output),
     )
     server = StandInAdbd(config, host, port)
     stop = threading.Event()

@@ -12,6 +12,7 @@ Two families matter to callers:
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 
@@ -70,19 +71,52 @@ INFRA_KINDS = (
 
 
 class InfraError(FarmError):
-    """An infrastructure problem with one device (see :data:`INFRA_KINDS`)."""
+    """An infrastructure problem with one device (see :data:`INFRA_KINDS`).
 
-    def __init__(self, device: str, kind: str | None = None, reason: str | None = None):
+    ``step`` names what the run was doing when it happened (``connect``, ``push``, ``plan
+    'fixture:qwen3moe'``, ``pull ref-qwen3moe.logits.f32`` ...); :meth:`line` is the one line a report
+    shows: device, step, kind and cause, each once."""
+
+    def __init__(self, device: str, kind: str | None = None, reason: str | None = None, step: str = ""):
         kind = kind or "setup"
         if kind not in INFRA_KINDS:  # pragma: no cover - programming error
             raise ValueError(f"unknown infrastructure error kind {kind!r}")
         self.device = device
         self.kind = kind
-        self.reason = reason or ""
+        self.reason = _without_prefix(reason or "", device, kind)
+        self.step = step
         super().__init__(f"{device}: {kind}: {self.reason}")
 
+    def at(self, step: str) -> InfraError:
+        """The same error, saying what the run was doing (the first step given stands)."""
+        if self.step or not step:
+            return self
+        out = copy.copy(self)
+        out.step = step
+        return out
+
+    def __str__(self) -> str:
+        step = f"{self.step}: " if self.step else ""
+        return f"{self.device}: {step}{self.kind}: {self.reason}"
+
+    def line(self) -> str:
+        """``DEVICE: STEP: KIND: REASON`` on one line (the reason's first line, at most 400 characters)."""
+        reason = " ".join(self.reason.split())
+        reason = reason if len(reason) <= 400 else reason[:397] + "..."
+        step = f"{self.step}: " if self.step else ""
+        return f"{self.device}: {step}{self.kind}: {reason}"
+
     def __reduce__(self):  # survive pickling (xdist, multiprocessing) with device and kind intact
-        return (self.__class__, (self.device, self.kind, self.reason))
+        return (self.__class__, (self.device, self.kind, self.reason, self.step))
+
+
+def _without_prefix(reason: str, device: str, kind: str) -> str:
+    """A reason that repeats its device and kind (an error re-raised from another one's text) is kept
+    once: ``dev: setup: dev: unreachable: ...`` reads ``dev: unreachable: ...``."""
+    for prefix in (f"{device}: {kind}: ", f"{device}: "):
+        while reason.startswith(prefix):
+            reason = reason[len(prefix) :]
+    return reason
 
 
 class DeviceBusy(InfraError):
@@ -96,4 +130,10 @@ class DeviceBusy(InfraError):
         super().__init__(device, "busy", f"busy, held by {owner} since {since}" + (f"; {lease}" if lease else ""))
 
     def __reduce__(self):
-        return (self.__class__, (self.device, self.owner, self.since, self.lease))
+        return (_busy, (self.device, self.owner, self.since, self.lease, self.step))
+
+
+def _busy(device: str, owner: str, since: str, lease: str, step: str) -> DeviceBusy:
+    out = DeviceBusy(device, owner, since, lease)
+    out.step = step
+    return out

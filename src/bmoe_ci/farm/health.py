@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import tempfile
@@ -47,6 +48,16 @@ class DeviceHealth:
     failures: int = 0  #: consecutive runs whose health check failed
     last_error: str = ""
     quarantine: Quarantine | None = None
+    entry: str = ""  #: the fingerprint of the device's farm entry these counts are about
+
+
+def entry_fingerprint(device: Device | str) -> str:
+    """A device's farm entry, as a fingerprint: a changed entry (a corrected serial, host or key) is a
+    device to check again, not one to go on refusing for what the old entry did. ``""`` for a bare name."""
+    if isinstance(device, str):
+        return ""
+    data = device.model_dump(exclude={"source"})
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 class HealthBook:
@@ -73,8 +84,10 @@ class HealthBook:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 data = json.loads(self.path.read_text()) if self.path.is_file() else {}
-            except (OSError, ValueError):
+            except (OSError, ValueError, RecursionError):
                 data = {}  # a damaged state file costs the counts, never a run
+            if not isinstance(data, dict):
+                data = {}
             yield data
             fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
             with os.fdopen(fd, "w") as fh:
@@ -82,31 +95,42 @@ class HealthBook:
             os.replace(tmp, self.path)
 
     @staticmethod
-    def _load(raw: dict | None) -> DeviceHealth:
-        if not raw:
-            return DeviceHealth()
-        q = raw.get("quarantine")
-        return DeviceHealth(int(raw.get("failures", 0)), str(raw.get("last_error", "")), Quarantine(**q) if q else None)
+    def _load(raw: dict | None, entry: str = "") -> DeviceHealth:
+        """The stored state, or a fresh one when it is unreadable or was about another farm entry."""
+        if not isinstance(raw, dict) or not raw:
+            return DeviceHealth(entry=entry)
+        stored = str(raw.get("entry", ""))
+        if entry and stored != entry:
+            return DeviceHealth(entry=entry)  # the entry changed: check it again from scratch
+        try:
+            q = raw.get("quarantine")
+            quarantine = Quarantine(str(q["reason"]), float(q["since"]), float(q["until"])) if q else None
+            return DeviceHealth(int(raw.get("failures", 0)), str(raw.get("last_error", "")), quarantine, stored)
+        except (KeyError, TypeError, ValueError):
+            return DeviceHealth(entry=entry)
 
-    def get(self, device: str, now: float | None = None) -> DeviceHealth:
-        """The device's health; an expired quarantine is not reported."""
+    def get(self, device: Device | str, now: float | None = None) -> DeviceHealth:
+        """The device's health (for its current farm entry when given a :class:`Device`); an expired
+        quarantine is not reported."""
         now = time.time() if now is None else now
+        name = device if isinstance(device, str) else device.name
         with self._locked() as data:
-            h = self._load(data.get(self._key(device)))
+            h = self._load(data.get(self._key(name)), entry_fingerprint(device))
         if h.quarantine is not None and h.quarantine.until <= now:
             h.quarantine = None
         return h
 
-    def peek(self, device: str, now: float | None = None) -> DeviceHealth:
+    def peek(self, device: Device | str, now: float | None = None) -> DeviceHealth:
         """Like :meth:`get`, but only reads: no lock file, no rewrite (for `pytest --collect-only`,
         which must leave the controller's state as it found it). Updates replace the file atomically,
         so an unlocked read sees a whole file."""
         now = time.time() if now is None else now
+        name = device if isinstance(device, str) else device.name
         try:
             data = json.loads(self.path.read_text()) if self.path.is_file() else {}
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             data = {}
-        h = self._load(data.get(self._key(device)) if isinstance(data, dict) else None)
+        h = self._load(data.get(self._key(name)) if isinstance(data, dict) else None, entry_fingerprint(device))
         if h.quarantine is not None and h.quarantine.until <= now:
             h.quarantine = None
         return h
@@ -115,10 +139,12 @@ class HealthBook:
         """Record one run's health check (``error`` None: it passed); quarantine the device after
         ``device.quarantine_after`` consecutive failures (0: never)."""
         now = time.time() if now is None else now
+        entry = entry_fingerprint(device)
         with self._locked() as data:
-            h = self._load(data.get(self._key(device.name)))
+            h = self._load(data.get(self._key(device.name)), entry)
+            h.entry = entry
             if error is None:
-                h = DeviceHealth()
+                h = DeviceHealth(entry=entry)
             else:
                 h.failures += 1
                 h.last_error = error

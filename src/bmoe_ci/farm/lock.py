@@ -28,6 +28,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
+import math
 import os
 import secrets
 import socket
@@ -39,7 +40,7 @@ from dataclasses import asdict, dataclass
 
 from .errors import DeviceBusy, InfraError
 from .pids import pid_alive
-from .transports import Transport
+from .transports import Transport, name_script
 
 LOCK_DIR = ".bmoe-ci-lock"
 #: Seconds a lease lives without a heartbeat (a farm file can set ``lease_ttl`` per device).
@@ -78,6 +79,7 @@ class LockOwner:
     beat: float
     token: str
     ttl: float = DEFAULT_TTL
+    seq: int = 0  #: renewals so far: a lease that is alive changes with each, whatever the clocks say
 
     @classmethod
     def mine(cls, run_id: str, ttl: float = DEFAULT_TTL) -> LockOwner:
@@ -111,8 +113,9 @@ class LockOwner:
                 float(d.get("beat", d["since"])),
                 str(d.get("token", "")),
                 float(d.get("ttl", DEFAULT_TTL)),
+                int(d.get("seq", 0)),
             )
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, OverflowError):
             return None
 
     def describe(self) -> str:
@@ -130,16 +133,24 @@ class LockOwner:
         expiry = f"expires in {left:.0f}s" if left >= 0 else f"expired {-left:.0f}s ago"
         return f"heartbeat {age:.0f}s ago, {expiry} (ttl {self.ttl:.0f}s)"
 
-    def stale_reason(self, ttl: float | None = None, now: float | None = None) -> str | None:
-        """Why this lock may be broken, or None if it must be respected. The TTL is the holder's own
-        (recorded in the lock) unless ``ttl`` is given for a lock written before leases had one."""
+    def bounded_ttl(self, fallback: float) -> float:
+        """The holder's TTL, finite and within [:data:`MIN_TTL`, :data:`MAX_TTL`] (``fallback``, ours, for
+        one that is not a number): a lease can never be made to live for ever."""
+        ttl = self.ttl if math.isfinite(self.ttl) and self.ttl > 0 else fallback
+        return min(max(ttl, MIN_TTL), MAX_TTL)
+
+    def looks_stale(self, ttl: float, now: float | None = None) -> bool:
+        """By the wall clocks (the holder's heartbeat against ours): no heartbeat for the TTL, one from the
+        future, or one that is not a number. Only a hint: the clocks of two machines need not agree, so
+        a lease is broken on what this controller itself saw (:meth:`DeviceLock.acquire`)."""
         now = time.time() if now is None else now
-        ttl = self.ttl if ttl is None else ttl
-        if now - self.beat > ttl:
-            return (
-                f"no heartbeat for {now - self.beat:.0f}s (ttl {ttl:.0f}s), held since {self.since_iso} "
-                f"({now - self.since:.0f}s)"
-            )
+        beat = self.beat
+        return not math.isfinite(beat) or now - beat > ttl or beat - now > ttl
+
+    def stale_reason(self, ttl: float | None = None, now: float | None = None) -> str | None:
+        """Why this lock may be broken at once, from facts of this machine alone (its holder ran here and
+        its process is gone), or None. A holder elsewhere is judged by watching its heartbeat
+        (:meth:`DeviceLock.acquire`), never by comparing its clock with ours."""
         if self.host == socket.gethostname() and self.boot and self.boot == _boot_id():
             if not pid_alive(self.pid):
                 return f"its process {self.pid} on this machine is gone"
@@ -148,7 +159,12 @@ class LockOwner:
         return None
 
 
-_ACQUIRE = r"""
+#: Bounds on any lease's TTL, whatever its owner file says.
+MIN_TTL = 4.0
+MAX_TTL = 86400.0
+
+_ACQUIRE = name_script(
+    r"""
 d=$1; owner=$2
 if mkdir "$d" 2>/dev/null; then
   if printf '%s\n' "$owner" > "$d/owner"; then echo ACQUIRED; else rmdir "$d" 2>/dev/null; echo NOWRITE; fi
@@ -158,21 +174,37 @@ echo BUSY
 if [ -n "$(find "$d" -prune -mmin +$3 2>/dev/null)" ]; then echo OLD; fi
 cat "$d/owner" 2>/dev/null
 exit 0
-"""
+""",
+    "lease acquire",
+)
 
-_BREAK = r"""
+_BREAK = name_script(
+    r"""
 d=$1; expect=$2; grave=$3
 cur=$(cat "$d/owner" 2>/dev/null)
 if [ "$cur" = "$expect" ] && mv "$d" "$grave" 2>/dev/null; then rm -rf "$grave"; echo BROKEN; fi
-"""
+""",
+    "lease break",
+)
 
-_REWRITE = r"""
+_REWRITE = name_script(
+    r"""
 d=$1; expect=$2; new=$3
 cur=$(cat "$d/owner" 2>/dev/null)
 if [ "$cur" != "$expect" ]; then echo NOTOURS; exit 0; fi
 if [ "$new" = "-" ]; then rm -rf "$d" && echo RELEASED
 else printf '%s\n' "$new" > "$d/owner.tmp" && mv -f "$d/owner.tmp" "$d/owner" && echo REFRESHED; fi
-"""
+""",
+    "lease rewrite",
+)
+
+
+def lease_deadline(transport: Transport) -> float:
+    """The deadline of one lease command (acquire, heartbeat, release, status): the device's
+    ``connect_timeout`` (at least 2 s). These are tiny; a link that cannot do one in that time is hung,
+    and a run ending on a hung device waits that long for each, not minutes."""
+    return max(2.0, float(transport.device.connect_timeout))
+
 
 _live_locks: weakref.WeakSet[DeviceLock] = weakref.WeakSet()
 
@@ -213,7 +245,7 @@ class DeviceLock:
         return self.owner is not None or self.adopted
 
     def _sh(self, script: str, *args: str):
-        r = self.transport.sh(script, *args, timeout=60).raise_for_infra()
+        r = self.transport.sh(script, *args, timeout=lease_deadline(self.transport)).raise_for_infra()
         if not r.ok:
             raise InfraError(
                 self.transport.device.name,
@@ -223,7 +255,13 @@ class DeviceLock:
         return r.stdout.decode(errors="replace")
 
     def acquire(self, wait: float = 0.0, poll: float = 1.0) -> DeviceLock:
-        """Take the lock, breaking stale ones; poll up to ``wait`` seconds while busy.
+        """Take the lock; poll up to ``wait`` seconds while it is busy.
+
+        A lease is broken when its holder ran on this machine and its process is gone, or when this
+        controller has itself watched it for the holder's (bounded) TTL, on its own monotonic clock,
+        without seeing it renewed. A lease that looks stale by the wall clocks (an old heartbeat, one
+        from the future, an unreadable owner) is watched that long even past ``wait``: the other
+        controller's clock may be off, and a live run's lease is never broken for it.
 
         Raises :class:`DeviceBusy` (an :class:`InfraError`) when still busy at the end."""
         if self.held:
@@ -231,6 +269,9 @@ class DeviceLock:
         deadline = time.monotonic() + wait
         name = self.transport.device.name
         said = 0.0
+        seen_raw: str | None = None
+        seen_since = 0.0
+        renewed = False
         while True:
             me = LockOwner.mine(self.run_id, self.ttl)
             out = self._sh(_ACQUIRE, self.path, me.to_json(), str(max(1, int(self.ttl // 60)))).splitlines()
@@ -246,11 +287,18 @@ class DeviceLock:
             if holder is not None and holder.run_id == self.run_id:
                 self.adopted = True
                 return self
-            reason = (
-                holder.stale_reason()
-                if holder
-                else (f"unreadable owner, lock older than {self.ttl:.0f}s" if old else None)
-            )
+            now = time.monotonic()
+            if raw != seen_raw:  # first sight, or renewed since: it is watched afresh
+                renewed = seen_raw is not None
+                seen_raw, seen_since = raw, now
+            ttl = holder.bounded_ttl(self.ttl) if holder is not None else min(max(self.ttl, MIN_TTL), MAX_TTL)
+            quiet = now - seen_since
+            reason = holder.stale_reason() if holder is not None else None
+            if reason is None and quiet >= ttl:
+                who = "its holder" if holder is not None else "an unreadable owner"
+                reason = f"{who} did not renew it for {quiet:.0f}s by this controller's own clock (ttl {ttl:.0f}s)"
+                if holder is not None:
+                    reason += f", held since {holder.since_iso}"
             if reason:
                 grave = f"{self.path}.stale-{secrets.token_hex(4)}"
                 if "BROKEN" in self._sh(_BREAK, self.path, raw, grave):
@@ -258,18 +306,25 @@ class DeviceLock:
                     self.broke.append(f"broke stale lock of {who}: {reason}")
                     if self.progress:
                         self.progress(self.broke[-1])
+                seen_raw, renewed = None, False
                 continue  # retry at once (someone else may have broken it first: fine)
-            now = time.monotonic()
-            if now >= deadline:
-                if holder is None:
-                    raise DeviceBusy(name, "an unknown owner (lock being created, or owner file unreadable)", "now")
-                raise DeviceBusy(name, holder.describe(), holder.since_iso, holder.lease_state())
+            # watched past `wait` only while it looks stale and was not seen renewed (then it is alive)
+            suspect = (holder is None or holder.looks_stale(ttl)) and not renewed
+            if now >= deadline and not suspect:
+                raise DeviceBusy(name, holder.describe(), holder.since_iso, holder.lease_state())  # type: ignore[union-attr]
             if self.progress and now - said >= 10:
                 said = now
                 who = holder.describe() if holder else "an unknown owner"
                 state = f"; {holder.lease_state()}" if holder else ""
-                self.progress(f"waiting up to {deadline - now:.0f}s more for the lock held by {who}{state}")
-            time.sleep(min(poll, max(0.05, deadline - time.monotonic())))
+                if now >= deadline:
+                    self.progress(
+                        f"the lock held by {who} looks stale{state}: watching it up to {ttl - quiet:.0f}s more "
+                        "before breaking it (another machine's clock is not ours to trust)"
+                    )
+                else:
+                    self.progress(f"waiting up to {deadline - now:.0f}s more for the lock held by {who}{state}")
+            step = min(10.0, max(poll, ttl / 16))
+            time.sleep(min(step, max(0.05, (deadline if now < deadline else seen_since + ttl) - time.monotonic())))
 
     def refresh(self, transport: Transport | None = None) -> None:
         """Renew the heartbeat (through ``transport`` if given: the heartbeat thread's own link)."""
@@ -277,9 +332,9 @@ class DeviceLock:
             owner = self.owner
             if owner is None:
                 return
-            new = LockOwner(**{**asdict(owner), "beat": time.time()})
+            new = LockOwner(**{**asdict(owner), "beat": time.time(), "seq": owner.seq + 1})
             t = transport or self.transport
-            r = t.sh(_REWRITE, self.path, owner.to_json(), new.to_json(), timeout=60).raise_for_infra()
+            r = t.sh(_REWRITE, self.path, owner.to_json(), new.to_json(), timeout=lease_deadline(t)).raise_for_infra()
             out = r.stdout.decode(errors="replace")
             if "REFRESHED" in out:
                 if self.owner is owner:  # not released meanwhile
@@ -297,6 +352,13 @@ class DeviceLock:
         if owner is not None:
             self._sh(_REWRITE, self.path, owner.to_json(), "-")
 
+    def abandon(self) -> None:
+        """Give the lease up without a word to the device (it does not answer): it expires after its TTL,
+        and nothing (not the exit hook either) waits on the device for it."""
+        self.adopted = False
+        self.owner = None  # not under the renewal lock: a renewal hung on the device holds it
+        _live_locks.discard(self)
+
     def __enter__(self) -> DeviceLock:
         return self.acquire()
 
@@ -306,7 +368,9 @@ class DeviceLock:
 
 def read_lock(transport: Transport) -> LockOwner | None:
     """The current holder of a device's lock, if any (for ``farm status``)."""
-    r = transport.sh('cat "$1/owner" 2>/dev/null', transport.path(LOCK_DIR), timeout=30).raise_for_infra()
+    r = transport.sh(
+        'cat "$1/owner" 2>/dev/null', transport.path(LOCK_DIR), timeout=lease_deadline(transport)
+    ).raise_for_infra()
     return LockOwner.from_json(r.stdout.decode(errors="replace").strip()) if r.ok else None
 
 
@@ -321,6 +385,8 @@ class Heartbeat:
         self.lock = lock
         self.progress = progress
         self.lost: str | None = None
+        #: the last renewal got no answer (a hung device or link): releasing would only wait as long again
+        self.unanswered = False
         self._stop = threading.Event()
         self._transport: Transport | None = None
         self._thread = threading.Thread(
@@ -343,7 +409,9 @@ class Heartbeat:
                     self._transport = open_transport(self.lock.transport.device)
                     self._transport.workdir = self.lock.transport.workdir
                 self.lock.refresh(self._transport)
+                self.unanswered = False
             except InfraError as exc:
+                self.unanswered = exc.kind == "timeout"
                 if exc.kind == "busy":
                     self.lost = exc.reason
                     if self.progress:
@@ -358,7 +426,9 @@ class Heartbeat:
     def stop(self) -> None:
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout=70)
+            # a renewal under way ends within its own deadline (plus the controller's grace); the release
+            # waits for it anyway (it takes the lease's lock), unless the device stopped answering
+            self._thread.join(timeout=1.0 if self.unanswered else lease_deadline(self.lock.transport) + 15)
         if self._transport is not None:
             with contextlib.suppress(Exception):
                 self._transport.close()
@@ -368,17 +438,19 @@ def force_unlock(transport: Transport, *, actor: str) -> LockOwner | None:
     """Break the device's lease whatever its state; append an audit line naming ``actor`` and what
     was broken to ``<workdir>/.bmoe-ci-audit.log``. Returns the owner it broke (None: no lease)."""
     path = transport.path(LOCK_DIR)
-    r = transport.sh('cat "$1/owner" 2>/dev/null', path, timeout=30).raise_for_infra()
+    r = transport.sh('cat "$1/owner" 2>/dev/null', path, timeout=lease_deadline(transport)).raise_for_infra()
     raw = r.stdout.decode(errors="replace").strip()
     holder = LockOwner.from_json(raw)
-    if not raw and not transport.sh('[ -d "$1" ]', path, timeout=30).raise_for_infra().ok:
+    if not raw and not transport.sh('[ -d "$1" ]', path, timeout=lease_deadline(transport)).raise_for_infra().ok:
         return None
     what = f"{holder.describe()} since {holder.since_iso}, {holder.lease_state()}" if holder else "unreadable owner"
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     line = f"{stamp} force-unlock by {actor}: broke the lease of {what}"
     grave = f"{path}.forced-{secrets.token_hex(4)}"
     script = 'mv "$1" "$2" 2>/dev/null && rm -rf "$2"; printf "%s\\n" "$3" >> "$4"'
-    r = transport.sh(script, path, grave, line, transport.path(AUDIT_LOG), timeout=30).raise_for_infra()
+    r = transport.sh(
+        script, path, grave, line, transport.path(AUDIT_LOG), timeout=lease_deadline(transport)
+    ).raise_for_infra()
     if not r.ok:
         raise InfraError(transport.device.name, "setup", f"cannot write {AUDIT_LOG}: {r.stderr.decode().strip()}")
     return holder or LockOwner("?", "", 0, None, "unreadable owner", 0.0, 0.0, "")

@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StringConstraints, ValidationError
 
+from bmoe_ci import inputs
 from bmoe_ci.builder import KNOWN_ARCHES, normalize_arch
 
 from .errors import ConfigIssue, FarmConfigError
@@ -202,6 +203,8 @@ class DeviceSpec(BaseModel):
     min_free_mb: Annotated[StrictInt, Field(ge=0)] = 256
     keep_runs: Annotated[StrictInt, Field(ge=1, le=10000)] = 10
     entry_timeout: Annotated[float, Field(gt=0, le=86400)] = 120.0
+    command_timeout: Annotated[float, Field(gt=0, le=86400)] = 120.0
+    transfer_timeout: Annotated[float, Field(gt=0, le=86400)] = 60.0
     lease_ttl: Annotated[float, Field(ge=4, le=86400)] = 180.0
     retries: Annotated[StrictInt, Field(ge=0, le=10)] = 2
     max_clock_skew: Annotated[float, Field(gt=0, le=31_536_000)] = 300.0
@@ -364,9 +367,12 @@ def load_farm_file(path: str | os.PathLike[str], variables: dict[str, str] | Non
     path = Path(path)
     shown = _display(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise FarmConfigError([ConfigIssue(shown, None, "", f"cannot read farm file: {exc}")]) from None
+        # a regular file of at most MAX_FARM_BYTES, read no further: a 400 MB file, /dev/zero or a FIFO is
+        # one line, not a wait or an exhausted memory
+        text = inputs.read_text(path, what="farm file", limit=MAX_FARM_BYTES)
+    except inputs.InputError as exc:
+        why = str(exc).split(": ", 1)[-1]
+        raise FarmConfigError([ConfigIssue(shown, None, "", f"cannot read farm file: {why}")]) from None
     try:
         raw = load_yaml_with_lines(text)
     except yaml.YAMLError as exc:

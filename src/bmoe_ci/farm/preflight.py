@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from .errors import InfraError
 from .model import normalize_arch, triple_arch
-from .transports import Transport
+from .transports import Transport, name_script
 
 #: Android ABI names (``ro.product.cpu.abi``) -> architecture
 ANDROID_ABIS = {"arm64-v8a": "aarch64", "armeabi-v7a": "armv7", "armeabi": "arm", "x86_64": "x86_64", "x86": "i686"}
@@ -79,7 +79,8 @@ def _fail(t: Transport, reason: str) -> InfraError:
     return InfraError(t.device.name, "preflight", reason)
 
 
-_PROBE = r"""
+_PROBE = name_script(
+    r"""
 printf 'uname %s\n' "$(uname -m)"
 command -v getprop >/dev/null 2>&1 && printf 'abi %s\n' "$(getprop ro.product.cpu.abi)"
 if [ -n "$2" ]; then
@@ -87,7 +88,9 @@ if [ -n "$2" ]; then
 fi
 df -Pk "$1" 2>/dev/null | tail -n 1 | sed 's/^/df /'
 printf 'clock %s\n' "$(date +%s)"
-"""
+""",
+    "preflight probe",
+)
 
 
 def _probe(t: Transport) -> dict[str, str]:
@@ -96,7 +99,7 @@ def _probe(t: Transport) -> dict[str, str]:
     t.connect()
     tool = t.device.exec_prefix[0] if t.device.exec_prefix else ""
     sent = time.time()
-    r = t.sh(_PROBE, t.workdir, tool, timeout=30).raise_for_infra()
+    r = t.sh(_PROBE, t.workdir, tool, timeout=float(t.device.command_timeout)).raise_for_infra()
     back = time.time()
     if not r.ok:
         raise _fail(t, f"probe (uname, df) failed: {r.describe()}: {r.stderr.decode(errors='replace').strip()[-200:]}")
@@ -184,9 +187,10 @@ def check_clock(t: Transport, report: PreflightReport, probe: dict[str, str]) ->
 
 
 def check_engine(
-    t: Transport, engine_path: str, build_id: str | None, report: PreflightReport, timeout: float = 60.0
+    t: Transport, engine_path: str, build_id: str | None, report: PreflightReport, timeout: float | None = None
 ) -> EngineVersion:
     d = t.device
+    timeout = float(d.command_timeout) if timeout is None else timeout
     r = t.run([engine_path, "--version"], timeout * d.timeout_scale, engine=True).raise_for_infra()
     shown = shlex.join([*d.exec_prefix, engine_path, "--version"])
     if not r.ok:
@@ -202,6 +206,16 @@ def check_engine(
     if not report.arch_confirmed_by:
         report.arch_confirmed_by = "engine"
     return v
+
+
+def check_platform(t: Transport) -> PreflightReport:
+    """Checks 1-4 (reachable, arch or ABI, exec prefix, free space, clock) in one round trip: what a
+    run checks before it pushes anything. The engine check (5) follows the push."""
+    probe = _probe(t)
+    report = check_lite(t, probe=probe)
+    check_free_space(t, report, probe)
+    check_clock(t, report, probe)
+    return report
 
 
 def preflight(t: Transport, *, engine_path: str | None = None, build_id: str | None = None) -> PreflightReport:

@@ -5,16 +5,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import posixpath
 import socket
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from .deadline import IDLE_GRACE, result_file_name, watched_argv
+from .deadline import result_file_name, silence_limit, watched_argv
 from .errors import InfraError
 from .lock import DeviceLock, Heartbeat
 from .model import Device
-from .preflight import EngineVersion, PreflightReport, check_engine, preflight
+from .preflight import EngineVersion, PreflightReport, check_engine, check_platform, preflight
+from .pull import pull as verified_pull
+from .pull import read_files
 from .store import RUNS, GcReport, Mismatch, PushItem, PushReport, gc, push
 from .transports import Ending, RunResult, Transport, open_transport
 
@@ -105,6 +108,13 @@ class DeviceSession:
         self.engine_version = self.preflight_report.engine
         return self.preflight_report
 
+    def check_platform(self) -> PreflightReport:
+        """The preflight's checks that need no engine (arch or Android ABI, the exec prefix, free space,
+        the clock), in one round trip: what must hold before anything is pushed (a 32-bit phone gets no
+        engine it cannot run). :meth:`check_engine` then completes the preflight."""
+        self.preflight_report = check_platform(self.transport)
+        return self.preflight_report
+
     def check_engine(self) -> EngineVersion:
         rep = self.preflight_report or PreflightReport(self.device.name)
         self.engine_version = check_engine(self.transport, self._engine(), self.build_id, rep)
@@ -172,14 +182,21 @@ class DeviceSession:
         """Seconds one plan entry may run without a result: ``entry_timeout`` x ``timeout_scale``."""
         return self.device.entry_timeout * self.device.timeout_scale
 
-    def run_plan(self, args: Sequence[str], entries: int, *, stdin: bytes) -> RunResult:
+    def run_plan(
+        self, args: Sequence[str], entries: int, *, stdin: bytes | None, env: Mapping[str, str] | None = None
+    ) -> RunResult:
         """Run an engine plan (``bmoe batch``) of ``entries`` entries under the device-side watcher
         (:mod:`~bmoe_ci.farm.deadline`): an entry that gives no result within :attr:`entry_deadline` is
-        killed on the device. The controller gives up when nothing at all arrives for the deadline + 30 s
-        (link or device hung) and the whole plan has ``entries`` deadlines at most."""
+        killed on the device. The watcher says it is alive every few seconds; the controller takes the
+        device or its link for hung after :func:`~bmoe_ci.farm.deadline.silence_limit` seconds without a
+        byte, and the whole plan has ``entries`` deadlines at most. ``env``: variables for the engine."""
         deadline = self.entry_deadline
-        argv = watched_argv(self.engine_argv(args), deadline, self.transport.path(result_file_name()))
-        r = self.transport.run(argv, deadline * max(1, entries) + 30.0, stdin=stdin, idle_timeout=deadline + IDLE_GRACE)
+        command = self.engine_argv(args)
+        if env:
+            command = ["env", *(f"{k}={v}" for k, v in env.items()), *command]
+        argv = watched_argv(command, deadline, self.transport.path(result_file_name()))
+        silence = silence_limit(deadline, self.device.connect_timeout)
+        r = self.transport.run(argv, deadline * max(1, entries) + 30.0, stdin=stdin, idle_timeout=silence)
         self.engine_seconds += r.duration
         if r.outcome is Ending.EXITED and r.exit_code is not None and 128 < r.exit_code < 128 + 65:
             # the watcher's shell reports an engine killed by signal N as status 128+N (the engine's
@@ -192,18 +209,44 @@ class DeviceSession:
         return self.transport.run(argv, timeout, **kw)
 
     def pull(self, remote_path: str, local_name: str | os.PathLike[str]) -> Path:
-        """Fetch a device file into the results directory (paths escaping it are refused)."""
+        """Fetch a device file into the results directory (paths escaping it are refused), verified
+        against the size and sha256 the device computes (:func:`bmoe_ci.farm.pull.pull`: one re-pull,
+        then an InfraError naming the file)."""
         if self.results_dir is None:
             raise RuntimeError("this session has no results_dir")
-        return self.transport.get(remote_path, local_name, root=self.results_dir)
+        name = posixpath.basename(remote_path)
+        try:
+            return verified_pull(
+                self.transport, remote_path, local_name, root=self.results_dir, timeout=self.device.command_timeout
+            )
+        except InfraError as exc:
+            raise exc.at(f"pull {name}") from None
+
+    def read_files(self, paths: Sequence[str]) -> dict[str, bytes | None]:
+        """The bytes of device files (None: not there) in one round trip, each verified against its size
+        and sha256 on the device (:func:`bmoe_ci.farm.pull.read_files`)."""
+        try:
+            return read_files(self.transport, paths, self.device.command_timeout)
+        except InfraError as exc:
+            raise exc.at(f"read {len(paths)} file(s)") from None
 
     def close(self) -> None:
         """Stop the heartbeat, release the lock (if we took it) and close the transport. Never raises."""
+        unanswered = False
         if self.heartbeat is not None:
+            unanswered = self.heartbeat.unanswered
             self.heartbeat.stop()
             self.heartbeat = None
-        with contextlib.suppress(InfraError, OSError):
-            self.device_lock.release()
+        if unanswered and self.device_lock.owner is not None:
+            # the device gave its last heartbeat no answer: a release would wait out its deadline too
+            self._say(
+                f"lease not released: the device did not answer its last heartbeat; it expires after its "
+                f"{self.device_lock.ttl:g}s TTL (sooner for a run on this machine: its process is gone)"
+            )
+            self.device_lock.abandon()
+        else:
+            with contextlib.suppress(InfraError, OSError):
+                self.device_lock.release()
         with contextlib.suppress(Exception):
             self.transport.close()
 

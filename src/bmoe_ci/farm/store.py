@@ -33,8 +33,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from .deadline import KILL_LEFTOVERS_FN
 from .errors import InfraError
-from .transports import Transport
+from .transports import Transport, name_script
 
 STORE = "store"
 
@@ -116,29 +117,67 @@ class PushReport:
         raise KeyError(key)
 
 
-_HASHIT = r"""
+HASHIT = r"""
 hashit() {
-  { sha256sum "$1" 2>/dev/null || shasum -a 256 "$1" 2>/dev/null || openssl dgst -sha256 -r "$1" 2>/dev/null; } \
+  # the file on stdin: a tool prints a name it was given escaped ("\HASH" for a name with a newline)
+  { sha256sum <"$1" 2>/dev/null || shasum -a 256 <"$1" 2>/dev/null || openssl dgst -sha256 -r <"$1" 2>/dev/null; } \
     | cut -c1-64
 }
 """
 
+#: Shell function ``ours DIR KIND``: succeeds when DIR is a directory bmoe-ci made (it carries the marker
+#: file ``.bmoe-ci``), creating and marking it when absent. An existing directory without the marker is
+#: adopted (and marked) only when everything in it is what bmoe-ci would have put there (``store``: files
+#: named by their sha256 and upload temporaries; ``runs``: use lists, files of sha256 lines), as a store of
+#: a bmoe-ci that wrote no marker is; anything else, or a symlink, prints ``notours DIR WHY`` and fails:
+#: nothing bmoe-ci did not make is deleted, and no symlink leads it out of the work directory.
+OURS_FN = r"""
+ours() {
+  if [ -L "$1" ]; then echo "notours $1 is a symlink"; return 1; fi
+  if [ ! -e "$1" ]; then
+    mkdir -p "$1" && : > "$1/.bmoe-ci" && return 0
+    echo "notours $1 cannot be created"; return 1
+  fi
+  if [ ! -d "$1" ]; then echo "notours $1 is not a directory"; return 1; fi
+  if [ -f "$1/.bmoe-ci" ] && [ ! -L "$1/.bmoe-ci" ]; then return 0; fi
+  for f in "$1"/* "$1"/.[!.]* "$1"/..?*; do
+    [ -e "$f" ] || [ -L "$f" ] || continue
+    b=${f##*/}
+    if [ -L "$f" ] || [ ! -f "$f" ]; then echo "notours $1 holds $b, which bmoe-ci did not make"; return 1; fi
+    case $2 in
+      store) case $b in .tmp-*) continue;; esac
+             printf '%s\n' "$b" | grep -qx '[0-9a-f]\{64\}' && continue;;
+      runs) grep -qvx '[0-9a-f]\{64\}' "$f" || continue;;
+    esac
+    echo "notours $1 holds $b, which bmoe-ci did not make"; return 1
+  done
+  : > "$1/.bmoe-ci"
+}
+"""
+
 # $1 store, $2 sweep (1: remove .tmp-* leftovers), $3 use list ("-": none), then pairs SHA MODE.
-_CHECK = (
-    _HASHIT
+_CHECK = name_script(
+    HASHIT
+    + KILL_LEFTOVERS_FN
+    + OURS_FN
     + r"""
 d=$1; sweep=$2; uses=$3; shift 3
-mkdir -p "$d" || exit 3
+ours "$d" store || exit 4
 command -v sha256sum >/dev/null 2>&1 || command -v shasum >/dev/null 2>&1 \
   || command -v openssl >/dev/null 2>&1 || { echo nohash; exit 3; }
 if [ "$sweep" = 1 ]; then
-  for f in "$d"/.tmp-*; do [ -e "$f" ] || [ -L "$f" ] || continue; rm -f "$f" && echo swept; done
+  kill_leftovers "$d"
+  for f in "$d"/.tmp-*; do [ -f "$f" ] || [ -L "$f" ] || continue; rm -f "$f" && echo swept; done
 fi
-if [ "$uses" != - ]; then mkdir -p "$(dirname "$uses")" || exit 3; : >> "$uses" || exit 3; fi
+if [ "$uses" != - ]; then
+  ours "$(dirname "$uses")" runs || exit 4
+  if [ -L "$uses" ] || { [ -e "$uses" ] && [ ! -f "$uses" ]; }; then echo "notours $uses is not a use list"; exit 4; fi
+  : >> "$uses" || exit 3
+fi
 df -Pk "$d" 2>/dev/null | tail -n 1 | sed 's/^/df /'
 while [ $# -ge 2 ]; do
   [ "$uses" != - ] && echo "$1" >> "$uses"
-  if [ -f "$d/$1" ]; then
+  if [ -f "$d/$1" ] && [ ! -L "$d/$1" ]; then
     got=$(hashit "$d/$1")
     if [ "$got" = "$1" ]; then chmod "$2" "$d/$1" 2>/dev/null; echo "have $1"
     else rm -f "$d/$1"; echo "corrupt $1 ${got:--}"
@@ -146,11 +185,12 @@ while [ $# -ge 2 ]; do
   fi
   shift 2
 done
-"""
+""",
+    "store check",
 )
 
-_COMMIT = (
-    _HASHIT
+_COMMIT = name_script(
+    HASHIT
     + r"""
 d=$1; shift
 status=0
@@ -165,14 +205,33 @@ while [ $# -ge 4 ]; do
     else rm -f "$d/$tmp"; echo "failed $want"; status=3
     fi;;
   link)
-    link=$2; target=$3
-    mkdir -p "$(dirname "$link")" && ln -sfn "$target" "$link" || { echo "nolink $link"; status=3; };;
+    # $2 the link, $3 its target, $4 the work directory: no component between them may be a symlink
+    # (it would lead out), and an existing file there that is not a link is left alone
+    link=$2; target=$3; top=$4; p=$(dirname "$link"); bad=
+    while [ "$p" != "$top" ] && [ "${#p}" -gt "${#top}" ]; do [ -L "$p" ] && bad=$p; p=$(dirname "$p"); done
+    if [ -n "$bad" ]; then echo "notours $bad is a symlink"; status=4
+    elif [ -e "$link" ] && [ ! -L "$link" ]; then echo "notours $link is not a link bmoe-ci made"; status=4
+    else mkdir -p "$(dirname "$link")" && ln -sfn "$target" "$link" || { echo "nolink $link"; status=3; }
+    fi;;
   esac
   shift 4
 done
 exit $status
-"""
+""",
+    "store commit",
 )
+
+
+def _refuse_foreign(device: str, stdout: bytes) -> None:
+    """An ``ours`` refusal (see :data:`OURS_FN`) is a ``setup`` error naming the directory and why."""
+    for line in stdout.decode(errors="replace").splitlines():
+        if line.startswith("notours "):
+            raise InfraError(
+                device,
+                "setup",
+                f"{line[len('notours ') :]}: bmoe-ci deletes and follows nothing it did not make; give the "
+                "device a work directory of its own (or move that away)",
+            )
 
 
 def _check_name(name: str) -> str:
@@ -187,7 +246,7 @@ def push(
     items: Iterable[PushItem | str | os.PathLike[str]],
     *,
     progress: Callable[[str], None] | None = None,
-    timeout: float = 600.0,
+    timeout: float | None = None,
     sweep: bool = False,
     uses: str | None = None,
     min_free_mb: int | None = None,
@@ -201,6 +260,7 @@ def push(
     Raises :class:`InfraError` (``push``, ``transfer``, ``disconnect``, ...) on any failure.
     """
     dev = transport.device.name
+    timeout = float(transport.device.command_timeout) if timeout is None else timeout
     norm = [it if isinstance(it, PushItem) else PushItem(Path(it)) for it in items]
     store = transport.path(STORE)
     entries: list[tuple[PushItem, str, int]] = []
@@ -222,6 +282,7 @@ def push(
         args += [sha, mode]
     r = transport.sh(_CHECK, *args, timeout=timeout).raise_for_infra()
     lines = [line.split() for line in r.stdout.decode(errors="replace").splitlines() if line.strip()]
+    _refuse_foreign(dev, r.stdout)
     if ["nohash"] in lines:
         raise InfraError(dev, "push", "no sha256 tool on the device (need sha256sum, shasum or openssl)")
     if not r.ok:
@@ -253,7 +314,8 @@ def push(
     for it, sha, _size in entries:
         if it.name is not None:
             path = transport.path(it.name)
-            links += ["link", path, posixpath.relpath(posixpath.join(store, sha), posixpath.dirname(path)), "-"]
+            target = posixpath.relpath(posixpath.join(store, sha), posixpath.dirname(path))
+            links += ["link", path, target, transport.path()]
     while missing or links:
         commit: list[str] = [store]
         for sha in missing:
@@ -267,6 +329,7 @@ def push(
         links = []
         r = transport.sh(_COMMIT, *commit, timeout=timeout).raise_for_infra()
         out = [line.split() for line in r.stdout.decode(errors="replace").splitlines() if line.strip()]
+        _refuse_foreign(dev, r.stdout)
         retry: list[str] = []
         for w in out:
             if w[0] == "mismatch":
@@ -300,22 +363,29 @@ RUNS = "runs"
 
 # $1 store, $2 runs dir, $3 how many use lists to keep. Newest use lists (by mtime) are kept; every
 # stored file none of them names is removed, and printed with its size; upload temporaries too.
-_GC = r"""
+_GC = name_script(
+    OURS_FN
+    + r"""
 s=$1; r=$2; keep=$3
-mkdir -p "$r" "$s" || exit 3
+ours "$s" store || exit 4
+ours "$r" runs || exit 4
 n=0
 for f in $(ls -t "$r"); do
+  [ -f "$r/$f" ] && [ ! -L "$r/$f" ] || continue
   n=$((n+1)); [ "$n" -gt "$keep" ] && rm -f "$r/$f"
 done
-for f in "$s"/.tmp-*; do [ -e "$f" ] || [ -L "$f" ] || continue; rm -f "$f" && echo "swept"; done
+for f in "$s"/.tmp-*; do [ -f "$f" ] || [ -L "$f" ] || continue; rm -f "$f" && echo "swept"; done
 for f in "$s"/*; do
-  [ -f "$f" ] || continue
+  [ -f "$f" ] && [ ! -L "$f" ] || continue
   b=${f##*/}
+  printf '%s\n' "$b" | grep -qx '[0-9a-f]\{64\}' || continue
   if ! cat "$r"/* 2>/dev/null | grep -qx "$b"; then
     size=$(wc -c < "$f"); rm -f "$f" && echo "removed $b $size"
   fi
 done
-"""
+""",
+    "store gc",
+)
 
 
 @dataclass
@@ -329,15 +399,17 @@ class GcReport:
         return sum(n for _, n in self.removed)
 
 
-def gc(transport: Transport, keep_runs: int, *, timeout: float = 120.0) -> GcReport:
+def gc(transport: Transport, keep_runs: int, *, timeout: float | None = None) -> GcReport:
     """Remove stored files that none of the last ``keep_runs`` runs used, and upload temporaries
     (hold the lock to call this).
 
     A run's use list ``<workdir>/runs/<run id>`` is written by :func:`push` (``uses=``)."""
     if keep_runs < 1:
         raise ValueError("keep_runs must be at least 1")
+    timeout = float(transport.device.command_timeout) if timeout is None else timeout
     r = transport.sh(_GC, transport.path(STORE), transport.path(RUNS), str(keep_runs), timeout=timeout)
     r.raise_for_infra()
+    _refuse_foreign(transport.device.name, r.stdout)
     if not r.ok:
         why = r.stderr.decode(errors="replace").strip()
         raise InfraError(transport.device.name, "setup", f"store gc failed: {why}")

@@ -16,7 +16,10 @@ class DeviceContext:
     build_id: str
     engine: str | None = None  # device path of the pushed engine
     models: dict[str, str] = field(default_factory=dict)  # fixture name -> device path for -m
-    infra_error: str | None = None  # why this device cannot give verdicts (its tests are errors)
+    infra_error: str | None = None  # why this device cannot give verdicts (its tests are errors), one line
+    infra_kind: str = "setup"  # ... as the InfraError it was: kind, step (what was being done), reason
+    infra_step: str = ""
+    infra_reason: str = ""
     pushed_bytes: int = 0
     verified_files: int = 0  # stored files whose hash the device checked in this run
     repushed: list[str] = field(default_factory=list)  # corrupted files found and re-pushed

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -32,6 +32,14 @@ from bmoe_ci.paths import Places
 from bmoe_ci.reference import GATE_REQUEST
 
 
+def _step(name: str, call: Callable[[], object]) -> None:
+    """One step of a device's set-up; an infrastructure error says which step it was."""
+    try:
+        call()
+    except InfraError as exc:
+        raise exc.at(name) from None
+
+
 def mib(n: int) -> str:
     return f"{n / 2**20:.1f} MiB"
 
@@ -44,8 +52,11 @@ class Prepared:
         self.sessions = sessions
 
     def close(self) -> None:
-        for session in self.sessions.values():
-            session.close()
+        """Release every device (in parallel: a hung device costs its own deadlines, not the others')."""
+        if not self.sessions:
+            return
+        with ThreadPoolExecutor(max_workers=len(self.sessions)) as pool:
+            list(pool.map(lambda s: s.close(), self.sessions.values()))
 
 
 def _available(
@@ -54,7 +65,7 @@ def _available(
     """The selected devices that are not quarantined, and a note for each one that is."""
     devices, notes = [], []
     for device in selected:
-        h: DeviceHealth = health.peek(device.name) if peek else health.get(device.name)
+        h: DeviceHealth = health.peek(device) if peek else health.get(device)
         if h.quarantine is None:
             devices.append(device)
         else:
@@ -81,17 +92,21 @@ def plan_only(
     faults: Sequence[str] = (),
     progress: Progress | None = None,
     places: Places | None = None,
+    looking: bool = True,
 ) -> GateRun:
     """The run's devices and fixtures as the tests are parametrised over them, from the farm file and
     the fixture specs alone: nothing is built, generated, leased, pushed or written (the health state
-    is read, not updated). Raises FarmError and SpecError like :func:`prepare`."""
+    is read, not updated). Raises FarmError and SpecError like :func:`prepare`. ``looking``: only looking
+    at the tests (``--collect-only``); else this is the plan a real run collects its tests from before
+    :func:`prepare` readies what the selected ones need."""
     progress = progress or Progress()
     places = places or Places()
     farm = load_farm(farm_file, places)
     selected = select_devices(farm, list(selectors))
     devices, notes = _available(selected, HealthBook(farm.path, places=places), True, progress)
     specs = load_specs(places=places).select(list(fixture_names) if fixture_names else None)
-    progress.step(f"collect only: fixtures {', '.join(s.name for s in specs)}; nothing built, leased or pushed")
+    if looking:
+        progress.step(f"collect only: fixtures {', '.join(s.name for s in specs)}; nothing built, leased or pushed")
     return GateRun(
         run_id=run_id,
         results_dir=str(results_dir),
@@ -131,6 +146,15 @@ def _session_message(progress: Progress, device: str, msg: str) -> None:
         progress.notice(f"{device}: {msg}")
 
 
+def _build_message(progress: Progress, msg: str) -> None:
+    """The builder's messages: a target that starts to compile is said even under -q (it takes minutes);
+    its "still building" lines come at the normal verbosity."""
+    if msg.startswith("still "):
+        progress.step(msg)
+    else:
+        progress.milestone(msg)
+
+
 def _fixtures_message(progress: Progress, msg: str) -> None:
     """The fixture generator's messages: waiting for another generator, or a manifest it had to ignore,
     are notices; generating and hashing are detail (the fixtures line sums them up)."""
@@ -152,9 +176,12 @@ def prepare(
     lock_wait: float = 0.0,
     progress: Progress | None = None,
     places: Places | None = None,
+    needs: Mapping[str, Collection[str]] | None = None,
 ) -> Prepared:
     """`faults` are catalogue names (the caller has checked them against engine/faults.toml); `places`
-    (default: no override) is where the source tree, the caches and the local farm are.
+    (default: no override) is where the source tree, the caches and the local farm are. `needs`: device
+    name -> the fixtures its selected tests need (None: every selected device, every fixture); a device
+    it does not name is not built for, leased or pushed to, and a device gets only its own fixtures.
     Raises FarmError (bad farm file, unknown device) — a usage problem that stops the session.
     A device that cannot be reached or fails preflight does NOT raise: it gets an infra_error."""
     progress = progress or Progress()
@@ -162,14 +189,21 @@ def prepare(
     started = time.monotonic()
     farm = load_farm(farm_file, places)
     selected = select_devices(farm, list(selectors))
+    if needs is not None:
+        selected = [d for d in selected if d.name in needs]
     health = HealthBook(farm.path, places=places)
     devices, notes = _available(selected, health, False, progress)
+    if needs is not None:
+        wanted = sorted({f for names in needs.values() for f in names})
+        fixture_names = [f for f in (fixture_names or wanted) if f in wanted]
 
     builds: dict[str, Build] = {}
     for target in sorted({target_for(d) for d in devices}):
         defines = [f"BMOE_FAULT_{name}=1" for name in faults]
         t0 = time.monotonic()
-        b = build(target, defines=defines, rebuild=rebuild, progress=progress.step, places=places)
+        b = build(
+            target, defines=defines, rebuild=rebuild, progress=lambda m: _build_message(progress, m), places=places
+        )
         with_faults = f", faults {', '.join(faults)}" if faults else ""
         progress.step(
             f"build {b.target}: {'compiled' if b.compiled else 'cached'}, "
@@ -177,19 +211,24 @@ def prepare(
         )
         builds[target] = b
     t0 = time.monotonic()
-    fixtures = generate(
-        None,
-        names=list(fixture_names) if fixture_names else None,
-        reference=GATE_REQUEST,
-        progress=lambda m: _fixtures_message(progress, m),
-        places=places,
-    )
-    progress.step(
-        "fixtures: "
-        + ", ".join(f"{f.name} {f.origin} ({mib(f.size)})" for f in fixtures)
-        + f"; {time.monotonic() - t0:.1f} s"
-    )
-    items = _fixture_items(fixtures, places.source_tree())
+    fixtures: list[FixtureFile] = []
+    if needs is None or fixture_names:
+        fixtures = generate(
+            None,
+            names=list(fixture_names) if fixture_names else None,
+            reference=GATE_REQUEST,
+            progress=lambda m: _fixtures_message(progress, m),
+            places=places,
+        )
+        progress.step(
+            "fixtures: "
+            + ", ".join(f"{f.name} {f.origin} ({mib(f.size)})" for f in fixtures)
+            + f"; {time.monotonic() - t0:.1f} s"
+        )
+    tree = places.source_tree()
+
+    def device_fixtures(device: Device) -> list[FixtureFile]:
+        return [f for f in fixtures if needs is None or f.name in needs.get(device.name, ())]
 
     def open_one(device: Device) -> tuple[DeviceContext, DeviceSession | None]:
         b = builds[target_for(device)]
@@ -212,29 +251,46 @@ def prepare(
                 results_dir=results_dir / device.name,
                 progress=lambda m: _session_message(progress, device.name, m),
             )
-            session.connect()
-            session.lock(wait=lock_wait)
+            s = session
+            _step("connect", s.connect)
+            _step("lease", lambda: s.lock(wait=lock_wait))
             t_push = time.monotonic()
             progress.detail(f"{device.name}: connected and leased in {t_push - started:.1f} s")
-            session.push_engine(b.path, b.build_id)
-            session.push_files(items)
-            progress.step(
-                f"{device.name}: " + _push_line(session.pushes, time.monotonic() - t_push, session.verified_files)
-            )
-            session.gc()
+            # arch (the Android ABI), exec prefix, free space and clock before anything is pushed
+            _step("preflight", s.check_platform)
+            mine = device_fixtures(device)
+            _step("push", lambda: (s.push_engine(b.path, b.build_id), s.push_files(_fixture_items(mine, tree))))
+            progress.step(f"{device.name}: " + _push_line(s.pushes, time.monotonic() - t_push, s.verified_files))
+            _step("store gc", s.gc)
             t_check = time.monotonic()
-            report = session.preflight()
+            _step("preflight", s.check_engine)
+            report = s.preflight_report
+            assert report is not None
             progress.step(f"{device.name}: preflight ok, {time.monotonic() - t_check:.1f} s ({report.summary()})")
         except InfraError as exc:
             if session is not None:
                 session.close()
-            ctx.infra_error = str(exc)
+            ctx.infra_error = exc.line().split(": ", 1)[1]  # the line without the device's name
+            ctx.infra_kind, ctx.infra_step, ctx.infra_reason = exc.kind, exc.step, exc.reason
             ctx.setup_s = time.monotonic() - started
             progress.notice(f"{device.name}: unavailable: {exc}")
             if exc.kind != "busy":  # another run's lease says nothing about the device's health
                 h = health.record(device, f"{exc.kind}: {exc.reason}")
                 if h.quarantine is not None:
                     progress.notice(f"{device.name}: {h.quarantine.describe()}")
+            return ctx, None
+        except Exception as exc:  # a bug or a surprise of one device's set-up: never the others' run
+            if session is not None:
+                session.close()
+            why = " ".join(str(exc).split())[:300] or "(no message)"
+            ctx.infra_error = f"set-up: setup: unexpected {type(exc).__name__}: {why}"
+            ctx.infra_kind, ctx.infra_step, ctx.infra_reason = (
+                "setup",
+                "set-up",
+                f"unexpected {type(exc).__name__}: {why}",
+            )
+            ctx.setup_s = time.monotonic() - started
+            progress.notice(f"{device.name}: unavailable: {ctx.infra_error}")
             return ctx, None
         except BaseException:
             if session is not None:
@@ -244,7 +300,7 @@ def prepare(
         for note in session.transport.retries:
             progress.notice(f"{device.name}: {note}")
         ctx.engine = session.engine
-        ctx.models = {f.name: session.file(f"fixtures/{f.path.name}") for f in fixtures}
+        ctx.models = {f.name: session.file(f"fixtures/{f.path.name}") for f in device_fixtures(device)}
         ctx.pushed_bytes = session.pushed_bytes
         ctx.verified_files = session.verified_files
         ctx.repushed = [str(m) for m in session.mismatches]
@@ -304,7 +360,9 @@ SCORING_INPUTS = ("score.txt", "choices.jsonl", "session.txt")
 
 def _fixture_items(fixtures: Sequence[FixtureFile], tree: Path) -> list[PushItem]:
     # Every file of a split model goes to the same directory under its own name: the engine finds
-    # the sibling shards from the first one's name.
+    # the sibling shards from the first one's name. The scoring inputs go with any fixture.
+    if not fixtures:
+        return []
     data = tree / "gates" / "data"
     scoring = [PushItem(data / name, name=f"fixtures/scoring/{name}") for name in SCORING_INPUTS]
     return [PushItem(p, name=f"fixtures/{p.name}") for f in fixtures for p in f.files] + scoring

@@ -8,7 +8,8 @@ device sessions, the record collector); nothing prints on its own. Three kinds o
             for a fixture): shown at pytest's normal verbosity and above, not under -q;
   * detail  what happens inside a step (each file pushed, a fixture being generated): only with -v;
   * notice  something the user must know whatever the verbosity (a device unavailable or skipped,
-            waiting for another run's lease, a stale lease broken, a corrupted file re-pushed).
+            waiting for another run's lease, a stale lease broken, a corrupted file re-pushed);
+  * milestone  a line shown under -q too (not -qq): a target starting to compile.
 
 Under -q the controller adds one `summary` line at the end of the preparation instead of the steps.
 xdist workers get no Progress: their plan timings reach the controller as test report properties.
@@ -59,6 +60,12 @@ class Progress:
 
     def notice(self, msg: str) -> None:
         self._write(msg)
+
+    def milestone(self, msg: str) -> None:
+        """A line worth its place even under -q (one per compiled target: a cold build takes minutes);
+        not under -qq."""
+        if self.verbosity >= -1:
+            self._write(msg)
 
     def summary(self, msg: str) -> None:
         """The one line a quiet run prints for its preparation (the steps said it otherwise)."""

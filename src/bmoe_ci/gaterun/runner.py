@@ -15,18 +15,27 @@ taken out of the run: its remaining tests are errors with that reason, the other
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import posixpath
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 from bmoe_ci.farm import DeviceSession, Ending, InfraError, RunResult
-from bmoe_ci.farm.deadline import deadline_hit, strip_marks
-from bmoe_ci.gaterun.engine import EngineResult, crash_of, parse_result, run_engine
+from bmoe_ci.farm.deadline import deadline_hit, kill_leftovers, strip_marks
+from bmoe_ci.gaterun.engine import EngineResult, crash_of, from_run, parse_result
 
 #: Timeouts after which a device is taken out of the run.
 MAX_TIMEOUTS = 2
+#: Infrastructure errors that mean the link itself is gone (a hung link is a ``timeout`` the transport
+#: marks as hung): the breaker then tries one reconnect.
+LINK_LOST = ("disconnect", "unreachable")
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,10 @@ class DeviceRunner:
     engine_s: float = 0.0  # engine time on the device not yet attributed to a test
     timeouts: list[str] = field(default_factory=list)  # every timeout of this device, in order
     retired: str | None = None  # why the device is out of the run
+    #: the device's breaker: set once its link was lost and one reconnect failed; every later call
+    #: raises it at once instead of reaching for the device again
+    broken: InfraError | None = None
+    _quiet: bool = True  # False after an engine command ended without a verdict: it may still run there
     _cache: dict[str, dict[str, EngineResult] | InfraError] = field(default_factory=dict)
     _texts: dict[str, dict[str, str | None]] = field(default_factory=dict)
     # plans run since the last take_plans_done(): they travel to the controller on the test report
@@ -79,10 +92,10 @@ class DeviceRunner:
             self._check_in_run()
             started = time.monotonic()
             try:
-                results = self._run_batch(key, entries)
+                results = self._guarded(f"plan {key!r}", lambda: self._run_batch(key, entries), engine=True)
             except InfraError as exc:
                 self._plans_done.append(PlanDone(key, len(entries), time.monotonic() - started, exc.kind))
-                if exc.kind == "timeout":
+                if exc.kind == "timeout" and self.broken is None:
                     self._cache[key] = self._timed_out(exc)
                 raise
             crashed = sum(1 for r in results.values() if r.crashed)
@@ -95,65 +108,108 @@ class DeviceRunner:
 
     def texts(self, key: str, paths: Sequence[str]) -> dict[str, str | None]:
         """The text of device files (e.g. the route traces a plan wrote) in ONE round trip, cached by
-        `key`: path -> text, or None for a file that is not there (its run did not write it)."""
+        `key`: path -> text, or None for a file that is not there (its run did not write it). Each file
+        is verified against its size and sha256 on the device: one that stays short is an InfraError."""
         if key not in self._texts:
-            self._texts[key] = self._read_texts(paths)
+            self._texts[key] = self._guarded(f"read {key}", lambda: self._read_texts(paths))
         return self._texts[key]
 
     def _read_texts(self, paths: Sequence[str]) -> dict[str, str | None]:
         if not paths:
             return {}
-        # each file is announced by a line "\x1e<path>" (present) or "\x1f<path>" (missing); a newline
-        # after each file keeps the next marker at the start of a line, whatever the file ends with
-        script = (
-            'for f; do if [ -r "$f" ]; then printf "\\036%s\\n" "$f"; cat "$f"; printf "\\n"; '
-            'else printf "\\037%s\\n" "$f"; fi; done'
-        )
-        timeout = self.session.entry_deadline
-        r = self.session.run(["sh", "-c", script, "bmoe-ci", *paths], timeout)
-        if r.outcome is Ending.INFRA or r.exit_code != 0:
-            raise r.infra or InfraError(
-                self.session.device.name, "transfer", f"reading {len(paths)} files: {r.describe()}"
-            )
-        out: dict[str, str | None] = {}
-        current: str | None = None
-        chunks: list[str] = []
-        # split on "\n" only: str.splitlines() would also split at the \x1e and \x1f markers
-        lines = r.stdout.decode(errors="replace").split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()  # after the newline the script prints last
-        for line in lines:
-            if line[:1] in ("\x1e", "\x1f") and line[1:] in paths:
-                if current is not None:
-                    out[current] = "\n".join(chunks)
-                name = line[1:]
-                current, chunks = (name, []) if line[0] == "\x1e" else (None, [])
-                if line[0] == "\x1f":
-                    out[name] = None
-            elif current is not None:
-                chunks.append(line)
-        if current is not None:
-            out[current] = "\n".join(chunks)
-        return {p: out.get(p) for p in paths}
+        got = self.session.read_files(paths)  # verified on the device: a short read is an InfraError
+        return {p: (None if b is None else b.decode(errors="replace")) for p, b in got.items()}
+
+    def pull(self, remote_path: str, local: str | os.PathLike[str]) -> Path:
+        """A device file copied into the device's results directory, verified (see
+        :meth:`DeviceSession.pull`); behind the device's breaker like every other call."""
+        step = f"pull {posixpath.basename(remote_path)}"
+        return self._guarded(step, lambda: self.session.pull(remote_path, local))
 
     def single(self, argv: Sequence[str], env: Mapping[str, str] | None = None) -> EngineResult:
         """One engine process for one command (the batch == single-process identity needs this; `env`:
         variables for the engine, e.g. BMOE_KERNELS)."""
+
+        def once() -> EngineResult:
+            # under the plan's watcher too: the same deadline, and a pid file that lets a later command
+            # kill it should its link be lost while it runs
+            r = self.session.run_plan(list(argv), 1, stdin=None, env=env)
+            self.engine_s += r.duration
+            if r.outcome is Ending.INFRA:
+                raise r.infra or InfraError(self.session.device.name, "disconnect", r.describe())
+            if deadline_hit(r.stderr):
+                raise InfraError(
+                    self.session.device.name,
+                    "timeout",
+                    f"gave no result within its deadline of {self.session.entry_deadline:g}s; killed on the "
+                    f"device ({' '.join(map(str, argv))[:160]})",
+                )
+            stderr = _without_emulator_lines(strip_marks(r.stderr.decode(errors="replace")))
+            return from_run(argv, dataclasses.replace(r, stderr=stderr.encode()))
+
+        try:
+            return self._guarded("single run", once, engine=True)
+        except InfraError as exc:
+            if exc.kind == "timeout" and self.broken is None:
+                raise self._timed_out(exc) from None
+            raise
+
+    def connect(self) -> None:
+        """Connect the session (a worker's own connection), behind the breaker: a device that cannot be
+        reached now is out of the run after that one try."""
+
+        def once() -> None:
+            try:
+                self.session.transport.connect(retries=0)
+            except InfraError as exc:
+                self.broken = InfraError(
+                    exc.device, exc.kind, f"taken out of the run: it could not be reached again ({exc.reason})"
+                )
+                raise
+
+        self._guarded("connect", once)
+
+    # -- the breaker
+    def _guarded(self, step: str, call: Callable[[], T], *, engine: bool = False) -> T:
+        """``call()`` behind the device's breaker: refused at once when the device is broken; after a lost
+        link (dropped, refused, or hung past the controller's deadline) one reconnect, bounded by
+        ``connect_timeout``, decides: back, and the run goes on; still gone, and the breaker opens. Before
+        an engine command, whatever an earlier command of this run left running on the device is killed
+        (a lost link does not stop it there), so two engines never run side by side."""
         self._check_in_run()
-        result = run_engine(self.session, argv, self.session.device.entry_timeout, env)
-        self.engine_s += result.duration
-        if result.infra is not None:
-            if result.infra.kind == "timeout":
-                raise self._timed_out(result.infra) from None
-            raise result.infra
-        return result
+        try:
+            if engine and not self._quiet:
+                kill_leftovers(self.session.transport, self.session.device.connect_timeout)
+                self._quiet = True
+            return call()
+        except InfraError as exc:
+            if engine:
+                self._quiet = False
+            if exc.kind in LINK_LOST or (exc.kind == "timeout" and self.session.transport.link_hung):
+                self._reconnect_or_break(exc.at(step))
+            raise exc.at(step) from None
+
+    def _reconnect_or_break(self, lost: InfraError) -> None:
+        if self.broken is not None:
+            return
+        try:
+            self.session.transport.reconnect()
+        except InfraError as again:
+            self.broken = InfraError(
+                lost.device,
+                lost.kind,
+                f"taken out of the run: its link was lost ({lost.step + ': ' if lost.step else ''}{lost.reason}) "
+                f"and one reconnect failed ({again.kind}: {again.reason})",
+            )
 
     def _check_in_run(self) -> None:
+        if self.broken is not None:
+            raise self.broken
         if self.retired is not None:
             raise InfraError(self.session.device.name, "timeout", self.retired)
 
     def _timed_out(self, exc: InfraError) -> InfraError:
-        self.timeouts.append(exc.reason)
+        self.timeouts.append(f"{exc.step}: {exc.reason}" if exc.step else exc.reason)
         if len(self.timeouts) >= MAX_TIMEOUTS and self.retired is None:
             self.retired = f"taken out of the run after {len(self.timeouts)} timeouts: " + "; ".join(self.timeouts)
         return exc
@@ -173,7 +229,7 @@ class DeviceRunner:
             r = self.session.run_plan(["batch", "/dev/stdin"], len(pending), stdin=plan.encode())
             if r.outcome is Ending.INFRA and r.infra is not None and r.infra.kind == "timeout":
                 first_id = pending[0][0]
-                raise InfraError(device, "timeout", f"plan {key!r}, from entry {first_id!r}: {r.infra.reason}")
+                raise InfraError(device, "timeout", f"from entry {first_id!r}: {r.infra.reason}")
             r = self._checked(r)
             stderr = _without_emulator_lines(strip_marks(r.stderr.decode(errors="replace")))
             for line in r.stdout.decode(errors="replace").splitlines():
@@ -192,7 +248,7 @@ class DeviceRunner:
                 raise InfraError(
                     device,
                     "timeout",
-                    f"plan {key!r} entry {first_id!r} gave no result within its deadline of "
+                    f"entry {first_id!r} gave no result within its deadline of "
                     f"{self.session.entry_deadline:g}s; killed on the device ({' '.join(map(str, first_argv))[:160]})",
                 )
             crashed = crash_of(r)

@@ -9,6 +9,7 @@ queue behind each other instead of corrupting the file or failing on a lock.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -93,6 +94,19 @@ CREATE INDEX runs_pool ON runs (pool, started);
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: ("ALTER TABLE runs ADD COLUMN faults TEXT NOT NULL DEFAULT ''",),
 }
+
+
+def _expected_columns() -> dict[str, set[str]]:
+    """Table -> columns of :data:`_SCHEMA` (read off the schema text)."""
+    out: dict[str, set[str]] = {}
+    for m in re.finditer(r"CREATE TABLE (\w+) \((.*?)\n\);", _SCHEMA, re.S):
+        cols = {
+            line.split()[0]
+            for line in m.group(2).splitlines()
+            if line.strip() and not line.strip().startswith("PRIMARY")
+        }
+        out[m.group(1)] = cols
+    return out
 
 
 class HistoryError(Exception):
@@ -266,15 +280,25 @@ class History:
     def __init__(self, directory: Path | str):
         self.path = Path(directory) / HISTORY_FILE
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.is_symlink() or (self.path.exists() and not self.path.is_file()):
+            raise HistoryError(f"{self.path}: not a regular file (a symlink, a directory or a device)")
         self.conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
         try:
             self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            # a damaged file, or another application's database, is refused here, before any gate runs
+            checked = self.conn.execute("PRAGMA quick_check").fetchall()
+            if checked != [("ok",)]:
+                raise HistoryError(f"{self.path}: a damaged database ({'; '.join(str(r[0]) for r in checked[:3])})")
+            self._check_ours()
             self.conn.execute("PRAGMA journal_mode = WAL")
             self.conn.execute("PRAGMA foreign_keys = ON")
             self._migrate()
         except sqlite3.DatabaseError as exc:
             self.conn.close()
             raise HistoryError(f"{self.path}: not a usable history database: {exc}") from None
+        except HistoryError:
+            self.conn.close()
+            raise
 
     def __enter__(self) -> History:
         return self
@@ -295,6 +319,28 @@ class History:
             self.conn.execute("ROLLBACK")
             raise
         self.conn.execute("COMMIT")
+
+    def _check_ours(self) -> None:
+        """The file is empty, or a bmoe-ci history with every table and column this version reads: never
+        another application's database, which bmoe-ci would otherwise write its tables into."""
+        version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if (version == 0 and not tables) or version > SCHEMA_VERSION:
+            return  # new, or from a newer bmoe-ci (_migrate says so)
+        expected = _expected_columns()
+        if version == 0 or not set(expected) <= tables:
+            shown = ", ".join(sorted(tables)[:6]) or "no tables"
+            raise HistoryError(
+                f"{self.path}: not a bmoe-ci history (schema version {version}, tables {shown}); "
+                "give --history a directory of its own"
+            )
+        for table, columns in expected.items():
+            have = {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
+            if not columns <= have:
+                raise HistoryError(
+                    f"{self.path}: table {table} lacks column(s) {', '.join(sorted(columns - have))}: "
+                    "not a bmoe-ci history of this version"
+                )
 
     def _migrate(self) -> None:
         with self._write() as conn:

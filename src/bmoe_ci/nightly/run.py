@@ -9,6 +9,7 @@ disagreement, 2 a usage or configuration error, 3 no verdicts.
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
 import sys
@@ -432,13 +433,31 @@ def commit_range(hist: History, pool: str, run_id: str, commit: str, repo: Path 
 def _runs_on_disk(history_dir: Path, hist: History) -> list[tuple[str, str]]:
     out = []
     for rid in reversed(hist.run_ids()):
-        nightly = history_dir / rid / NIGHTLY_JSON
+        run_dir = run_dir_of(history_dir, rid)
+        if run_dir is None:
+            continue
+        nightly = run_dir / NIGHTLY_JSON
         if nightly.is_file():
             try:
                 out.append((rid, verdict_line(read_json(nightly))))
             except (ReportError, KeyError):
                 out.append((rid, "(unreadable nightly.json)"))
     return out
+
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
+
+
+def run_dir_of(history_dir: Path, run_id: str) -> Path | None:
+    """The raw directory of a recorded run: a real directory (no symlink) directly inside the history
+    directory, named by a run id of the usual characters; None for a history row that names anything
+    else (``..``, a path, a symlink), which no retention ever follows."""
+    if not _RUN_ID.match(run_id) or ".." in run_id:
+        return None
+    path = history_dir / run_id
+    if path.is_symlink() or path.resolve().parent != history_dir.resolve():
+        return None
+    return path
 
 
 def apply_retention(history_dir: Path, hist: History, keep: int) -> list[Path]:
@@ -450,8 +469,8 @@ def apply_retention(history_dir: Path, hist: History, keep: int) -> list[Path]:
     removed = []
     ids = hist.run_ids()
     for rid in ids[: max(0, len(ids) - keep)]:
-        path = history_dir / rid
-        if path.parent != history_dir or not path.is_dir():
+        path = run_dir_of(history_dir, rid)
+        if path is None or not path.is_dir():
             continue
         if not ((path / RUN_JSON).is_file() or (path / NIGHTLY_JSON).is_file()):
             continue

@@ -9,10 +9,13 @@ the short names are aliases only while no other plugin owns them). The plugin is
 session runs the gate suite (a path inside `gates/`, or `--bmoe-device` on the command line).
 Then, on the controller only (session fixtures run once per xdist worker: docs/design.md, the gate
 suite under pytest-xdist):
-  * pytest_sessionstart  builds, generates fixtures, leases/pushes/preflights every device
-                         (bmoe_ci.gaterun.prepare) and hands the result to workers as JSON; under
-                         --collect-only (and --fixtures, --setup-plan) it only reads the farm file
-                         and the fixture specs, so that the tests can be parametrised;
+  * pytest_sessionstart  reads the farm file, the selection and the fixture specs, so that the tests
+                         can be parametrised (all that happens under --collect-only, --fixtures and
+                         --setup-plan);
+  * once the tests are collected and selected (pytest_collection_finish without xdist; under xdist
+    pytest_xdist_node_collection_finished, the workers having handed over the selected tests): builds,
+    generates fixtures, leases/pushes/preflights the devices those tests need, only the fixtures they
+    need (bmoe_ci.gaterun.prepare), and hands the prepared run to the workers as JSON;
   * pytest_runtest_logreport  turns each test's phases into one record per device;
   * pytest_sessionfinish  writes per-device JUnit, the merged JUnit and the summary, releases locks.
 Tests are parametrised over (device, fixture) and grouped per device (`xdist_group`), so with
@@ -28,12 +31,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from pydantic import TypeAdapter
 
 from bmoe_ci.builder import BuildError
 from bmoe_ci.farm import FarmError, InfraError, default_run_id
@@ -41,17 +47,18 @@ from bmoe_ci.faults import CatalogueError, load_catalogue
 from bmoe_ci.gaterun.context import DeviceContext, GateRun
 from bmoe_ci.gaterun.progress import Progress
 from bmoe_ci.gaterun.runner import DeviceRunner
-from bmoe_ci.gaterun.state import GateState, plan_line
+from bmoe_ci.gaterun.state import GateState, PlanNeeds, plan_line
 from bmoe_ci.gaterun.suite import ENV_RUN_ID
 from bmoe_ci.models import SpecError
 from bmoe_ci.paths import Places
 from bmoe_ci.plugin import options
 from bmoe_ci.plugin.collect import RecordCollector, begin_run
-from bmoe_ci.plugin.marks import mark_gate_item, register_catalogue, xdev_fixtures
+from bmoe_ci.plugin.marks import mark_gate_item, normalize_markexpr, register_catalogue, xdev_fixtures
 from bmoe_ci.plugin.options import GateOptions
 from bmoe_ci.plugin.suite import pytest_load_initial_conftests  # noqa: F401 (`pytest gates` anywhere)
 from bmoe_ci.reports.evidence import ARTIFACTS, safe_name
-from bmoe_ci.reports.plan import PlannedTest, write_plan
+from bmoe_ci.reports.plan import PlannedTest
+from bmoe_ci.reports.records import atomic_write, write_json
 
 if TYPE_CHECKING:
     from bmoe_ci.gaterun.prepare import Prepared
@@ -90,11 +97,18 @@ def _gate_suite_requested(config: pytest.Config, places: Places) -> bool:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gate(id): the gate catalogue id this test checks (docs/gates.md)")
+    config.addinivalue_line(
+        "markers",
+        "entries(*ids, where=None): the entries of its fixture's plan a gate test reads (by id, or those "
+        "where(id, argv) accepts); a gate test without it reads every entry",
+    )
     register_catalogue(config)
     # the environment is read here, in the plugin's hook, and only passed down from here on
     places = Places.from_environ(os.environ)
     if not _gate_suite_requested(config, places):
         return
+    if getattr(config.option, "markexpr", ""):  # `-m G8b`, as the catalogue spells it, is `-m g8b`
+        config.option.markexpr = normalize_markexpr(config.option.markexpr)
     if getattr(config.option, "numprocesses", None):
         config.option.dist = "loadgroup"  # one device's tests on one worker, in order
     workerinput = getattr(config, "workerinput", None)
@@ -102,7 +116,11 @@ def pytest_configure(config: pytest.Config) -> None:
         # xdist decided the worker's `loadgroup` flag from the command line before any plugin ran;
         # the controller schedules by group (set above), so the worker must tag node ids by group too.
         config.option.loadgroup = True
-        config.stash[STATE_KEY] = GateState(GateRun.from_json(workerinput["bmoe_gate_run"]), places=places)
+        config.stash[STATE_KEY] = GateState(
+            GateRun.from_json(workerinput["bmoe_gate_run"]),
+            places=places,
+            prepared_file=Path(workerinput["bmoe_handoff"]) / PREPARED_JSON,
+        )
     else:
         foreign = options.foreign_short_options(config)
         if foreign:
@@ -133,6 +151,13 @@ class Controller:
         self.prepared: Prepared | None = None
         self.collector: RecordCollector | None = None
         self.started = time.monotonic()
+        self.crashed: set[str] = set()  # node ids whose xdist worker was lost while running them
+        self.came_from = ""
+        self.handoff: Path | None = None  # files between this controller and its xdist workers
+        self._prepare_done = False
+        self.results = Path()
+        self.run_id = ""
+        self.faults: list[str] = []
         self.plans: dict[str, list[dict]] = {}  # device -> the plans its tests ran (bmoe.plans)
 
     @pytest.hookimpl(tryfirst=True)
@@ -140,7 +165,7 @@ class Controller:
         # tryfirst: xdist starts its workers in its own (trylast) pytest_sessionstart, and each worker
         # needs the prepared run (pytest_configure_node). Imported here: every pytest run loads this
         # plugin, and only a gate run needs the preparation (the builder, the fixtures, numpy)
-        from bmoe_ci.gaterun.prepare import plan_only, prepare, results_dir_problem
+        from bmoe_ci.gaterun.prepare import plan_only, results_dir_problem
 
         config, opts = self.config, self.opts
         run_id = run_id_from(os.environ)
@@ -174,6 +199,7 @@ class Controller:
         # a setting the user did not type: say where it came from, and in any error it causes (under
         # -q the step line is not shown, and the error alone would not say why that farm or device)
         came_from = f" ({'; '.join(origins)})" if origins else ""
+        self.came_from = came_from
         if origins:
             self.progress.step("; ".join(origins))
         if opts.fixtures:  # an unknown fixture is a usage error, said once, before anything is built
@@ -187,47 +213,101 @@ class Controller:
             # a directory used before: a run killed while preparing must not read as the earlier one
             begin_run(results, run_id)
         try:
-            if options.dry_run(config):
-                # only looking at the tests: parametrise them over the selection, touch nothing
-                config.stash[RUN_KEY] = plan_only(
-                    selectors=opts.selectors,
-                    farm_file=opts.farm,
-                    results_dir=results,
-                    run_id=run_id,
-                    fixture_names=opts.fixtures,
-                    faults=faults,
-                    progress=self.progress,
-                    places=opts.places,
-                )
-                return
-            self.prepared = prepare(
+            # the tests are parametrised over the selection; what they need is readied once they are
+            # collected and selected (-k, -m), so that only that is built, leased and pushed
+            run = plan_only(
                 selectors=opts.selectors,
                 farm_file=opts.farm,
                 results_dir=results,
                 run_id=run_id,
                 fixture_names=opts.fixtures,
-                rebuild=opts.rebuild,
                 faults=faults,
-                lock_wait=opts.lock_wait,
                 progress=self.progress,
                 places=opts.places,
+                looking=options.dry_run(config),
             )
         except FarmError as exc:
             raise pytest.UsageError(f"{exc}{came_from}") from exc
+        except SpecError as exc:
+            pytest.exit(f"bmoe-ci: cannot prepare the gate run: {exc}", returncode=3)
+        config.stash[RUN_KEY] = run
+        if options.dry_run(config):
+            return  # only looking at the tests: touch nothing
+        self.results, self.run_id, self.faults = results, run_id, faults
+        self.handoff = Path(tempfile.mkdtemp(prefix="bmoe-ci-run-"))
+        config.stash[STATE_KEY] = GateState(run, places=opts.places)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Without xdist: the tests are collected and selected here; ready what they need."""
+        if not _xdist_controller(self.config) and self.handoff is not None:
+            self._prepare(planned_tests(session.items))
+
+    def pytest_xdist_node_collection_finished(self, node, ids) -> None:
+        """Under xdist: the first worker to have collected wrote what the selected tests are (every worker
+        collects the same); ready what they need before xdist hands out the first test."""
+        if self.handoff is None or self._prepare_done:
+            return
+        path = self.handoff / PLANNED_JSON
+        planned = _PLANNED.validate_json(path.read_bytes()) if path.is_file() else []
+        self._prepare(planned)
+
+    def _prepare(self, planned: list[PlannedTest]) -> None:
+        from bmoe_ci.gaterun.prepare import prepare
+
+        self._prepare_done = True
+        if not planned:
+            self.progress.notice("no gate test selected: nothing built, leased or pushed")
+            return
+        needs: dict[str, set[str]] = {}
+        for t in planned:
+            needs.setdefault(t.device, set()).update([t.fixture] if t.fixture else [])
+        opts = self.opts
+        try:
+            self.prepared = prepare(
+                selectors=opts.selectors,
+                farm_file=opts.farm,
+                results_dir=self.results,
+                run_id=self.run_id,
+                fixture_names=opts.fixtures,
+                rebuild=opts.rebuild,
+                faults=self.faults,
+                lock_wait=opts.lock_wait,
+                progress=self.progress,
+                places=opts.places,
+                needs=needs,
+            )
+        except FarmError as exc:
+            pytest.exit(f"bmoe-ci: {exc}{self.came_from}", returncode=pytest.ExitCode.USAGE_ERROR)
         except (BuildError, SpecError) as exc:
             # Not a verdict on any device: the suite cannot start. Say why, without a traceback.
             pytest.exit(f"bmoe-ci: cannot prepare the gate run: {exc}", returncode=3)
-        results.mkdir(parents=True, exist_ok=True)
+        self.results.mkdir(parents=True, exist_ok=True)
         run = self.prepared.run
-        config.stash[RUN_KEY] = run
-        if not hasattr(config, "workerinput"):
-            config.stash[STATE_KEY] = GateState(run, self.prepared.sessions, opts.places)
-        self.collector = RecordCollector(run, opts.absolute_attachments)
+        self.config.stash[RUN_KEY] = run
+        self.config.stash[STATE_KEY].set_prepared(run, self.prepared.sessions)
+        write_json(self.handoff / PREPARED_JSON, json.loads(run.to_json()))  # for the xdist workers
+        ready = {d.name for d in run.devices}
+        self.collector = RecordCollector(run, opts.absolute_attachments, [t for t in planned if t.device in ready])
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_report_teststatus(self, report: pytest.TestReport, config: pytest.Config):
+        if report.nodeid in self.crashed and report.when != "???":
+            return "", "", ""  # xdist's second run of a test whose worker was lost: not a verdict, not counted
+        # pytest counts a failed call phase as a failure: an infrastructure error is an error there too,
+        # as in the JUnit files and the matrix
+        if is_infra(report) and report.when in ("call", "???"):
+            return "error", "E", "ERROR"
+        return None
 
     def pytest_configure_node(self, node) -> None:
         node.workerinput["bmoe_gate_run"] = self.config.stash[RUN_KEY].to_json()
+        node.workerinput["bmoe_handoff"] = str(self.handoff)
 
+    @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "???":  # xdist lost the worker running this test (and will run it again)
+            self.crashed.add(report.nodeid)
         if self.collector is not None:
             self.collector.add(report)
         for key, value in report.user_properties:
@@ -242,6 +322,8 @@ class Controller:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.handoff is not None:
+            shutil.rmtree(self.handoff, ignore_errors=True)
         if self.prepared is None or self.collector is None:
             return
         self.prepared.close()  # release every device lock, whatever happened
@@ -280,17 +362,21 @@ def plans_lines(plans: dict[str, list[dict]]) -> list[str]:
     return out
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Write the run's plan (every selected gate test) before any test runs. Under xdist each worker
-    collects the same items and writes the same plan; the controller collects nothing and writes none."""
-    state = session.config.stash.get(STATE_KEY, None)
-    xdist_controller = bool(getattr(session.config.option, "numprocesses", None)) and not hasattr(
-        session.config, "workerinput"
-    )
-    if state is None or xdist_controller:
-        return
+#: What the controller and its xdist workers hand each other (in a directory of the controller's): the
+#: selected tests, written by the workers once collected; the prepared run, written by the controller.
+PLANNED_JSON = "planned.json"
+PREPARED_JSON = "prepared.json"
+_PLANNED = TypeAdapter(list[PlannedTest])
+
+
+def _xdist_controller(config: pytest.Config) -> bool:
+    return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+
+
+def planned_tests(items: list[pytest.Item]) -> list[PlannedTest]:
+    """The selected gate tests, as the run's plan lists them."""
     planned = []
-    for item in session.items:
+    for item in items:
         props = {str(k): str(v) for k, v in item.user_properties if str(k).startswith("bmoe.")}
         if "bmoe.device" in props:
             planned.append(
@@ -302,7 +388,38 @@ def pytest_collection_finish(session: pytest.Session) -> None:
                     classname=props.get("bmoe.classname", "gates"),
                 )
             )
-    write_plan(state.run.results_dir, state.run.run_id, planned)
+    return planned
+
+
+def plan_needs(items: list[pytest.Item]) -> dict[tuple[str, str], PlanNeeds]:
+    """(device, fixture) -> the plan entries the selected tests read (their `entries` markers)."""
+    needs: dict[tuple[str, str], PlanNeeds] = {}
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is None or "device" not in callspec.params or "fixture" not in callspec.params:
+            continue
+        marker = item.get_closest_marker("entries")
+        need = needs.setdefault((str(callspec.params["device"]), str(callspec.params["fixture"])), PlanNeeds())
+        if marker is None:
+            need.add(None)
+        else:
+            need.add(tuple(map(str, marker.args)), marker.kwargs.get("where"))
+    return needs
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The selected tests, known now: which plan entries each device and fixture needs (for the `runs`
+    fixture), and on an xdist worker what they are, for the controller (before this worker reports its
+    collection: tryfirst)."""
+    state = session.config.stash.get(STATE_KEY, None)
+    if state is None or _xdist_controller(session.config):
+        return
+    state.needs = plan_needs(session.items)
+    workerinput = getattr(session.config, "workerinput", None)
+    if workerinput is not None:
+        handoff = Path(workerinput["bmoe_handoff"])
+        atomic_write(handoff / PLANNED_JSON, _PLANNED.dump_json(planned_tests(session.items)))
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -316,17 +433,19 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     run = state.run if state is not None else metafunc.config.stash.get(RUN_KEY, None)
     if run is None or "device" not in metafunc.fixturenames:
         return
+    # the device by name: its context (engine and model paths) is the prepared run's, ready only once
+    # the selected tests are known (the `device` fixture below)
     devices = run.devices
     if "fixture" in metafunc.fixturenames:
         params = [
-            pytest.param(d, f, id=f"{d.name}-{f}", marks=pytest.mark.xdist_group(d.name))
+            pytest.param(d.name, f, id=f"{d.name}-{f}", marks=pytest.mark.xdist_group(d.name))
             for d in devices
             for f in run.fixtures
         ]
-        metafunc.parametrize(("device", "fixture"), params)
+        metafunc.parametrize(("device", "fixture"), params, indirect=["device"])
     else:
-        params = [pytest.param(d, id=d.name, marks=pytest.mark.xdist_group(d.name)) for d in devices]
-        metafunc.parametrize("device", params)
+        params = [pytest.param(d.name, id=d.name, marks=pytest.mark.xdist_group(d.name)) for d in devices]
+        metafunc.parametrize("device", params, indirect=True)
 
 
 @pytest.fixture
@@ -335,6 +454,12 @@ def gate_state(request: pytest.FixtureRequest) -> GateState:
     if state is None:
         pytest.fail("the gate suite was not prepared (run it as `pytest gates`)", pytrace=False)
     return state
+
+
+@pytest.fixture
+def device(gate_state: GateState, request: pytest.FixtureRequest) -> DeviceContext:
+    """The device a test runs on, as the run prepared it."""
+    return gate_state.device(str(request.param))
 
 
 @pytest.fixture
@@ -348,18 +473,28 @@ def runner(gate_state: GateState, device: DeviceContext, request: pytest.Fixture
         request.node.user_properties.append(("bmoe.plans", json.dumps([p.to_json() for p in plans])))
 
 
+#: What each test's phases gave (for the artifacts fixture's teardown)
+PHASES_KEY = pytest.StashKey[dict[str, str]]()
+
+
 @pytest.fixture
 def artifacts(gate_state: GateState, device: DeviceContext, request: pytest.FixtureRequest) -> Iterator[Path]:
-    """A directory for this test's artifacts (a gate writes there when it fails). What the test left
-    there is recorded on the test (paths relative to the device's results directory), so the reports
-    link it from the failure (reports/evidence.py)."""
+    """A directory for this test's artifacts, its own: nothing else writes there (a gate writes there
+    when it fails). Removed at its teardown when the test passed; otherwise what it left there is
+    recorded on the test (paths relative to the device's results directory), so the reports link it from
+    the failure (reports/evidence.py). The device's ``artifacts/`` directory, which every test of the
+    device shares, is never removed by a test (another may be writing into it)."""
     device_dir = Path(gate_state.run.results_dir) / device.name
     path = device_dir / ARTIFACTS / safe_name(request.node.name)
     yield path
-    if path.is_dir():
-        files = sorted(p.relative_to(device_dir).as_posix() for p in path.rglob("*") if p.is_file())
-        if files:
-            request.node.user_properties.append(("bmoe.artifacts", "\n".join(files)))
+    if not path.is_dir() or path.is_symlink():
+        return
+    if request.node.stash.get(PHASES_KEY, {}).get("call") == "passed":
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    files = sorted(p.relative_to(device_dir).as_posix() for p in path.rglob("*") if p.is_file())
+    if files:
+        request.node.user_properties.append(("bmoe.artifacts", "\n".join(files)))
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
@@ -379,7 +514,7 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     module = getattr(item, "module", None)
     item.user_properties.extend(
         [
-            ("bmoe.device", callspec.params["device"].name),
+            ("bmoe.device", str(callspec.params["device"])),
             ("bmoe.gate", gate),
             ("bmoe.fixture", fixture or ""),
             ("bmoe.name", name),
@@ -388,9 +523,27 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     )
 
 
+def full_tracebacks(config: pytest.Config) -> bool:
+    """Did the user ask for tracebacks (``-v``, ``--tb=long``)? Otherwise an infrastructure error is
+    reported as its one line."""
+    return config.get_verbosity() > 0 or config.getoption("tbstyle", "auto") == "long"
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
+    if item.config.stash.get(STATE_KEY, None) is None:
+        return report  # not a gate run: pytest's reports as they are
+    item.stash.setdefault(PHASES_KEY, {})[report.when] = report.outcome
     if call.excinfo is not None and call.excinfo.errisinstance(InfraError):
         report.user_properties.append(("bmoe.infra", "1"))
+        if not full_tracebacks(item.config):
+            # one line naming device, step, kind and cause: the same for a test that called the engine in
+            # its own body (CFG, DET, G8w, REF) as for one whose fixture did, and the same on every phase
+            report.longrepr = call.excinfo.value.line()
     return report
+
+
+def is_infra(report: pytest.TestReport) -> bool:
+    """An infrastructure error: an InfraError in any phase, or a test whose xdist worker was lost."""
+    return report.failed and (report.when == "???" or ("bmoe.infra", "1") in list(report.user_properties))

@@ -8,6 +8,7 @@ is an error too.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -19,9 +20,16 @@ import pytest
 
 from bmoe_ci.gaterun.context import GateRun
 from bmoe_ci.reports import DeviceRun, RunMeta, TestRecord, console_matrix, exit_code, finalize, write_device_junit
-from bmoe_ci.reports.plan import read_plan, reconcile, write_pending_plan
+from bmoe_ci.reports.plan import PlannedTest, read_plan, reconcile, write_pending_plan, write_plan
 from bmoe_ci.reports.records import RUN_JSON
 from bmoe_ci.reports.summary import CONSOLE_WIDTH, SUMMARY_JSON, human_bytes
+
+#: The record of a test whose xdist worker died while running it (xdist runs it again elsewhere; that
+#: second run is not recorded: a test is never retried).
+CRASHED = (
+    "infrastructure: the test process crashed (xdist worker lost) while running this test; "
+    "xdist's second run of it is not a verdict"
+)
 
 
 @dataclass
@@ -70,10 +78,11 @@ def begin_run(results_dir: Path, run_id: str) -> None:
 
 
 class RecordCollector:
-    def __init__(self, run: GateRun, absolute_attachments: bool = False):
+    def __init__(self, run: GateRun, absolute_attachments: bool = False, planned: list[PlannedTest] | None = None):
         self.run = run
         self.absolute = absolute_attachments  # JUnit attachments by absolute path
         self.pending: dict[str, _Pending] = {}
+        self.crashed: set[str] = set()  # node ids whose xdist worker died under them
         self.records: dict[str, list[TestRecord]] = {d.name: [] for d in run.devices}
         self.engine_s: dict[str, float] = {d.name: 0.0 for d in run.devices}
         self.wall_s: dict[str, float] = {d.name: d.setup_s for d in run.devices}
@@ -82,11 +91,24 @@ class RecordCollector:
         # on disk from the start: a run killed now still has every device, and a plan that says the
         # tests were not collected yet (the real one replaces it before the first test starts)
         begin_run(Path(run.results_dir), run.run_id)
+        if planned is not None:  # the selected tests, known before the devices were readied
+            write_plan(run.results_dir, run.run_id, planned)
         for d in run.devices:
             write_device_junit(run.results_dir, self._device_run(d.name), absolute=self.absolute)
 
     def add(self, report: pytest.TestReport) -> None:
         props = _props(report)
+        if report.nodeid in self.crashed:
+            return  # xdist's second run of a test whose worker was lost: the crash is its record
+        if report.when == "???":  # xdist: the worker died running this test (its report carries no labels)
+            self.crashed.add(report.nodeid)
+            if report.nodeid in self.pending:
+                p = self.pending[report.nodeid]
+                p.outcome, p.message = "error", CRASHED
+                p.details = CRASHED
+                self._finish(report.nodeid)
+            # else: it died before its set-up was reported; the plan records it as not run (an error)
+            return
         if "bmoe.device" not in props:
             return  # not a gate test
         p = self.pending.setdefault(report.nodeid, _Pending(props))
@@ -103,9 +125,7 @@ class RecordCollector:
                     p.outcome, p.message, p.details = "error", _one_line(report), report.longreprtext
             elif p.outcome == "pass":
                 p.outcome, p.message, p.details = "fail", _one_line(report), report.longreprtext
-        if report.when == "teardown" or report.when == "???":
-            if report.when == "???":  # xdist: the worker crashed while running this test
-                p.outcome, p.message = "error", "the test process crashed (xdist worker lost)"
+        if report.when == "teardown":
             self._finish(report.nodeid)
 
     def _finish(self, nodeid: str) -> None:
@@ -188,6 +208,11 @@ class RecordCollector:
             devices=[d.name for d in self.run.devices],
             xdev_fixtures=xdev_fixtures,
         )
+        for d in self.run.devices:  # what passing tests left: the devices' artifacts/ dirs, when empty
+            shared = Path(self.run.results_dir) / d.name / "artifacts"
+            with contextlib.suppress(OSError):
+                if shared.is_dir() and not shared.is_symlink() and not any(shared.iterdir()):
+                    shared.rmdir()
         data = finalize(self.run.results_dir, runs, meta, absolute=self.absolute)
         lines = [console_matrix(data, width)]
         built = ", ".join(self.run.compiled) or "nothing (every target from the cache)"

@@ -28,6 +28,27 @@ def marker_name(gate_id: str) -> str:
     return re.sub(r"[^a-z0-9_-]+", "-", name).strip("-")
 
 
+_KEYWORDS = frozenset({"and", "or", "not"})
+
+
+def normalize_markexpr(expr: str) -> str:
+    """A ``-m`` expression with the catalogue's gate ids written as their markers, in any case: ``G8b`` is
+    ``g8b``, ``REF or G8a'`` is ``ref or g8a-prime``, ``DET-kernels`` is ``det-kernels``. Other markers
+    are left as they are (pytest matches those exactly)."""
+    gates = {marker_name(g) for g in GATE_ORDER}
+
+    def one(m: re.Match[str]) -> str:
+        word = m.group(0)
+        if word.lower() in _KEYWORDS:
+            return word
+        name = marker_name(word)
+        if name in gates or (name.split("-", 1)[0] in gates and name.split("-", 1)[0] != name):
+            return name
+        return word
+
+    return re.sub(r"[A-Za-z0-9_'.\-]+", one, expr)
+
+
 def gate_markers(gate: str, sub: str = "") -> list[str]:
     """The markers a test of gate `gate` (sub-gate `sub`) carries besides `gate(...)`."""
     base = marker_name(gate)
@@ -91,4 +112,4 @@ def xdev_fixtures(config: pytest.Config, fixtures: list[str]) -> list[str] | Non
     return kept
 
 
-__all__ = ["gate_markers", "mark_gate_item", "marker_name", "register_catalogue", "xdev_fixtures"]
+__all__ = ["gate_markers", "mark_gate_item", "marker_name", "normalize_markexpr", "register_catalogue", "xdev_fixtures"]

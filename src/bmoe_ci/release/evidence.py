@@ -11,12 +11,12 @@ Schema ``bmoe-ci.release-evidence/1``; a file of another schema is refused, neve
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from bmoe_ci import inputs
 from bmoe_ci.release.policy import PolicyFile
 from bmoe_ci.release.settings import Settings
 
@@ -25,7 +25,8 @@ EVIDENCE_JSON = "evidence.json"
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # no NaN or infinity, as a number or as a string: a NaN compares false with every bound
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class GateRecord(_Record):
@@ -103,7 +104,7 @@ class Evidence(_Record):
     """Everything a verdict is derived from. Fields that gathering has not reached yet are empty; the
     names in ``not_measured`` were skipped because a requirement had already failed."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
 
     schema_: Literal["bmoe-ci.release-evidence/1"] = Field(EVIDENCE_SCHEMA, alias="schema")
     run: str
@@ -154,9 +155,9 @@ def load_evidence(directory: Path) -> Evidence:
     """The evidence of an earlier run (``DIR/evidence.json``)."""
     path = directory / EVIDENCE_JSON
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise EvidenceFileError(f"{path}: cannot read evidence: {exc}") from None
+        raw = inputs.read_json(path, what="evidence file")  # no NaN or infinity: it would pass a bound
+    except inputs.InputError as exc:
+        raise EvidenceFileError(str(exc)) from None
     if not isinstance(raw, dict) or raw.get("schema") != EVIDENCE_SCHEMA:
         got = raw.get("schema") if isinstance(raw, dict) else type(raw).__name__
         raise EvidenceFileError(f"{path}: schema {got!r} is not {EVIDENCE_SCHEMA}")

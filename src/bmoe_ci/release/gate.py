@@ -138,11 +138,18 @@ def rejudge(
 ) -> tuple[Evidence, Verdict, Path]:
     """The verdict of an earlier run's evidence (``DIR/evidence.json``), with no device: under the policy
     it was gathered for, or ``policy_file``; for its proposal, or ``proposed_file`` (which must be the
-    same settings). Written to ``out`` (default ``DIR/rejudged``) so the original verdict stays."""
+    same settings). Written to ``out`` (default ``DIR/rejudged``) so the original verdict stays: an
+    ``out`` that is the run itself, or holds another run's evidence, is refused."""
+    target = out or directory / "rejudged"
+    if target.resolve() == directory.resolve() or (target / EVIDENCE_JSON).exists():
+        raise ReleaseUsageError(
+            f"--out {target}: that is a release run's own directory (it holds {EVIDENCE_JSON}); its verdict "
+            f"would be overwritten. Give another directory (default: {directory / 'rejudged'})"
+        )
     ev = load_evidence(directory)
     policy = load_policy(policy_file).model if policy_file else ev.policy
     proposal = load_settings(proposed_file, places=places).settings if proposed_file else ev.proposal
-    return ev, judge(ev, policy, proposal), out or directory / "rejudged"
+    return ev, judge(ev, policy, proposal), target
 
 
 def release_record(

@@ -11,6 +11,7 @@ a device reachable) was settled while gathering and is recorded in the evidence.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,13 @@ def mismatch(ev: Evidence, policy: PolicyFile, proposal: Settings) -> str | None
         )
     if proposal != ev.proposal:
         return f"the evidence of run {ev.run} is for another proposal ({ev.proposal_source}): refused"
+    changed = [c.setting for c in diff(ev.base, proposal)]
+    unruled = [s for s in changed if s not in policy.settings]
+    if unruled:
+        return f"the policy has no requirement for {', '.join(unruled)}, which the proposal changes: refused"
+    classes = sorted({c for s in changed for c in policy.settings[s].classes} - set(policy.device_classes))
+    if classes:
+        return f"the policy's requirements name device class(es) {', '.join(classes)} it does not define: refused"
     return None
 
 
@@ -261,6 +269,12 @@ def _num(v: Any) -> str:
     return f"{v:.4f}" if isinstance(v, int | float) else "?"
 
 
+def _finite(x: Any) -> bool:
+    """A number a bound can be checked against: a NaN compares false with every bound, an infinity makes
+    a ratio vanish (an infinite base ppl lets any rise pass)."""
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
 def _quality_checks(ev: Evidence, setting: str, q: Quality, stopped: set[str]) -> list[Check]:
     qe = ev.quality
     if qe is None or qe.error:
@@ -271,8 +285,10 @@ def _quality_checks(ev: Evidence, setting: str, q: Quality, stopped: set[str]) -
     base, prop = qe.base, qe.proposed
     if q.max_ppl_increase is not None:
         pa, pb = base.get("ppl"), prop.get("ppl")
-        if not isinstance(pa, int | float) or not isinstance(pb, int | float) or pa <= 0:
-            out.append(Check(setting, "quality ppl", None, MISSING, detail="the run reported no ppl", evidence=trace))
+        if not _finite(pa) or not _finite(pb) or pa <= 0:
+            out.append(
+                Check(setting, "quality ppl", None, MISSING, detail="the run reported no finite ppl", evidence=trace)
+            )
         else:
             rise = pb / pa - 1.0
             out.append(
@@ -289,7 +305,7 @@ def _quality_checks(ev: Evidence, setting: str, q: Quality, stopped: set[str]) -
             )
     if q.min_agreement is not None:
         agree = prop.get("ref_agreement")
-        if not isinstance(agree, int | float):
+        if not _finite(agree):
             out.append(
                 Check(
                     setting,
@@ -317,7 +333,7 @@ def _quality_checks(ev: Evidence, setting: str, q: Quality, stopped: set[str]) -
             )
     if q.max_accuracy_drop is not None:
         aa, ab_ = base.get("accuracy"), prop.get("accuracy")
-        if not isinstance(aa, int | float) or not isinstance(ab_, int | float):
+        if not _finite(aa) or not _finite(ab_):
             out.append(
                 Check(
                     setting,

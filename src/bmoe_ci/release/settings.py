@@ -127,9 +127,23 @@ def load_settings(path: Path, *, check: bool = True, places: Places | None = Non
 
 
 def load_base(ref: str, repo: Path, *, check: bool = True, places: Places | None = None) -> LoadedSettings:
-    """``git show REF:ci/app-defaults.yaml`` (ValueError when the ref or the file does not exist)."""
+    """``git show COMMIT:ci/app-defaults.yaml`` for the commit ``ref`` names (ValueError when the ref or the
+    file does not exist). ``ref`` is resolved with ``--end-of-options`` first and refused when it starts
+    with ``-``: a value is never read by git as an option (``--base=--output=FILE`` had git write FILE)."""
+    if not ref or ref.startswith("-") or any(c in ref for c in "\0\n"):
+        raise ValueError(f"--base {ref!r}: not a git revision (a revision never starts with '-')")
+    found = subprocess.run(
+        ["git", "rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    commit = found.stdout.strip()
+    if found.returncode != 0 or len(commit) < 40 or any(c not in "0123456789abcdef" for c in commit):
+        raise ValueError(f"--base {ref}: cannot read {DEFAULTS_PATH} there: no such commit in {repo}")
     proc = subprocess.run(
-        ["git", "show", f"{ref}:{DEFAULTS_PATH}"], cwd=repo, capture_output=True, text=True, check=False
+        ["git", "show", f"{commit}:{DEFAULTS_PATH}"], cwd=repo, capture_output=True, text=True, check=False
     )
     if proc.returncode != 0:
         raise ValueError(

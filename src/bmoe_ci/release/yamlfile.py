@@ -14,6 +14,7 @@ from typing import Annotated, Any, TypeVar
 import yaml
 from pydantic import BaseModel, BeforeValidator, ValidationError
 
+from bmoe_ci import inputs
 from bmoe_ci.farm.errors import ConfigIssue
 from bmoe_ci.farm.model import LineDict, LineList, _closest, _display, _fmt_path, _locate, load_yaml_with_lines
 
@@ -140,13 +141,18 @@ def validate(model: type[M], raw: Any, shown: str, what: str) -> M:
         raise ReleaseConfigError(issues) from None
 
 
+#: A settings file or release policy is a page of YAML; anything larger is not one.
+MAX_RELEASE_FILE_BYTES = 1 << 20
+
+
 def read_text(path: Path, what: str) -> tuple[str, str]:
     """(text, the name to show in messages) of a release file."""
     shown = _display(path)
     try:
-        return path.read_text(encoding="utf-8"), shown
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ReleaseConfigError([ConfigIssue(shown, None, "", f"cannot read {what}: {exc}")]) from None
+        return inputs.read_text(path, what=what, limit=MAX_RELEASE_FILE_BYTES), shown
+    except inputs.InputError as exc:
+        why = str(exc).split(": ", 1)[-1]
+        raise ReleaseConfigError([ConfigIssue(shown, None, "", f"cannot read {what}: {why}")]) from None
 
 
 def key_line(raw: Any, loc: tuple[Any, ...]) -> int | None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from junitparser import Error, Failure, JUnitXml, Skipped, TestCase, TestSuite
 from junitparser.junitparser import JUnitXmlError
 
+from bmoe_ci import inputs
 from bmoe_ci.reports.records import (
     DEVICE_JSON,
     INFRA_CLASSNAME,
@@ -277,9 +278,9 @@ def salvage_junit(path: Path) -> tuple[DeviceRun | None, int]:
     props: list[ET.Element] = []
     cases: list[ET.Element] = []
     try:
-        parser.feed(path.read_bytes())
+        parser.feed(inputs.read_bytes(path, what="junit.xml", limit=inputs.MAX_JSON_BYTES))
         parser.close()
-    except (OSError, ET.ParseError):
+    except (inputs.InputError, ET.ParseError):
         pass  # keep what was complete before the damage
     try:
         for event, elem in parser.read_events():

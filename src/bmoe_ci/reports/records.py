@@ -18,6 +18,8 @@ from typing import Any, Literal, get_args
 
 from pydantic import TypeAdapter, ValidationError
 
+from bmoe_ci import inputs
+
 Outcome = Literal["pass", "fail", "error", "skip"]
 OUTCOMES: tuple[str, ...] = get_args(Outcome)
 
@@ -294,12 +296,12 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def read_json(path: Path) -> Any:
+    """A JSON file of a results directory: a regular file, bounded in size and depth, no NaN
+    (bmoe_ci.inputs); any problem is a :class:`ReportError` naming the file."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ReportError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ReportError(f"{path}: not valid JSON: {exc}") from None
+        return inputs.read_json(path, what="results file")
+    except inputs.InputError as exc:
+        raise ReportError(str(exc)) from None
 
 
 def device_dir(results_dir: Path | str, device: str) -> Path:
@@ -394,8 +396,10 @@ def salvage_device_json(path: Path, device: str) -> tuple[DeviceRun, int]:
     and every whole, valid record (an invalid one is skipped, not fatal). Returns the run and the
     number of records read; what is lost is for the plan to count (reports/plan.py)."""
     try:
-        text = path.read_bytes().decode("utf-8", errors="replace")
-    except OSError:
+        text = inputs.read_bytes(path, what="device.json", limit=inputs.MAX_JSON_BYTES).decode(
+            "utf-8", errors="replace"
+        )
+    except inputs.InputError:
         text = ""
     data = salvage_json_object(text)
     raw = data.pop("records", [])

@@ -16,7 +16,7 @@ import importlib
 import pkgutil
 from typing import TYPE_CHECKING
 
-from .base import DEADLINE_GRACE, Ending, RunResult, Transport, safe_local_path
+from .base import DEADLINE_GRACE, Ending, RunResult, Transport, command_text, name_script, safe_local_path
 
 if TYPE_CHECKING:
     from ..model import Device
@@ -54,6 +54,8 @@ __all__ = [
     "Ending",
     "RunResult",
     "Transport",
+    "command_text",
+    "name_script",
     "open_transport",
     "registry",
     "safe_local_path",

@@ -23,14 +23,13 @@ directory an app-less shell user may write and execute from on every Android).
 from __future__ import annotations
 
 import re
-import shlex
 import shutil
 import socket
 from pathlib import Path
 from typing import Any
 
 from ..errors import InfraError
-from .base import DEADLINE_GRACE, Ending, Problem, RunResult, Transport, _tail
+from .base import Ending, Problem, RunResult, Transport, _tail, command_text, grace
 from .local import ProcessRun, run_process
 from .remote_shell import build_remote_command, new_marker, split_marker, status_result
 
@@ -87,7 +86,7 @@ class AdbTransport(Transport):
 
     def _adb(self, *args: str, timeout: float | None = None) -> ProcessRun:
         """One adb client command about the device (not a device command): get-state, features, ..."""
-        return run_process([*self._client(), *args], timeout or float(self.device.connect_timeout) + 5)
+        return run_process([*self._client(), *args], timeout or float(self.device.connect_timeout))
 
     def _server_answers(self) -> None:
         """A named adb server must be running: the client would start a server of its own on a local
@@ -98,6 +97,12 @@ class AdbTransport(Transport):
         try:
             with socket.create_connection((host, port), timeout=float(self.device.connect_timeout)):
                 pass
+        except TimeoutError:
+            raise InfraError(
+                self.device.name,
+                "timeout",
+                f"adb server {self.device.adb_server}: no connection within {self.device.connect_timeout:g}s",
+            ) from None
         except OSError as exc:
             raise InfraError(
                 self.device.name,
@@ -110,7 +115,11 @@ class AdbTransport(Transport):
         """(``adb get-state``'s answer, the client's stderr)."""
         r = self._adb("get-state")
         if r.timed_out:
-            raise InfraError(self.device.name, "unreachable", f"adb get-state: no answer in {r.duration:.0f}s")
+            raise InfraError(
+                self.device.name,
+                "timeout",
+                f"adb get-state: no answer in {r.duration:.0f}s (the adb server {self.device.adb_server or ''} hung?)",
+            )
         return r.stdout.decode(errors="replace").strip(), r.stderr.decode(errors="replace").strip()
 
     def _connect(self) -> None:
@@ -118,7 +127,9 @@ class AdbTransport(Transport):
         self._server_answers()
         state, err = self._state()
         if state != "device" and "not found" in err and _TCP_SERIAL.match(str(d.serial)):
-            r = run_process([*self._server_client(), "connect", str(d.serial)], float(d.connect_timeout) + 5)
+            r = run_process([*self._server_client(), "connect", str(d.serial)], float(d.connect_timeout))
+            if r.timed_out:
+                raise InfraError(d.name, "timeout", f"adb connect {d.serial}: no answer in {r.duration:.0f}s")
             said = (r.stdout + r.stderr).decode(errors="replace").strip()
             if "authenticate" in said:  # connected, but the phone never accepted this server's key
                 raise self._state_error("unauthorized", said)
@@ -128,6 +139,8 @@ class AdbTransport(Transport):
         if state != "device":
             raise self._state_error(state, err)
         features = self._adb("features")
+        if features.timed_out:
+            raise InfraError(d.name, "timeout", f"adb features: no answer in {features.duration:.0f}s")
         if "shell_v2" not in features.stdout.decode(errors="replace").replace("\n", ",").split(","):
             raise InfraError(
                 d.name,
@@ -148,7 +161,7 @@ class AdbTransport(Transport):
         if "offline" in text:
             return InfraError(d.name, "unreachable", f"device {d.serial} is offline (reconnect its cable or adb link)")
         if "not found" in text:
-            listed = self._adb("devices", timeout=float(d.connect_timeout) + 5).stdout.decode(errors="replace")
+            listed = self._adb("devices", timeout=float(d.connect_timeout)).stdout.decode(errors="replace")
             serials = [ln.split()[0] for ln in listed.splitlines()[1:] if ln.strip() and not ln.startswith("*")]
             server = d.adb_server or "localhost:5037"
             return InfraError(
@@ -175,7 +188,7 @@ class AdbTransport(Transport):
         except InfraError as exc:
             return RunResult(name, shown, Ending.INFRA, infra=exc, timeout=timeout)
         shell = [*client, "shell", "-T", *(["-n"] if stdin is None else []), command]
-        p = run_process(shell, secs + DEADLINE_GRACE, stdin=stdin, idle_timeout=idle_timeout)
+        p = run_process(shell, secs + grace(secs), stdin=stdin, idle_timeout=idle_timeout)
 
         def infra(kind: str, reason: str) -> RunResult:
             return RunResult(
@@ -195,13 +208,13 @@ class AdbTransport(Transport):
         if p.silent:
             return infra(
                 "timeout",
-                f"{shlex.join(shown)[:200]}: no progress for {idle_timeout:g}s (the device-side deadline "
+                f"{command_text(shown)}: no progress for {idle_timeout:g}s (the device-side deadline "
                 "should have answered; device or link hung)",
             )
         if p.timed_out:
             return infra(
                 "timeout",
-                f"{shlex.join(shown)[:200]}: no answer {secs + DEADLINE_GRACE:g}s after start "
+                f"{command_text(shown)}: no answer {secs + grace(secs):g}s after start "
                 "(link hung; the device-side timeout kills the process)",
             )
         status, stderr = split_marker(p.stderr, marker)
@@ -226,8 +239,8 @@ class AdbTransport(Transport):
 
     # -- files
     def _transfer(self, verb: str, src: str, dst: str, what: str, size: int) -> None:
-        # a minute, plus a second per MB: a transfer slower than 1 MB/s is a hung link
-        r = run_process([*self._client(), verb, src, dst], 60.0 + size / 1e6)
+        # transfer_timeout (a minute by default), plus a second per MB: slower than 1 MB/s is a hung link
+        r = run_process([*self._client(), verb, src, dst], float(self.device.transfer_timeout) + size / 1e6)
         if r.returncode == 0:
             return
         said = _tail(r.stderr + r.stdout)
@@ -240,6 +253,6 @@ class AdbTransport(Transport):
         self._transfer("push", str(local), remote, f"upload of {local.name} to {remote}", local.stat().st_size)
         return local.stat().st_size
 
-    def _get(self, remote: str, local: Path) -> int:
-        self._transfer("pull", remote, str(local), f"download of {remote}", 0)
+    def _get(self, remote: str, local: Path, size: int = 0) -> int:
+        self._transfer("pull", remote, str(local), f"download of {remote}", size)
         return local.stat().st_size

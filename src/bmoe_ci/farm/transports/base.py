@@ -37,34 +37,79 @@ if TYPE_CHECKING:
 #: Reports a problem with a device key: ``problem(key, message)`` (``key`` "" for the device itself).
 Problem = Callable[[str, str], None]
 
-#: Extra seconds the controller waits past a command's own timeout before declaring the link dead.
+#: Extra seconds the controller waits past a command's own timeout before declaring the link dead (the
+#: device-side ``timeout`` answers first when the link is fine): a quarter of the timeout, 2 to 10 s.
 DEADLINE_GRACE = 10.0
+
+
+def grace(timeout: float) -> float:
+    """The controller's grace past a command's own ``timeout`` (see :data:`DEADLINE_GRACE`)."""
+    return min(DEADLINE_GRACE, max(2.0, timeout / 4))
+
+
 #: First wait before retrying a transient connect or upload failure; doubled at each retry.
 RETRY_BACKOFF = 1.0
 
 log = logging.getLogger("bmoe_ci.farm")
 
+#: Names of the shell scripts the farm sends (``sh -c SCRIPT``), for messages: a script is shown by its
+#: name, never by its text (whose first line would be all a one-line message keeps of it).
+_SCRIPT_NAMES: dict[str, str] = {}
 
-def retrying(device: Device, what: str, kinds: tuple[str, ...], notes: list[str], call):
-    """``call()``, retried up to ``device.retries`` times with backoff (1 s, 2 s, 4 s, ...) while it
-    raises an :class:`InfraError` of one of ``kinds`` (transient: refused, reset, banner timeout, a
-    dropped upload). Each retry is logged and noted in ``notes``; the last error names the attempts."""
-    for attempt in range(device.retries + 1):
+
+def name_script(script: str, name: str) -> str:
+    """Register ``name`` as what messages call ``script``; returns the script."""
+    _SCRIPT_NAMES[script] = name
+    return script
+
+
+def command_text(argv: Sequence[str], limit: int = 200) -> str:
+    """A command on one line for messages: ``sh -c SCRIPT`` is shown as ``sh -c <name>`` (the script's
+    registered name, or its first line), whitespace collapsed, at most ``limit`` characters."""
+    parts = list(map(str, argv))
+    for i in range(len(parts) - 2):
+        if parts[i] == "sh" and parts[i + 1] == "-c":
+            script = parts[i + 2]
+            name = _SCRIPT_NAMES.get(script)
+            if name is not None:  # a script of ours: its name says it (the caller says what it was for)
+                return f"<{name}>"
+            if name is None:
+                lines = [ln.strip() for ln in script.splitlines() if ln.strip()]
+                first = lines[0] if lines else ""
+                name = first if len(lines) == 1 and len(first) <= 60 else f"script: {first[:40]} ..."
+            parts[i + 2] = f"<{name}>"
+            # the script's $0 and what follows are its arguments
+            break
+    text = " ".join(shlex.quote(p) if not (p.startswith("<") and p.endswith(">")) else p for p in parts)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def retrying(device: Device, what: str, kinds: tuple[str, ...], notes: list[str], call, retries: int | None = None):
+    """``call()``, retried up to ``device.retries`` times (or ``retries``) with backoff (1 s, 2 s, 4 s,
+    ...) while it raises an :class:`InfraError` of one of ``kinds`` (transient: refused, reset, a dropped
+    upload). Each retry is logged and noted in ``notes``; the last error names the attempts."""
+    retries = device.retries if retries is None else retries
+    for attempt in range(retries + 1):
         try:
             return call()
         except InfraError as exc:
             if exc.kind not in kinds:
                 raise
-            if attempt == device.retries:
+            if attempt == retries:
                 if attempt == 0:
                     raise
-                raise InfraError(exc.device, exc.kind, f"{exc.reason} ({attempt + 1} attempts)") from None
+                raise InfraError(exc.device, exc.kind, f"{exc.reason} ({attempt + 1} attempts)", exc.step) from None
             wait = RETRY_BACKOFF * 2**attempt
-            note = f"{what} failed ({exc.kind}: {exc.reason}); retry {attempt + 1} of {device.retries} in {wait:g}s"
+            note = f"{what} failed ({exc.kind}: {exc.reason}); retry {attempt + 1} of {retries} in {wait:g}s"
             notes.append(note)
             log.warning("%s: %s", device.name, note)
             time.sleep(wait)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+# What connecting runs on the device once the link is up: the work directory exists, `timeout` is there.
+_SETUP = name_script('mkdir -p "$1" && command -v timeout >/dev/null 2>&1 && echo ready', "work directory set-up")
 
 
 class Ending(enum.StrEnum):
@@ -167,32 +212,37 @@ class Transport(ABC):
         self._link_hung = False
 
     # -- lifecycle
-    def connect(self) -> None:
+    def connect(self, *, retries: int | None = None) -> None:
         """Open the link and make sure the work directory exists and ``timeout`` is present.
 
-        Raises :class:`InfraError` (unreachable, hostkey, auth, setup)."""
+        A refused or reset connect is retried (``device.retries`` times, or ``retries``); one that got
+        no answer within ``connect_timeout`` (kind ``timeout``: a hung server, adbd or link) is not:
+        waiting again would cost another full timeout for the same silence. Raises :class:`InfraError`
+        (unreachable, timeout, hostkey, auth, setup)."""
         with self._lock:
             if self._connected:
                 return
-            retrying(self.device, "connect", ("unreachable",), self.retries, self._connect)
+            retrying(self.device, "connect", ("unreachable",), self.retries, self._connect, retries)
             self._connected = True
+            wait = float(self.device.connect_timeout)
             r = self._run(
-                [
-                    "sh",
-                    "-c",
-                    'mkdir -p "$1" && command -v timeout >/dev/null 2>&1 && echo ready',
-                    "bmoe-ci",
-                    self.workdir,
-                ],
-                60.0,
+                ["sh", "-c", _SETUP, "bmoe-ci", self.workdir],
+                wait,
                 cwd="/",
                 env=None,
                 stdin=None,
                 argv_shown=None,
+                idle_timeout=wait,
             )
             if r.outcome is Ending.INFRA:
                 self.close()
-                raise r.infra  # type: ignore[misc]
+                assert r.infra is not None
+                if r.link_hung:
+                    self._link_hung = True
+                    raise InfraError(
+                        self.device.name, "timeout", f"connected, but the device gave no answer in {wait:g}s"
+                    ).at("connect")
+                raise r.infra.at("connect")
             if b"ready" not in r.stdout:
                 self.close()
                 raise InfraError(
@@ -200,7 +250,21 @@ class Transport(ABC):
                     "setup",
                     f"cannot create work directory {self.workdir} or no 'timeout' command on the "
                     f"device (coreutils, busybox or toybox): {_tail(r.stderr)}",
+                    step="connect",
                 )
+            self._link_hung = False
+
+    def reconnect(self) -> None:
+        """After a lost link: close it and connect once more, without retries (so at most about one
+        ``connect_timeout``). Raises :class:`InfraError` when the device is still gone."""
+        with self._lock:
+            self._drop()
+            self.connect(retries=0)
+
+    @property
+    def link_hung(self) -> bool:
+        """The last command got no answer at all by the controller's deadline (see :meth:`run`)."""
+        return self._link_hung
 
     @abstractmethod
     def _connect(self) -> None: ...
@@ -286,7 +350,7 @@ class Transport(ABC):
             return RunResult(
                 self.device.name, shown, Ending.INFRA, infra=probe.infra, duration=probe.duration, timeout=timeout
             )
-        why = f"the link hung earlier and still gives no answer in {wait:g}s; {shlex.join(shown)[:120]} not run"
+        why = f"the link hung earlier and still gives no answer in {wait:g}s; {command_text(shown, 120)} not run"
         return RunResult(
             self.device.name,
             shown,

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import select
-import shlex
 import shutil
 import signal
 import subprocess
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InfraError
-from .base import Ending, Problem, RunResult, Transport
+from .base import Ending, Problem, RunResult, Transport, command_text
 
 
 @dataclass
@@ -132,10 +131,10 @@ class LocalTransport(Transport):
             code, why = p.spawn_error
             return RunResult(name, shown, Ending.EXITED, exit_code=code, **{**common, "stderr": f"{why}\n".encode()})
         if p.silent:
-            why = f"{shlex.join(shown)[:200]}: no progress for {idle_timeout:g}s; killed"
+            why = f"{command_text(shown)}: no progress for {idle_timeout:g}s; killed"
             return RunResult(name, shown, Ending.INFRA, infra=InfraError(name, "timeout", why), **common)
         if p.timed_out:
-            why = f"{shlex.join(shown)[:200]} ran past {timeout:g}s; killed"
+            why = f"{command_text(shown)} ran past {timeout:g}s; killed"
             return RunResult(name, shown, Ending.INFRA, infra=InfraError(name, "timeout", why), **common)
         assert p.returncode is not None
         if p.returncode < 0:

@@ -20,7 +20,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 
 from ..errors import InfraError
-from .base import Ending, RunResult, _tail
+from .base import Ending, RunResult, _tail, command_text
 
 _WRAPPER = (
     'm=$3; if cd "$1"; then t=$2; shift 3; timeout -s KILL "$t" "$@"; rc=$?; '
@@ -80,7 +80,7 @@ def status_result(
         why = f"the remote wrapper reported an unreadable status {status[:40]!r}"
         return RunResult(device, shown, Ending.INFRA, infra=InfraError(device, "disconnect", why), **common)
     if rc in (124, 137) and duration >= seconds - 0.01:
-        why = f"{shlex.join(shown)[:200]} ran past {timeout:g}s; killed on the device"
+        why = f"{command_text(shown)} ran past {timeout:g}s; killed on the device"
         return RunResult(device, shown, Ending.INFRA, infra=InfraError(device, "timeout", why), **common)
     if 128 < rc < 128 + 65:
         return RunResult(device, shown, Ending.SIGNALED, signal=rc - 128, **common)

@@ -10,25 +10,81 @@ import contextlib
 import math
 import os
 import select
-import shlex
 import socket
+import stat
 import time
 from pathlib import Path
 from typing import Any
 
+from bmoe_ci import inputs
+
 from ..errors import InfraError
 from ..model import Device
-from .base import DEADLINE_GRACE, Ending, Problem, RunResult, Transport
+from .base import Ending, Problem, RunResult, Transport, command_text, grace
 from .remote_shell import build_remote_command, new_marker, split_marker, status_result
 
 
-class _PinnedOnly:
-    """paramiko missing-host-key policy: refuse, naming the host and the key's fingerprint."""
+def load_known_hosts(device: Device):
+    """([(host name, paramiko key)] of the pinned entries, {key blob: ``FILE:LINE``} of the ``@revoked`` ones)
+    from the device's ``known_hosts``, read as OpenSSH reads it: comments and blank lines skipped,
+    ``@revoked`` keys refused wherever they are offered (and never trusted, even if pinned on another
+    line), ``@cert-authority`` lines ignored (certificates are not used by the farm). A line that cannot be
+    read is an infrastructure error of this device naming the file and the line, never one of the run."""
+    import paramiko
+    from paramiko.hostkeys import HostKeyEntry, InvalidHostKey
 
-    def __init__(self, device: Device):
+    path = device.known_hosts
+    try:
+        text = inputs.read_text(path, what="known_hosts file", limit=4 << 20)
+    except inputs.InputError as exc:
+        raise InfraError(device.name, "hostkey", f"cannot load known_hosts: {exc}") from None
+    revoked: dict[bytes, str] = {}
+    pinned: list[tuple[list[str], object, str]] = []
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        marker = ""
+        if line.startswith("@"):
+            marker, _, line = line.partition(" ")
+            line = line.strip()
+            if marker == "@cert-authority":
+                continue  # certificates are not used by the farm: a CA line trusts nothing here
+            if marker != "@revoked":
+                raise InfraError(device.name, "hostkey", f"{path}:{n}: unknown marker {marker!r} in known_hosts")
+        try:
+            entry = HostKeyEntry.from_line(line, lineno=n)
+        except (InvalidHostKey, paramiko.SSHException, ValueError, TypeError) as exc:
+            raise InfraError(
+                device.name, "hostkey", f"{path}:{n}: unreadable known_hosts line ({type(exc).__name__})"
+            ) from None
+        if entry is None:  # too few fields, or a key type paramiko does not know: OpenSSH skips it too
+            continue
+        if marker == "@revoked":
+            revoked[entry.key.asbytes()] = f"{path}:{n}"
+        elif not marker:
+            pinned.append((entry.hostnames, entry.key, f"{path}:{n}"))
+    trusted = [(name, key) for names, key, _ in pinned if key.asbytes() not in revoked for name in names]  # type: ignore[attr-defined]
+    return trusted, revoked
+
+
+class _PinnedOnly:
+    """paramiko missing-host-key policy: refuse, naming the host and the key's fingerprint (a key the
+    known_hosts marks ``@revoked`` is refused as such)."""
+
+    def __init__(self, device: Device, revoked: dict[bytes, str] | None = None):
         self.device = device
+        self.revoked = revoked or {}
 
     def missing_host_key(self, client, hostname, key):
+        where = self.revoked.get(key.asbytes())
+        if where is not None:
+            raise InfraError(
+                self.device.name,
+                "hostkey",
+                f"host key of {hostname} ({key.get_name()} {key.fingerprint}) is REVOKED ({where}); refusing to "
+                "connect",
+            )
         raise InfraError(
             self.device.name,
             "hostkey",
@@ -60,8 +116,17 @@ class SshTransport(Transport):
             try:
                 with open(p, "rb") as fh:
                     fh.read(1)
+                    mode = os.fstat(fh.fileno()).st_mode
             except OSError as exc:
                 problem(k, f"cannot read {what} {p}: {exc.strerror or exc}")
+            else:
+                if k == "key" and mode & 0o077:
+                    # what OpenSSH refuses too: a key others can read is a key others may have copied
+                    problem(
+                        k,
+                        f"key file {p} is accessible by others (mode {stat.S_IMODE(mode):04o}); a private key "
+                        f"must be readable by its owner only: chmod 600 {p}",
+                    )
             update[k] = str(p)
         wd = spec.workdir
         if not (wd.startswith("/") or wd == "~" or wd.startswith("~/")):
@@ -80,7 +145,6 @@ class SshTransport(Transport):
 
     # -- connection
     def _connect(self) -> None:
-        import paramiko
         from fabric import Config, Connection
         from paramiko.config import SSHConfig
 
@@ -105,11 +169,11 @@ class SshTransport(Transport):
             },
         )
         # Fabric's Connection installs AutoAddPolicy: replace it, and load only the pinned file.
-        conn.client.set_missing_host_key_policy(_PinnedOnly(d))
-        try:
-            conn.client.load_system_host_keys(d.known_hosts)
-        except (OSError, paramiko.SSHException, ValueError) as exc:
-            raise InfraError(d.name, "hostkey", f"cannot load known_hosts {d.known_hosts}: {exc}") from None
+        pinned, revoked = load_known_hosts(d)
+        conn.client.set_missing_host_key_policy(_PinnedOnly(d, revoked))
+        known = conn.client.get_host_keys()
+        for name, key in pinned:
+            known.add(name, key.get_name(), key)
         try:
             conn.open()
         except BaseException as exc:
@@ -152,7 +216,10 @@ class SshTransport(Transport):
         if isinstance(exc, paramiko.AuthenticationException):
             return InfraError(d.name, "auth", f"{where} refused key {d.key} for user {user!r}: {exc}")
         if isinstance(exc, TimeoutError | socket.timeout):
-            return InfraError(d.name, "unreachable", f"{where}: connect timed out after {ct:g}s")
+            # no answer at all: not retried (a retry would wait out the same silence again)
+            return InfraError(d.name, "timeout", f"{where}: connect timed out after {ct:g}s")
+        if isinstance(exc, paramiko.SSHException) and "banner" in str(exc).lower():
+            return InfraError(d.name, "timeout", f"{where}: no SSH banner within {ct:g}s ({exc})")
         if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
             why = "; ".join(sorted({e.strerror or str(e) for e in exc.errors.values()}))
             return InfraError(d.name, "unreachable", f"{where}: {why}")
@@ -212,7 +279,7 @@ class SshTransport(Transport):
             return infra("disconnect", f"cannot start a command: {type(exc).__name__}: {exc}")
 
         out, err = bytearray(), bytearray()
-        deadline = start + secs + DEADLINE_GRACE
+        deadline = start + secs + grace(secs)
         timed_out = silent = False
         last = start
         try:
@@ -253,7 +320,7 @@ class SshTransport(Transport):
         if silent:
             return infra(
                 "timeout",
-                f"{shlex.join(shown)[:200]}: no progress for {idle_timeout:g}s (the device-side deadline "
+                f"{command_text(shown)}: no progress for {idle_timeout:g}s (the device-side deadline "
                 "should have answered; device or link hung)",
                 bytes(out),
                 bytes(err),
@@ -262,7 +329,7 @@ class SshTransport(Transport):
         if timed_out:
             return infra(
                 "timeout",
-                f"{shlex.join(shown)[:200]}: no answer {secs + DEADLINE_GRACE:g}s after start "
+                f"{command_text(shown)}: no answer {secs + grace(secs):g}s after start "
                 "(link hung; the device-side timeout kills the process)",
                 bytes(out),
                 bytes(err),
@@ -294,6 +361,8 @@ class SshTransport(Transport):
     def _sftp_client(self):
         if self._sftp is None:
             self._sftp = self._conn.sftp()
+            # a transfer that stalls for transfer_timeout is a hung link, not a wait without end
+            self._sftp.get_channel().settimeout(float(self.device.transfer_timeout))
         return self._sftp
 
     def _put(self, local: Path, remote: str) -> int:
