@@ -13,23 +13,33 @@ REPO = Path(__file__).resolve().parents[1]
 ENGINE = REPO / "engine"
 
 
-#: modules that run whole gate runs, farms, emulated devices or llama.cpp: what `make test-fast` leaves out
+#: modules that run whole gate runs, farms, zig or emulated builds, llama.cpp or a browser: what
+#: `make test-fast` leaves out
 SLOW_MODULES = frozenset(
     {
+        "test_builder.py",
         "test_farm_adb.py",
         "test_farm_adb_faults.py",
         "test_farm_faults.py",
         "test_gate_faults.py",
         "test_gate_suite_e2e.py",
         "test_gemma3_checkpoint.py",
+        "test_independent_models.py",
+        "test_kernel_paths.py",
         "test_killed_runs.py",
         "test_llama_cpp.py",
         "test_llama_quantized.py",
         "test_localfarm.py",
+        "test_mix.py",
         "test_mutants.py",
         "test_nightly_e2e.py",
         "test_packaging.py",
+        "test_pytest_conventions.py",
+        "test_readable_output.py",
+        "test_release_config.py",
         "test_release_gate.py",
+        "test_selection.py",
+        "test_tokenizers_llama_cpp.py",
         "test_walkthroughs.py",
         "test_worker_counts.py",
         "test_xdev.py",
