@@ -408,7 +408,7 @@ def test_fuzz_smoke(tmp_path: Path) -> None:
 # -- K-quant data: truncated super-blocks and non-finite scales -------------------------------------------
 # A K-quant block carries f16 scales; a NaN or infinite one does not crash anything, it silently turns the
 # logits into NaN. The engine refuses it (exit 3, one line naming tensor, expert and block): dense tensors
-# when the model opens, experts the first time each is used, in the resident and the streamed mode.
+# when the model opens, experts the first time each is used when streamed, at open when resident (--mmap).
 
 F16_NAN, F16_INF = b"\x00\x7e", b"\x00\x7c"
 Q4K_BLOCK, Q5K_BLOCK, Q6K_BLOCK, Q8_0_BLOCK = 144, 176, 210, 34

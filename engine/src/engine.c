@@ -152,7 +152,12 @@ static int build_seam(bmoe_engine *e, bmoe_error *err) {
     }
     if (e->cfg.mmap) {
         e->seam.hook = NULL; /* no policies in the resident reference */
-        return checked_wrap(e, resident_source(&e->resident, e->model), err);
+        resident_populate(e->model); /* the weights' first touch belongs to loading, as llama.cpp's does */
+        int rc = checked_wrap(e, resident_source(&e->resident, e->model), err);
+        /* and, the file being in memory now, every expert's check (in parallel), not each at its first use */
+        if (!rc && (rc = checked_all(&e->checked, e->pool)))
+            return err_set(err, rc, NULL, "%s", rc == 3 ? checked_error(&e->checked) : "out of memory");
+        return rc;
     }
     /* Streaming: dense weights resident, experts read from the file into the expert memory of
      * docs/design.md, expert memory, behind the hook. Routing policies plug into the hook (stream_hook_set_policy). */

@@ -10,6 +10,7 @@
 
 #include "model.h"
 #include "seam.h"
+#include "threads.h"
 
 typedef struct bmoe_checked {
     bmoe_expert_source inner;
@@ -21,6 +22,11 @@ typedef struct bmoe_checked {
 /* 0, or 1 (out of memory). */
 int checked_init(bmoe_checked *c, bmoe_expert_source inner, const bmoe_model *m);
 bmoe_expert_source checked_source(bmoe_checked *c);
+/* Checks every expert of the model now, on the pool's threads (the inner source must then be one
+ * whose views any thread may take: the resident one), so that no view checks anything later. For
+ * the resident mode, which has just faulted the whole file in (resident_populate): its prompt then
+ * spends no time on checks. 0, or 3 with the line of the first bad expert in (layer, expert) order. */
+int checked_all(bmoe_checked *c, bmoe_pool *pool);
 /* The message of a failed check, "" when no check failed. */
 const char *checked_error(const bmoe_checked *c);
 void checked_free(bmoe_checked *c);

@@ -2,6 +2,7 @@
 #include "expert_resident.h"
 
 #include <string.h>
+#include <sys/mman.h>
 
 static int resident_view(void *self, int il, int e, bmoe_expert_view *out) {
     const bmoe_resident *r = self;
@@ -24,4 +25,13 @@ bmoe_expert_source resident_source(bmoe_resident *r, const bmoe_model *m) {
     r->model = m;
     bmoe_expert_source s = { .self = r, .view = resident_view };
     return s;
+}
+
+void resident_populate(const bmoe_model *m) {
+#ifdef MADV_POPULATE_READ
+    for (uint32_t i = 0; m->maps && i < m->g->n_shards; i++)
+        if (m->maps[i] && m->map_len[i]) (void)madvise(m->maps[i], (size_t)m->map_len[i], MADV_POPULATE_READ);
+#else
+    (void)m;
+#endif
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "matmul.h"
 #include "recurrent.h"
 #include "tensor.h"
 
@@ -38,18 +39,19 @@ struct bmoe_forward {
     float *rlog, *rprob, *w;      /* router logits and probs [T, E], weights [T, top_k] */
     float *rsel;                  /* probs + the selection bias [T, E] (recipes with probs_bias) */
     int32_t *ids;                 /* [T, top_k] */
-    float *moe, *gx, *eg, *eu, *eo; /* expert path: sum [T,d], gathered in [T,d], hidden [T,2f], [T,f], out [T,d] */
+    /* a prompt's experts (experts_batch), a pass of at most moe_pass tokens at a time (P below) */
+    int moe_pass;
+    float *moe;                   /* the MoE sum [T, d] */
+    float *gx, *eg, *eu;          /* one expert's rows: gathered input [P, d], hidden [P, 2f], [P, f] */
+    mm_qbuf gin, din;             /* their inputs quantised: gathered [P, d], hidden [P, f] */
+    float *ko;                    /* every (token, slot)'s expert output of the pass [P * k, d] */
+    int *cnt, *start, *order;     /* bucketing the pass's (token, slot) pairs by expert: [E], [E], [P * k] */
     float *keg, *keu, *keo;       /* one token's k experts at once: [k,2f], [k,f], [k,d] */
-    int8_t *kxq;                  /* their hidden rows quantised [k,f], scales [k,f/32], Q8_1 sums [k,f/32] */
-    float *kxd, *kxs;
-    bm_q8k *kxk;                  /* or as Q8_K super-blocks [k, f/256] */
+    mm_qbuf kxq;                  /* their hidden rows quantised [k, f] */
     bmoe_expert_view *kv;         /* their views [k] */
-    int *cnt, *start, *order;     /* bucketing rows by expert: [E], [E], [T] */
     float *scratch;               /* attention scores, [threads][n_ctx] */
     float *xl;                    /* normed rows for the output matmul [T, d] */
-    int8_t *xq;                   /* a matmul input quantised to Q8_0 / Q8_1 blocks [T, in_max] */
-    float *xd, *xs;               /* their scales and (Q8_1) sums [T, in_max / 32] */
-    bm_q8k *xk;                   /* a matmul input as Q8_K super-blocks [T, in_max / 256] */
+    mm_qbuf xq;                   /* a matmul input quantised [T, in_max] */
     size_t in_max;                /* the widest matmul input */
     bm_kernels kern;
     uint64_t experts_routed;
@@ -131,152 +133,41 @@ static void act_mul(const bmoe_forward *f, const float *g, const float *u, size_
         for (size_t i = 0; i < n; i++) out[i] = bm_gelu_f16(g[i]) * u[i];
 }
 
-/* ---- matmul: y[t, j] = row_j(W) . x[t], parallel over rows j ----------------------------------- */
+/* ---- matmul (matmul.h): y[t, j] = row_j(W) . x[t], parallel over rows j ---------------------------- */
 
-/* Below this many weight bytes touched, a matmul is not worth splitting across threads. */
-#define MM_PARALLEL_MIN_BYTES (16u * 1024u)
-
-typedef struct {
-    const uint8_t *w;
-    uint32_t type;
-    size_t row_bytes, n_in, n_out;
-    bm_act a;           /* the input [T, n_in] in the weight type's format (type_traits.h) */
-    float *y;
-    int T;
-    const bm_kernels *k;
-} mm_job;
-
-/* One weight row times one input row, and times nt (2 .. BM_MT_MAX) consecutive ones (out[t] is
- * row_dot's value for each, bit for bit: kernels.h, *_mt; the row's weights are loaded and converted
- * once): the type table's kernels of the engine's path. The model accepts no type without them
- * (model.c, bind). */
-static inline float row_dot(const bm_kernels *k, uint32_t type, const uint8_t *row, const bm_act *a, size_t n) {
-    return k->dot[type](row, a, n);
+/* The forward pass's matmul input x quantised into f->xq (once per matmul, not per row), as one bm_act. */
+static bm_act layer_input(bmoe_forward *f, bm_act_kind kind, const float *x, int T, size_t n) {
+    mm_quantise(f->pool, &f->kern, kind, x, T, n, &f->xq);
+    return mm_act(x, &f->xq);
 }
-
-static inline void row_dot_mt(const bm_kernels *k, uint32_t type, const uint8_t *row, const bm_act *a, size_t n, int nt,
-                              float *out) {
-    k->dot_mt[type](row, a, n, nt, out);
-}
-
-/* The buffers of an input in every format, as the kernels read them. */
-static inline bm_act act_of(const float *x, const int8_t *q, const float *d, const float *s, const bm_q8k *k) {
-    bm_act a = {x, q, d, s, k};
-    return a;
-}
-
-/* Rows per tile when T >= 2: a tile's weights stay in cache while every token passes over them, and
- * each group of tokens is read once per tile, not once per row; y is written in runs of a tile. */
-#define MM_ROW_TILE 8
-
-/* Weight streams one thread reads side by side in a decode matmul. */
-#define MM_STREAMS 4
-
-static void mm_rows(void *ctx, int j0, int j1, int tid) {
-    const mm_job *J = ctx;
-    size_t n = J->n_in;
-    if (J->T == 1) {
-        /* Decode: the one-token kernel, row by row, the rows taken from MM_STREAMS equal parts of the
-         * range in turn, so that several sequential streams of weights are in flight (the comment
-         * above tok_experts_job says why). Visiting order changes no value. */
-        int part = (j1 - j0 + MM_STREAMS - 1) / MM_STREAMS;
-        for (int a = 0; a < part; a++)
-            for (int j = j0 + a; j < j1; j += part)
-                J->y[j] = row_dot(J->k, J->type, J->w + (size_t)j * J->row_bytes, &J->a, n);
-    } else {
-        /* Several tokens: up to BM_MT_MAX per call (a last lone token with the one-token kernel), each
-         * with the one-token kernel's bits, so the order rows and tokens are visited in changes nothing. */
-        for (int r0 = j0; r0 < j1; r0 += MM_ROW_TILE) {
-            int r1 = j1 - r0 < MM_ROW_TILE ? j1 : r0 + MM_ROW_TILE;
-            for (int t = 0; t < J->T; t += BM_MT_MAX) {
-                int nt = J->T - t < BM_MT_MAX ? J->T - t : BM_MT_MAX;
-                const bm_act at = bm_act_token(&J->a, n, t);
-                float o[MM_ROW_TILE][BM_MT_MAX];
-                for (int j = r0; j < r1; j++) {
-                    const uint8_t *row = J->w + (size_t)j * J->row_bytes;
-                    if (nt == 1) o[j - r0][0] = row_dot(J->k, J->type, row, &at, n);
-                    else row_dot_mt(J->k, J->type, row, &at, n, nt, o[j - r0]);
-                }
-                for (int u = 0; u < nt; u++)
-                    for (int j = r0; j < r1; j++) J->y[(size_t)(t + u) * J->n_out + j] = o[j - r0][u];
-            }
-        }
-    }
-#ifdef BMOE_FAULT_THREAD_ORDER
-    /* Fault: the result depends on which thread computed the row (DET-threads must notice). */
-    if (tid > 0)
-        for (int j = j0; j < j1; j++)
-            for (int t = 0; t < J->T; t++) J->y[(size_t)t * J->n_out + j] *= 1.25f;
-#endif
-}
-
-/* T rows of n inputs quantised as a weight type's kernel takes them (type_traits.h, act): to Q8_0
- * blocks in xq/xd (Q8_1: and their sums in xs) or Q8_K super-blocks in xk, laid out [T, ...]; floats
- * stay as they are. */
-static void quantise_input(const bm_kernels *k, bm_act_kind kind, const float *x, int T, size_t n, int8_t *xq, float *xd,
-                           float *xs, bm_q8k *xk) {
-    for (int t = 0; t < T; t++) {
-        const size_t u = (size_t)t;
-        if (kind == BM_ACT_Q8_0) k->quantize_q8_0(x + u * n, n, xq + u * n, xd + u * (n / BMOE_Q8_0_BLOCK));
-        else if (kind == BM_ACT_Q8_1)
-            k->quantize_q8_1(x + u * n, n, xq + u * n, xd + u * (n / BMOE_Q8_0_BLOCK), xs + u * (n / BMOE_Q8_0_BLOCK));
-        else if (kind == BM_ACT_Q8_K) bm_quantize_q8_k(x + u * n, n, xk + u * (n / BM_Q8K_BLOCK));
-    }
-}
-
-/* The activation format of a weight type (every type the model accepts has a row). */
-static inline bm_act_kind act_kind(uint32_t type) { return bm_type(type)->act; }
 
 static void matmul_raw(bmoe_forward *f, const void *w, uint32_t type, size_t row_bytes, size_t n_in, size_t n_out,
                        const float *x, int T, float *y) {
-    mm_job J = { w, type, row_bytes, n_in, n_out, act_of(x, f->xq, f->xd, f->xs, f->xk), y, T, &f->kern };
-    /* once per matmul input, not per row (n_in <= in_max: forward_create) */
-    quantise_input(&f->kern, act_kind(type), x, T, n_in, f->xq, f->xd, f->xs, f->xk);
-    /* A matmul too small to amortise waking the pool runs on the caller. Same rows, same code, so
-     * the result is the same either way. */
-    if ((size_t)T * n_out * row_bytes < MM_PARALLEL_MIN_BYTES) mm_rows(&J, 0, (int)n_out, 0);
-    else pool_run(f->pool, (int)n_out, mm_rows, &J);
+    mm_job J = { w, type, row_bytes, n_in, n_out, layer_input(f, mm_act_kind(type), x, T, n_in), y, T, NULL, 0 };
+    mm_run(f->pool, &f->kern, 1, &J);
 }
 
 static void matmul(bmoe_forward *f, const bmoe_weight *W, const float *x, int T, float *y) {
     matmul_raw(f, W->data, W->type, (size_t)W->row_bytes, (size_t)W->ne[0], (size_t)W->ne[1], x, T, y);
 }
 
-/* Several matmuls (up to 4) of the same input (q, k, v; gate, up) as one pool job over all their rows: one
- * wake-up instead of one each. Each row is computed as matmul() computes it. */
-typedef struct {
-    int n;
-    mm_job mm[4];
-    int end[4]; /* cumulative row counts */
-} mm_multi_job;
-
-static void mm_multi_rows(void *ctx, int i0, int i1, int tid) {
-    const mm_multi_job *M = ctx;
-    for (int m = 0, base = 0; m < M->n; base = M->end[m], m++) {
-        int a = i0 > base ? i0 : base, b = i1 < M->end[m] ? i1 : M->end[m];
-        if (a < b) mm_rows((void *)&M->mm[m], a - base, b - base, tid);
-    }
-}
-
+/* Several matmuls (up to MM_MAX_JOBS) of the same input (q, k, v; gate, up) as one pool job over all
+ * their rows: one wake-up instead of one each. Each row is computed as matmul() computes it. */
 static void matmul_multi(bmoe_forward *f, int n, const bmoe_weight *const *W, const float *x, int T, float *const *y) {
-    mm_multi_job M = { n, {{0}}, {0} };
+    mm_job J[MM_MAX_JOBS];
     unsigned quantised = 0; /* the activation kinds done (bit bm_act_kind) */
-    size_t bytes = 0;
     for (int m = 0; m < n; m++) {
         size_t n_in = (size_t)W[m]->ne[0], n_out = (size_t)W[m]->ne[1];
-        mm_job J = { W[m]->data, W[m]->type, (size_t)W[m]->row_bytes, n_in, n_out,
-                     act_of(x, f->xq, f->xd, f->xs, f->xk), y[m], T, &f->kern };
-        M.mm[m] = J;
-        M.end[m] = (m ? M.end[m - 1] : 0) + (int)n_out;
-        bytes += (size_t)T * n_out * (size_t)W[m]->row_bytes;
-        bm_act_kind kind = act_kind(W[m]->type);
+        bm_act_kind kind = mm_act_kind(W[m]->type);
+        bm_act a = mm_act(x, &f->xq);
         if (!(quantised & (1u << kind))) { /* the same input: quantised once per kind */
-            quantise_input(&f->kern, kind, x, T, n_in, f->xq, f->xd, f->xs, f->xk);
+            a = layer_input(f, kind, x, T, n_in);
             quantised |= 1u << kind;
         }
+        mm_job j = { W[m]->data, W[m]->type, (size_t)W[m]->row_bytes, n_in, n_out, a, y[m], T, NULL, 0 };
+        J[m] = j;
     }
-    if (bytes < MM_PARALLEL_MIN_BYTES) mm_multi_rows(&M, 0, M.end[n - 1], 0);
-    else pool_run(f->pool, M.end[n - 1], mm_multi_rows, &M);
+    mm_run(f->pool, &f->kern, n, J);
 }
 
 /* FFN with resident weights: y = D (act(G h) * U h), h [T, n_in]. */
@@ -351,30 +242,30 @@ static void qk_rows(void *ctx, int t0, int t1, int tid) {
     }
 }
 
-/* Per (position, head): causal softmax attention over the cache. */
+/* Per (head, position): causal softmax attention over the cache. Items go head by head (item i is
+ * position i mod T of head i / T), so a thread's run of items walks one head's keys and values over
+ * and over while they are in cache, not every head's for one position; the order changes no value.
+ * Each score is dot_f32(q, k_j) * scale (the kernels' dot_f32_rows, eight keys at a time), the
+ * softmax runs in index order, and the output is sum_j p_j v_j in increasing j (weighted_rows). */
 static void attn_heads(void *ctx, int i0, int i1, int tid) {
     const attn_job *J = ctx;
     bmoe_forward *f = J->f;
     const bmoe_hparams *hp = &f->m->hp;
-    int H = hp->n_head, hd = hp->head_dim, hdv = hp->head_dim_v, group = hp->n_head / hp->n_head_kv;
-    float inv_sqrt_hd = (float)hp->attn_scale; /* 1/sqrt(head dim), or the recipe's (model.c) */
+    int hd = hp->head_dim, hdv = hp->head_dim_v, group = hp->n_head / hp->n_head_kv;
+    float scale = (float)hp->attn_scale; /* 1/sqrt(head dim), or the recipe's (model.c) */
     float *sc = f->scratch + (size_t)tid * f->n_ctx;
     const float *kc = f->k_cache + (size_t)J->ly->kv_slot * f->n_ctx * f->kv_dim;
     const float *vc = f->v_cache + (size_t)J->ly->kv_slot * f->n_ctx * f->v_dim;
     for (int i = i0; i < i1; i++) {
-        int t = i / H, h = i % H, g = h / group, p = J->pos0 + t;
+        int h = i / J->T, t = i % J->T, g = h / group, p = J->pos0 + t;
         /* a sliding-window layer sees the n_swa latest positions (p - j < n_swa) */
-        int j0 = J->ly->is_swa && p - hp->n_swa + 1 > 0 ? p - hp->n_swa + 1 : 0;
+        int j0 = J->ly->is_swa && p - hp->n_swa + 1 > 0 ? p - hp->n_swa + 1 : 0, n = p + 1 - j0;
         const float *q = f->q + (size_t)t * f->q_dim + (size_t)h * hd;
-        for (int j = j0; j <= p; j++)
-            sc[j - j0] = f->kern.dot_f32(q, kc + (size_t)j * f->kv_dim + (size_t)g * hd, (size_t)hd) * inv_sqrt_hd;
-        softmax(&f->kern, sc, p + 1 - j0);
-        float *out = f->att + (size_t)t * f->o_dim + (size_t)h * hdv;
-        for (int c = 0; c < hdv; c++) out[c] = 0.0f;
-        for (int j = j0; j <= p; j++) {
-            const float *vj = vc + (size_t)j * f->v_dim + (size_t)g * hdv;
-            for (int c = 0; c < hdv; c++) out[c] += sc[j - j0] * vj[c];
-        }
+        f->kern.dot_f32_rows(q, kc + (size_t)j0 * f->kv_dim + (size_t)g * hd, (size_t)f->kv_dim, (size_t)hd, n, sc);
+        for (int j = 0; j < n; j++) sc[j] *= scale;
+        softmax(&f->kern, sc, n);
+        f->kern.weighted_rows(sc, n, vc + (size_t)j0 * f->v_dim + (size_t)g * hdv, (size_t)f->v_dim, (size_t)hdv,
+                              f->att + (size_t)t * f->o_dim + (size_t)h * hdv);
     }
 }
 
@@ -536,67 +427,173 @@ static int emit(bmoe_forward *f, const moe_ctx *c, bmoe_node node, char *err, si
     return 0;
 }
 
-/* The routed experts of slot s for every token, grouped by expert so each expert's weights are
- * read once per slot; moe[t] += w[t,s] * FFN_e(hm[t]). Called for s = 0..k-1 in order, so each
- * token's sum runs in rank order whatever the grouping. */
-static int experts_slot(bmoe_forward *f, int il, int T, int s, char *err, size_t errlen) {
+/* ---- a prompt's routed experts, grouped by expert ------------------------------------------------- */
+
+/* A batch's experts are computed expert by expert: the (token, slot) pairs that route expert e are
+ * gathered, multiplied by e's weights in one matmul each for gate/up and down (so each weight block
+ * serves all of them at once), and scattered to one output row per pair; then each token sums its k
+ * outputs in slot order, moe[t] = sum_s w[t,s] * out[t,s] for s = 0..k-1, exactly as decoding the
+ * token alone does (experts_token). The grouping changes no bit: every output element is one row's
+ * dot product with the one-token kernel's bits (matmul.h), and the sum's order is the slot order.
+ *
+ * The experts are visited in ascending id, so a streamed batch views (and reads: stream_hook.c's
+ * issue_reads issues them in the same order) each executing expert once per pass; a prompt longer
+ * than moe_pass tokens is done in passes of moe_pass tokens, which bounds the per-pair outputs at
+ * [moe_pass * k, d]. The reads themselves are decided once per batch by the hook, before any view
+ * (docs/streaming.md): a pass re-views an expert the previous pass used, it reads nothing again. */
+
+static int check_view(const bmoe_expert_view *v, int il, int e, char *err, size_t errlen) {
+    if (!v->gate_up && !(v->gate && v->up)) {
+        snprintf(err, errlen, "expert source gave no gate/up weights for layer %d expert %d", il, e);
+        return 1;
+    }
+    if (!v->down) {
+        snprintf(err, errlen, "expert source gave no down weights for layer %d expert %d", il, e);
+        return 1;
+    }
+    return 0;
+}
+
+/* The activation formats the gate / up rows of a layer's experts take (bit bm_act_kind). */
+static unsigned gate_up_kinds(const bmoe_expert_part *P) {
+    unsigned kinds = 0;
+    for (int p = 0; p < BMOE_EXP_DOWN; p++)
+        if (P[p].present) kinds |= 1u << mm_act_kind(P[p].type);
+    return kinds;
+}
+
+/* The hidden rows of one expert's gathered tokens: eu[i] = act(gate_i) * up_i, then quantised for the
+ * down rows (din). gate_i and up_i are the halves of eg's row (fused gate_up) or rows of eg and eu. */
+typedef struct {
+    bmoe_forward *f;
+    int fused;
+    size_t fe;
+    bm_act_kind kind;
+} hidden_job;
+
+static void hidden_rows(void *ctx, int i0, int i1, int tid) {
+    (void)tid;
+    const hidden_job *J = ctx;
+    bmoe_forward *f = J->f;
+    size_t fe = J->fe;
+    for (int i = i0; i < i1; i++) {
+        const size_t u = (size_t)i;
+        if (J->fused) act_mul(f, f->eg + u * 2 * fe, f->eg + u * 2 * fe + fe, fe, f->eu + u * fe);
+        else act_mul(f, f->eg + u * fe, f->eu + u * fe, fe, f->eu + u * fe);
+    }
+    mm_quantise_rows(&f->kern, J->kind, f->eu, i0, i1, fe, &f->din);
+}
+
+/* Tokens per pass of experts_batch. */
+#define MOE_PASS 512
+
+/* Below this many values, a per-row step of the experts runs on the caller. */
+#define ROWS_PARALLEL_MIN 32768u
+
+static void run_rows(bmoe_forward *f, int n, size_t per_row, bmoe_pool_fn fn, void *ctx) {
+    if (n < 2 || (size_t)n * per_row < ROWS_PARALLEL_MIN) fn(ctx, 0, n, 0);
+    else pool_run(f->pool, n, fn, ctx);
+}
+
+/* Expert v's FFN for n of the pass's pairs (pair p = token t0 + p / k, slot p % k): ko[p] = FFN(h[token]). */
+static void expert_rows(bmoe_forward *f, const bmoe_layer *ly, const bmoe_expert_view *v, const int *pairs, int n,
+                        int t0) {
+    const bmoe_expert_part *P = ly->exp_part;
+    int k = f->top_k;
+    size_t d = (size_t)f->d, fe = (size_t)f->m->hp.n_ff_exp;
+    /* gather: the pairs' tokens' inputs, in each format the gate / up rows take (h was put in them once) */
+    unsigned kinds = gate_up_kinds(P);
+    const bm_act h = mm_act(f->hm, &f->xq);
+    for (int i = 0; i < n; i++)
+        for (int kind = 0; kind < BM_ACT_COUNT; kind++)
+            if (kinds & (1u << kind)) mm_act_copy_row((bm_act_kind)kind, d, &h, t0 + pairs[i] / k, f->gx, &f->gin, i);
+    const bm_act g = mm_act(f->gx, &f->gin);
+    mm_job J[2];
+    int nj;
+    if (v->gate_up) { /* fused: rows 0..f-1 gate, f..2f-1 up */
+        const bmoe_expert_part *gu = &P[BMOE_EXP_GATE_UP];
+        mm_job j = { v->gate_up, gu->type, gu->row_bytes, gu->n_in, gu->n_out, g, f->eg, n, NULL, 0 };
+        J[0] = j, nj = 1;
+    } else {
+        const bmoe_expert_part *pg = &P[BMOE_EXP_GATE], *pu = &P[BMOE_EXP_UP];
+        mm_job jg = { v->gate, pg->type, pg->row_bytes, pg->n_in, pg->n_out, g, f->eg, n, NULL, 0 };
+        mm_job ju = { v->up, pu->type, pu->row_bytes, pu->n_in, pu->n_out, g, f->eu, n, NULL, 0 };
+        J[0] = jg, J[1] = ju, nj = 2;
+    }
+    mm_run(f->pool, &f->kern, nj, J);
+    const bmoe_expert_part *dn = &P[BMOE_EXP_DOWN];
+    hidden_job H = { f, v->gate_up != NULL, fe, mm_act_kind(dn->type) };
+    run_rows(f, n, 2 * fe, hidden_rows, &H);
+    /* down: token i's output goes straight to its pair's row */
+    mm_job jd = { v->down, dn->type, dn->row_bytes, dn->n_in, dn->n_out, mm_act(f->eu, &f->din), f->ko, n, pairs, d };
+    mm_run(f->pool, &f->kern, 1, &jd);
+}
+
+/* moe[t] += w[t,s] * ko[pair (t, s)] for s = 0..k-1 in order, for the pass's tokens t0 + i. */
+typedef struct {
+    bmoe_forward *f;
+    int t0;
+} combine_job;
+
+static void combine_rows(void *ctx, int i0, int i1, int tid) {
+    (void)tid;
+    const combine_job *J = ctx;
+    bmoe_forward *f = J->f;
+    int k = f->top_k;
+    size_t d = (size_t)f->d;
+    for (int i = i0; i < i1; i++) {
+        size_t t = (size_t)(J->t0 + i);
+        float *dst = f->moe + t * d;
+        for (int s = 0; s < k; s++) {
+            float wt = f->w[t * (size_t)k + (size_t)s];
+            const float *src = f->ko + ((size_t)i * (size_t)k + (size_t)s) * d;
+            for (size_t c = 0; c < d; c++) dst[c] += wt * src[c];
+        }
+    }
+}
+
+static int experts_batch(bmoe_forward *f, int il, int T, char *err, size_t errlen) {
     const bmoe_model *m = f->m;
     const bmoe_layer *ly = &m->layers[il];
     int E = m->hp.n_expert, k = f->top_k, d = f->d;
-    size_t fe = (size_t)m->hp.n_ff_exp;
-    for (int e = 0; e < E; e++) f->cnt[e] = 0;
-    for (int t = 0; t < T; t++) f->cnt[f->ids[(size_t)t * k + s]]++;
-    for (int e = 0, acc = 0; e < E; e++) { f->start[e] = acc; acc += f->cnt[e]; }
-    for (int t = 0; t < T; t++) f->order[f->start[f->ids[(size_t)t * k + s]]++] = t;
-    for (int e = 0, acc = 0; e < E; e++) { f->start[e] = acc; acc += f->cnt[e]; }
-
-    for (int e = 0; e < E; e++) {
-        int n = f->cnt[e];
-        if (n == 0) continue;
-        const int *rows = f->order + f->start[e];
-        bmoe_expert_view v;
-        int rc = f->seam->experts.view(f->seam->experts.self, il, e, &v);
-        if (rc) {
-            snprintf(err, errlen, "expert source failed for layer %d expert %d", il, e);
-            return rc;
+    /* h once in every format the gate / up rows take: a row's quantisation depends on that row alone */
+    unsigned kinds = gate_up_kinds(ly->exp_part);
+    for (int kind = 0; kind < BM_ACT_COUNT; kind++)
+        if (kinds & (1u << kind)) mm_quantise(f->pool, &f->kern, (bm_act_kind)kind, f->hm, T, (size_t)d, &f->xq);
+    for (int t0 = 0; t0 < T; t0 += f->moe_pass) {
+        int nt = T - t0 < f->moe_pass ? T - t0 : f->moe_pass, np = nt * k;
+        const int32_t *ids = f->ids + (size_t)t0 * k;
+        /* the pass's pairs bucketed by expert, each bucket in pair order */
+        for (int e = 0; e < E; e++) f->cnt[e] = 0;
+        for (int p = 0; p < np; p++) f->cnt[ids[p]]++;
+        for (int e = 0, acc = 0; e < E; e++) { f->start[e] = acc; acc += f->cnt[e]; }
+        for (int p = 0; p < np; p++) f->order[f->start[ids[p]]++] = p;
+        for (int e = 0, acc = 0; e < E; e++) { f->start[e] = acc; acc += f->cnt[e]; }
+        for (int e = 0; e < E; e++) {
+            if (f->cnt[e] == 0) continue;
+            bmoe_expert_view v;
+            int rc = f->seam->experts.view(f->seam->experts.self, il, e, &v);
+            if (rc) {
+                snprintf(err, errlen, "expert source failed for layer %d expert %d", il, e);
+                return rc;
+            }
+            if ((rc = check_view(&v, il, e, err, errlen))) return rc;
+            /* at most moe_pass rows at a time (more only when a token routes e in several slots) */
+            for (int off = 0; off < f->cnt[e]; off += f->moe_pass) {
+                int n = f->cnt[e] - off < f->moe_pass ? f->cnt[e] - off : f->moe_pass;
+                expert_rows(f, ly, &v, f->order + f->start[e] + off, n, t0);
+            }
         }
-        for (int i = 0; i < n; i++) memcpy(f->gx + (size_t)i * d, f->hm + (size_t)rows[i] * d, (size_t)d * sizeof(float));
-        const bmoe_expert_part *P = ly->exp_part;
-        if (v.gate_up) { /* fused: rows 0..f-1 gate, f..2f-1 up */
-            const bmoe_expert_part *gu = &P[BMOE_EXP_GATE_UP];
-            matmul_raw(f, v.gate_up, gu->type, gu->row_bytes, gu->n_in, gu->n_out, f->gx, n, f->eg);
-            for (int i = 0; i < n; i++)
-                act_mul(f, f->eg + (size_t)i * 2 * fe, f->eg + (size_t)i * 2 * fe + fe, fe, f->eu + (size_t)i * fe);
-        } else if (v.gate && v.up) {
-            const bmoe_expert_part *g = &P[BMOE_EXP_GATE], *u = &P[BMOE_EXP_UP];
-            matmul_raw(f, v.gate, g->type, g->row_bytes, g->n_in, g->n_out, f->gx, n, f->eg);
-            matmul_raw(f, v.up, u->type, u->row_bytes, u->n_in, u->n_out, f->gx, n, f->eu);
-            act_mul(f, f->eg, f->eu, (size_t)n * fe, f->eu);
-        } else {
-            snprintf(err, errlen, "expert source gave no gate/up weights for layer %d expert %d", il, e);
-            return 1;
-        }
-        if (!v.down) {
-            snprintf(err, errlen, "expert source gave no down weights for layer %d expert %d", il, e);
-            return 1;
-        }
-        const bmoe_expert_part *dn = &P[BMOE_EXP_DOWN];
-        matmul_raw(f, v.down, dn->type, dn->row_bytes, dn->n_in, dn->n_out, f->eu, n, f->eo);
-        for (int i = 0; i < n; i++) {
-            int t = rows[i];
-            float wt = f->w[(size_t)t * k + s];
-            float *dst = f->moe + (size_t)t * d;
-            const float *src = f->eo + (size_t)i * d;
-            for (int c = 0; c < d; c++) dst[c] += wt * src[c];
-        }
+        combine_job C = { f, t0 };
+        run_rows(f, nt, (size_t)k * (size_t)d, combine_rows, &C);
     }
     return 0;
 }
 
 /* One token (decode): its k routed experts in two pool jobs instead of three matmuls per expert, so
  * the threads share every expert's rows. Each output element is still one row's dot product, computed
- * by one thread with the same code and inputs as experts_slot would use, and moe accumulates in slot
- * order: the bits are experts_slot's.
+ * by one thread with the same code and inputs as experts_batch would use, and moe accumulates in slot
+ * order: the bits are experts_batch's.
  *
  * Work item i is row i / k of expert slot i % k: a thread's chunk walks the k experts' matrices side
  * by side, k streams from memory at once rather than one. Decode is bound by how fast the weights
@@ -629,8 +626,8 @@ static void tok_gate_up_rows(void *ctx, int i0, int i1, int tid) {
             row = (const uint8_t *)v->up + (r - J->fe) * p->row_bytes;
         }
         float *y = &f->keg[s * F2 + r];
-        const bm_act a = act_of(f->hm, f->xq, f->xd, f->xs, f->xk);
-        *y = row_dot(&f->kern, p->type, row, &a, J->d);
+        const bm_act a = mm_act(f->hm, &f->xq);
+        *y = f->kern.dot[p->type](row, &a, J->d);
 #ifdef BMOE_FAULT_THREAD_ORDER
         if (tid > 0) *y *= 1.25f; /* fault: as in mm_rows */
 #endif
@@ -641,14 +638,13 @@ static void tok_down_rows(void *ctx, int i0, int i1, int tid) {
     const tok_experts_job *J = ctx;
     bmoe_forward *f = J->f;
     const bmoe_expert_part *p = &J->P[BMOE_EXP_DOWN];
-    size_t nb = J->fe / BMOE_Q8_0_BLOCK;
+    const bm_act all = mm_act(f->keu, &f->kxq);
     for (int i = i0; i < i1; i++) {
         size_t s = (size_t)i % (size_t)J->k, c = (size_t)i / (size_t)J->k; /* experts interleaved */
         const uint8_t *row = (const uint8_t *)f->kv[s].down + c * p->row_bytes;
         float *y = &f->keo[s * J->d + c];
-        const bm_act a = act_of(f->keu + s * J->fe, f->kxq + s * J->fe, f->kxd + s * nb, f->kxs + s * nb,
-                                f->kxk + s * (J->fe / BM_Q8K_BLOCK));
-        *y = row_dot(&f->kern, p->type, row, &a, J->fe);
+        const bm_act a = bm_act_token(&all, J->fe, (int)s);
+        *y = f->kern.dot[p->type](row, &a, J->fe);
 #ifdef BMOE_FAULT_THREAD_ORDER
         if (tid > 0) *y *= 1.25f; /* fault: as in mm_rows */
 #endif
@@ -660,7 +656,7 @@ static int experts_token(bmoe_forward *f, int il, char *err, size_t errlen) {
     const bmoe_layer *ly = &m->layers[il];
     int k = f->top_k, d = f->d;
     size_t fe = (size_t)m->hp.n_ff_exp;
-    for (int s = 0; s < k; s++) { /* the views in slot order, as experts_slot asks for them */
+    for (int s = 0; s < k; s++) { /* the views in slot order */
         int e = f->ids[s];
         bmoe_expert_view *v = &f->kv[s];
         int rc = f->seam->experts.view(f->seam->experts.self, il, e, v);
@@ -668,32 +664,20 @@ static int experts_token(bmoe_forward *f, int il, char *err, size_t errlen) {
             snprintf(err, errlen, "expert source failed for layer %d expert %d", il, e);
             return rc;
         }
-        if (!v->gate_up && !(v->gate && v->up)) {
-            snprintf(err, errlen, "expert source gave no gate/up weights for layer %d expert %d", il, e);
-            return 1;
-        }
-        if (!v->down) {
-            snprintf(err, errlen, "expert source gave no down weights for layer %d expert %d", il, e);
-            return 1;
-        }
+        if ((rc = check_view(v, il, e, err, errlen))) return rc;
     }
     tok_experts_job J = { f, ly->exp_part, k, fe, (size_t)d };
     const bmoe_expert_part *P = ly->exp_part;
-    unsigned kinds = 0; /* the activation formats of the gate / up rows present */
-    for (int p = 0; p < BMOE_EXP_DOWN; p++)
-        if (P[p].present) kinds |= 1u << act_kind(P[p].type);
-    for (int kind = BM_ACT_Q8_0; kind <= BM_ACT_Q8_K; kind++) /* the input, as each kind of row needs it */
-        if (kinds & (1u << kind))
-            quantise_input(&f->kern, (bm_act_kind)kind, f->hm, 1, (size_t)d, f->xq, f->xd, f->xs, f->xk);
+    unsigned kinds = gate_up_kinds(P);
+    for (int kind = 0; kind < BM_ACT_COUNT; kind++) /* the input, as each kind of row needs it */
+        if (kinds & (1u << kind)) mm_quantise_rows(&f->kern, (bm_act_kind)kind, f->hm, 0, 1, (size_t)d, &f->xq);
     pool_run(f->pool, (int)((size_t)k * 2 * fe), tok_gate_up_rows, &J);
     for (int s = 0; s < k; s++) {
         const float *g = f->keg + (size_t)s * 2 * fe;
         float *u = f->keu + (size_t)s * fe;
         act_mul(f, g, g + fe, fe, u);
-        quantise_input(&f->kern, act_kind(P[BMOE_EXP_DOWN].type), u, 1, fe, f->kxq + (size_t)s * fe,
-                       f->kxd + (size_t)s * (fe / BMOE_Q8_0_BLOCK), f->kxs + (size_t)s * (fe / BMOE_Q8_0_BLOCK),
-                       f->kxk + (size_t)s * (fe / BM_Q8K_BLOCK));
     }
+    mm_quantise_rows(&f->kern, mm_act_kind(P[BMOE_EXP_DOWN].type), f->keu, 0, k, fe, &f->kxq);
     pool_run(f->pool, k * d, tok_down_rows, &J);
     for (int s = 0; s < k; s++) {
         float wt = f->w[s];
@@ -788,8 +772,7 @@ static int moe_ffn(bmoe_forward *f, const moe_ctx *c, char *err, size_t errlen) 
     if (T == 1) {
         if ((rc = experts_token(f, c->il, err, errlen))) return rc;
     } else {
-        for (int s = 0; s < k; s++)
-            if ((rc = experts_slot(f, c->il, T, s, err, errlen))) return rc;
+        if ((rc = experts_batch(f, c->il, T, err, errlen))) return rc;
     }
 
     /* the norm sandwich and the shared expert, each step only where the model has its tensors */
@@ -993,13 +976,17 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
     f->w = alloc_f(T * K, sizeof(float), &oom);
     f->ids = alloc_f(T * K, sizeof(int32_t), &oom);
     f->moe = alloc_f(T * D, sizeof(float), &oom);
-    f->gx = alloc_f(T * D, sizeof(float), &oom);
-    f->eg = alloc_f(T * 2 * fe, sizeof(float), &oom);
-    f->eu = alloc_f(T * fe, sizeof(float), &oom);
-    f->eo = alloc_f(T * D, sizeof(float), &oom);
+    f->moe_pass = max_batch < MOE_PASS ? max_batch : MOE_PASS;
+    size_t PS = (size_t)f->moe_pass, PK = m->n_moe_layers > 0 ? PS * K : 1;
+    f->gx = alloc_f(PS * D, sizeof(float), &oom);
+    f->eg = alloc_f(PS * 2 * fe, sizeof(float), &oom);
+    f->eu = alloc_f(PS * fe, sizeof(float), &oom);
+    f->ko = alloc_f(PK * D, sizeof(float), &oom);
     f->cnt = alloc_f(E, sizeof(int), &oom);
     f->start = alloc_f(E, sizeof(int), &oom);
-    f->order = alloc_f(T, sizeof(int), &oom);
+    f->order = alloc_f(PK, sizeof(int), &oom);
+    if (mm_qbuf_alloc(&f->gin, m->n_moe_layers > 0 ? PS : 1, D) || mm_qbuf_alloc(&f->din, m->n_moe_layers > 0 ? PS : 1, fe))
+        oom = 1;
     f->scratch = alloc_f((size_t)pool_threads(pool) * (size_t)n_ctx, sizeof(float), &oom);
     /* the recurrent and gated-attention scratch */
     size_t HvS = (size_t)hp->ssm_heads * (size_t)hp->ssm_state;
@@ -1025,17 +1012,11 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
     if ((size_t)f->ff_max > in_max) in_max = (size_t)f->ff_max;
     if (fe > in_max) in_max = fe;
     f->in_max = in_max;
-    f->xq = alloc_f(T * in_max, sizeof(int8_t), &oom);
-    f->xd = alloc_f(T * (in_max / BMOE_Q8_0_BLOCK + 1), sizeof(float), &oom);
-    f->xs = alloc_f(T * (in_max / BMOE_Q8_0_BLOCK + 1), sizeof(float), &oom);
-    f->xk = alloc_f(T * (in_max / BM_Q8K_BLOCK + 1), sizeof(bm_q8k), &oom);
+    if (mm_qbuf_alloc(&f->xq, T, in_max)) oom = 1;
     f->keg = alloc_f(K * 2 * fe, sizeof(float), &oom);
     f->keu = alloc_f(K * fe, sizeof(float), &oom);
     f->keo = alloc_f(K * D, sizeof(float), &oom);
-    f->kxq = alloc_f(K * fe, sizeof(int8_t), &oom);
-    f->kxd = alloc_f(K * (fe / BMOE_Q8_0_BLOCK + 1), sizeof(float), &oom);
-    f->kxs = alloc_f(K * (fe / BMOE_Q8_0_BLOCK + 1), sizeof(float), &oom);
-    f->kxk = alloc_f(K * (fe / BM_Q8K_BLOCK + 1), sizeof(bm_q8k), &oom);
+    if (mm_qbuf_alloc(&f->kxq, K, fe)) oom = 1;
     f->kv = alloc_f(K, sizeof(bmoe_expert_view), &oom);
     bm_kernels_get(bm_kpath_best(), &f->kern);
     if (oom) {
@@ -1053,9 +1034,10 @@ void forward_free(bmoe_forward *f) {
     free(f->x); free(f->xn); free(f->hm); free(f->xl); free(f->q); free(f->k); free(f->v); free(f->att);
     free(f->o); free(f->ffn); free(f->sh); free(f->hg); free(f->hu);
     free(f->rlog); free(f->rprob); free(f->w); free(f->ids);
-    free(f->moe); free(f->gx); free(f->eg); free(f->eu); free(f->eo);
-    free(f->cnt); free(f->start); free(f->order); free(f->scratch); free(f->xq); free(f->xd); free(f->xs); free(f->xk);
-    free(f->keg); free(f->keu); free(f->keo); free(f->kxq); free(f->kxd); free(f->kxs); free(f->kxk); free(f->kv);
+    free(f->moe); free(f->gx); free(f->eg); free(f->eu); free(f->ko);
+    mm_qbuf_free(&f->gin); mm_qbuf_free(&f->din); mm_qbuf_free(&f->xq); mm_qbuf_free(&f->kxq);
+    free(f->cnt); free(f->start); free(f->order); free(f->scratch);
+    free(f->keg); free(f->keu); free(f->keo); free(f->kv);
     free(f->qg); free(f->rin); free(f->rcv); free(f->rz); free(f->ro); free(f->ralpha); free(f->rbeta); free(f->rtmp);
     free(f->rsel);
     rec_state_free(&f->rs);

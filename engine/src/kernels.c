@@ -286,6 +286,15 @@ static int fill(bm_kpath p, bm_kernels *k) {
     memset(k, 0, sizeof *k);
     if (!fill_path(p, k)) return 0;
     k->path = p;
+    k->dot_f32_rows = bm_dot_f32_rows_scalar; /* attention (kernels_attn.c) */
+    k->weighted_rows = bm_weighted_rows_scalar;
+#if defined(__x86_64__)
+    if (p == BM_KPATH_AVX2) k->dot_f32_rows = bm_dot_f32_rows_avx2, k->weighted_rows = bm_weighted_rows_avx2;
+#endif
+#if defined(__aarch64__)
+    if (p == BM_KPATH_NEON || p == BM_KPATH_NEON_DOT)
+        k->dot_f32_rows = bm_dot_f32_rows_neon, k->weighted_rows = bm_weighted_rows_neon;
+#endif
     for (uint32_t id = 0; id < GGML_TYPE_COUNT; id++) {
         const bm_type_traits *tt = bm_type(id);
         if (!tt) continue;

@@ -56,6 +56,11 @@ typedef struct bm_kernels {
     bm_dot_mt_fn dot_mt[GGML_TYPE_COUNT];
     /* the F32 dot product of two float vectors (attention's q . k) */
     float (*dot_f32)(const float *a, const float *b, size_t n);
+    /* Attention (kernels_attn.c): out[j] = dot_f32(q, k + j * ldk, n) for j < nk, each with dot_f32's
+     * bits; and out[c] = sum_j p[j] * v[j * ldv + c] for c < n, summed from 0 in increasing j < nj,
+     * a separate multiply and add per step. */
+    void (*dot_f32_rows)(const float *q, const float *k, size_t ldk, size_t n, int nk, float *out);
+    void (*weighted_rows)(const float *p, int nj, const float *v, size_t ldv, size_t n, float *out);
     /* bm_quantize_q8_0's / bm_quantize_q8_1's result, exactly (the SIMD paths vectorise the per-value
      * steps) */
     void (*quantize_q8_0)(const float *x, size_t n, int8_t *xq, float *xd);
@@ -117,6 +122,14 @@ void bm_exp_shift_scalar(float *v, size_t n, float mx);
     void bm_dot_mt_##T##_##P(const uint8_t *w, const bm_act *a, size_t n, int nt, float *out);
 #define BM_DOT_DECL_PATHS(T) BM_DOT_DECL(T, scalar) BM_DOT_DECL(T, avx2) BM_DOT_DECL(T, neon) BM_DOT_DECL(T, neon_dot)
 BM_WEIGHT_TYPES(BM_DOT_DECL_PATHS)
+
+/* Attention's loops per path (kernels_attn.c; the SIMD ones exist only on their architecture). */
+void bm_dot_f32_rows_scalar(const float *q, const float *k, size_t ldk, size_t n, int nk, float *out);
+void bm_weighted_rows_scalar(const float *p, int nj, const float *v, size_t ldv, size_t n, float *out);
+void bm_dot_f32_rows_avx2(const float *q, const float *k, size_t ldk, size_t n, int nk, float *out);
+void bm_weighted_rows_avx2(const float *p, int nj, const float *v, size_t ldv, size_t n, float *out);
+void bm_dot_f32_rows_neon(const float *q, const float *k, size_t ldk, size_t n, int nk, float *out);
+void bm_weighted_rows_neon(const float *p, int nj, const float *v, size_t ldv, size_t n, float *out);
 
 /* Implemented by kernels_avx2.c / kernels_neon.c (stubs returning 0 on other architectures): 1 and
  * k's path-specific functions when the CPU has the path, else 0. */

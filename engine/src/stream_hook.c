@@ -50,7 +50,7 @@ struct bmoe_stream_hook {
     uint64_t *row_bytes;
     uint8_t *res0, *resident, *seen, *charged; /* [E] */
     int *uniq;                  /* [E] */
-    uint8_t *need_read, *in_col, *issued; /* [E] issue_reads' bookkeeping */
+    uint8_t *need_read, *in_col; /* [E] issue_reads' bookkeeping */
     chain_learner *chain;       /* each layer's weight chain, learned from the graph (weight_chain.h) */
     bmoe_route_policy policy;
     int has_policy;
@@ -210,37 +210,33 @@ static int issue_prefetch(bmoe_stream_hook *h, int li) {
     return 0;
 }
 
-/* Issues this pass's demand reads in the order forward.c computes the experts (slot by slot, experts
- * in ascending id within a slot: seam.h), so the reads land in the order the views wait for them.
+/* Issues this pass's demand reads in the order forward.c computes the experts (a batch's executing
+ * experts in ascending id, each once: seam.h), so the reads land in the order the views wait for them.
  * Cache: the experts marked need_read (the misses, already inserted and pinned), into their own
  * slots; shared slots: every executing expert, into the slot shared_of gave it. The order of the
  * reads changes no decision, counter or byte. */
 static int issue_reads(bmoe_stream_hook *h, const bmoe_moe_result *r, int li) {
     char m[1024];
-    int T = r->n_tokens, k = h->k, E = h->E;
-    for (int s = 0; s < k; s++) {
-        for (int e = 0; e < E; e++) h->in_col[e] = 0;
-        for (int t = 0; t < T; t++)
-            if (!h->dropped[t * k + s]) h->in_col[r->ids[t * k + s]] = 1;
-        for (int e = 0; e < E; e++) {
-            if (!h->in_col[e]) continue;
-            int slot, rc;
-            bmoe_io_group *g;
-            if (h->cache) {
-                if (!h->need_read[e]) continue;
-                h->need_read[e] = 0;
-                slot = e;
-                g = &h->groups[key_of(h, li, e)];
-            } else {
-                if (h->shared_of[e] < 0 || h->issued[e]) continue;
-                h->issued[e] = 1;
-                slot = h->shared_of[e];
-                g = &h->groups[slot];
-            }
-            if ((rc = stream_load(h->st, li, slot, e, BMOE_IO_DEMAND, g, m, sizeof m))) return take_stream_error(h, rc, m);
+    int n = r->n_tokens * h->k, E = h->E;
+    for (int e = 0; e < E; e++) h->in_col[e] = 0;
+    for (int i = 0; i < n; i++)
+        if (!h->dropped[i]) h->in_col[r->ids[i]] = 1;
+    for (int e = 0; e < E; e++) {
+        if (!h->in_col[e]) continue;
+        int slot, rc;
+        bmoe_io_group *g;
+        if (h->cache) {
+            if (!h->need_read[e]) continue;
+            h->need_read[e] = 0;
+            slot = e;
+            g = &h->groups[key_of(h, li, e)];
+        } else {
+            if (h->shared_of[e] < 0) continue;
+            slot = h->shared_of[e];
+            g = &h->groups[slot];
         }
+        if ((rc = stream_load(h->st, li, slot, e, BMOE_IO_DEMAND, g, m, sizeof m))) return take_stream_error(h, rc, m);
     }
-    if (!h->cache) memset(h->issued, 0, (size_t)E);
     return 0;
 }
 
@@ -703,7 +699,6 @@ int stream_hook_create(bmoe_stream_hook **out, bmoe_model *m, const bmoe_streami
     h->uniq = malloc(E * sizeof *h->uniq);
     h->need_read = calloc(E, 1);
     h->in_col = calloc(E, 1);
-    h->issued = calloc(E, 1);
     h->res0 = calloc(E, 1);
     h->resident = calloc(E, 1);
     h->seen = calloc(E, 1);
@@ -717,7 +712,7 @@ int stream_hook_create(bmoe_stream_hook **out, bmoe_model *m, const bmoe_streami
     h->changed = calloc(rows, 1);
     h->row_res = calloc(rows, 1);
     h->row_bytes = calloc(rows, sizeof *h->row_bytes);
-    if (!h->prefetched || !h->shared_of || !h->pinned || !h->uniq || !h->need_read || !h->in_col || !h->issued || !h->res0 || !h->resident || !h->seen ||
+    if (!h->prefetched || !h->shared_of || !h->pinned || !h->uniq || !h->need_read || !h->in_col || !h->res0 || !h->resident || !h->seen ||
         !h->charged || !h->chain || !h->pre_ids || !h->router_ids || !h->router_w || !h->router_scores || !h->dropped || !h->changed || !h->row_res || !h->row_bytes) {
         rc = err_set(err, 1, NULL, "out of memory");
         goto fail;
@@ -756,7 +751,7 @@ void stream_hook_destroy(bmoe_stream_hook *h) {
     free(h->li_of); free(h->eb); free(h->layer_reads); free(h->layer_bytes); free(h->shared_of); free(h->groups); free(h->prefetched); free(h->spec_keys);
     free(h->plan_l); free(h->plan_e); free(h->pinned); free(h->pre_ids); free(h->router_ids); free(h->router_w); free(h->router_scores); free(h->dropped); free(h->changed);
     free(h->row_res); free(h->row_bytes); free(h->res0); free(h->resident); free(h->seen); free(h->charged);
-    free(h->uniq); free(h->need_read); free(h->in_col); free(h->issued);
+    free(h->uniq); free(h->need_read); free(h->in_col);
     chain_free(h->chain);
     free(h->dense);
     free(h);

@@ -286,7 +286,7 @@ static void test_forward(const char *dir) {
     rec fe = { .abort_layer = -1, .force_expert = 2 };
     counting cs = { 0 };
     CHECK(run(path, 2, &fe, &cs, toks, T, 0, c, NULL) == 0);
-    CHECK(cs.calls[0] == 0 && cs.calls[1] == 0 && cs.calls[3] == 0 && cs.calls[2] == L * K); /* once per slot pass */
+    CHECK(cs.calls[0] == 0 && cs.calls[1] == 0 && cs.calls[3] == 0 && cs.calls[2] == L); /* once per layer: the batch's pairs grouped by expert */
     CHECK(memcmp(a, c, (size_t)T * V * sizeof(float)) != 0);
     unlink(path);
 }
@@ -457,11 +457,53 @@ static void test_engine_threads(const char *dir) {
     unlink(model);
 }
 
+/* A prompt longer than one pass of the grouped experts (forward.c, MOE_PASS = 512 tokens): its rows
+ * still equal the same positions run one at a time, bit for bit, and with every slot of every token
+ * forced to one expert (so that expert's rows of a pass, 2 x 512, are more than one gather holds) too;
+ * each pass views the forced expert once. */
+static void test_long_batch(const char *dir) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/long.gguf", dir);
+    build(path, (variant){ .exp_type = GGML_TYPE_Q8_0 });
+    enum { NT = 600, CTX = 640 };
+    static int32_t toks[NT];
+    static float a[NT * V], b[NT * V];
+    for (int t = 0; t < NT; t++) toks[t] = (int32_t)((t * 7 + t / 5) % V);
+    for (int forced = 0; forced < 2; forced++) {
+        bmoe_model *m = NULL;
+        char err[512] = "";
+        CHECK(model_open(path, 1, &m, err, sizeof err) == 0);
+        bmoe_pool *pool = pool_create(2);
+        bmoe_resident res;
+        counting cs = { 0 };
+        rec h = { .abort_layer = -1, .force_expert = forced ? 2 : -1 };
+        bmoe_seam seam = { 0 };
+        cs.inner = resident_source(&res, m);
+        seam.experts.self = &cs;
+        seam.experts.view = counting_view;
+        seam.hook = hook;
+        seam.hook_user = &h;
+        bmoe_forward *f = NULL, *g = NULL;
+        CHECK(forward_create(&f, m, pool, &seam, CTX, NT, K, err, sizeof err) == 0);
+        CHECK(forward_eval(f, toks, NT, 0, 0, 0, 1, a, err, sizeof err) == 0);
+        if (forced) CHECK(cs.calls[2] == 2 * L && cs.calls[0] == 0 && cs.calls[1] == 0 && cs.calls[3] == 0);
+        CHECK(forward_create(&g, m, pool, &seam, CTX, 1, K, err, sizeof err) == 0);
+        for (int t = 0; t < NT; t++) CHECK(forward_eval(g, &toks[t], 1, t, 1, t, 0, b + (size_t)t * V, err, sizeof err) == 0);
+        CHECK(memcmp(a, b, sizeof a) == 0);
+        forward_free(f);
+        forward_free(g);
+        pool_destroy(pool);
+        model_close(m);
+    }
+    unlink(path);
+}
+
 int main(void) {
     char dir[] = "/tmp/bmoe_test_forward_XXXXXX";
     if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
     test_topk();
     test_forward(dir);
+    test_long_batch(dir);
     test_gating_variants(dir);
     test_refusals(dir);
     test_engine_threads(dir);

@@ -452,6 +452,53 @@ static void test_exponentials(void) {
     }
 }
 
+/* Attention's loops (kernels_attn.c): a query against many keys (strided rows) gives, key by key, the
+ * path's dot_f32 bits, which the scalar one states independently (lane i mod 8, the tree); the
+ * weighted sum of value rows gives each column's sum from 0 in increasing j. Every path, head widths
+ * that are and are not a multiple of 8, key counts around the eight-key (NEON: four-key) steps. */
+static void test_attention_loops(void) {
+    enum { HD = 72, LD = 80, NK = 37 };
+    static float q[HD], k[NK * LD], v[NK * LD], p[NK], got[NK + 8], want[NK + 8], w[LD], o[LD + 8];
+    static const size_t widths[] = {8, 16, 64, 72, 5, 13};
+    for (int rep = 0; rep < 6; rep++) {
+        for (int i = 0; i < NK * LD; i++) k[i] = fvalue(), v[i] = fvalue();
+        for (int i = 0; i < HD; i++) q[i] = fvalue();
+        for (int j = 0; j < NK; j++) p[j] = rep == 0 ? 1.0f / NK : frand();
+        size_t n = widths[rep];
+        for (int nk = 0; nk <= NK; nk += (nk < 17 ? 1 : 10)) {
+            for (int j = 0; j < nk; j++) { /* the definition: lane i mod 8, then the tree */
+                float l[8] = {0};
+                for (size_t i = 0; i < n; i++) l[i & 7] += q[i] * k[(size_t)j * LD + i];
+                want[j] = sum8(l);
+            }
+            for (int pth = 0; pth < n_paths; pth++) {
+                memset(got, 0xff, sizeof got);
+                paths[pth].dot_f32_rows(q, k, LD, n, nk, got);
+                int same = 1;
+                for (int j = 0; j < nk; j++) same &= bits_of(got[j]) == bits_of(want[j]);
+                for (int j = 0; j < nk; j++) same &= bits_of(got[j]) == bits_of(paths[pth].dot_f32(q, k + (size_t)j * LD, n));
+                same &= bits_of(got[nk]) == 0xffffffffu; /* nothing past nk written */
+                if (!same) printf("  dot_f32_rows: path %s, n %zu, nk %d differs\n", bm_kpath_name(paths[pth].path), n, nk);
+                CHECK(same);
+            }
+            size_t nv = n * 8 + (size_t)rep; /* value widths past the 32- and 16-column steps too */
+            if (nv > LD) nv = LD;
+            for (size_t c = 0; c < nv; c++) {
+                w[c] = 0.0f;
+                for (int j = 0; j < nk; j++) w[c] += p[j] * v[(size_t)j * LD + c];
+            }
+            for (int pth = 0; pth < n_paths; pth++) {
+                memset(o, 0xff, sizeof o);
+                paths[pth].weighted_rows(p, nk, v, LD, nv, o);
+                int same = bits_of(o[nv]) == 0xffffffffu;
+                for (size_t c = 0; c < nv; c++) same &= bits_of(o[c]) == bits_of(w[c]);
+                if (!same) printf("  weighted_rows: path %s, n %zu, nj %d differs\n", bm_kpath_name(paths[pth].path), nv, nk);
+                CHECK(same);
+            }
+        }
+    }
+}
+
 static void test_names(void) {
     int p;
     CHECK(bm_kpath_parse("auto", &p) == 0 && p == -1);
@@ -482,5 +529,6 @@ int main(void) {
     test_dequant();
     test_dequantised_dots();
     test_exponentials();
+    test_attention_loops();
     return check_report("test_kernels");
 }
