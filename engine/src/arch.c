@@ -17,6 +17,7 @@ static const bmoe_recipe RECIPES[] = {
         .gating = BMOE_GATING_SOFTMAX,
         .norm_w = 1,
         .gating_keys = BMOE_GATING_KEYS_FIXED,
+        .qkv_bias = BMOE_BIAS_OPTIONAL,
         .qk_norm = 1,
         .full_rope = 1,
     },
@@ -30,11 +31,14 @@ static const bmoe_recipe RECIPES[] = {
         .gating_keys = BMOE_GATING_KEYS_FIXED,
         .router_prescale = 1,
         .shared_expert = BMOE_SHEXP_FFN,
+        .expert_scale = BMOE_BIAS_OPTIONAL,
         .qk_norm = 1,
         .v_norm = 1,
+        .v_from_k = 1,
         .attn_scale_one = 1,
         .swa = BMOE_SWA_REQUIRED,
         .rope_freqs = 1,
+        .layer_scale = BMOE_BIAS_OPTIONAL,
         .post_norms = 1,
         .embd_scale = 1,
         .final_softcap = 1,
@@ -46,6 +50,7 @@ static const bmoe_recipe RECIPES[] = {
         .moe_layers = BMOE_MOE_LEAD_DENSE,
         .gating_keys = BMOE_GATING_KEYS_READ,
         .shared_expert = BMOE_SHEXP_NAMED,
+        .qkv_bias = BMOE_BIAS_OPTIONAL,
         .qk_norm = 1,
         .full_rope = 1,
         .output_required = 1,
@@ -58,6 +63,7 @@ static const bmoe_recipe RECIPES[] = {
         .gating = BMOE_GATING_SOFTMAX,
         .norm_w = 1,
         .gating_keys = BMOE_GATING_KEYS_FIXED,
+        .qkv_bias = BMOE_BIAS_OPTIONAL,
         .qk_norm = 1,
         .attn_scale_embd_at = 62,
         .swa = BMOE_SWA_PERIODIC,
@@ -67,6 +73,44 @@ static const bmoe_recipe RECIPES[] = {
         .embd_scale = 1,
         .final_softcap = 1,
         .softcap_default = 0.0,
+    },
+    {
+        /* src/models/qwen2moe.cpp: softmax without renormalisation, a shared expert scaled by a sigmoid
+         * gate, q/k/v biases, no q/k norms, output never tied */
+        .arch = "qwen2moe",
+        .act = BMOE_ACT_SILU,
+        .moe_layers = BMOE_MOE_ALL,
+        .gating = BMOE_GATING_SOFTMAX,
+        .norm_w = 0,
+        .gating_keys = BMOE_GATING_KEYS_FIXED,
+        .shared_expert = BMOE_SHEXP_GATED,
+        .qkv_bias = BMOE_BIAS_OPTIONAL,
+        .full_rope = 1,
+        .output_required = 1,
+    },
+    {
+        /* src/models/openai-moe.cpp: router and per-expert biases, softmax over the selected logits, the
+         * clamped SwiGLU, attention sinks and biases, alternating sliding-window (even) and full (odd)
+         * layers that share one RoPE, YaRN; the FFN norm is named post_attention_norm */
+        .arch = "gpt-oss",
+        .act = BMOE_ACT_SWIGLU_OAI,
+        .moe_layers = BMOE_MOE_ALL,
+        .gating = BMOE_GATING_SOFTMAX_SELECTED,
+        .norm_w = 0,
+        .gating_keys = BMOE_GATING_KEYS_FIXED,
+        .router_bias = BMOE_BIAS_REQUIRED,
+        .expert_bias = BMOE_BIAS_REQUIRED,
+        .qkv_bias = BMOE_BIAS_OPTIONAL,
+        .out_bias = BMOE_BIAS_REQUIRED,
+        .attn_sinks = 1,
+        .swa = BMOE_SWA_PERIODIC,
+        .swa_period = 2,
+        .swa_window_required = 1,
+        .swa_rope = BMOE_SWA_ROPE_GLOBAL,
+        .full_rope = 1,
+        .rope_scaling = BMOE_ROPE_SCALING_LINEAR | BMOE_ROPE_SCALING_YARN,
+        .ffn_norm = "post_attention_norm",
+        .output_required = 1,
     },
     {
         /* hybrid: gated delta-net layers between gated full-attention layers (every
@@ -203,6 +247,7 @@ void arch_write_json(json_writer *w, const bmoe_recipe *r) {
     json_str(w, "router_bias", bias_name(r->router_bias));
     json_str(w, "expert_bias", bias_name(r->expert_bias));
     json_str(w, "shared_expert", shexp_name(r->shared_expert));
+    json_str(w, "expert_scale", bias_name(r->expert_scale));
     json_bool(w, "probs_bias", r->probs_bias);
     json_str(w, "mixer", mixer_name(r->mixer));
     json_str(w, "qkv_bias", bias_name(r->qkv_bias));
@@ -210,6 +255,7 @@ void arch_write_json(json_writer *w, const bmoe_recipe *r) {
     json_bool(w, "attn_gate", r->attn_gate);
     json_bool(w, "qk_norm", r->qk_norm);
     json_bool(w, "v_norm", r->v_norm);
+    json_bool(w, "v_from_k", r->v_from_k);
     json_bool(w, "attn_sinks", r->attn_sinks);
     json_bool(w, "attn_scale_one", r->attn_scale_one);
     json_int(w, "attn_scale_embd_at", r->attn_scale_embd_at);
@@ -224,6 +270,7 @@ void arch_write_json(json_writer *w, const bmoe_recipe *r) {
     if (r->rope_scaling & BMOE_ROPE_SCALING_LINEAR) json_str(w, NULL, "linear");
     if (r->rope_scaling & BMOE_ROPE_SCALING_YARN) json_str(w, NULL, "yarn");
     json_end_array(w);
+    json_str(w, "layer_scale", bias_name(r->layer_scale));
     json_bool(w, "rope_sections", r->rope_sections);
     json_bool(w, "post_norms", r->post_norms);
     json_str(w, "ffn_norm", arch_ffn_norm(r));

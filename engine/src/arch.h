@@ -123,6 +123,7 @@ typedef struct bmoe_recipe {
     bmoe_bias router_bias;  /* ffn_gate_inp.bias [E], added to the router logits */
     bmoe_bias expert_bias;  /* ffn_gate_exps.bias / ffn_up_exps.bias [f, E], ffn_down_exps.bias [d, E] */
     bmoe_shexp shared_expert; /* a resident shared expert beside the routed ones, its names and its gate */
+    bmoe_bias expert_scale; /* ffn_down_exps.scale [E]: expert e's output times scale[e] (gemma4) */
     int probs_bias;         /* exp_probs_b.bias [E] on every MoE layer: added to the probs for the selection
                              * only, the weights stay the unbiased probs (lfm2moe) */
 
@@ -136,6 +137,7 @@ typedef struct bmoe_recipe {
     bmoe_bias out_bias;     /* attn_output.bias */
     int qk_norm;            /* attn_q_norm / attn_k_norm per head (required) */
     int v_norm;             /* v is RMS-normed per head, without a weight */
+    int v_from_k;           /* attn_v may be absent: v is then k's projection (before k's norm; gemma4) */
     int attn_sinks;         /* attn_sinks.weight [H]: one extra logit per head in the softmax, no value */
     int attn_scale_one;     /* attention scores are q.k (no 1/sqrt(head dim)) */
     int attn_scale_embd_at; /* at this block_count the scores are scaled by 1/sqrt(n_embd / n_head) instead
@@ -154,7 +156,8 @@ typedef struct bmoe_recipe {
     int rope_sections;      /* rope.dimension_sections is required: interleaved M-RoPE, for text positions a
                              * pair rotates unless it falls in the extra sector (qwen35moe) */
 
-    /* norms */
+    /* norms and scales */
+    bmoe_bias layer_scale;  /* layer_output_scale.weight [1]: the layer's output (the residual) times it */
     int post_norms;         /* post_attention_norm and the MoE norm sandwich (required) */
     const char *ffn_norm;   /* the FFN input norm's tensor (NULL: "ffn_norm"; gpt-oss "post_attention_norm") */
     const char *output_norm; /* the output norm's tensor (NULL: "output_norm"; lfm2moe "token_embd_norm") */

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arch_ops.h"
 #include "kernels.h"
 #include "matmul.h"
 #include "recurrent.h"
@@ -23,8 +24,9 @@ struct bmoe_forward {
     bmoe_pool *pool;
     const bmoe_seam *seam;
     int n_ctx, max_batch, top_k;
-    int d, q_dim, kv_dim, v_dim, o_dim, ff_max;
-    float *k_cache, *v_cache;     /* [attention layer][n_ctx][kv_dim], [attention layer][n_ctx][v_dim] */
+    int d, q_dim, kv_dim, v_dim, o_dim, ff_max; /* the widest layer's rows (layers may differ: bmoe_layer) */
+    float *k_cache, *v_cache;     /* layer il's [n_ctx][its kv rows] at k_off[il], v_off[il] */
+    size_t *k_off, *v_off;
     rec_state rs;                 /* the recurrent layers' state (recurrent.h), one buffer for all of them */
     float *qg;                    /* gated attention: each head's gate values [T, q_dim] */
     float *rin, *rcv, *rz, *ro;   /* recurrent layers: projections [T, rin_w], conv out [T, rin_w], z, out [T, rz_w] */
@@ -33,6 +35,7 @@ struct bmoe_forward {
     size_t rin_w, rz_w;
     double *inv_freq;             /* RoPE: base^(-2j/n_rot) / rope_freqs[j], j < n_rot/2 */
     double *inv_freq_swa;         /* sliding-window layers: base_swa^(-2j/n_rot_swa), j < n_rot_swa/2 */
+    float rope_mscale, rope_mscale_swa; /* YaRN: cos and sin multiplied by this (1 without YaRN) */
     /* activations, [max_batch, ...] */
     float *x, *xn, *hm, *q, *k, *v, *att, *o, *ffn, *sh;
     float *hg, *hu;               /* dense / shared FFN hidden [T, ff_max] */
@@ -125,12 +128,29 @@ static void softmax(const bm_kernels *k, float *v, int n) {
     for (int i = 0; i < n; i++) v[i] /= sum;
 }
 
+/* softmax over v[0..n) and one more logit `sink` that has no value (gpt-oss's attention sinks, ggml's
+ * soft_max with sinks): the max and the sum include it, the output is v's n probabilities. */
+static void softmax_sink(const bm_kernels *k, float *v, int n, float sink) {
+    float mx = sink;
+    for (int i = 0; i < n; i++)
+        if (v[i] > mx) mx = v[i];
+    k->exp_shift(v, (size_t)n, mx);
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) sum += v[i];
+    sum += (float)bm_exp((double)sink - (double)mx);
+    for (int i = 0; i < n; i++) v[i] /= sum;
+}
+
 /* out[i] = act(g[i]) * u[i] (out may be u). SiLU through the kernels' vector form (the same bits as
  * bm_silu); GELU goes through ggml's f16 table, as llama.cpp computes it on a CPU (docs/model-math.md). */
 static void act_mul(const bmoe_forward *f, const float *g, const float *u, size_t n, float *out) {
-    if (f->m->recipe->act == BMOE_ACT_SILU) f->kern.silu_mul(g, u, n, out);
-    else
+    switch (f->m->recipe->act) {
+    case BMOE_ACT_SILU: f->kern.silu_mul(g, u, n, out); break;
+    case BMOE_ACT_SWIGLU_OAI: ops_swiglu_oai(g, u, n, out); break; /* gpt-oss (arch_ops.c) */
+    case BMOE_ACT_GELU_TANH:
         for (size_t i = 0; i < n; i++) out[i] = bm_gelu_f16(g[i]) * u[i];
+        break;
+    }
 }
 
 /* ---- matmul (matmul.h): y[t, j] = row_j(W) . x[t], parallel over rows j ---------------------------- */
@@ -187,6 +207,10 @@ typedef struct {
     bmoe_forward *f;
     const bmoe_layer *ly;
     int il, T, pos0;
+    /* the layer's geometry (bmoe_layer): heads, head sizes, rows of q, k, v and the attention output */
+    int H, Hkv, hd, hdv;
+    size_t qd, kvd, vd, od;
+    float *kc, *vc;          /* this layer's KV cache, [n_ctx][kvd] and [n_ctx][vd] */
 } attn_job;
 
 /* Per position t: per-head qk-norm, RoPE on q and k, then k and v into the cache. */
@@ -195,11 +219,12 @@ static void qk_rows(void *ctx, int t0, int t1, int tid) {
     const attn_job *J = ctx;
     bmoe_forward *f = J->f;
     const bmoe_hparams *hp = &f->m->hp;
-    int hd = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
-    int half = (J->ly->is_swa ? hp->n_rot_swa : hp->n_rot) / 2;
+    int hd = J->hd, hdv = J->hdv, H = J->H, Hkv = J->Hkv;
+    int half = J->ly->n_rot / 2;
     const double *inv_freq = J->ly->is_swa ? f->inv_freq_swa : f->inv_freq;
+    float mscale = J->ly->is_swa ? f->rope_mscale_swa : f->rope_mscale; /* YaRN's magnitude, else 1 */
     for (int t = t0; t < t1; t++) {
-        float *q = f->q + (size_t)t * f->q_dim, *k = f->k + (size_t)t * f->kv_dim;
+        float *q = f->q + (size_t)t * J->qd, *k = f->k + (size_t)t * J->kvd;
         if (J->ly->attn_q_norm)
             for (int h = 0; h < H; h++) rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, J->ly->attn_q_norm, hd, hp->eps);
 #ifndef BMOE_FAULT_QK_NORM_SKIPPED /* fault: the per-head k-norm is never applied */
@@ -209,16 +234,16 @@ static void qk_rows(void *ctx, int t0, int t1, int tid) {
 #endif
             for (int h = 0; h < Hkv; h++) rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, J->ly->attn_k_norm, hd, hp->eps);
         if (f->m->recipe->v_norm) {
-            float *v = f->v + (size_t)t * f->v_dim;
-            for (int h = 0; h < Hkv; h++) rmsnorm_plain(v + (size_t)h * hp->head_dim_v, v + (size_t)h * hp->head_dim_v, hp->head_dim_v, hp->eps);
+            float *v = f->v + (size_t)t * J->vd;
+            for (int h = 0; h < Hkv; h++) rmsnorm_plain(v + (size_t)h * hdv, v + (size_t)h * hdv, hdv, hp->eps);
         }
         double p = (double)(J->pos0 + t);
         for (int j = 0; j < half; j++) { /* NeoX pairing: (v[j], v[j + n_rot/2]) */
             double sd, cd;
             bm_sincos(p * inv_freq[j], &sd, &cd);
-            float s = (float)sd, c = (float)cd, s_q = s, c_q = c;
+            float s = (float)sd * mscale, c = (float)cd * mscale, s_q = s, c_q = c;
 #ifdef BMOE_FAULT_ROPE_POS /* Fault: q rotated one position ahead of k, every q-k distance off by one (REF) */
-            bm_sincos((p + 1.0) * inv_freq[j], &sd, &cd), s_q = (float)sd, c_q = (float)cd;
+            bm_sincos((p + 1.0) * inv_freq[j], &sd, &cd), s_q = (float)sd * mscale, c_q = (float)cd * mscale;
 #endif
             for (int h = 0; h < H; h++) {
                 float *v = q + (size_t)h * hd, a = v[j], b = v[j + half];
@@ -235,10 +260,8 @@ static void qk_rows(void *ctx, int t0, int t1, int tid) {
 #ifdef BMOE_FAULT_KV_POS_FIRST
         pos = (size_t)J->pos0; /* fault: every token of a batch writes its k and v at the batch's first position */
 #endif
-        size_t slot = (size_t)J->ly->kv_slot;
-        memcpy(f->k_cache + (slot * f->n_ctx + pos) * f->kv_dim, k, (size_t)f->kv_dim * sizeof(float));
-        memcpy(f->v_cache + (slot * f->n_ctx + pos) * f->v_dim, f->v + (size_t)t * f->v_dim,
-               (size_t)f->v_dim * sizeof(float));
+        memcpy(J->kc + pos * J->kvd, k, J->kvd * sizeof(float));
+        memcpy(J->vc + pos * J->vd, f->v + (size_t)t * J->vd, J->vd * sizeof(float));
     }
 }
 
@@ -251,21 +274,21 @@ static void attn_heads(void *ctx, int i0, int i1, int tid) {
     const attn_job *J = ctx;
     bmoe_forward *f = J->f;
     const bmoe_hparams *hp = &f->m->hp;
-    int hd = hp->head_dim, hdv = hp->head_dim_v, group = hp->n_head / hp->n_head_kv;
+    int hd = J->hd, hdv = J->hdv, group = J->H / J->Hkv;
     float scale = (float)hp->attn_scale; /* 1/sqrt(head dim), or the recipe's (model.c) */
     float *sc = f->scratch + (size_t)tid * f->n_ctx;
-    const float *kc = f->k_cache + (size_t)J->ly->kv_slot * f->n_ctx * f->kv_dim;
-    const float *vc = f->v_cache + (size_t)J->ly->kv_slot * f->n_ctx * f->v_dim;
+    const float *kc = J->kc, *vc = J->vc;
     for (int i = i0; i < i1; i++) {
         int h = i / J->T, t = i % J->T, g = h / group, p = J->pos0 + t;
         /* a sliding-window layer sees the n_swa latest positions (p - j < n_swa) */
         int j0 = J->ly->is_swa && p - hp->n_swa + 1 > 0 ? p - hp->n_swa + 1 : 0, n = p + 1 - j0;
-        const float *q = f->q + (size_t)t * f->q_dim + (size_t)h * hd;
-        f->kern.dot_f32_rows(q, kc + (size_t)j0 * f->kv_dim + (size_t)g * hd, (size_t)f->kv_dim, (size_t)hd, n, sc);
+        const float *q = f->q + (size_t)t * J->qd + (size_t)h * hd;
+        f->kern.dot_f32_rows(q, kc + (size_t)j0 * J->kvd + (size_t)g * hd, J->kvd, (size_t)hd, n, sc);
         for (int j = 0; j < n; j++) sc[j] *= scale;
-        softmax(&f->kern, sc, n);
-        f->kern.weighted_rows(sc, n, vc + (size_t)j0 * f->v_dim + (size_t)g * hdv, (size_t)f->v_dim, (size_t)hdv,
-                              f->att + (size_t)t * f->o_dim + (size_t)h * hdv);
+        if (J->ly->attn_sinks) softmax_sink(&f->kern, sc, n, J->ly->attn_sinks[h]);
+        else softmax(&f->kern, sc, n);
+        f->kern.weighted_rows(sc, n, vc + (size_t)j0 * J->vd + (size_t)g * hdv, J->vd, (size_t)hdv,
+                              f->att + (size_t)t * J->od + (size_t)h * hdv);
     }
 }
 
@@ -273,25 +296,37 @@ static void attention(bmoe_forward *f, int il, int T, int pos0) {
     const bmoe_model *m = f->m;
     const bmoe_layer *ly = &m->layers[il];
     int d = f->d;
+    attn_job J = { f, ly, il, T, pos0, ly->n_head, ly->n_head_kv, ly->head_dim, ly->head_dim_v,
+                   (size_t)ly->n_head * ly->head_dim, (size_t)ly->n_head_kv * ly->head_dim,
+                   (size_t)ly->n_head_kv * ly->head_dim_v, (size_t)ly->n_head * ly->head_dim_v,
+                   f->k_cache + f->k_off[il], f->v_cache + f->v_off[il] };
     rmsnorm_rows(f->xn, f->x, ly->attn_norm, T, d, m->hp.eps);
     const bmoe_weight *W[3] = { &ly->attn_q, &ly->attn_k, &ly->attn_v };
-    int gated = m->recipe->attn_gate, hd = m->hp.head_dim;
+    int gated = m->recipe->attn_gate, hd = J.hd;
     float *const y3[3] = { gated ? f->rin : f->q, f->k, f->v };
-    matmul_multi(f, 3, W, f->xn, T, y3);
+    if (ly->attn_v.t) {
+        matmul_multi(f, 3, W, f->xn, T, y3);
+    } else { /* gemma4 without attn_v: v is k's projection, taken before k's norm */
+        matmul_multi(f, 2, W, f->xn, T, y3);
+        memcpy(f->v, f->k, (size_t)T * J.kvd * sizeof(float));
+    }
     if (gated) /* per head: hd queries, then hd gate values */
         for (int t = 0; t < T; t++)
-            for (int h = 0; h < m->hp.n_head; h++) {
-                const float *src = f->rin + (size_t)t * 2 * f->q_dim + (size_t)h * 2 * hd;
-                memcpy(f->q + (size_t)t * f->q_dim + (size_t)h * hd, src, (size_t)hd * sizeof(float));
-                memcpy(f->qg + (size_t)t * f->q_dim + (size_t)h * hd, src + hd, (size_t)hd * sizeof(float));
+            for (int h = 0; h < J.H; h++) {
+                const float *src = f->rin + (size_t)t * 2 * J.qd + (size_t)h * 2 * hd;
+                memcpy(f->q + (size_t)t * J.qd + (size_t)h * hd, src, (size_t)hd * sizeof(float));
+                memcpy(f->qg + (size_t)t * J.qd + (size_t)h * hd, src + hd, (size_t)hd * sizeof(float));
             }
-    attn_job J = { f, ly, il, T, pos0 };
+    ops_add_bias_rows(f->q, ly->attn_q_b, T, J.qd); /* q/k/v biases where the model has them */
+    ops_add_bias_rows(f->k, ly->attn_k_b, T, J.kvd);
+    ops_add_bias_rows(f->v, ly->attn_v_b, T, J.vd);
     pool_run(f->pool, T, qk_rows, &J);
-    pool_run(f->pool, T * m->hp.n_head, attn_heads, &J);
-    if (gated) /* the output gate: each head's output times sigmoid(gate) */
-        for (size_t i = 0; i < (size_t)T * f->o_dim; i++)
+    pool_run(f->pool, T * J.H, attn_heads, &J);
+    if (gated) /* the output gate: each head's output times sigmoid(gate) (head dims equal: od == qd) */
+        for (size_t i = 0; i < (size_t)T * J.od; i++)
             f->att[i] = f->att[i] * (float)(1.0 / (1.0 + bm_exp(-(double)f->qg[i])));
     matmul(f, &ly->attn_output, f->att, T, f->o);
+    ops_add_bias_rows(f->o, ly->attn_output_b, T, (size_t)d);
     if (ly->post_attention_norm) rmsnorm_rows(f->o, f->o, ly->post_attention_norm, T, d, m->hp.eps);
     for (size_t i = 0; i < (size_t)T * d; i++) f->x[i] += f->o[i];
 }
@@ -496,8 +531,8 @@ static void run_rows(bmoe_forward *f, int n, size_t per_row, bmoe_pool_fn fn, vo
 }
 
 /* Expert v's FFN for n of the pass's pairs (pair p = token t0 + p / k, slot p % k): ko[p] = FFN(h[token]). */
-static void expert_rows(bmoe_forward *f, const bmoe_layer *ly, const bmoe_expert_view *v, const int *pairs, int n,
-                        int t0) {
+static void expert_rows(bmoe_forward *f, const bmoe_layer *ly, int e, const bmoe_expert_view *v, const int *pairs,
+                        int n, int t0) {
     const bmoe_expert_part *P = ly->exp_part;
     int k = f->top_k;
     size_t d = (size_t)f->d, fe = (size_t)f->m->hp.n_ff_exp;
@@ -521,12 +556,25 @@ static void expert_rows(bmoe_forward *f, const bmoe_layer *ly, const bmoe_expert
         J[0] = jg, J[1] = ju, nj = 2;
     }
     mm_run(f->pool, &f->kern, nj, J);
+    /* per-expert biases (gpt-oss) before the activation, as experts_token adds them */
+    const float *gb = ly->exp_gate_b ? ly->exp_gate_b + (size_t)e * fe : NULL;
+    const float *ub = ly->exp_up_b ? ly->exp_up_b + (size_t)e * fe : NULL;
+    for (int i = 0; i < n && v->gate_up; i++) {
+        ops_add_bias_rows(f->eg + (size_t)i * 2 * fe, gb, 1, fe);
+        ops_add_bias_rows(f->eg + (size_t)i * 2 * fe + fe, ub, 1, fe);
+    }
+    if (!v->gate_up) ops_add_bias_rows(f->eg, gb, n, fe), ops_add_bias_rows(f->eu, ub, n, fe);
     const bmoe_expert_part *dn = &P[BMOE_EXP_DOWN];
     hidden_job H = { f, v->gate_up != NULL, fe, mm_act_kind(dn->type) };
     run_rows(f, n, 2 * fe, hidden_rows, &H);
     /* down: token i's output goes straight to its pair's row */
     mm_job jd = { v->down, dn->type, dn->row_bytes, dn->n_in, dn->n_out, mm_act(f->eu, &f->din), f->ko, n, pairs, d };
     mm_run(f->pool, &f->kern, 1, &jd);
+    for (int i = 0; i < n && (ly->exp_out_s || ly->exp_down_b); i++) {
+        float *y = f->ko + (size_t)pairs[i] * d;
+        if (ly->exp_out_s) ops_scale_rows(y, ly->exp_out_s[e], 1, d); /* gemma4's per-expert scale */
+        ops_add_bias_rows(y, ly->exp_down_b ? ly->exp_down_b + (size_t)e * d : NULL, 1, d);
+    }
 }
 
 /* moe[t] += w[t,s] * ko[pair (t, s)] for s = 0..k-1 in order, for the pass's tokens t0 + i. */
@@ -581,7 +629,7 @@ static int experts_batch(bmoe_forward *f, int il, int T, char *err, size_t errle
             /* at most moe_pass rows at a time (more only when a token routes e in several slots) */
             for (int off = 0; off < f->cnt[e]; off += f->moe_pass) {
                 int n = f->cnt[e] - off < f->moe_pass ? f->cnt[e] - off : f->moe_pass;
-                expert_rows(f, ly, &v, f->order + f->start[e] + off, n, t0);
+                expert_rows(f, ly, e, &v, f->order + f->start[e] + off, n, t0);
             }
         }
         combine_job C = { f, t0 };
@@ -672,6 +720,11 @@ static int experts_token(bmoe_forward *f, int il, char *err, size_t errlen) {
     for (int kind = 0; kind < BM_ACT_COUNT; kind++) /* the input, as each kind of row needs it */
         if (kinds & (1u << kind)) mm_quantise_rows(&f->kern, (bm_act_kind)kind, f->hm, 0, 1, (size_t)d, &f->xq);
     pool_run(f->pool, (int)((size_t)k * 2 * fe), tok_gate_up_rows, &J);
+    for (int s = 0; s < k; s++) { /* per-expert biases (gpt-oss), as expert_rows adds them */
+        size_t e = (size_t)f->ids[s];
+        if (ly->exp_gate_b) ops_add_bias_rows(f->keg + (size_t)s * 2 * fe, ly->exp_gate_b + e * fe, 1, fe);
+        if (ly->exp_up_b) ops_add_bias_rows(f->keg + (size_t)s * 2 * fe + fe, ly->exp_up_b + e * fe, 1, fe);
+    }
     for (int s = 0; s < k; s++) {
         const float *g = f->keg + (size_t)s * 2 * fe;
         float *u = f->keu + (size_t)s * fe;
@@ -679,6 +732,10 @@ static int experts_token(bmoe_forward *f, int il, char *err, size_t errlen) {
     }
     mm_quantise_rows(&f->kern, mm_act_kind(P[BMOE_EXP_DOWN].type), f->keu, 0, k, fe, &f->kxq);
     pool_run(f->pool, k * d, tok_down_rows, &J);
+    for (int s = 0; s < k && ly->exp_out_s; s++)
+        ops_scale_rows(f->keo + (size_t)s * d, ly->exp_out_s[f->ids[s]], 1, (size_t)d);
+    for (int s = 0; s < k && ly->exp_down_b; s++)
+        ops_add_bias_rows(f->keo + (size_t)s * d, ly->exp_down_b + (size_t)f->ids[s] * d, 1, (size_t)d);
     for (int s = 0; s < k; s++) {
         float wt = f->w[s];
         const float *src = f->keo + (size_t)s * d;
@@ -718,6 +775,8 @@ static int moe_ffn(bmoe_forward *f, const moe_ctx *c, char *err, size_t errlen) 
     } else {
         matmul(f, &ly->ffn_gate_inp, f->xn, T, f->rlog);
     }
+    /* the router's bias (gpt-oss): the logits node holds the biased logits (llama.cpp's ffn_moe_logits_biased) */
+    ops_add_bias_rows(f->rlog, ly->ffn_gate_inp_b, T, (size_t)E);
     if ((rc = emit(f, c, BMOE_NODE_LOGITS, err, errlen))) return rc;
 
     for (int t = 0; t < T; t++) {
@@ -845,6 +904,8 @@ int forward_eval(bmoe_forward *f, const int32_t *tokens, int T, int pos0, int ph
         } else {
             dense_ffn(f, il, T);
         }
+        /* gemma4's layer_output_scale: the layer's output, residual included, times a scalar */
+        if (m->layers[il].out_scale != 1.0f) ops_scale_rows(f->x, m->layers[il].out_scale, T, (size_t)d);
     }
     f->rs.pos = pos0 + T;
     int t0 = all_logits ? 0 : T - 1, n = T - t0;
@@ -870,6 +931,25 @@ int forward_set_kernels(bmoe_forward *f, bm_kpath path) {
 bm_kpath forward_kernels(const bmoe_forward *f) { return f->kern.path; }
 
 /* ---- setup ------------------------------------------------------------------------------------ */
+
+/* inv[j] = base^(-2j/n_rot) / freqs[j] for j < n_rot/2, times the RoPE scaling when `scaled`: linear
+ * (positions times rope_scale) or YaRN's per-dimension mix (arch_ops.c). Returns the factor cos and sin
+ * are multiplied by (YaRN's magnitude; 1 otherwise). */
+static float rope_init(const bmoe_hparams *hp, int n_rot, double base, const float *freqs, int scaled, double *inv) {
+    double lb = bm_log(base), mscale = 1.0;
+    for (int j = 0; j < n_rot / 2; j++) {
+        inv[j] = bm_exp(-(2.0 * j / n_rot) * lb);
+        if (freqs) inv[j] /= (double)freqs[j]; /* frequency divisors (rope_freqs) */
+    }
+    if (!scaled || n_rot < 2) return 1.0f;
+    if (hp->rope_yarn) {
+        mscale = ops_yarn(n_rot, base, hp->rope_scale, hp->yarn_orig_ctx, hp->yarn_beta_fast, hp->yarn_beta_slow,
+                          hp->yarn_attn_factor, inv);
+    } else {
+        for (int j = 0; j < n_rot / 2; j++) inv[j] *= hp->rope_scale; /* linear: (p * scale) * freq, 1 without */
+    }
+    return (float)mscale;
+}
 
 /* a * b * c with overflow checking; 0 on overflow */
 static size_t mul3(size_t a, size_t b, size_t c) {
@@ -911,17 +991,35 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
     f->max_batch = max_batch;
     f->top_k = m->n_moe_layers > 0 ? top_k : 0;
     f->d = hp->n_embd;
-    f->q_dim = hp->n_head * hp->head_dim;
-    f->kv_dim = hp->n_head_kv * hp->head_dim;
-    f->v_dim = hp->n_head_kv * hp->head_dim_v;
-    f->o_dim = hp->n_head * hp->head_dim_v;
+    f->k_off = calloc((size_t)hp->n_layer + 1, sizeof *f->k_off);
+    f->v_off = calloc((size_t)hp->n_layer + 1, sizeof *f->v_off);
+    if (!f->k_off || !f->v_off) {
+        snprintf(err, errlen, "out of memory");
+        forward_free(f);
+        return 1;
+    }
+    size_t kv_total = 0, v_total = 0;
+    int kv_overflow = 0;
+    for (int il = 0; il < hp->n_layer; il++) { /* each layer's own rows (model.c checked each product) */
+        const bmoe_layer *ly = &m->layers[il];
+        f->k_off[il] = kv_total;
+        f->v_off[il] = v_total;
+        if (ly->kind != BMOE_LAYER_ATTN) continue; /* only attention layers keep k and v */
+        int qd = ly->n_head * ly->head_dim, kvd = ly->n_head_kv * ly->head_dim;
+        int vd = ly->n_head_kv * ly->head_dim_v, od = ly->n_head * ly->head_dim_v;
+        if (qd > f->q_dim) f->q_dim = qd;
+        if (kvd > f->kv_dim) f->kv_dim = kvd;
+        if (vd > f->v_dim) f->v_dim = vd;
+        if (od > f->o_dim) f->o_dim = od;
+        size_t kb = mul3(1, (size_t)n_ctx, (size_t)kvd), vb = mul3(1, (size_t)n_ctx, (size_t)vd);
+        if (kb == 0 || vb == 0 || kv_total > SIZE_MAX / 8 - kb || v_total > SIZE_MAX / 8 - vb) kv_overflow = 1;
+        else kv_total += kb, v_total += vb;
+    }
     f->ff_max = hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp;
-    size_t T = (size_t)max_batch, L = (size_t)hp->n_layer, E = (size_t)(hp->n_expert > 0 ? hp->n_expert : 1);
+    size_t T = (size_t)max_batch, E = (size_t)(hp->n_expert > 0 ? hp->n_expert : 1);
     size_t K = (size_t)(f->top_k > 0 ? f->top_k : 1), fe = (size_t)hp->n_ff_exp;
-    size_t LA = (size_t)(m->n_attn_layers > 0 ? m->n_attn_layers : 1); /* only attention layers keep k and v */
-    (void)L;
-    size_t kbytes = mul3(LA, (size_t)n_ctx, (size_t)f->kv_dim), vbytes = mul3(LA, (size_t)n_ctx, (size_t)f->v_dim);
-    int oom = (kbytes == 0 || vbytes == 0);
+    size_t kbytes = kv_total ? kv_total : 1, vbytes = v_total ? v_total : 1; /* no attention layer: unused */
+    int oom = kv_overflow;
     if (!oom) {
         f->k_cache = alloc_f(kbytes, sizeof(float), &oom);
         f->v_cache = alloc_f(vbytes, sizeof(float), &oom);
@@ -932,14 +1030,10 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
         return 1;
     }
     f->inv_freq = calloc((size_t)(hp->n_rot / 2 + 1), sizeof(double));
-    if (!f->inv_freq) oom = 1;
+    f->inv_freq_swa = calloc((size_t)(hp->n_rot_swa / 2 + 1), sizeof(double));
+    if (!f->inv_freq || !f->inv_freq_swa) oom = 1;
     else {
-        double lb = bm_log(hp->rope_base);
-        for (int j = 0; j < hp->n_rot / 2; j++) {
-            f->inv_freq[j] = bm_exp(-(2.0 * j / hp->n_rot) * lb);
-            if (m->rope_freqs) f->inv_freq[j] /= (double)m->rope_freqs[j]; /* frequency divisors (rope_freqs) */
-            f->inv_freq[j] *= hp->rope_scale; /* linear RoPE scaling: (p * scale) * freq, 1 without */
-        }
+        f->rope_mscale = rope_init(hp, hp->n_rot, hp->rope_base, m->rope_freqs, 1, f->inv_freq);
         if (m->recipe->rope_sections) { /* interleaved M-RoPE: a pair of the extra sector stays put */
             const int *sec = hp->rope_sections;
             int dims = sec[0] + sec[1] + sec[2] + sec[3];
@@ -950,12 +1044,9 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
                 if (!moves) f->inv_freq[j] = 0.0; /* angle 0: cos 1, sin 0, the pair passes unchanged */
             }
         }
-    }
-    f->inv_freq_swa = calloc((size_t)(hp->n_rot_swa / 2 + 1), sizeof(double));
-    if (!f->inv_freq_swa) oom = 1;
-    else if (hp->n_rot_swa > 0) {
-        double lb = bm_log(hp->rope_base_swa);
-        for (int j = 0; j < hp->n_rot_swa / 2; j++) f->inv_freq_swa[j] = bm_exp(-(2.0 * j / hp->n_rot_swa) * lb);
+        /* sliding-window layers: no rope_freqs; scaled as the global ones only when the recipe says so */
+        f->rope_mscale_swa = rope_init(hp, hp->n_rot_swa, hp->rope_base_swa, NULL,
+                                       m->recipe->swa_rope == BMOE_SWA_ROPE_GLOBAL, f->inv_freq_swa);
     }
     size_t D = (size_t)f->d;
     f->x = alloc_f(T * D, sizeof(float), &oom);
@@ -1030,7 +1121,7 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
 
 void forward_free(bmoe_forward *f) {
     if (!f) return;
-    free(f->k_cache); free(f->v_cache); free(f->inv_freq); free(f->inv_freq_swa);
+    free(f->k_cache); free(f->v_cache); free(f->k_off); free(f->v_off); free(f->inv_freq); free(f->inv_freq_swa);
     free(f->x); free(f->xn); free(f->hm); free(f->xl); free(f->q); free(f->k); free(f->v); free(f->att);
     free(f->o); free(f->ffn); free(f->sh); free(f->hg); free(f->hu);
     free(f->rlog); free(f->rprob); free(f->w); free(f->ids);

@@ -28,6 +28,7 @@ typedef struct loader {
     char *err;
     size_t errlen;
     char key[160];
+    uint8_t *used;            /* per tensor of the file: bound by the loader (every one must be) */
 } loader;
 
 static int fail(loader *L, int code, const char *fmt, ...) {
@@ -93,6 +94,66 @@ static int get_flag(loader *L, const char *suffix, int def, int *out) {
     return 0;
 }
 
+/* The one reader of per-layer arrays (one entry per block) under `key`: its length, and entry i; with
+ * `bools`, an array of booleans is read as 0/1 too (sliding-window patterns, recurrent layers). */
+static int per_layer_len(loader *L, const char *key, const gguf_kv *kv) {
+    if (kv->n != (uint64_t)L->m->hp.n_layer)
+        return fail(L, 3, "%s: %s has %llu entries but block_count is %d", L->m->path, key, (unsigned long long)kv->n,
+                    L->m->hp.n_layer);
+    return 0;
+}
+
+static int per_layer_entry(loader *L, const char *key, const gguf_kv *kv, uint64_t i, int bools, uint64_t *u) {
+    int ok = bools && kv->arr_type == GGUF_TYPE_BOOL ? (*u = ((const uint8_t *)kv->data)[i], 1) : gguf_arr_u64(kv, i, u);
+    if (ok) return 0;
+    return fail(L, 3, "%s: %s must be %s", L->m->path, key,
+                bools ? "an array of booleans or integers" : "an integer or an array of integers");
+}
+
+/* A hyperparameter llama.cpp reads with get_key_or_arr: one integer for every layer, or an array of
+ * block_count integers. out[il] for il < n_layer; def fills it when absent and not required. */
+static int get_int_layers(loader *L, const char *suffix, int required, int def, int lo, int hi, int *out) {
+    bmoe_model *m = L->m;
+    int n = m->hp.n_layer;
+    const char *key = akey(L, suffix);
+    const gguf_kv *kv = gguf_find_kv(m->g, key);
+    if (kv && kv->type == GGUF_TYPE_ARRAY) {
+        int rc = per_layer_len(L, key, kv);
+        for (int i = 0; !rc && i < n; i++) {
+            uint64_t v = 0;
+            if ((rc = per_layer_entry(L, key, kv, (uint64_t)i, 0, &v))) break;
+            if (v < (uint64_t)lo || v > (uint64_t)hi)
+                return fail(L, 3, "%s: %s[%d] = %llu is out of range [%d, %d]", m->path, key, i, (unsigned long long)v,
+                            lo, hi);
+            out[i] = (int)v;
+        }
+        return rc;
+    }
+    int v = 0, rc = get_int(L, suffix, required, def, lo, hi, &v);
+    if (rc) return rc;
+    for (int i = 0; i < n; i++) out[i] = v;
+    return 0;
+}
+
+/* A per-layer key whose values the engine needs equal in every layer (one width for the model). */
+static int get_int_uniform(loader *L, const char *suffix, int required, int def, int lo, int hi, int *out,
+                           const char *what) {
+    int n = L->m->hp.n_layer, rc;
+    int *v = malloc((size_t)n * sizeof *v);
+    if (!v) return fail(L, 1, "out of memory");
+    if ((rc = get_int_layers(L, suffix, required, def, lo, hi, v)) == 0) {
+        for (int i = 1; i < n; i++)
+            if (v[i] != v[0]) {
+                rc = fail(L, 3, "%s: %s differs between layers (%d in layer 0, %d in layer %d): %s is not implemented",
+                          L->m->path, akey(L, suffix), v[0], v[i], i, what);
+                break;
+            }
+        *out = v[0];
+    }
+    free(v);
+    return rc;
+}
+
 static void fmt_shape(char *buf, size_t n, const uint64_t *ne, int nd) {
     size_t u = 0;
     u += (size_t)snprintf(buf + u, n - u, "[");
@@ -117,6 +178,7 @@ static int bind(loader *L, const char *name, int required, int n_exp, uint64_t e
         return 0;
     }
     const char *path = shard_path(m, t);
+    if (L->used) L->used[t - m->g->tensors] = 1;
     uint64_t want[GGUF_MAX_DIMS] = {e0, n_exp > 1 ? e1 : 1, n_exp > 2 ? e2 : 1, 1};
     int same = 1;
     for (int i = 0; i < GGUF_MAX_DIMS; i++) same &= t->ne[i] == want[i];
@@ -172,6 +234,28 @@ static int bind_vec(loader *L, const char *name, int required, uint64_t n, float
     }
     *out = v;
     return 0;
+}
+
+/* A 2-D weight [n, rows] (ne order) as an owned f32 array of rows x n (the per-expert biases). */
+static int bind_rows_f32(loader *L, const char *name, int required, uint64_t n, uint64_t rows, float **out) {
+    bmoe_weight w;
+    *out = NULL;
+    int rc = bind(L, name, required, 2, n, rows, 1, &w);
+    if (rc || !w.t) return rc;
+    float *v = calloc((size_t)(n * rows), sizeof(float));
+    if (!v) return fail(L, 1, "out of memory loading %s", name);
+    for (uint64_t i = 0; w.data && i < rows; i++) row_to_f32(w.type, w.data + i * w.row_bytes, v + i * n, (size_t)n);
+    *out = v;
+    return 0;
+}
+
+/* An optional or required bias (arch.h, bmoe_bias) of block il: blk.<il>.<what>.bias, n values. */
+static int bind_layer_bias(loader *L, int il, const char *what, bmoe_bias kind, uint64_t n, float **out) {
+    *out = NULL;
+    if (kind == BMOE_BIAS_NONE) return 0; /* refuse_foreign has refused a file that has it */
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.%s.bias", il, what);
+    return bind_vec(L, name, kind == BMOE_BIAS_REQUIRED, n, out);
 }
 
 static int bind_layer_vec(loader *L, int il, const char *what, int required, uint64_t n, float **out) {
@@ -330,9 +414,9 @@ static int read_shared_width(loader *L) {
 }
 
 /* Sliding-window keys (gemma4): llama.cpp requires them. A sliding-window layer attends to the n_swa
- * latest positions and rotates with its own RoPE base and dims, without rope_freqs; its head sizes must
- * equal the global ones (per-layer head sizes are not implemented), and per-layer input embeddings and
- * shared KV layers are refused. */
+ * latest positions, has head sizes of its own (attention.key_length_swa / value_length_swa) and rotates
+ * with its own RoPE base and dims, without rope_freqs; per-layer input embeddings and shared KV layers
+ * are refused. */
 static int read_swa(loader *L) {
     bmoe_model *m = L->m;
     bmoe_hparams *hp = &m->hp;
@@ -343,27 +427,20 @@ static int read_swa(loader *L) {
     int r = gguf_get_arr(m->g, key, GGUF_TYPE_COUNT, &kv, e, sizeof e);
     if (r < 0) return bad_type(L, key, e);
     if (r == 0) return fail(L, 3, "%s: required metadata key %s is missing", m->path, key);
-    if (kv->n != (uint64_t)hp->n_layer)
-        return fail(L, 3, "%s: %s has %llu entries but block_count is %d", m->path, key, (unsigned long long)kv->n,
-                    hp->n_layer);
+    if ((rc = per_layer_len(L, key, kv))) return rc;
     m->swa_pattern = calloc((size_t)hp->n_layer, 1);
     if (!m->swa_pattern) return fail(L, 1, "out of memory");
     for (uint64_t i = 0; i < kv->n; i++) {
         uint64_t u = 0;
-        int ok = kv->arr_type == GGUF_TYPE_BOOL ? (u = ((const uint8_t *)kv->data)[i], 1) : gguf_arr_u64(kv, i, &u);
-        if (!ok) return fail(L, 3, "%s: %s must be an array of booleans or integers", m->path, key);
+        if ((rc = per_layer_entry(L, key, kv, i, 1, &u))) return rc;
         m->swa_pattern[i] = u != 0;
     }
     if ((rc = get_int(L, "attention.sliding_window", 1, 0, 1, MAX_CTX, &hp->n_swa))) return rc;
-    if ((rc = get_int(L, "attention.key_length_swa", 1, 0, 1, MAX_DIM, &v))) return rc;
-    if (v != hp->head_dim)
-        return fail(L, 3, "%s: %s.attention.key_length_swa = %d differs from key_length %d: per-layer head sizes "
-                    "are not implemented", m->path, m->arch, v, hp->head_dim);
-    if ((rc = get_int(L, "attention.value_length_swa", 1, 0, 1, MAX_DIM, &v))) return rc;
-    if (v != hp->head_dim_v)
-        return fail(L, 3, "%s: %s.attention.value_length_swa = %d differs from value_length %d: per-layer head "
-                    "sizes are not implemented", m->path, m->arch, v, hp->head_dim_v);
-    if ((rc = get_int(L, "rope.dimension_count_swa", 0, hp->n_rot, 0, hp->head_dim, &hp->n_rot_swa))) return rc;
+    /* a sliding-window layer's head sizes and rotated dims (gemma4's 26B: 256 against the full layers' 512) */
+    if ((rc = get_int(L, "attention.key_length_swa", 1, 0, 1, MAX_DIM, &hp->head_dim_swa))) return rc;
+    if ((rc = get_int(L, "attention.value_length_swa", 1, 0, 1, MAX_DIM, &hp->head_dim_v_swa))) return rc;
+    int def_rot = hp->n_rot < hp->head_dim_swa ? hp->n_rot : hp->head_dim_swa;
+    if ((rc = get_int(L, "rope.dimension_count_swa", 0, def_rot, 0, hp->head_dim_swa, &hp->n_rot_swa))) return rc;
     if (hp->n_rot_swa % 2 != 0)
         return fail(L, 3, "%s: %s.rope.dimension_count_swa = %d is odd", m->path, m->arch, hp->n_rot_swa);
     /* llama.cpp's default for a sliding-window layer's base is 10000, not rope.freq_base */
@@ -386,24 +463,24 @@ static int read_swa(loader *L) {
 static int read_swa_periodic(loader *L) {
     bmoe_model *m = L->m;
     bmoe_hparams *hp = &m->hp;
-    int rc, period = m->recipe->swa_period;
+    const bmoe_recipe *rc_ = m->recipe;
+    int rc, period = rc_->swa_period, required = rc_->swa_window_required;
     char e[256] = "";
-    if ((rc = get_int(L, "attention.sliding_window", 0, 0, 0, MAX_CTX, &hp->n_swa))) return rc;
+    if ((rc = get_int(L, "attention.sliding_window", required, 0, required, MAX_CTX, &hp->n_swa))) return rc;
     hp->n_rot_swa = hp->n_rot;
-    hp->rope_base_swa = 10000.0;
+    /* a local layer's RoPE base: its own key, defaulting to 10000 (gemma3) or to the global base (gpt-oss) */
+    double base_swa = rc_->swa_rope == BMOE_SWA_ROPE_GLOBAL ? hp->rope_base : 10000.0;
+    hp->rope_base_swa = base_swa;
     if (hp->n_swa == 0) return 0; /* no local layers: swa_pattern stays NULL */
     m->swa_pattern = calloc((size_t)hp->n_layer, 1);
     if (!m->swa_pattern) return fail(L, 1, "out of memory");
     const char *key = akey(L, "attention.sliding_window_pattern");
     const gguf_kv *kv = gguf_find_kv(m->g, key);
     if (kv && kv->type == GGUF_TYPE_ARRAY) {
-        if (kv->n != (uint64_t)hp->n_layer)
-            return fail(L, 3, "%s: %s has %llu entries but block_count is %d", m->path, key,
-                        (unsigned long long)kv->n, hp->n_layer);
+        if ((rc = per_layer_len(L, key, kv))) return rc;
         for (uint64_t i = 0; i < kv->n; i++) {
             uint64_t u = 0;
-            int ok = kv->arr_type == GGUF_TYPE_BOOL ? (u = ((const uint8_t *)kv->data)[i], 1) : gguf_arr_u64(kv, i, &u);
-            if (!ok) return fail(L, 3, "%s: %s must be an array of booleans or integers", m->path, key);
+            if ((rc = per_layer_entry(L, key, kv, i, 1, &u))) return rc;
             m->swa_pattern[i] = u != 0;
         }
     } else {
@@ -417,30 +494,69 @@ static int read_swa_periodic(loader *L) {
         }
         for (int il = 0; il < hp->n_layer; il++) m->swa_pattern[il] = period == 0 || il % period < period - 1;
     }
-    if ((rc = get_real(L, "rope.freq_base_swa", 0, 10000.0, 1e-6, 1e30, &hp->rope_base_swa))) return rc;
+    if ((rc = get_real(L, "rope.freq_base_swa", 0, base_swa, 1e-6, 1e30, &hp->rope_base_swa))) return rc;
     return 0;
 }
 
 /* rope.scaling.type (default linear) and rope.scaling.factor (0 or absent: 1), as llama.cpp reads them for
- * every architecture; the global layers' positions are multiplied by 1 / factor. Only linear scaling is
- * implemented: another type is refused, never ignored. */
+ * every architecture: the rotation angles are multiplied by 1 / factor (linear), or mixed per dimension
+ * between scaled and unscaled as YaRN does (rope.scaling.original_context_length, default context_length;
+ * rope.scaling.attn_factor, default 1; llama.cpp's beta_fast 32 and beta_slow 1). A type the recipe does
+ * not read (arch.h, rope_scaling) is refused, never ignored; "none" never scales. */
 static int read_rope_scaling(loader *L) {
     bmoe_model *m = L->m;
     bmoe_hparams *hp = &m->hp;
+    unsigned kinds = m->recipe->rope_scaling;
     gguf_str type;
     char e[256] = "";
     const char *key = akey(L, "rope.scaling.type");
     int r = gguf_get_str(m->g, key, &type, e, sizeof e);
     if (r < 0) return bad_type(L, key, e);
     int linear = r == 0 || gguf_str_eq(type, "linear"), none = r > 0 && gguf_str_eq(type, "none");
-    if (!linear && !none)
-        return fail(L, 3, "%s: %s = '%.*s': only linear RoPE scaling is implemented", m->path, key,
-                    (int)(type.len > 20 ? 20 : type.len), type.ptr);
+    int yarn = r > 0 && gguf_str_eq(type, "yarn");
+    if (!none && !(linear && (kinds & BMOE_ROPE_SCALING_LINEAR)) && !(yarn && (kinds & BMOE_ROPE_SCALING_YARN)))
+        return fail(L, 3, "%s: %s = '%.*s': the engine implements %s RoPE scaling for %s", m->path, key,
+                    r > 0 ? (int)(type.len > 20 ? 20 : type.len) : 6, r > 0 ? type.ptr : "linear",
+                    (kinds & BMOE_ROPE_SCALING_YARN) ? "linear and yarn" : "linear", m->arch);
     double factor = 0.0;
     int rc = get_real(L, "rope.scaling.factor", 0, 0.0, 0.0, 1e30, &factor);
     if (rc) return rc;
     if (factor == 0.0 && (rc = get_real(L, "rope.scale_linear", 0, 0.0, 0.0, 1e30, &factor))) return rc;
-    hp->rope_scale = factor == 0.0 ? 1.0 : 1.0 / factor;
+    hp->rope_scale = factor == 0.0 || none ? 1.0 : 1.0 / factor;
+    if (!yarn) return 0;
+    hp->rope_yarn = 1;
+    if ((rc = get_int(L, "rope.scaling.original_context_length", 0, hp->n_ctx_train, 1, MAX_CTX, &hp->yarn_orig_ctx)))
+        return rc;
+    if ((rc = get_real(L, "rope.scaling.attn_factor", 0, 1.0, 1e-6, 1e6, &hp->yarn_attn_factor))) return rc;
+    hp->yarn_beta_fast = 32.0;
+    hp->yarn_beta_slow = 1.0;
+    return 0;
+}
+
+/* Each layer's attention geometry: its head counts (read per layer), the head sizes and rotated dims of
+ * its kind (a gemma4 sliding-window layer has its own), checked as llama.cpp's graph needs them. */
+static int layer_geometry(loader *L) {
+    bmoe_model *m = L->m;
+    const bmoe_hparams *hp = &m->hp;
+    const bmoe_recipe *r = m->recipe;
+    for (int il = 0; il < hp->n_layer; il++) {
+        bmoe_layer *ly = &m->layers[il];
+        int swa = m->swa_pattern && m->swa_pattern[il];
+        ly->is_swa = swa;
+        ly->head_dim = swa ? hp->head_dim_swa : hp->head_dim;
+        ly->head_dim_v = swa ? hp->head_dim_v_swa : hp->head_dim_v;
+        ly->n_rot = swa ? hp->n_rot_swa : hp->n_rot;
+        ly->out_scale = 1.0f;
+        const char *sfx = swa && r->swa == BMOE_SWA_REQUIRED ? "_swa" : "";
+        if (ly->head_dim_v != ly->head_dim)
+            return fail(L, 3, "%s: %s.attention.value_length%s %d differs from key_length%s %d (llama.cpp's %s graph "
+                        "requires them equal)", m->path, m->arch, sfx, ly->head_dim_v, sfx, ly->head_dim, m->arch);
+        if (r->full_rope && ly->n_rot != ly->head_dim)
+            return fail(L, 3, "%s: %s.rope.dimension_count %d differs from key_length %d (partial RoPE is not part of "
+                        "llama.cpp's %s graph)", m->path, m->arch, ly->n_rot, ly->head_dim, m->arch);
+        if ((uint64_t)ly->n_head * (uint64_t)ly->head_dim > MAX_DIM)
+            return fail(L, 3, "%s: %s: head_count x head dim exceeds %d (layer %d)", m->path, m->arch, MAX_DIM, il);
+    }
     return 0;
 }
 
@@ -455,28 +571,19 @@ static int read_layer_kinds(loader *L) {
     m->layer_kinds = calloc((size_t)hp->n_layer, 1); /* BMOE_LAYER_ATTN everywhere */
     if (!m->layer_kinds) return fail(L, 1, "out of memory");
     if (r->mixer == BMOE_MIXER_SHORTCONV) {
-        const char *key = akey(L, "attention.head_count_kv");
-        const gguf_kv *kv = gguf_find_kv(m->g, key);
-        int kvh = 0;
-        if (kv && kv->type == GGUF_TYPE_ARRAY) {
-            if (kv->n != (uint64_t)hp->n_layer)
-                return fail(L, 3, "%s: %s has %llu entries but block_count is %d", m->path, key,
-                            (unsigned long long)kv->n, hp->n_layer);
-            for (uint64_t i = 0; i < kv->n; i++) {
-                uint64_t u = 0;
-                if (!gguf_arr_u64(kv, i, &u) || u > MAX_HEADS)
-                    return fail(L, 3, "%s: %s must be an array of integers in [0, %d]", m->path, key, MAX_HEADS);
-                if (u == 0) { m->layer_kinds[i] = BMOE_LAYER_CONV; continue; }
-                if (kvh && (int)u != kvh)
-                    return fail(L, 3, "%s: %s: layer %llu has %llu KV heads but an earlier attention layer %d "
-                                "(attention layers with different KV head counts are not implemented)", m->path,
-                                key, (unsigned long long)i, (unsigned long long)u, kvh);
-                kvh = (int)u;
-            }
-        } else {
-            if ((rc = get_int(L, "attention.head_count_kv", 0, hp->n_head, 0, MAX_HEADS, &kvh))) return rc;
-            if (kvh == 0) memset(m->layer_kinds, BMOE_LAYER_CONV, (size_t)hp->n_layer);
+        int *kv = malloc((size_t)hp->n_layer * sizeof *kv), kvh = 0;
+        if (!kv) return fail(L, 1, "out of memory");
+        rc = get_int_layers(L, "attention.head_count_kv", 0, hp->n_head, 0, MAX_HEADS, kv);
+        for (int il = 0; !rc && il < hp->n_layer; il++) {
+            if (kv[il] == 0) { m->layer_kinds[il] = BMOE_LAYER_CONV; continue; }
+            if (kvh && kv[il] != kvh)
+                rc = fail(L, 3, "%s: %s: layer %d has %d KV heads but an earlier attention layer %d "
+                          "(attention layers with different KV head counts are not implemented)", m->path,
+                          akey(L, "attention.head_count_kv"), il, kv[il], kvh);
+            kvh = kv[il];
         }
+        free(kv);
+        if (rc) return rc;
         hp->n_head_kv = kvh ? kvh : hp->n_head; /* no attention layer: unused */
         return 0;
     }
@@ -486,13 +593,10 @@ static int read_layer_kinds(loader *L) {
     int got = gguf_get_arr(m->g, key, GGUF_TYPE_COUNT, &kv, e, sizeof e);
     if (got < 0) return bad_type(L, key, e);
     if (got > 0) {
-        if (kv->n != (uint64_t)hp->n_layer)
-            return fail(L, 3, "%s: %s has %llu entries but block_count is %d", m->path, key, (unsigned long long)kv->n,
-                        hp->n_layer);
+        if ((rc = per_layer_len(L, key, kv))) return rc;
         for (uint64_t i = 0; i < kv->n; i++) {
             uint64_t u = 0;
-            int ok = kv->arr_type == GGUF_TYPE_BOOL ? (u = ((const uint8_t *)kv->data)[i], 1) : gguf_arr_u64(kv, i, &u);
-            if (!ok) return fail(L, 3, "%s: %s must be an array of booleans or integers", m->path, key);
+            if ((rc = per_layer_entry(L, key, kv, i, 1, &u))) return rc;
             m->layer_kinds[i] = u ? BMOE_LAYER_DELTA : BMOE_LAYER_ATTN;
         }
         return 0;
@@ -510,7 +614,8 @@ static int read_recurrent(loader *L) {
     const bmoe_recipe *r = m->recipe;
     int rc, inner = 0;
     if (r->mixer == BMOE_MIXER_DELTA_NET) {
-        if ((rc = get_int(L, "ssm.state_size", 1, 0, 1, MAX_DIM, &hp->ssm_state))) return rc;
+        /* the state is Hv S x S floats per layer: S is bounded far above real models' 128 */
+        if ((rc = get_int(L, "ssm.state_size", 1, 0, 1, 4096, &hp->ssm_state))) return rc;
         if ((rc = get_int(L, "ssm.group_count", 1, 0, 1, MAX_HEADS, &hp->ssm_groups))) return rc;
         if ((rc = get_int(L, "ssm.time_step_rank", 1, 0, 1, MAX_HEADS, &hp->ssm_heads))) return rc;
         if ((rc = get_int(L, "ssm.inner_size", 1, 0, 1, MAX_DIM, &inner))) return rc;
@@ -554,21 +659,41 @@ static int read_hparams(loader *L) {
     if ((rc = get_int(L, "block_count", 1, 0, 1, MAX_LAYERS, &hp->n_layer))) return rc;
     if ((rc = get_int(L, "context_length", 1, 0, 1, MAX_CTX, &hp->n_ctx_train))) return rc;
     if ((rc = get_int(L, "embedding_length", 1, 0, 1, MAX_DIM, &hp->n_embd))) return rc;
-    if ((rc = get_int(L, "feed_forward_length", 0, 0, 0, MAX_DIM, &hp->n_ff))) return rc;
-    if ((rc = get_int(L, "attention.head_count", 1, 0, 1, MAX_HEADS, &hp->n_head))) return rc;
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    int *tmp = calloc((size_t)hp->n_layer, sizeof *tmp);
+    if (!m->layers || !tmp) { free(tmp); return fail(L, 1, "out of memory"); }
+    /* feed_forward_length, head_count and head_count_kv: one value, or one per layer (llama.cpp reads
+     * them with get_key_or_arr for every architecture) */
+    rc = get_int_layers(L, "feed_forward_length", 0, 0, 0, MAX_DIM, tmp);
+    for (int il = 0; !rc && il < hp->n_layer; il++) {
+        m->layers[il].n_ff = tmp[il];
+        if (tmp[il] > hp->n_ff) hp->n_ff = tmp[il];
+    }
+    if (!rc) rc = get_int_layers(L, "attention.head_count", 1, 0, 1, MAX_HEADS, tmp);
+    for (int il = 0; !rc && il < hp->n_layer; il++) m->layers[il].n_head = tmp[il];
+    if (!rc) hp->n_head = m->layers[0].n_head;
+    /* a short-convolution recipe says which layers attend by head_count_kv (0: a conv layer): read_layer_kinds
+     * reads it there; elsewhere it is each layer's KV heads */
+    if (!rc && r->mixer != BMOE_MIXER_SHORTCONV) rc = get_int_layers(L, "attention.head_count_kv", 0, -1, 1, MAX_HEADS, tmp);
+    for (int il = 0; !rc && il < hp->n_layer && r->mixer != BMOE_MIXER_SHORTCONV; il++)
+        m->layers[il].n_head_kv = tmp[il] < 0 ? m->layers[il].n_head : tmp[il]; /* absent: head_count */
+    free(tmp);
+    if (rc) return rc;
     if ((rc = read_layer_kinds(L))) return rc; /* head_count_kv per layer for BMOE_MIXER_SHORTCONV */
-    if (r->mixer != BMOE_MIXER_SHORTCONV &&
-        (rc = get_int(L, "attention.head_count_kv", 0, hp->n_head, 1, MAX_HEADS, &hp->n_head_kv)))
-        return rc;
-    if (hp->n_head % hp->n_head_kv != 0)
-        return fail(L, 3, "%s: %s.attention.head_count %d is not a multiple of head_count_kv %d", m->path, m->arch,
-                    hp->n_head, hp->n_head_kv);
+    for (int il = 0; il < hp->n_layer; il++) {
+        bmoe_layer *ly = &m->layers[il];
+        if (r->mixer == BMOE_MIXER_SHORTCONV) ly->n_head_kv = hp->n_head_kv;
+        if (ly->n_head % ly->n_head_kv != 0)
+            return fail(L, 3, "%s: %s.attention.head_count %d is not a multiple of head_count_kv %d (layer %d)",
+                        m->path, m->arch, ly->n_head, ly->n_head_kv, il);
+    }
+    hp->n_head_kv = m->layers[0].n_head_kv;
     int def_hd = hp->n_embd / hp->n_head;
     if ((rc = get_int(L, "attention.key_length", 0, def_hd, 1, MAX_DIM, &hp->head_dim))) return rc;
     if (hp->head_dim < 1) return fail(L, 3, "%s: %s.attention.key_length is missing and embedding_length < head_count", m->path, m->arch);
     if ((rc = get_int(L, "attention.value_length", 0, hp->head_dim, 1, MAX_DIM, &hp->head_dim_v))) return rc;
-    if ((uint64_t)hp->n_head * (uint64_t)(hp->head_dim > hp->head_dim_v ? hp->head_dim : hp->head_dim_v) > MAX_DIM)
-        return fail(L, 3, "%s: %s: head_count x head dim exceeds %d", m->path, m->arch, MAX_DIM);
+    hp->head_dim_swa = hp->head_dim;
+    hp->head_dim_v_swa = hp->head_dim_v;
     if ((rc = get_real(L, "attention.layer_norm_rms_epsilon", 1, 0, 1e-30, 1.0, &hp->eps))) return rc;
     if ((rc = get_real(L, "rope.freq_base", 0, 10000.0, 1e-6, 1e30, &hp->rope_base))) return rc;
     if ((rc = get_int(L, "rope.dimension_count", 0, hp->head_dim, 0, hp->head_dim, &hp->n_rot))) return rc;
@@ -577,8 +702,12 @@ static int read_hparams(loader *L) {
                     m->arch, hp->n_rot);
     if (r->moe_layers != BMOE_MOE_NONE) { /* a dense architecture's graph reads none of these: they stay 0 */
         if ((rc = get_int(L, "expert_count", 0, 0, 0, MAX_EXPERTS, &hp->n_expert))) return rc;
-        if ((rc = get_int(L, "expert_used_count", 0, 0, 0, MAX_EXPERTS, &hp->n_expert_used))) return rc;
-        if ((rc = get_int(L, "expert_feed_forward_length", 0, 0, 0, MAX_DIM, &hp->n_ff_exp))) return rc;
+        if ((rc = get_int_uniform(L, "expert_used_count", 0, 0, 0, MAX_EXPERTS, &hp->n_expert_used,
+                                  "a per-layer top-k")))
+            return rc;
+        if ((rc = get_int_uniform(L, "expert_feed_forward_length", 0, 0, 0, MAX_DIM, &hp->n_ff_exp,
+                                  "a per-layer expert width")))
+            return rc;
     }
     /* leading dense blocks: read where llama.cpp's graph reads the key; elsewhere every block is MoE (all),
      * dense (none) or MoE by its router (by_router) */
@@ -586,12 +715,6 @@ static int read_hparams(loader *L) {
     if (r->moe_layers == BMOE_MOE_LEAD_DENSE &&
         (rc = get_int(L, "leading_dense_block_count", 0, r->n_dense_lead, 0, hp->n_layer, &hp->n_dense_lead)))
         return rc;
-    if (hp->head_dim_v != hp->head_dim)
-        return fail(L, 3, "%s: %s.attention.value_length %d differs from key_length %d (llama.cpp's %s graph "
-                    "requires them equal)", m->path, m->arch, hp->head_dim_v, hp->head_dim, m->arch);
-    if (r->full_rope && hp->n_rot != hp->head_dim)
-        return fail(L, 3, "%s: %s.rope.dimension_count %d differs from key_length %d (partial RoPE is not part of "
-                    "llama.cpp's %s graph)", m->path, m->arch, hp->n_rot, hp->head_dim, m->arch);
     if (r->moe_layers != BMOE_MOE_NONE) {
         if ((rc = read_gating(L))) return rc;
     } else { /* no router: the recipe's fixed gating, only so that reports name one */
@@ -605,6 +728,7 @@ static int read_hparams(loader *L) {
     if (r->swa == BMOE_SWA_PERIODIC && (rc = read_swa_periodic(L))) return rc;
     hp->rope_scale = 1.0;
     if (r->rope_scaling && (rc = read_rope_scaling(L))) return rc;
+    if ((rc = layer_geometry(L))) return rc;
     /* the attention scale: 1 (recipe), or 1/sqrt(head dim), or at the recipe's block count (llama.cpp's
      * gemma3 27B, whose query_pre_attn_scalar is n_embd / n_head) 1/sqrt(n_embd / n_head), the integer
      * quotient as llama.cpp takes it */
@@ -661,7 +785,7 @@ static int refuse_foreign(loader *L, int il) {
     const bmoe_model *m = L->m;
     const bmoe_recipe *r = m->recipe;
     const bmoe_layer *ly = &m->layers[il];
-    static const char *const unsupported[] = { "layer_output_scale.weight", "exp_probs_b.bias", "attn_qkv.weight" };
+    static const char *const unsupported[] = { "exp_probs_b.bias", "attn_qkv.weight" };
     const struct { const char *name; int allowed; } by_recipe[] = {
         { "attn_q.bias", r->qkv_bias != BMOE_BIAS_NONE },
         { "attn_k.bias", r->qkv_bias != BMOE_BIAS_NONE },
@@ -673,11 +797,13 @@ static int refuse_foreign(loader *L, int il) {
         { "ffn_up_exps.bias", r->expert_bias != BMOE_BIAS_NONE },
         { "ffn_down_exps.bias", r->expert_bias != BMOE_BIAS_NONE },
         { "ffn_gate_inp_shexp.weight", r->shared_expert == BMOE_SHEXP_GATED },
+        { "layer_output_scale.weight", r->layer_scale != BMOE_BIAS_NONE },
+        { "ffn_down_exps.scale", r->expert_scale != BMOE_BIAS_NONE },
     };
     char name[96];
     for (size_t u = 0; u < sizeof unsupported / sizeof unsupported[0]; u++) {
-        if (u == 1 && r->probs_bias) continue;                /* exp_probs_b: bound with the router */
-        if (u == 2 && ly->kind == BMOE_LAYER_DELTA) continue; /* attn_qkv: a delta-net layer's input */
+        if (u == 0 && r->probs_bias) continue;                /* exp_probs_b: bound with the router */
+        if (u == 1 && ly->kind == BMOE_LAYER_DELTA) continue; /* attn_qkv: a delta-net layer's input */
         snprintf(name, sizeof name, "blk.%d.%s", il, unsupported[u]);
         if (gguf_find_tensor(m->g, name))
             return fail(L, 3, "%s: tensor %s is not implemented by the engine", m->path, name);
@@ -695,8 +821,7 @@ static int bind_tensors(loader *L) {
     const bmoe_hparams *hp = &m->hp;
     const bmoe_recipe *r = m->recipe;
     uint64_t d = (uint64_t)hp->n_embd, V = (uint64_t)hp->n_vocab;
-    uint64_t hd = (uint64_t)hp->head_dim, hdv = (uint64_t)hp->head_dim_v;
-    uint64_t H = (uint64_t)hp->n_head, Hkv = (uint64_t)hp->n_head_kv;
+    uint64_t hd_global = (uint64_t)hp->head_dim; /* rope_freqs: the global layers' head dim */
     int rc;
     if ((rc = bind(L, "token_embd.weight", 1, 2, d, V, 1, &m->token_embd))) return rc;
     char output_norm_name[96];
@@ -708,21 +833,22 @@ static int bind_tensors(loader *L) {
     int any_global = 0;
     for (int il = 0; il < hp->n_layer; il++) any_global |= !(m->swa_pattern && m->swa_pattern[il]);
     if (r->rope_freqs && any_global) { /* llama.cpp: required once a layer is global */
-        if ((rc = bind_vec(L, "rope_freqs.weight", 1, hd / 2, &m->rope_freqs))) return rc;
+        if ((rc = bind_vec(L, "rope_freqs.weight", 1, hd_global / 2, &m->rope_freqs))) return rc;
         const gguf_tensor *rt = gguf_find_tensor(m->g, "rope_freqs.weight");
         int mapped = rt && m->maps && m->maps[rt->shard]; /* `bmoe info` does not map: no values to check */
-        for (uint64_t j = 0; mapped && j < hd / 2; j++)
-            if (!(m->rope_freqs[j] > 0.0f && m->rope_freqs[j] < 1e30f))
+        for (uint64_t j = 0; mapped && j < hd_global / 2; j++)
+            if (!(m->rope_freqs[j] > 0.0f && isfinite(m->rope_freqs[j]))) /* gemma4 writes 1e30: an unrotated dim */
                 return fail(L, 3, "%s: rope_freqs.weight[%llu] = %g is not a positive finite divisor", m->path,
                             (unsigned long long)j, (double)m->rope_freqs[j]);
     }
 
-    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     m->moe_layers = calloc((size_t)hp->n_layer, sizeof *m->moe_layers);
     if (!m->layers || !m->moe_layers) return fail(L, 1, "out of memory");
     for (int il = 0; il < hp->n_layer; il++) {
         bmoe_layer *ly = &m->layers[il];
-        ly->is_swa = m->swa_pattern ? m->swa_pattern[il] : 0;
+        /* this layer's geometry (layer_geometry) */
+        uint64_t hd = (uint64_t)ly->head_dim, hdv = (uint64_t)ly->head_dim_v;
+        uint64_t H = (uint64_t)ly->n_head, Hkv = (uint64_t)ly->n_head_kv;
         ly->kind = m->layer_kinds[il];
         ly->kv_slot = -1;
         if ((rc = bind_layer_vec(L, il, "attn_norm", 1, d, &ly->attn_norm))) return rc;
@@ -731,15 +857,28 @@ static int bind_tensors(loader *L) {
             uint64_t qrows = H * hd * (r->attn_gate ? 2 : 1); /* a gated head's queries, then its gate */
             if ((rc = bind_layer(L, il, "attn_q", 1, 2, d, qrows, 1, &ly->attn_q))) return rc;
             if ((rc = bind_layer(L, il, "attn_k", 1, 2, d, Hkv * hd, 1, &ly->attn_k))) return rc;
-            if ((rc = bind_layer(L, il, "attn_v", 1, 2, d, Hkv * hdv, 1, &ly->attn_v))) return rc;
+            /* gemma4 may leave v out: v is then k's projection (llama.cpp's use_alternative_attention) */
+            if ((rc = bind_layer(L, il, "attn_v", !r->v_from_k, 2, d, Hkv * hdv, 1, &ly->attn_v))) return rc;
             if ((rc = bind_layer(L, il, "attn_output", 1, 2, H * hdv, d, 1, &ly->attn_output))) return rc;
             if ((rc = bind_layer_vec(L, il, "attn_q_norm", r->qk_norm, hd, &ly->attn_q_norm))) return rc;
             if ((rc = bind_layer_vec(L, il, "attn_k_norm", r->qk_norm, hd, &ly->attn_k_norm))) return rc;
+            if ((rc = bind_layer_bias(L, il, "attn_q", r->qkv_bias, H * hd, &ly->attn_q_b))) return rc;
+            if ((rc = bind_layer_bias(L, il, "attn_k", r->qkv_bias, Hkv * hd, &ly->attn_k_b))) return rc;
+            if ((rc = bind_layer_bias(L, il, "attn_v", r->qkv_bias, Hkv * hdv, &ly->attn_v_b))) return rc;
+            if ((rc = bind_layer_bias(L, il, "attn_output", r->out_bias, d, &ly->attn_output_b))) return rc;
+            if ((rc = bind_layer_vec(L, il, "attn_sinks", r->attn_sinks, H, &ly->attn_sinks))) return rc;
         } else if ((rc = bind_recurrent(L, il))) {
             return rc;
         }
+        if (r->layer_scale != BMOE_BIAS_NONE) {
+            float *sc = NULL;
+            if ((rc = bind_layer_vec(L, il, "layer_output_scale", r->layer_scale == BMOE_BIAS_REQUIRED, 1, &sc)))
+                return rc;
+            if (sc) ly->out_scale = sc[0]; /* `bmoe info` maps nothing: 0 there, never run */
+            free(sc);
+        }
         /* the norm of the attention's output, in recipes with post norms; elsewhere a tensor of that name
-         * may be the FFN's input norm (qwen35moe), never this */
+         * may be the FFN's input norm (qwen35moe, gpt-oss), never this */
         if (r->post_norms && (rc = bind_layer_vec(L, il, "post_attention_norm", 1, d, &ly->post_attention_norm)))
             return rc;
         if ((rc = bind_layer_vec(L, il, arch_ffn_norm(r), 1, d, &ly->ffn_norm))) return rc;
@@ -755,9 +894,9 @@ static int bind_tensors(loader *L) {
                      : r->moe_layers != BMOE_MOE_NONE && il >= hp->n_dense_lead;
         if (ly->is_moe && !has_router) return fail(L, 3, "%s: tensor %s is missing", m->path, name);
         if (!ly->is_moe) {
-            if (hp->n_ff < 1)
+            if (ly->n_ff < 1)
                 return fail(L, 3, "%s: layer %d is dense but %s.feed_forward_length is missing", m->path, il, m->arch);
-            uint64_t F = (uint64_t)hp->n_ff;
+            uint64_t F = (uint64_t)ly->n_ff;
             if ((rc = bind_layer(L, il, "ffn_gate", 1, 2, d, F, 1, &ly->ffn_gate))) return rc;
             if ((rc = bind_layer(L, il, "ffn_up", 1, 2, d, F, 1, &ly->ffn_up))) return rc;
             if ((rc = bind_layer(L, il, "ffn_down", 1, 2, F, d, 1, &ly->ffn_down))) return rc;
@@ -773,6 +912,16 @@ static int bind_tensors(loader *L) {
             return fail(L, 3, "%s: required metadata key %s.expert_feed_forward_length is missing", m->path, m->arch);
         uint64_t E = (uint64_t)hp->n_expert, f = (uint64_t)hp->n_ff_exp;
         if ((rc = bind_layer(L, il, "ffn_gate_inp", 1, 2, d, E, 1, &ly->ffn_gate_inp))) return rc;
+        if ((rc = bind_layer_bias(L, il, "ffn_gate_inp", r->router_bias, E, &ly->ffn_gate_inp_b))) return rc;
+        if (r->expert_bias != BMOE_BIAS_NONE) { /* small and resident: never streamed with the experts */
+            int req = r->expert_bias == BMOE_BIAS_REQUIRED;
+            snprintf(name, sizeof name, "blk.%d.ffn_gate_exps.bias", il);
+            if ((rc = bind_rows_f32(L, name, req && !r->fused_gate_up, f, E, &ly->exp_gate_b))) return rc;
+            snprintf(name, sizeof name, "blk.%d.ffn_up_exps.bias", il);
+            if ((rc = bind_rows_f32(L, name, req && !r->fused_gate_up, f, E, &ly->exp_up_b))) return rc;
+            snprintf(name, sizeof name, "blk.%d.ffn_down_exps.bias", il);
+            if ((rc = bind_rows_f32(L, name, req, d, E, &ly->exp_down_b))) return rc;
+        }
         if (r->probs_bias) {
             snprintf(name, sizeof name, "blk.%d.exp_probs_b.bias", il);
             if ((rc = bind_vec(L, name, 1, E, &ly->exp_probs_b))) return rc;
@@ -791,13 +940,21 @@ static int bind_tensors(loader *L) {
             if ((rc = expert_part(L, il, BMOE_EXP_UP, &ly->exps[BMOE_EXP_UP]))) return rc;
         }
         if ((rc = bind_layer(L, il, "ffn_down_exps", 1, 3, f, d, E, &ly->exps[BMOE_EXP_DOWN]))) return rc;
+        if (r->expert_scale != BMOE_BIAS_NONE) { /* expert e's output times scale[e], resident */
+            snprintf(name, sizeof name, "blk.%d.ffn_down_exps.scale", il);
+            if ((rc = bind_vec(L, name, r->expert_scale == BMOE_BIAS_REQUIRED, E, &ly->exp_out_s))) return rc;
+        }
         if ((rc = expert_part(L, il, BMOE_EXP_DOWN, &ly->exps[BMOE_EXP_DOWN]))) return rc;
         if (r->shared_expert != BMOE_SHEXP_NONE) {
             int named = r->shared_expert == BMOE_SHEXP_NAMED || r->shared_expert == BMOE_SHEXP_GATED;
             if (hp->n_ff_shexp < 1)
                 return fail(L, 3, "%s: required metadata key %s.%s is missing", m->path, m->arch,
-                            named ? "expert_shared_count" : "feed_forward_length");
-            uint64_t S = (uint64_t)hp->n_ff_shexp;
+                            r->shared_expert == BMOE_SHEXP_NAMED   ? "expert_shared_count"
+                            : r->shared_expert == BMOE_SHEXP_GATED ? "expert_shared_feed_forward_length"
+                                                                   : "feed_forward_length");
+            /* gemma4's shared expert is its layer's feed_forward_length wide */
+            uint64_t S = (uint64_t)(r->shared_expert == BMOE_SHEXP_FFN ? ly->n_ff : hp->n_ff_shexp);
+            if (S < 1) return fail(L, 3, "%s: layer %d: %s.feed_forward_length is 0", m->path, il, m->arch);
             if ((rc = bind_layer(L, il, named ? "ffn_gate_shexp" : "ffn_gate", 1, 2, d, S, 1, &ly->ffn_gate))) return rc;
             if ((rc = bind_layer(L, il, named ? "ffn_up_shexp" : "ffn_up", 1, 2, d, S, 1, &ly->ffn_up))) return rc;
             if ((rc = bind_layer(L, il, named ? "ffn_down_shexp" : "ffn_down", 1, 2, S, d, 1, &ly->ffn_down))) return rc;
@@ -813,6 +970,14 @@ static int bind_tensors(loader *L) {
         }
         m->moe_layers[m->n_moe_layers++] = il;
     }
+    /* llama.cpp refuses a file with a tensor its loader did not create; the engine refuses one it did
+     * not bind, rather than compute without weights the model has */
+    for (uint64_t i = 0; i < m->g->n_tensors; i++)
+        if (!L->used[i]) {
+            const gguf_tensor *t = &m->g->tensors[i];
+            return fail(L, 3, "%s: tensor %.*s is not part of the %s graph the engine implements", shard_path(m, t),
+                        (int)(t->name.len > 80 ? 80 : t->name.len), t->name.ptr, m->arch);
+        }
     return 0;
 }
 
@@ -874,10 +1039,15 @@ int model_open(const char *path, int map, bmoe_model **out, char *err, size_t er
     m->map_len = calloc(m->g->n_shards, sizeof *m->map_len);
     if (!m->maps || !m->map_len) { rc = fail(&L, 1, "out of memory"); goto fail; }
     if (map && (rc = map_shards(&L))) goto fail;
+    L.used = calloc(m->g->n_tensors ? m->g->n_tensors : 1, 1);
+    if (!L.used) { rc = fail(&L, 1, "out of memory"); goto fail; }
     if ((rc = bind_tensors(&L))) goto fail;
+    free(L.used);
+    L.used = NULL;
     *out = m;
     return 0;
 fail:
+    free(L.used);
     model_close(m);
     return rc ? rc : 1;
 }
@@ -910,7 +1080,11 @@ void model_close(bmoe_model *m) {
             bmoe_layer *ly = &m->layers[il];
             free(ly->attn_norm); free(ly->attn_q_norm); free(ly->attn_k_norm); free(ly->post_attention_norm);
             free(ly->ffn_norm); free(ly->pre_ffw_norm_2); free(ly->post_ffw_norm_1); free(ly->post_ffw_norm_2);
-            free(ly->post_ffw_norm); free(ly->ffn_gate_inp_s); free(ly->exp_probs_b);
+            free(ly->post_ffw_norm); free(ly->ffn_gate_inp_s);
+            free(ly->attn_q_b); free(ly->attn_k_b); free(ly->attn_v_b); free(ly->attn_output_b); free(ly->attn_sinks);
+            free(ly->ffn_gate_inp_b); free(ly->exp_gate_b); free(ly->exp_up_b); free(ly->exp_down_b);
+            free(ly->exp_out_s);
+            free(ly->exp_probs_b);
             free(ly->ssm_conv1d); free(ly->ssm_dt); free(ly->ssm_a); free(ly->ssm_norm); free(ly->sc_conv);
         }
     }

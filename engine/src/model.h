@@ -48,6 +48,12 @@ typedef enum {
 typedef struct bmoe_layer {
     int is_moe;
     int is_swa;               /* sliding-window attention (attention.sliding_window_pattern) */
+    /* this layer's geometry: head counts may be per-layer arrays, and a sliding-window layer may have
+     * head sizes and rotated dims of its own (gemma4's _swa keys) */
+    int n_head, n_head_kv, head_dim, head_dim_v, n_rot;
+    int n_ff;                 /* feed_forward_length of this layer (0: none) */
+    float out_scale;          /* layer_output_scale (recipes with layer_scale; 1 without) */
+    float *exp_out_s;         /* ffn_down_exps.scale [E]: expert e's output times it (NULL: none) */
     int kind;                 /* bmoe_layer_kind */
     int kv_slot;              /* attention layers: the layer's place in the KV cache; -1 for the others */
     size_t rec_off;           /* recurrent layers: the offset of the layer's state in the recurrent state */
@@ -59,6 +65,12 @@ typedef struct bmoe_layer {
     bmoe_weight ffn_gate_inp;                 /* router [d, E] */
     bmoe_weight ffn_gate_inp_shexp;           /* BMOE_SHEXP_GATED: the shared expert's gate [d] (one output) */
     float *ffn_gate_inp_s;                    /* router input scale [d] (recipes with router_prescale) */
+    /* biases and other small resident vectors, f32 (owned); NULL when absent (arch.h, bmoe_bias) */
+    float *attn_q_b, *attn_k_b, *attn_v_b;    /* [H*hd], [Hkv*hd], [Hkv*hdv] */
+    float *attn_output_b;                     /* [d] */
+    float *attn_sinks;                        /* [H]: one extra softmax logit per query head */
+    float *ffn_gate_inp_b;                    /* router bias [E] */
+    float *exp_gate_b, *exp_up_b, *exp_down_b; /* per-expert biases [E][f], [E][f], [E][d] (resident) */
     bmoe_weight exps[BMOE_EXP_NPARTS];        /* whole 3-D expert tensors (data may be unused) */
     bmoe_expert_part exp_part[BMOE_EXP_NPARTS];
     uint64_t expert_bytes;                    /* bytes of one expert of this layer over all its parts (each
@@ -76,6 +88,9 @@ typedef struct bmoe_layer {
 
 typedef struct bmoe_hparams {
     int n_layer, n_ctx_train, n_embd, n_ff, n_head, n_head_kv, head_dim, head_dim_v, n_rot;
+    /* n_ff is the widest layer's, n_head and n_head_kv layer 0's (bmoe_layer has each layer's); head_dim,
+     * head_dim_v and n_rot are the global (full-attention) layers' */
+    int head_dim_swa, head_dim_v_swa;         /* a sliding-window layer's head sizes (gemma4's _swa keys) */
     double eps, rope_base;
     int n_expert, n_expert_used, n_ff_exp, n_ff_shexp, n_dense_lead;
     int n_expert_shared;                      /* BMOE_SHEXP_NAMED: the shared expert is this many experts wide */
@@ -85,6 +100,9 @@ typedef struct bmoe_hparams {
     double rope_base_swa;                     /* RoPE base of a sliding-window layer (no rope_freqs there) */
     double rope_scale;                        /* global layers: positions multiplied by this before RoPE
                                                * (1 / rope.scaling.factor, linear scaling; 1 = none) */
+    int rope_yarn;                            /* rope.scaling.type yarn: rope_scale mixed per dimension */
+    int yarn_orig_ctx;                        /* rope.scaling.original_context_length */
+    double yarn_attn_factor, yarn_beta_fast, yarn_beta_slow;
     double attn_scale;                        /* attention scores are q.k times this */
     double softcap;                           /* final logit soft-capping c (recipes with final_softcap):
                                                * logits = c tanh(logits / c); 0 = none */

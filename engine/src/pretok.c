@@ -130,6 +130,102 @@ static void split_llama3(chunk *c, int max_digits, unsigned letter) {
     }
 }
 
+/* gpt-4o (o200k), as llama.cpp runs it: its std::regex over "collapsed" text, where a code point below
+ * 128 is itself and any other is one byte for its class (whitespace, letter, number, punctuation, mark,
+ * symbol, other), with llama.cpp's rewrite of the pattern
+ *
+ *   [^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?
+ *  |[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:'[sS]|...)?
+ *  |\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ *
+ * So "upper" is a letter other than a-z and "lower" a letter other than A-Z: a letter outside ASCII is
+ * both, and a combining mark is no letter at all (it splits a word, unlike the original pattern, whose
+ * letter classes include \p{M}). \s is ASCII's " \t\n\v\f\r" and Unicode's other white space. The
+ * alternatives are tried in order with the regex's backtracking, which the loops below follow. */
+typedef struct { int ws, letter, number, upper, lower, any; } o200k_cls;
+
+static o200k_cls o200k_at(const chunk *c, size_t p) {
+    o200k_cls k = { 0, 0, 0, 0, 0, 0 };
+    uint32_t x = cpt(c, p);
+    if (x == OOR) return k;
+    k.any = 1;
+    if (x < 128) {
+        k.ws = x == ' ' || (x >= 0x09 && x <= 0x0d);
+        int up = x >= 'A' && x <= 'Z', lo = x >= 'a' && x <= 'z';
+        k.letter = up || lo;
+        k.upper = up;
+        k.lower = lo;
+        k.number = x >= '0' && x <= '9';
+        return k;
+    }
+    if (uni_is_whitespace(x)) { k.ws = 1; return k; }
+    int cl = uni_class(x);
+    k.letter = k.upper = k.lower = cl == UNI_LETTER;
+    k.number = cl == UNI_NUMBER;
+    return k;
+}
+
+/* [^\r\n\p{L}\p{N}]: any character but CR, LF, a letter or a number */
+static int o200k_prefix(const chunk *c, size_t p) {
+    o200k_cls k = o200k_at(c, p);
+    uint32_t x = cpt(c, p);
+    return k.any && x != '\r' && x != '\n' && !k.letter && !k.number;
+}
+
+/* the two letter alternatives from pos; returns the match end, or 0 when neither matches */
+static size_t o200k_word(const chunk *c, size_t pos) {
+    size_t st = o200k_prefix(c, pos) ? pos + 1 : pos; /* when the prefix fails the rest fails too */
+    size_t k = 0;
+    while (o200k_at(c, st + k).upper) k++;
+    for (size_t m = k + 1; m-- > 0;) { /* upper* (greedy, backing off) then lower+ */
+        if (!o200k_at(c, st + m).lower) continue;
+        size_t e = st + m;
+        while (o200k_at(c, e).lower) e++;
+        return e + contraction(c, e, 1);
+    }
+    if (k > 0) { /* upper+ lower* */
+        size_t e = st + k;
+        while (o200k_at(c, e).lower) e++;
+        return e + contraction(c, e, 1);
+    }
+    return 0;
+}
+
+static void split_gpt4o(chunk *c) {
+    for (size_t pos = c->ini; pos < c->end;) {
+        size_t e = o200k_word(c, pos);
+        if (e) { pos += add(c, e); continue; }
+        o200k_cls k = o200k_at(c, pos);
+        if (k.number) { /* '\p{N}{1,3}' */
+            size_t n = 0;
+            while (n < 3 && o200k_at(c, pos + n).number) n++;
+            pos += add(c, pos + n);
+            continue;
+        }
+        /* ' ?[^\s\p{L}\p{N}]+[\r\n/]*' */
+        size_t st = cpt(c, pos) == ' ' ? pos + 1 : pos;
+        o200k_cls k2 = o200k_at(c, st);
+        if (!(k2.any && !k2.ws && !k2.letter && !k2.number)) st = pos, k2 = k;
+        if (k2.any && !k2.ws && !k2.letter && !k2.number) {
+            e = st;
+            for (o200k_cls q = k2; q.any && !q.ws && !q.letter && !q.number; q = o200k_at(c, ++e)) {}
+            for (uint32_t x = cpt(c, e); x == '\r' || x == '\n' || x == '/'; x = cpt(c, ++e)) {}
+            pos += add(c, e);
+            continue;
+        }
+        size_t nws = 0, last_rn = 0;
+        while (o200k_at(c, pos + nws).ws) {
+            uint32_t x = cpt(c, pos + nws);
+            if (x == '\r' || x == '\n') last_rn = pos + nws + 1;
+            nws++;
+        }
+        if (last_rn > 0) { pos += add(c, last_rn); continue; }              /* '\s*[\r\n]+' */
+        if (nws > 1 && cpt(c, pos + nws) != OOR) { pos += add(c, pos + nws - 1); continue; } /* '\s+(?!\S)' */
+        if (nws > 0) { pos += add(c, pos + nws); continue; }                /* '\s+' */
+        pos += add(c, pos + 1); /* not reached: every character matches some alternative */
+    }
+}
+
 /* The default list's class runs. ASCII is matched literally, other code points by class (whitespace
  * first), the way llama.cpp's collapsed-text regex sees them. */
 static int is_punct_run(uint32_t x) {
@@ -169,7 +265,7 @@ static void split_digit_triples(chunk *c) {
     add(c, c->end);
 }
 
-typedef enum { PASS_GPT2, PASS_LLAMA3, PASS_QWEN2, PASS_QWEN35, PASS_PUNCT, PASS_NUMBERS, PASS_TRIPLES } pass;
+typedef enum { PASS_GPT2, PASS_LLAMA3, PASS_QWEN2, PASS_QWEN35, PASS_GPT4O, PASS_PUNCT, PASS_NUMBERS, PASS_TRIPLES } pass;
 
 /* one pass over every chunk of `in` (n_in lengths), lengths to out; returns their count */
 static size_t run_pass(pass p, const uint32_t *cp, const size_t *in, size_t n_in, size_t *out) {
@@ -183,6 +279,7 @@ static size_t run_pass(pass p, const uint32_t *cp, const size_t *in, size_t n_in
         case PASS_LLAMA3: split_llama3(&c, 3, UF_LETTER); break;
         case PASS_QWEN2: split_llama3(&c, 1, UF_LETTER); break;
         case PASS_QWEN35: split_llama3(&c, 1, UF_LETTER | UF_MARK); break;
+        case PASS_GPT4O: split_gpt4o(&c); break;
         case PASS_PUNCT: split_runs(&c, is_punct_run); break;
         case PASS_NUMBERS: split_runs(&c, is_number_run); break;
         case PASS_TRIPLES: split_digit_triples(&c); break;
@@ -199,6 +296,7 @@ size_t pretok_split(pretok_kind k, const uint32_t *cp, size_t n, size_t *lens, s
         [PRETOK_GPT2] = { PASS_GPT2 },
         [PRETOK_LLAMA3] = { PASS_LLAMA3 },
         [PRETOK_QWEN2] = { PASS_QWEN2 },
+        [PRETOK_GPT4O] = { PASS_GPT4O },
         [PRETOK_QWEN35] = { PASS_QWEN35 },
     };
     int n_pass = k == PRETOK_DEFAULT ? 4 : 1;
@@ -223,6 +321,7 @@ static const struct { const char *name; pretok_kind kind; } NAMES[] = {
     { "llama3", PRETOK_LLAMA3 }, { "llama-v3", PRETOK_LLAMA3 }, { "llama-bpe", PRETOK_LLAMA3 },
     { "falcon3", PRETOK_LLAMA3 }, { "pixtral", PRETOK_LLAMA3 }, { "lfm2", PRETOK_LLAMA3 },
     { "qwen2", PRETOK_QWEN2 }, { "deepseek-r1-qwen", PRETOK_QWEN2 }, { "stablelm2", PRETOK_QWEN2 },
+    { "gpt-4o", PRETOK_GPT4O }, { "llama4", PRETOK_GPT4O },
     { "qwen35", PRETOK_QWEN35 },
 };
 
@@ -238,6 +337,7 @@ const char *pretok_name(pretok_kind k) {
     case PRETOK_GPT2: return "gpt-2";
     case PRETOK_LLAMA3: return "llama3";
     case PRETOK_QWEN2: return "qwen2";
+    case PRETOK_GPT4O: return "gpt-4o";
     case PRETOK_QWEN35: return "qwen35";
     }
     return "?";

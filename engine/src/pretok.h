@@ -12,6 +12,8 @@ typedef enum {
     PRETOK_GPT2,        /* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
     PRETOK_LLAMA3,      /* (?i:'s|...)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
     PRETOK_QWEN2,       /* the llama3 pattern with \p{N} (one digit per word) */
+    PRETOK_GPT4O,       /* o200k (gpt-oss, llama4): cased letter runs, \p{N}{1,3}, punctuation with trailing
+                         * [\r\n/]*, as llama.cpp's collapsed-text regex cuts them (pretok.c) */
     PRETOK_QWEN35,      /* qwen2's with [\p{L}\p{M}]+ letter runs and marks left out of the other run */
 } pretok_kind;
 

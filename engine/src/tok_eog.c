@@ -12,6 +12,9 @@
  *      a message with it, not the generation); `</s>` leaves it (and becomes normal) when
  *      `<|tool_response>` or `<|plamo:eos|>` is in it.
  *
+ * Before the exceptions, the harmony markers `<|channel|>`, `<|message|>`, `<|start|>` and
+ * `<|constrain|>` become user-defined in any vocabulary (llama.cpp's rule for gpt-oss: they always print).
+ *
  * Tokens found by text (1, 2) are made control tokens, as llama.cpp does. An EOT or EOM found by text
  * is always on the list of step 2, so which one llama.cpp would pick does not change the set. */
 #include <stdio.h>
@@ -116,6 +119,13 @@ int tok_build_eog(bmoe_tokenizer *tk, const gguf_model *g, const char *path, cha
     add(set, &n, eos);
     add(set, &n, eot);
     add(set, &n, eom);
+    /* llama.cpp's rendering rule for gpt-oss's harmony markers, in every vocabulary: user-defined, so they
+     * print their text (and are parsed in any text) */
+    static const char *const RENDERED[] = { "<|channel|>", "<|message|>", "<|start|>", "<|constrain|>" };
+    for (size_t i = 0; i < sizeof RENDERED / sizeof RENDERED[0]; i++) {
+        int32_t id = find(tk, RENDERED[i]);
+        if (id >= 0) tk->attr[id] = TOK_ATTR_USER;
+    }
     int has_return = 0, has_call = 0, has_flush = 0, has_marker = 0;
     int32_t end = -1, s = -1;
     for (int i = 0; i < n; i++) {

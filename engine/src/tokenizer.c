@@ -252,7 +252,7 @@ static int build_pieces(bmoe_tokenizer *tk) {
         if (a & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN)) continue; /* first: a forced control token may also be user-defined */
         if (a & TOK_ATTR_USER) { memcpy(dst, s, n); o += n; continue; }
         if (a & TOK_ATTR_NORMAL) {
-            if (tk->kind == TOK_SPM) { /* U+2581 → space */
+            if (tk->kind == TOK_SPM || tk->kind == TOK_GEMMA4) { /* U+2581 → space */
                 size_t k = 0;
                 for (size_t j = 0; j < n;) {
                     if (j + 3 <= n && s[j] == 0xe2 && s[j + 1] == 0x96 && s[j + 2] == 0x81) { dst[k++] = ' '; j += 3; }
@@ -289,10 +289,10 @@ static int build_pieces(bmoe_tokenizer *tk) {
 static void byte_tokens(bmoe_tokenizer *tk) {
     static const char hex[] = "0123456789ABCDEF";
     for (int b = 0; b < 256; b++) {
-        if (tk->kind == TOK_SPM) {
+        if (tk->kind == TOK_SPM || tk->kind == TOK_GEMMA4) {
             uint8_t name[6] = { '<', '0', 'x', (uint8_t)hex[b >> 4], (uint8_t)hex[b & 15], '>' };
             int32_t id = tok_find(tk, name, 6);
-            if (id < 0) { uint8_t c = (uint8_t)b; id = tok_find(tk, &c, 1); }
+            if (id < 0 && tk->kind == TOK_SPM) { uint8_t c = (uint8_t)b; id = tok_find(tk, &c, 1); }
             tk->byte_token[b] = id;
         } else {
             uint8_t img[4];
@@ -351,8 +351,10 @@ int tok_load(bmoe_tokenizer *tk, const gguf_model *g, const char *path, char *er
     if (r < 0) { snprintf(err, errlen, "%s: tokenizer.ggml.model: %s", path, e); return 3; }
     if (r == 0 || gguf_str_eq(s, "gpt2")) tk->kind = TOK_BPE;
     else if (gguf_str_eq(s, "llama")) tk->kind = TOK_SPM;
+    else if (gguf_str_eq(s, "gemma4")) tk->kind = TOK_GEMMA4;
     else {
-        snprintf(err, errlen, "%s: tokenizer.ggml.model \"%.40s\" is not supported (\"gpt2\" or \"llama\")", path, s.ptr);
+        snprintf(err, errlen, "%s: tokenizer.ggml.model \"%.40s\" is not supported (\"gpt2\", \"llama\" or \"gemma4\")",
+                 path, s.ptr);
         return 3;
     }
     tk->pre = PRETOK_DEFAULT;
@@ -362,7 +364,7 @@ int tok_load(bmoe_tokenizer *tk, const gguf_model *g, const char *path, char *er
         if (r > 0) {
             int k = pretok_from_name(s.ptr, (size_t)s.len);
             if (k < 0) {
-                snprintf(err, errlen, "%s: tokenizer.ggml.pre \"%.40s\" is not supported (default, gpt-2, llama-bpe, qwen2, qwen35 and their aliases)",
+                snprintf(err, errlen, "%s: tokenizer.ggml.pre \"%.40s\" is not supported (default, gpt-2, llama-bpe, qwen2, qwen35, gpt-4o and their aliases)",
                          path, s.ptr);
                 return 3;
             }
@@ -370,7 +372,9 @@ int tok_load(bmoe_tokenizer *tk, const gguf_model *g, const char *path, char *er
         }
         tk->ignore_merges = tk->pre == PRETOK_LLAMA3;
         tk->add_bos = tk->pre == PRETOK_LLAMA3; /* llama.cpp's default for the llama3 family */
-        tk->clean_spaces = tk->pre != PRETOK_QWEN2 && tk->pre != PRETOK_QWEN35;
+        tk->clean_spaces = tk->pre != PRETOK_QWEN2 && tk->pre != PRETOK_QWEN35 && tk->pre != PRETOK_GPT4O; /* llama.cpp */
+    } else if (tk->kind == TOK_GEMMA4) {
+        tk->clean_spaces = 1; /* llama.cpp's BPE default; no pre-tokenizer name is read */
     } else {
         tk->bos = n > 1 ? 1 : -1; /* llama.cpp's SentencePiece defaults */
         tk->eos = n > 2 ? 2 : -1;
@@ -401,6 +405,10 @@ int tok_load(bmoe_tokenizer *tk, const gguf_model *g, const char *path, char *er
     if ((rc = get_flag(g, "tokenizer.ggml.add_space_prefix", &tk->add_space_prefix, path, err, errlen))) return rc;
     tk->add_bos = !!tk->add_bos;
     tk->add_eos = !!tk->add_eos;
+    if (tk->kind == TOK_GEMMA4) { /* llama.cpp adds BOS to a gemma4 prompt whatever the key says */
+        tk->add_bos = 1;
+        tk->add_space_prefix = 0;
+    }
     if (tk->add_bos && tk->bos < 0) {
         snprintf(err, errlen, "%s: tokenizer.ggml.add_bos_token is true but tokenizer.ggml.bos_token_id is missing", path);
         return 3;
@@ -452,7 +460,7 @@ int tok_load(bmoe_tokenizer *tk, const gguf_model *g, const char *path, char *er
         if (id >= 0) tk->attr[id] |= TOK_ATTR_CONTROL;
     }
     if ((rc = tok_build_eog(tk, g, path, err, errlen))) { tok_free(tk); return rc; }
-    if (tk->kind == TOK_BPE && (rc = load_merges(tk, g, path, err, errlen))) { tok_free(tk); return rc; }
+    if (tk->kind != TOK_SPM && (rc = load_merges(tk, g, path, err, errlen))) { tok_free(tk); return rc; }
     byte_tokens(tk);
     if (build_pieces(tk) || build_specials(tk)) goto oom;
     if ((rc = phi3_rstrip(tk, g, path, err, errlen))) { tok_free(tk); return rc; }
@@ -573,6 +581,7 @@ int tok_encode(const bmoe_tokenizer *tk, const uint8_t *text, size_t len, unsign
         frag f = fr.f[i];
         if (f.id >= 0) { rc = tok_vec_push(&v, f.id); prev_special = 1; continue; }
         if (tk->kind == TOK_SPM) rc = tok_spm_fragment(tk, text + f.off, f.len, tk->add_space_prefix && prev_special, &v, err, errlen);
+        else if (tk->kind == TOK_GEMMA4) rc = tok_gemma4_fragment(tk, text + f.off, f.len, &v, err, errlen);
         else rc = tok_bpe_fragment(tk, text + f.off, f.len, &v, err, errlen);
         prev_special = 0;
     }

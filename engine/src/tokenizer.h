@@ -3,6 +3,9 @@
  *                                text into words, tokenizer.ggml.merges merge each word's bytes by rank
  *   tokenizer.ggml.model "llama" SentencePiece-style: spaces become U+2581, pieces merge by
  *                                tokenizer.ggml.scores, bytes without a piece fall back to <0xXX> tokens
+ *   tokenizer.ggml.model "gemma4" BPE over raw UTF-8: spaces become U+2581, the text is cut into runs of
+ *                                newlines and runs of the rest, characters merge by rank, a character
+ *                                without a token falls back to <0xXX> tokens; BOS always added
  * Special tokens (CONTROL / USER_DEFINED / UNKNOWN types) in the text are found first, longest first,
  * as llama.cpp does with parse_special. A vocabulary without merges is byte-level: one token per byte. */
 #ifndef BMOE_TOKENIZER_H
@@ -13,7 +16,7 @@
 
 #include "gguf.h"
 
-typedef enum { TOK_BPE = 1, TOK_SPM = 2 } tok_kind;
+typedef enum { TOK_BPE = 1, TOK_SPM = 2, TOK_GEMMA4 = 3 } tok_kind;
 
 /* token attributes (from tokenizer.ggml.token_type: 1 normal, 2 unknown, 3 control, 4 user-defined,
  * 5 unused, 6 byte, anything else undefined) */
@@ -108,6 +111,8 @@ typedef struct {
 } tok_vec;
 int tok_vec_push(tok_vec *v, int32_t id);
 int tok_bpe_fragment(const bmoe_tokenizer *tk, const uint8_t *s, size_t len, tok_vec *out, char *err, size_t errlen);
+int tok_gemma4_fragment(const bmoe_tokenizer *tk, const uint8_t *s, size_t len, tok_vec *out, char *err,
+                        size_t errlen);
 int tok_spm_fragment(const bmoe_tokenizer *tk, const uint8_t *s, size_t len, int space_prefix, tok_vec *out, char *err,
                      size_t errlen);
 

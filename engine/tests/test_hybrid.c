@@ -202,7 +202,8 @@ static void test_lfm2(const char *dir) {
  * M-RoPE sections [2, 1, 0, 1] over 8 of 16 dims, a gated shared expert */
 enum { QS = 8, QHK = 2, QHV = 4, QTAPS = 4, QHD = 16, QSH = 24 };
 
-static void build_q35(const char *path, int sections_ok) {
+/* variant: 0 as described, 1 three M-RoPE sections, 2 ssm.inner_size not Hv x S, 3 Hv not a multiple of Hk */
+static void build_q35(const char *path, int variant) {
     gguf_build g = { .rng = 3535 };
     char n[96];
     const char *a = "qwen35moe";
@@ -219,16 +220,16 @@ static void build_q35(const char *path, int sections_ok) {
     gb_kv_f32(&g, KEY("attention.layer_norm_rms_epsilon"), 1e-6f);
     gb_kv_u32(&g, KEY("rope.dimension_count"), 8);
     const uint32_t sec[4] = { 2, 1, 0, 1 };
-    gb_kv_u32s(&g, KEY("rope.dimension_sections"), sec, sections_ok ? 4 : 3);
+    gb_kv_u32s(&g, KEY("rope.dimension_sections"), sec, variant == 1 ? 3 : 4);
     gb_kv_u32(&g, KEY("expert_count"), E);
     gb_kv_u32(&g, KEY("expert_used_count"), K);
     gb_kv_u32(&g, KEY("expert_feed_forward_length"), F);
     gb_kv_u32(&g, KEY("expert_shared_feed_forward_length"), QSH);
     gb_kv_u32(&g, KEY("ssm.conv_kernel"), QTAPS);
     gb_kv_u32(&g, KEY("ssm.state_size"), QS);
-    gb_kv_u32(&g, KEY("ssm.group_count"), QHK);
+    gb_kv_u32(&g, KEY("ssm.group_count"), variant == 3 ? 3 : QHK);
     gb_kv_u32(&g, KEY("ssm.time_step_rank"), QHV);
-    gb_kv_u32(&g, KEY("ssm.inner_size"), QHV * QS);
+    gb_kv_u32(&g, KEY("ssm.inner_size"), variant == 2 ? QHV * QS + 1 : QHV * QS);
     gb_kv_u32(&g, KEY("full_attention_interval"), 2);
 #undef KEY
     gb_kv_vocab(&g, V);
@@ -274,7 +275,7 @@ static void build_q35(const char *path, int sections_ok) {
 static void test_q35(const char *dir) {
     char path[512];
     snprintf(path, sizeof path, "%s/qwen35moe.gguf", dir);
-    build_q35(path, 1);
+    build_q35(path, 0);
     enum { T = 9 };
     const int32_t toks[T] = { 2, 7, 1, 8, 2, 8, 1, 8, 3 };
     static float a[T * V], b[T * V], c[T * V];
@@ -297,11 +298,17 @@ static void test_q35(const char *dir) {
     for (int t = 5; t < T; t++) CHECK(eval(&r, toks + t, 1, t, c + (size_t)t * V) == 0);
     CHECK(memcmp(a, c, sizeof a) == 0);
     rig_close(&r);
-    build_q35(path, 0);
-    bmoe_model *m = NULL;
-    char err[512] = "";
-    CHECK(model_open(path, 1, &m, err, sizeof err) == 3 && strstr(err, "rope.dimension_sections has 3 entries"));
-    model_close(m);
+    static const char *const msg[] = { NULL, "rope.dimension_sections has 3 entries",
+                                       "ssm.inner_size 33 is not ssm.time_step_rank x ssm.state_size",
+                                       "ssm.time_step_rank 4 is not a multiple of ssm.group_count 3" };
+    for (int v = 1; v <= 3; v++) {
+        build_q35(path, v);
+        bmoe_model *m = NULL;
+        char err[512] = "";
+        CHECK(model_open(path, 1, &m, err, sizeof err) == 3 && strstr(err, msg[v]) != NULL);
+        if (!strstr(err, msg[v])) fprintf(stderr, "  got: %s\n", err);
+        model_close(m);
+    }
     unlink(path);
 }
 

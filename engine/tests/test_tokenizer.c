@@ -230,6 +230,15 @@ static void test_pretok(void) {
     CHECK(split_is(PRETOK_LLAMA3, "caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87", "caf\xc3\xa9| \xe4\xb8\xad\xe6\x96\x87"));
     CHECK(split_is(PRETOK_DEFAULT, "a+=b 1234567", "a|+=|b| |123|456|7"));
     CHECK(split_is(PRETOK_GPT2, "", ""));
+    /* gpt-4o: cased runs (an upper run keeps its lower tail, all-caps stands alone), contractions of any
+     * case, up to 3 digits, punctuation with trailing [\r\n/]*; a combining mark is no letter: it splits
+     * a word and, like punctuation, may lead the next one */
+    CHECK(split_is(PRETOK_GPT4O, "HELLOworld helloWorld CamelCase", "HELLOworld| hello|World| Camel|Case"));
+    CHECK(split_is(PRETOK_GPT4O, "I'M x'S 1234567", "I'M| x'S| |123|456|7"));
+    CHECK(split_is(PRETOK_GPT4O, "a/b//\n!?/\n", "a|/b|//\n|!?/\n"));
+    CHECK(split_is(PRETOK_GPT4O, "nai\xcc\x88ve \xc3\x80" "Bc \xc3\x80" "B!", "nai|\xcc\x88ve| \xc3\x80" "Bc| \xc3\x80|B|!"));
+    CHECK(split_is(PRETOK_GPT4O, "x  \n\n  y", "x|  \n\n| | y"));
+    CHECK(pretok_from_name("gpt-4o", 6) == PRETOK_GPT4O && pretok_from_name("llama4", 6) == PRETOK_GPT4O);
     CHECK(pretok_from_name("llama-bpe", 9) == PRETOK_LLAMA3 && pretok_from_name("qwen2", 5) == PRETOK_QWEN2);
     CHECK(pretok_from_name("gpt-2", 5) == PRETOK_GPT2 && pretok_from_name("starcoder", 9) < 0);
     /* qwen35: a letter run takes combining marks (U+0301 after "e", U+0300 after a space, Devanagari vowel

@@ -42,7 +42,7 @@ Mixer = Literal["attention", "delta_net", "shortconv"]
 Swa = Literal["none", "required", "periodic"]
 
 #: facts only the fixture generator needs (what llama.cpp's loader accepts, beyond what the engine computes)
-GENERATOR_ONLY = ("no_gqa",)
+GENERATOR_ONLY = ("no_gqa", "q_is_embd")
 
 #: llama.cpp's expert_gating_func numbers
 GATING_IDS: dict[str, int] = {"softmax": 1, "sigmoid": 2, "softmax_selected": 3}
@@ -64,6 +64,7 @@ class Recipe:
     router_bias: Bias = "none"  # ffn_gate_inp.bias, added to the logits
     expert_bias: Bias = "none"  # ffn_{gate,up,down}_exps.bias, per expert
     shared_expert: Shexp = "none"
+    expert_scale: Bias = "none"  # ffn_down_exps.scale [E]: expert e's output times scale[e]
     probs_bias: bool = False  # exp_probs_b.bias [E]: added to the probs for the selection only
     # mixers: which layers attend, which are recurrent
     mixer: Mixer = "attention"
@@ -72,8 +73,10 @@ class Recipe:
     out_bias: Bias = "none"
     attn_gate: bool = False  # attn_q holds each head's queries then its gate: output * sigmoid(gate)
     no_gqa: bool = False  # generator only: llama.cpp's loader sizes k and v by head_count (no GQA)
+    q_is_embd: bool = False  # generator only: llama.cpp's loader sizes attn_q / attn_output [d, d]
     qk_norm: bool = False
     v_norm: bool = False  # v rms-normed per head, no weight
+    v_from_k: bool = False  # attn_v may be absent: v is k's projection (before k's norm)
     attn_sinks: bool = False  # attn_sinks.weight [H]: an extra logit per head, no value
     attn_scale_one: bool = False  # scores q.k, not q.k / sqrt(hd)
     attn_scale_embd_at: int = 0  # at this layer count scores use 1/sqrt(d // n_head) (gemma3 27B)
@@ -86,8 +89,9 @@ class Recipe:
     full_rope: bool = False  # rope.dimension_count must equal key_length
     rope_freqs: bool = False  # rope_freqs.weight divides the global layers' frequencies
     rope_scaling: tuple[str, ...] = ()  # rope.scaling.type values read
+    # norms and scales
+    layer_scale: Bias = "none"  # layer_output_scale.weight [1]: the layer's output times it
     rope_sections: bool = False  # rope.dimension_sections required: interleaved M-RoPE (text positions)
-    # norms
     post_norms: bool = False  # post_attention_norm and the MoE norm sandwich
     ffn_norm: str = "ffn_norm"  # the FFN input norm's tensor (gpt-oss: post_attention_norm)
     output_norm: str = "output_norm"  # the output norm's tensor (lfm2moe: token_embd_norm)
@@ -123,6 +127,7 @@ RECIPES: dict[str, Recipe] = {
             moe_layers="all",
             gating="softmax",
             norm_w=True,
+            qkv_bias="optional",
             qk_norm=True,
             full_rope=True,
         ),
@@ -135,11 +140,14 @@ RECIPES: dict[str, Recipe] = {
             norm_w=True,
             router_prescale=True,
             shared_expert="ffn",
+            expert_scale="optional",
             qk_norm=True,
             v_norm=True,
+            v_from_k=True,
             attn_scale_one=True,
             swa="required",
             rope_freqs=True,
+            layer_scale="optional",
             post_norms=True,
             embd_scale=True,
             final_softcap=True,
@@ -152,6 +160,7 @@ RECIPES: dict[str, Recipe] = {
             gating_keys="read",
             shared_expert="named",
             no_gqa=True,
+            qkv_bias="optional",
             qk_norm=True,
             full_rope=True,
             output_required=True,
@@ -163,6 +172,7 @@ RECIPES: dict[str, Recipe] = {
             moe_layers="none",
             gating="softmax",
             norm_w=True,
+            qkv_bias="optional",
             qk_norm=True,
             attn_scale_embd_at=62,
             swa="periodic",
@@ -172,6 +182,41 @@ RECIPES: dict[str, Recipe] = {
             embd_scale=True,
             final_softcap=True,
             softcap_default=0.0,
+        ),
+        # softmax without renormalisation, a shared expert scaled by a sigmoid gate, q/k/v biases
+        Recipe(
+            arch="qwen2moe",
+            act="silu",
+            moe_layers="all",
+            gating="softmax",
+            norm_w=False,
+            shared_expert="gated",
+            qkv_bias="optional",
+            full_rope=True,
+            output_required=True,
+            q_is_embd=True,
+        ),
+        # router and per-expert biases, softmax over the selected logits, the clamped SwiGLU, attention
+        # sinks and biases, alternating sliding-window and full layers sharing one RoPE, YaRN
+        Recipe(
+            arch="gpt-oss",
+            act="swiglu_oai",
+            moe_layers="all",
+            gating="softmax_selected",
+            norm_w=False,
+            router_bias="required",
+            expert_bias="required",
+            qkv_bias="optional",
+            out_bias="required",
+            attn_sinks=True,
+            swa="periodic",
+            swa_period=2,
+            swa_window_required=True,
+            swa_rope="global",
+            full_rope=True,
+            rope_scaling=("linear", "yarn"),
+            ffn_norm="post_attention_norm",
+            output_required=True,
         ),
         # hybrid: gated delta-net layers between gated full-attention layers with partial interleaved
         # M-RoPE; post_attention_norm is the FFN's input norm; a sigmoid-gated shared expert

@@ -27,7 +27,7 @@ MODELS = f"llama_cpp_python-{VERSION}/vendor/llama.cpp/models/"
 SEPARATOR = "\n__ggml_vocab_test__\n"
 
 #: the vocabularies whose model and pre-tokenizer the engine supports (docs/tokenizers.md)
-SUPPORTED = ("gpt-2", "qwen2", "qwen35", "llama-bpe", "llama-spm", "mpt", "phi-3")
+SUPPORTED = ("gpt-2", "qwen2", "qwen35", "llama-bpe", "llama-spm", "mpt", "phi-3", "gemma-4")
 
 
 class VocabFetchError(RuntimeError):

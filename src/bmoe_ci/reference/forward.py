@@ -34,6 +34,7 @@ from bmoe_ci.recipes import RECIPES
 from bmoe_ci.weight_types import supported, weight_type
 
 from .eog import eog_ids
+from .gemma4_tok import Gemma4Tokenizer
 from .recurrent import DeltaNetDims, delta_net, mrope_rotated, short_conv
 
 __all__ = ["Generation", "HParams", "Model", "ModelError", "Route", "shard_paths"]
@@ -86,6 +87,8 @@ class HParams:
     rope_base_swa: float = 10000.0
     softcap: float = 0.0  # final logit soft-capping: logits = c tanh(logits / c); 0 = none
     rope_scale: float = 1.0  # global layers rotate by position * rope_scale (1 / rope.scaling.factor)
+    swa_scaled: bool = False  # the sliding-window layers are scaled too (recipe swa_rope "global")
+    yarn: tuple[int, float] | None = None  # rope.scaling.type yarn: (original context, attn_factor)
     attn_scale: float = 0.0  # scores = q.k * attn_scale
     #: per layer: "attention", "delta_net" or "shortconv" (hybrid architectures; empty: every layer attends)
     mixers: tuple[str, ...] = ()
@@ -93,8 +96,26 @@ class HParams:
     conv_taps: int = 0  # lfm2moe's short convolution
     rope_sections: tuple[int, ...] = ()  # interleaved M-RoPE sections [t, h, w, e] (qwen35moe)
 
+    #: per layer (head_count, head_count_kv and feed_forward_length may be arrays); empty: the scalars
+    heads: tuple[int, ...] = ()
+    heads_kv: tuple[int, ...] = ()
+    ffs: tuple[int, ...] = ()
+    hd_swa: int = 0  # a sliding-window layer's head sizes (gemma4's _swa keys; 0: the global ones)
+    hdv_swa: int = 0
+
     def is_swa(self, il: int) -> bool:
         return bool(self.swa) and self.swa[il]
+
+    def geometry(self, il: int) -> tuple[int, int, int, int]:
+        """Layer il's (query heads, KV heads, q/k head size, v head size)."""
+        H = self.heads[il] if self.heads else self.n_head
+        Hkv = self.heads_kv[il] if self.heads_kv else self.n_head_kv
+        if self.is_swa(il) and self.hd_swa:
+            return H, Hkv, self.hd_swa, self.hdv_swa
+        return H, Hkv, self.hd, self.hdv
+
+    def ff(self, il: int) -> int | None:
+        return self.ffs[il] if self.ffs else self.n_ff
 
     def mixer(self, il: int) -> str:
         return self.mixers[il] if self.mixers else "attention"
@@ -283,6 +304,14 @@ def _gelu(z: np.ndarray) -> np.ndarray:
     return np.where(z <= -10.0, 0.0, np.where(z >= 10.0, z, g))
 
 
+def _swiglu_oai(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """gpt-oss's clamped SwiGLU (docs/model-math.md): g = min(gate, 7), u = clamp(up, -7, 7),
+    g sigmoid(1.702 g) (u + 1)."""
+    g = np.minimum(gate, 7.0)
+    u = np.clip(up, -7.0, 7.0)
+    return g / (1.0 + np.exp(-1.702 * g)) * (u + 1.0)
+
+
 def _softmax(x: np.ndarray) -> np.ndarray:
     e = np.exp(x - np.max(x, axis=-1, keepdims=True))
     return e / np.sum(e, axis=-1, keepdims=True)
@@ -313,10 +342,12 @@ class Model:
         q8_0: frozenset[str] = frozenset(),
         q8_k: frozenset[str] = frozenset(),
         eog: frozenset[int] | None = None,
+        gemma4: Gemma4Tokenizer | None = None,
         q8_1: frozenset[str] = frozenset(),
         mins: dict[str, np.ndarray] | None = None,
     ) -> None:
         self.hp = hp
+        self._gemma4 = gemma4  # tokenizer.ggml.model gemma4 (gemma4_tok.py); else byte-level
         # the tensors whose matmuls quantise their input (bmoe_ci.weight_types, activation): to Q8_0
         # blocks, to Q8_1 blocks, to Q8_K super-blocks
         self.q8_0 = q8_0
@@ -335,10 +366,12 @@ class Model:
         self.n_vocab = len(vocab)
         b2u = _bytes_to_unicode()
         text_to_id = {text: i for i, text in enumerate(vocab)}
-        try:
-            self._byte_token = [text_to_id[b2u[b]] for b in range(256)]
-        except KeyError as exc:
-            raise ModelError(f"tokenizer.ggml.tokens: no token for byte image {exc}") from None
+        self._byte_token: list[int] = []
+        if gemma4 is None:
+            try:
+                self._byte_token = [text_to_id[b2u[b]] for b in range(256)]
+            except KeyError as exc:
+                raise ModelError(f"tokenizer.ggml.tokens: no token for byte image {exc}") from None
         self._u2b = {c: b for b, c in b2u.items()}
         self._out_name = "output.weight" if "output.weight" in tensors else "token_embd.weight"
         self._out = tensors[self._out_name]
@@ -372,9 +405,24 @@ class Model:
             raise ModelError(f"general.architecture: {arch!r} is not one of {sorted(RECIPES)}")
         recipe = RECIPES[arch]
         d = int(get(f"{arch}.embedding_length"))
-        n_head = int(get(f"{arch}.attention.head_count"))
+        n_layer = int(get(f"{arch}.block_count"))
+
+        def per_layer(key: str, default: Any = ModelError) -> tuple[int, ...]:
+            """A key llama.cpp reads as one value or one per layer."""
+            v = get(key, default)
+            if isinstance(v, list):
+                if len(v) != n_layer:
+                    raise ModelError(f"{key}: {len(v)} entries, {n_layer} layers")
+                return tuple(int(x) for x in v)
+            return tuple(int(v) for _ in range(n_layer))
+
+        heads = per_layer(f"{arch}.attention.head_count")
+        n_head = heads[0]
+        has_kv = get(f"{arch}.attention.head_count_kv", None) is not None
+        heads_kv = per_layer(f"{arch}.attention.head_count_kv") if has_kv else heads
+        ffs = per_layer(f"{arch}.feed_forward_length", 0)
         hd = int(get(f"{arch}.attention.key_length", d // n_head))
-        n_ff = get(f"{arch}.feed_forward_length", None)
+        n_ff = max(ffs) if any(ffs) else None
         gating = int(get(f"{arch}.expert_gating_func", 0)) if recipe.moe else 0
         norm_key = get(f"{arch}.expert_weights_norm", None)
         scale_key = float(get(f"{arch}.expert_weights_scale", 0.0))
@@ -394,32 +442,38 @@ class Model:
             )
         elif recipe.shared_expert == "ffn":
             n_ff_shexp = None if n_ff is None else int(n_ff)
-        elif recipe.shared_expert == "gated":
-            n_ff_shexp = int(get(f"{arch}.expert_shared_feed_forward_length", n_ff))
+        elif recipe.shared_expert == "gated":  # expert_shared_feed_forward_length, else feed_forward_length
+            sf = get(f"{arch}.expert_shared_feed_forward_length", None) or n_ff
+            n_ff_shexp = None if sf is None else int(sf)
         else:
             n_ff_shexp = None
-        n_layer = int(get(f"{arch}.block_count"))
         n_rot = int(get(f"{arch}.rope.dimension_count", hd))
         swa: tuple[bool, ...] = ()
-        n_swa, n_rot_swa, base_swa = 0, 0, 10000.0
+        n_swa, n_rot_swa, base_swa, hd_swa, hdv_swa = 0, 0, 10000.0, 0, 0
         if recipe.swa == "periodic":
-            swa, n_swa = _periodic_swa(get, arch, n_layer, recipe.swa_period)
+            swa, n_swa = _periodic_swa(get, arch, n_layer, recipe.swa_period, recipe.swa_window_required)
             n_rot_swa = n_rot
-            base_swa = float(get(f"{arch}.rope.freq_base_swa", 10000.0))
+            # a local layer's base defaults to 10000 ("own") or to the global base ("global")
+            own = recipe.swa_rope == "own"
+            base_swa = float(
+                get(f"{arch}.rope.freq_base_swa", 10000.0 if own else get(f"{arch}.rope.freq_base", 10000.0))
+            )
         if recipe.swa == "required":  # gemma4: sliding-window layers; per-layer inputs are not modelled
             swa = tuple(bool(v) for v in get(f"{arch}.attention.sliding_window_pattern"))
             n_swa = int(get(f"{arch}.attention.sliding_window"))
-            n_rot_swa = int(get(f"{arch}.rope.dimension_count_swa", get(f"{arch}.rope.dimension_count", hd)))
+            hd_swa = int(get(f"{arch}.attention.key_length_swa"))
+            hdv_swa = int(get(f"{arch}.attention.value_length_swa"))
+            n_rot_swa = int(
+                get(f"{arch}.rope.dimension_count_swa", min(hd_swa, int(get(f"{arch}.rope.dimension_count", hd))))
+            )
             base_swa = float(get(f"{arch}.rope.freq_base_swa", 10000.0))
-            if int(get(f"{arch}.attention.key_length_swa")) != hd:
-                raise ModelError(f"{arch}.attention.key_length_swa: per-layer head sizes are not modelled")
             if int(get(f"{arch}.embedding_length_per_layer_input")) != 0:
                 raise ModelError(f"{arch}: per-layer inputs are not modelled")
         # llama.cpp's default when the key is absent is 30 (llama_hparams), not "none"; 0 turns it off
         softcap = float(get(f"{arch}.final_logit_softcapping", recipe.softcap_default)) if recipe.final_softcap else 0.0
         if softcap < 0 or not math.isfinite(softcap):
             raise ModelError(f"{arch}.final_logit_softcapping: {softcap} is not a finite value >= 0")
-        rope_scale = _rope_scale(get, arch) if recipe.rope_scaling else 1.0
+        rope_scale, yarn = _rope_scale(get, arch, recipe.rope_scaling) if recipe.rope_scaling else (1.0, None)
         if recipe.attn_scale_one:
             attn_scale = 1.0
         elif recipe.attn_scale_embd_at and n_layer == recipe.attn_scale_embd_at:
@@ -428,9 +482,16 @@ class Model:
             attn_scale = 1.0 / math.sqrt(hd)
 
         mixers, n_head_kv, delta, conv_taps, sections = _mixers(get, arch, recipe.mixer, n_layer, n_head)
+        if recipe.mixer == "shortconv":  # head_count_kv said which layers attend: they share one KV count
+            heads_kv = tuple(n_head_kv for _ in range(n_layer))
 
         def expert_key(key: str) -> int:
-            return int(get(f"{arch}.{key}")) if recipe.moe else 0
+            if not recipe.moe:
+                return 0
+            vals = set(per_layer(f"{arch}.{key}"))
+            if len(vals) != 1:
+                raise ModelError(f"{arch}.{key}: differs between layers (not modelled)")
+            return vals.pop()
 
         hp = HParams(
             arch=arch,
@@ -439,7 +500,7 @@ class Model:
             d=d,
             n_ff=None if n_ff is None else int(n_ff),
             n_head=n_head,
-            n_head_kv=n_head_kv,
+            n_head_kv=heads_kv[0],
             hd=hd,
             hdv=int(get(f"{arch}.attention.value_length", hd)),
             eps=float(get(f"{arch}.attention.layer_norm_rms_epsilon")),
@@ -457,9 +518,16 @@ class Model:
             swa=swa,
             n_swa=n_swa,
             n_rot_swa=n_rot_swa,
+            heads=heads,
+            heads_kv=heads_kv,
+            ffs=ffs,
+            hd_swa=hd_swa,
+            hdv_swa=hdv_swa,
             rope_base_swa=base_swa,
             softcap=softcap,
             rope_scale=rope_scale,
+            swa_scaled=recipe.swa_rope == "global",
+            yarn=yarn,
             attn_scale=attn_scale,
             mixers=mixers,
             delta=delta,
@@ -468,8 +536,11 @@ class Model:
         )
         if hp.gating not in (1, 2, 3):
             raise ModelError(f"{arch}.expert_gating_func: {hp.gating} is not 1, 2 or 3")
-        if hp.n_head % hp.n_head_kv:
-            raise ModelError(f"{arch}.attention.head_count_kv: {hp.n_head_kv} does not divide {hp.n_head}")
+        for il in range(n_layer):
+            if heads[il] % heads_kv[il]:
+                raise ModelError(
+                    f"{arch}.attention.head_count_kv: {heads_kv[il]} does not divide {heads[il]} (layer {il})"
+                )
         tensors: dict[str, np.ndarray] = {}
         q8_0: set[str] = set()
         q8_1: set[str] = set()
@@ -495,6 +566,14 @@ class Model:
         eos = get("tokenizer.ggml.eos_token_id", None)
         bos = get("tokenizer.ggml.bos_token_id", None)
         add_bos = bool(get("tokenizer.ggml.add_bos_token", False))
+        gemma4 = None
+        if get("tokenizer.ggml.model", "gpt2") == "gemma4":
+            gemma4 = Gemma4Tokenizer(
+                vocab, types, list(get("tokenizer.ggml.merges")), None if bos is None else int(bos)
+            )
+            add_bos = True  # llama.cpp adds BOS to a gemma4 prompt whatever the key says
+        elif get("tokenizer.ggml.model", "gpt2") != "gpt2":
+            raise ModelError(f"tokenizer.ggml.model: {get('tokenizer.ggml.model')!r} is not modelled (gpt2, gemma4)")
         model = cls(
             hp,
             tensors,
@@ -506,6 +585,7 @@ class Model:
             frozenset(q8_0),
             frozenset(q8_k),
             eog_ids(vocab, get),
+            gemma4,
             q8_1=frozenset(q8_1),
             mins=mins,
         )
@@ -548,21 +628,42 @@ class Model:
                 need(b + "shortconv.conv.weight", (d, hp.conv_taps))
                 need(b + "shortconv.out_proj.weight", (d, d))
             else:
-                need(b + "attn_q.weight", (hp.n_head * hp.hd * (2 if r.attn_gate else 1), d))
-                need(b + "attn_k.weight", (hp.n_head_kv * hp.hd, d))
-                need(b + "attn_v.weight", (hp.n_head_kv * hp.hdv, d))
-                need(b + "attn_output.weight", (d, hp.n_head * hp.hdv))
+                H, Hkv, hd, hdv = hp.geometry(i)
+                need(b + "attn_q.weight", (H * hd * (2 if r.attn_gate else 1), d))
+                need(b + "attn_k.weight", (Hkv * hd, d))
+                if not (r.v_from_k and b + "attn_v.weight" not in self.t):
+                    need(b + "attn_v.weight", (Hkv * hdv, d))
+                need(b + "attn_output.weight", (d, H * hdv))
                 if r.qk_norm:
-                    need(b + "attn_q_norm.weight", (hp.hd,))
-                    need(b + "attn_k_norm.weight", (hp.hd,))
+                    need(b + "attn_q_norm.weight", (hd,))
+                    need(b + "attn_k_norm.weight", (hd,))
+                if hd != hdv:
+                    raise ModelError(f"{hp.arch}: layer {i}: value_length {hdv} differs from key_length {hd}")
+                biases = {
+                    "attn_q": (r.qkv_bias, H * hd),
+                    "attn_k": (r.qkv_bias, Hkv * hd),
+                    "attn_v": (r.qkv_bias, Hkv * hdv),
+                    "attn_output": (r.out_bias, d),
+                }
+                for name, (kind, n) in biases.items():
+                    if kind == "none" and b + name + ".bias" in self.t:
+                        raise ModelError(f"{b}{name}.bias: not part of {hp.arch}'s graph")
+                    if kind == "required" or (kind == "optional" and b + name + ".bias" in self.t):
+                        need(b + name + ".bias", (n,))
+                if r.attn_sinks:
+                    need(b + "attn_sinks.weight", (H,))
+            if b + "layer_output_scale.weight" in self.t:
+                if r.layer_scale == "none":
+                    raise ModelError(f"{b}layer_output_scale.weight: not part of {hp.arch}'s graph")
+                need(b + "layer_output_scale.weight", (1,))
             need(b + r.ffn_norm + ".weight", (d,))
             if not r.moe and b + "ffn_gate_inp.weight" in self.t:
                 raise ModelError(f"{b}ffn_gate_inp.weight: {hp.arch} has no routed experts")
             if r.post_norms:
                 need(b + "post_attention_norm.weight", (d,))
             if self._is_dense(i):
-                ff = hp.n_ff
-                if ff is None:
+                ff = hp.ff(i)
+                if not ff:
                     raise ModelError(f"{hp.arch}.feed_forward_length: required by dense layer {i}")
                 need(b + "ffn_gate.weight", (ff, d))
                 need(b + "ffn_up.weight", (ff, d))
@@ -583,14 +684,26 @@ class Model:
             need(b + "ffn_down_exps.weight", (E, d, f))
             if r.router_prescale:
                 need(b + "ffn_gate_inp.scale", (d,))
+            if b + "ffn_down_exps.scale" in self.t:
+                if r.expert_scale == "none":
+                    raise ModelError(f"{b}ffn_down_exps.scale: not part of {hp.arch}'s graph")
+                need(b + "ffn_down_exps.scale", (E,))
             if r.shared_expert != "none":
-                sf = hp.n_ff_shexp
+                sf = hp.ff(i) if r.shared_expert == "ffn" else hp.n_ff_shexp
                 if sf is None:
                     raise ModelError(f"{hp.arch}: the shared expert's width is not given")
                 sx = "_shexp" if r.shared_expert in ("named", "gated") else ""
                 need(f"{b}ffn_gate{sx}.weight", (sf, d))
                 need(f"{b}ffn_up{sx}.weight", (sf, d))
                 need(f"{b}ffn_down{sx}.weight", (d, sf))
+            if r.shared_expert == "gated":
+                need(b + "ffn_gate_inp_shexp.weight", (d,))
+            if r.router_bias == "required":
+                need(b + "ffn_gate_inp.bias", (E,))
+            if r.expert_bias == "required":
+                need(b + "ffn_gate_exps.bias", (E, f))
+                need(b + "ffn_up_exps.bias", (E, f))
+                need(b + "ffn_down_exps.bias", (E, d))
             if r.shared_expert == "ffn":
                 for n in ("pre_ffw_norm_2", "post_ffw_norm_1", "post_ffw_norm_2", "post_ffw_norm"):
                     need(f"{b}{n}.weight", (d,))
@@ -606,6 +719,8 @@ class Model:
 
     # ---------------------------------------------------------------- tokens
     def tokenize(self, text: str | bytes) -> list[int]:
+        if self._gemma4 is not None:
+            return self._gemma4.encode(text if isinstance(text, str) else text.decode("utf-8", "replace"))
         data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
         toks = [self._byte_token[b] for b in data]
         if self.add_bos and self.bos is not None:
@@ -613,6 +728,8 @@ class Model:
         return toks
 
     def detokenize(self, tokens: Sequence[int]) -> bytes:
+        if self._gemma4 is not None:
+            return self._gemma4.decode(tokens)
         out = bytearray()
         for t in tokens:
             if self.token_types[t] in (3, 4):  # CONTROL / USER_DEFINED specials decode to nothing
@@ -668,6 +785,8 @@ class Model:
                 o = _rmsnorm(o, hp.eps) * t[b + "post_attention_norm.weight"]
             x = x + o
             x = x + self._ffn(il, x, qz, routes)
+            if b + "layer_output_scale.weight" in t:  # gemma4: the layer's output, residual included, scaled
+                x = x * t[b + "layer_output_scale.weight"][0]
         cache["pos"] = p0 + n
         y = _rmsnorm(x, hp.eps) * t[r.output_norm + ".weight"]
         logits = self._q(y, self._out_name, qz).times(self._out, self.mins.get(self._out_name))
@@ -694,8 +813,10 @@ class Model:
         m = self.mins.get(name)
         return m if m is None or e is None else m[e]
 
-    def _mm(self, x: np.ndarray, name: str, qz: _Quant) -> np.ndarray:
-        return self._q(x, name, qz).times(self.t[name], self._m(name))
+    def _mm(self, x: np.ndarray, name: str, qz: _Quant, bias: str | None = None) -> np.ndarray:
+        """x times tensor `name`, plus the tensor `bias` when the model has it."""
+        y = self._q(x, name, qz).times(self.t[name], self._m(name))
+        return y + self.t[bias] if bias is not None and bias in self.t else y
 
     def _rope(self, v: np.ndarray, pos: np.ndarray, swa: bool = False) -> np.ndarray:
         """NeoX pairing on the first n_rot dims of the last axis; v is [n, heads, hd]. A sliding-window
@@ -703,15 +824,21 @@ class Model:
         nrot = self.hp.n_rot_swa if swa else self.hp.n_rot
         half = nrot // 2
         j = np.arange(half)
-        freq = (self.hp.rope_base_swa if swa else self.hp.rope_base) ** (-2.0 * j / nrot)
+        base = self.hp.rope_base_swa if swa else self.hp.rope_base
+        freq = base ** (-2.0 * j / nrot)
         if self.recipe.rope_freqs and not swa:
             freq = freq / self.t["rope_freqs.weight"][:half]
+        mscale = 1.0
+        if not swa or self.hp.swa_scaled:  # the scaling: global layers, and local ones where the recipe says
+            if self.hp.yarn is not None:
+                mul, mscale = yarn_factors(nrot, base, self.hp.rope_scale, *self.hp.yarn)
+                freq = freq * mul
+            else:
+                pos = pos * self.hp.rope_scale  # linear RoPE scaling
         if self.hp.rope_sections:  # interleaved M-RoPE: a pair of the extra sector has position 0
             freq = np.where(mrope_rotated(nrot, self.hp.rope_sections), freq, 0.0)
-        if not swa:
-            pos = pos * self.hp.rope_scale  # linear RoPE scaling: global layers only
         theta = pos[:, None] * freq  # [n, half]
-        cos, sin = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
+        cos, sin = mscale * np.cos(theta)[:, None, :], mscale * np.sin(theta)[:, None, :]
         out = v.copy()
         a, b_ = v[..., :half], v[..., half:nrot]
         out[..., :half] = a * cos - b_ * sin
@@ -721,14 +848,18 @@ class Model:
     def _attention(self, il: int, h: np.ndarray, qz: _Quant, cache: dict[str, Any]) -> np.ndarray:
         hp, t, b, pos = self.hp, self.t, f"blk.{il}.", qz.pos
         n = h.shape[0]
+        H, Hkv, hd, hdv = hp.geometry(il)
         gate = None
         if self.recipe.attn_gate:  # per head: hd queries, then hd gate values
-            qg = self._mm(h, b + "attn_q.weight", qz).reshape(n, hp.n_head, 2, hp.hd)
+            qg = self._mm(h, b + "attn_q.weight", qz, b + "attn_q.bias").reshape(n, H, 2, hd)
             q, gate = qg[:, :, 0, :], qg[:, :, 1, :]
         else:
-            q = self._mm(h, b + "attn_q.weight", qz).reshape(n, hp.n_head, hp.hd)
-        k = self._mm(h, b + "attn_k.weight", qz).reshape(n, hp.n_head_kv, hp.hd)
-        v = self._mm(h, b + "attn_v.weight", qz).reshape(n, hp.n_head_kv, hp.hdv)
+            q = self._mm(h, b + "attn_q.weight", qz, b + "attn_q.bias").reshape(n, H, hd)
+        k = self._mm(h, b + "attn_k.weight", qz, b + "attn_k.bias").reshape(n, Hkv, hd)
+        if b + "attn_v.weight" in t:
+            v = self._mm(h, b + "attn_v.weight", qz, b + "attn_v.bias").reshape(n, Hkv, hdv)
+        else:  # gemma4 without attn_v: v is k's projection, before k's norm
+            v = k.copy()
         if self.recipe.qk_norm:
             q = _rmsnorm(q, hp.eps) * t[b + "attn_q_norm.weight"]
             k = _rmsnorm(k, hp.eps) * t[b + "attn_k_norm.weight"]
@@ -742,22 +873,34 @@ class Model:
             cache["k"][il] = np.concatenate([cache["k"][il], k])
             cache["v"][il] = np.concatenate([cache["v"][il], v])
         K, Vv = cache["k"][il], cache["v"][il]  # [p0+n, Hkv, *]
-        group = hp.n_head // hp.n_head_kv
-        out = np.empty((n, hp.n_head, hp.hdv))
-        for hh in range(hp.n_head):
+        group = H // Hkv
+        out = np.empty((n, H, hdv))
+        for hh in range(H):
             g = hh // group
             s = (q[:, hh, :] @ K[:, g, :].T) * hp.attn_scale  # [n, p0+n]
             mask = np.arange(K.shape[0])[None, :] > pos[:, None]
             if swa:  # the window: key position j is visible from p when p - j < n_swa
                 mask |= pos[:, None] - np.arange(K.shape[0])[None, :] >= hp.n_swa
             s = np.where(mask, -np.inf, s)
-            out[:, hh, :] = _softmax(s) @ Vv[:, g, :]
+            if self.recipe.attn_sinks:  # one more logit per head, without a value: it only takes weight
+                sink = t[b + "attn_sinks.weight"][hh]
+                mx = np.maximum(np.max(s, axis=-1, keepdims=True), sink)
+                e = np.exp(s - mx)
+                p = e / (np.sum(e, axis=-1, keepdims=True) + np.exp(sink - mx))
+            else:
+                p = _softmax(s)
+            out[:, hh, :] = p @ Vv[:, g, :]
         if gate is not None:
             out = out / (1.0 + np.exp(-gate))  # times sigmoid(gate)
-        return self._mm(out.reshape(n, hp.n_head * hp.hdv), b + "attn_output.weight", qz)
+        return self._mm(out.reshape(n, H * hdv), b + "attn_output.weight", qz, b + "attn_output.bias")
 
-    def _act(self, z: np.ndarray) -> np.ndarray:
-        return _silu(z) if self.recipe.act == "silu" else _gelu(z)
+    def _glu(self, gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+        """The gated activation of an FFN's hidden layer (docs/model-math.md, Activations)."""
+        if self.recipe.act == "silu":
+            return _silu(gate) * up
+        if self.recipe.act == "gelu_tanh":
+            return _gelu(gate) * up
+        return _swiglu_oai(gate, up)
 
     def _mlp(
         self,
@@ -767,13 +910,19 @@ class Model:
         down: np.ndarray,
         names: tuple[str, str],
         qz: _Quant,
+        biases: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+        down_scale: float = 1.0,
         mins: tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None] = (None, None, None),
     ) -> np.ndarray:
-        """names: the tensors gate/up and down come from (they decide the input quantisation); mins:
+        """names: the tensors gate/up and down come from (they decide the input quantisation); biases
+        (gate, up, down) are added after each matmul when given (gpt-oss's per-expert biases); mins:
         gate's, up's and down's block minima where they are a Q8_1 type."""
         hq = self._q(h, names[0], qz)
-        a = self._act(hq.times(gate, mins[0])) * hq.times(up, mins[1])
-        return self._q(a, names[1], qz).times(down, mins[2])
+        g, u = hq.times(gate, mins[0]), hq.times(up, mins[1])
+        if biases is not None:
+            g, u = g + biases[0], u + biases[1]
+        y = self._q(self._glu(g, u), names[1], qz).times(down, mins[2]) * down_scale
+        return y + biases[2] if biases is not None else y
 
     def _mins3(self, b: str, suffix: str = "") -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
         return tuple(self._m(f"{b}ffn_{p}{suffix}.weight") for p in ("gate", "up", "down"))  # type: ignore[return-value]
@@ -789,7 +938,7 @@ class Model:
                 t[b + "ffn_down.weight"],
                 (b + "ffn_gate.weight", b + "ffn_down.weight"),
                 qz,
-                self._mins3(b),
+                mins=self._mins3(b),
             )
             if b + "post_ffw_norm.weight" in t:
                 y = _rmsnorm(y, hp.eps) * t[b + "post_ffw_norm.weight"]
@@ -810,6 +959,7 @@ class Model:
                     t[b + "ffn_down_shexp.weight"],
                     (b + "ffn_gate_shexp.weight", b + "ffn_down_shexp.weight"),
                     qz,
+                    mins=self._mins3(b, "_shexp"),
                 )
                 / (1.0 + np.exp(-g))[:, None]
             )
@@ -821,7 +971,7 @@ class Model:
                 t[b + "ffn_down_shexp.weight"],
                 (b + "ffn_gate_shexp.weight", b + "ffn_down_shexp.weight"),
                 qz,
-                self._mins3(b, "_shexp"),
+                mins=self._mins3(b, "_shexp"),
             )
         if r.shared_expert != "ffn":
             return moe
@@ -832,7 +982,7 @@ class Model:
             t[b + "ffn_down.weight"],
             (b + "ffn_gate.weight", b + "ffn_down.weight"),
             qz,
-            self._mins3(b),
+            mins=self._mins3(b),
         )
         z = (
             _rmsnorm(sh, hp.eps) * t[b + "post_ffw_norm_1.weight"]
@@ -866,7 +1016,7 @@ class Model:
     def _moe(self, il: int, h: np.ndarray, h_moe: np.ndarray, qz: _Quant, routes: list[Route] | None) -> np.ndarray:
         hp, r, t, b, pos = self.hp, self.recipe, self.t, f"blk.{il}.", qz.pos
         f = hp.n_ff_exp
-        logits = self._mm(h, b + "ffn_gate_inp.weight", qz)  # [n, E]
+        logits = self._mm(h, b + "ffn_gate_inp.weight", qz, b + "ffn_gate_inp.bias")  # [n, E], biased (gpt-oss)
         out = np.zeros_like(h_moe)
         down = t[b + "ffn_down_exps.weight"]
         bias = t[b + "exp_probs_b.bias"] if r.probs_bias else None
@@ -888,7 +1038,16 @@ class Model:
                 dname = b + "ffn_down_exps.weight"
                 names = (gname, dname)
                 mins = (mg, mu, self._m(dname, e))
-                acc += we * self._mlp(h_moe[row], gate, up, down[e], names, qz.row(row), mins)
+                biases = None
+                if r.expert_bias != "none":
+                    biases = (
+                        t[b + "ffn_gate_exps.bias"][e],
+                        t[b + "ffn_up_exps.bias"][e],
+                        t[b + "ffn_down_exps.bias"][e],
+                    )
+                # gemma4: each expert's output times its scale (ffn_down_exps.scale), before any down bias
+                sc = float(t[b + "ffn_down_exps.scale"][e]) if b + "ffn_down_exps.scale" in t else 1.0
+                acc += we * self._mlp(h_moe[row], gate, up, down[e], names, qz.row(row), biases, sc, mins)
             out[row] = acc
         return out
 
@@ -930,8 +1089,8 @@ def _mixers(
     """The hybrid architectures' layer kinds (docs/model-math.md, "Hybrid architectures"), with the KV
     head count, the delta-net sizes, the convolution's taps and the M-RoPE sections."""
     kv = get(f"{arch}.attention.head_count_kv", n_head)
-    if mixer == "attention":
-        return (), int(kv), None, 0, ()
+    if mixer == "attention":  # (per-layer KV heads, if the key is an array, are HParams.heads_kv)
+        return (), int(kv[0] if isinstance(kv, list) else kv), None, 0, ()
     if mixer == "shortconv":  # head_count_kv per layer: 0 is a conv layer
         per = [int(v) for v in kv] if isinstance(kv, list) else [int(kv)] * n_layer
         if len(per) != n_layer:
@@ -956,14 +1115,17 @@ def _mixers(
     sections = tuple(int(v) for v in get(f"{arch}.rope.dimension_sections"))
     if len(sections) != 4:
         raise ModelError(f"{arch}.rope.dimension_sections: {len(sections)} entries, expected 4")
-    return kinds, int(kv), dims, 0, sections
+    return kinds, int(kv[0] if isinstance(kv, list) else kv), dims, 0, sections
 
 
-def _periodic_swa(get: Any, arch: str, n_layer: int, period: int) -> tuple[tuple[bool, ...], int]:
-    """gemma3's local layers (docs/model-math.md): no window key (or 0) means every layer global; else
-    the pattern key is a per-layer list (true = local), a period, or absent (the recipe's period)."""
-    n_swa = int(get(f"{arch}.attention.sliding_window", 0))
+def _periodic_swa(get: Any, arch: str, n_layer: int, period: int, required: bool) -> tuple[tuple[bool, ...], int]:
+    """gemma3's and gpt-oss's local layers (docs/model-math.md): no window key (or 0) means every layer
+    global (gpt-oss requires the key); else the pattern key is a per-layer list (true = local), a period,
+    or absent (the recipe's period)."""
+    n_swa = int(get(f"{arch}.attention.sliding_window", ModelError if required else 0))
     if n_swa == 0:
+        if required:
+            raise ModelError(f"{arch}.attention.sliding_window: must be > 0")
         return (), 0
     pattern = get(f"{arch}.attention.sliding_window_pattern", period)
     if isinstance(pattern, list):
@@ -974,13 +1136,33 @@ def _periodic_swa(get: Any, arch: str, n_layer: int, period: int) -> tuple[tuple
     return tuple(p == 0 or il % p < p - 1 for il in range(n_layer)), n_swa
 
 
-def _rope_scale(get: Any, arch: str) -> float:
-    """1 / rope.scaling.factor for linear scaling (absent or 0: 1); other scaling types are refused."""
+def _rope_scale(get: Any, arch: str, kinds: tuple[str, ...]) -> tuple[float, tuple[int, float] | None]:
+    """1 / rope.scaling.factor (absent or 0: 1; type "none": 1), and for YaRN its original context
+    (default context_length) and attn_factor (default 1); a type the recipe does not read is refused."""
     kind = str(get(f"{arch}.rope.scaling.type", "linear"))
-    if kind not in ("linear", "none"):
-        raise ModelError(f"{arch}.rope.scaling.type: {kind!r} is not modelled (linear only)")
+    if kind != "none" and kind not in kinds:
+        raise ModelError(f"{arch}.rope.scaling.type: {kind!r} is not modelled for {arch} ({', '.join(kinds)})")
     factor = float(get(f"{arch}.rope.scaling.factor", 0.0)) or float(get(f"{arch}.rope.scale_linear", 0.0))
-    return 1.0 if factor == 0.0 else 1.0 / factor
+    scale = 1.0 if factor == 0.0 or kind == "none" else 1.0 / factor
+    if kind != "yarn":
+        return scale, None
+    orig = int(get(f"{arch}.rope.scaling.original_context_length", get(f"{arch}.context_length")))
+    return scale, (orig, float(get(f"{arch}.rope.scaling.attn_factor", 1.0)))
+
+
+def yarn_factors(n_rot: int, base: float, scale: float, orig_ctx: int, attn_factor: float) -> tuple[np.ndarray, float]:
+    """YaRN as llama.cpp applies it (docs/model-math.md): per dimension pair j the angle's multiplier
+    scale (1 - r_j) + r_j, with r_j 1 below the correction range and 0 above it (linear in between),
+    and the factor every cos and sin is multiplied by."""
+
+    def corr(beta: float) -> float:  # the dimension that turns beta times over the original context
+        return n_rot * math.log(orig_ctx / (beta * 2 * math.pi)) / (2 * math.log(base))
+
+    lo = max(0.0, math.floor(corr(32.0)))
+    hi = min(n_rot - 1.0, math.ceil(corr(1.0)))
+    j = np.arange(n_rot // 2, dtype=np.float64)
+    ramp = 1.0 - np.clip((j - lo) / max(0.001, hi - lo), 0.0, 1.0)
+    return scale * (1.0 - ramp) + ramp, attn_factor * (1.0 + 0.1 * math.log(1.0 / scale))
 
 
 def _block_mins(t: Any, block: int, block_bytes: int, offset: int) -> np.ndarray:
