@@ -43,6 +43,7 @@ def test_batch_equals_single_process(
 
 
 @pytest.mark.gate("DET", "session")
+@pytest.mark.entries("ref", "session")
 def test_session_prompts_are_new_contexts(runs: dict[str, EngineResult], artifacts: Path) -> None:
     """Each `--session` prompt is a new context (docs/engine-flags.md): the gate's prompt, run as the
     first and again as the third prompt of a session with another prompt between them, generates what

@@ -14,6 +14,16 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
+# The farm's fault tests run DET, selected down to the least that proves each point (its tests' counts
+# are then len(selection) per device and fixture, whatever else DET grows):
+DET = ("gates/test_determinism.py",)
+#: DET-repeat: one plan of two entries (ref, again)
+DET_ONE = ("test_same_config_twice",)
+#: DET-repeat and DET-threads: two tests answered by one plan (ref, again, threads2)
+DET_ONE_PLAN = ("test_same_config_twice", "test_one_vs_two_threads")
+#: DET-repeat and DET-batch: the plan, then an engine process of DET-batch's own (a second device call)
+DET_TWO_CALLS = ("test_same_config_twice", "test_batch_equals_single_process")
+
 
 @dataclass
 class GateRunResult:

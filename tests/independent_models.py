@@ -19,6 +19,18 @@ D = 64  # embedding width of every model here
 #: a few merges over the byte images (U+0120 is the space's image), their tokens after the 256 bytes
 MERGES = ["\u0120 t", "h e", "\u0120t he", "o w", "r o"]
 N_VOCAB = 256 + len(MERGES) + 1  # and one end token
+#: the gemma4 model's vocabulary (tokenizer.ggml.model gemma4)
+_G4_CHARS = ["\u2581", *"Thequickbrownfox"]
+GEMMA4_MERGES = ["\u2581 q", "\u2581 b", "\u2581 f", "T h", "Th e", "o w", "u i", "\u2581q ui"]
+GEMMA4_TOKENS = [
+    "<pad>",
+    "<eos>",
+    "<bos>",
+    "<unk>",
+    *(f"<0x{b:02X}>" for b in range(256)),
+    *dict.fromkeys(_G4_CHARS),
+    *(m.replace(" ", "") for m in GEMMA4_MERGES),
+]
 
 
 def byte_images() -> list[str]:
@@ -69,14 +81,27 @@ class _Model:
                 w.add_string(key, value)
             else:
                 w.add_array(key, list(value))  # type: ignore[call-overload]
-        w.add_tokenizer_model("gpt2")
-        w.add_tokenizer_pre(self.pre)
-        w.add_token_list([*byte_images(), *(m.replace(" ", "") for m in MERGES), "<|endoftext|>"])
-        w.add_token_types([1] * (N_VOCAB - 1) + [3])
-        w.add_token_merges(MERGES)
-        w.add_eos_token_id(N_VOCAB - 1)
-        w.add_bos_token_id(N_VOCAB - 1)
-        w.add_add_bos_token(False)
+        if self.pre == "gemma4":
+            # BPE over UTF-8 with U+2581 for spaces: specials, the 256 byte-fallback tokens <0xXX>, the
+            # characters the merges start from, the merged tokens
+            w.add_tokenizer_model("gemma4")
+            w.add_token_list(GEMMA4_TOKENS)
+            w.add_token_types([3, 3, 3, 2] + [6] * 256 + [1] * (len(GEMMA4_TOKENS) - 260))
+            w.add_token_merges(GEMMA4_MERGES)
+            w.add_pad_token_id(0)
+            w.add_eos_token_id(1)
+            w.add_bos_token_id(2)
+            w.add_unk_token_id(3)
+            w.add_add_bos_token(True)
+        else:
+            w.add_tokenizer_model("gpt2")
+            w.add_tokenizer_pre(self.pre)
+            w.add_token_list([*byte_images(), *(m.replace(" ", "") for m in MERGES), "<|endoftext|>"])
+            w.add_token_types([1] * (N_VOCAB - 1) + [3])
+            w.add_token_merges(MERGES)
+            w.add_eos_token_id(N_VOCAB - 1)
+            w.add_bos_token_id(N_VOCAB - 1)
+            w.add_add_bos_token(False)
         for name, t in self.tensors.items():
             w.add_tensor(name, t)
         w.write_header_to_file()
@@ -272,9 +297,73 @@ def qwen35moe(path: Path) -> Path:
     return m.write(path)
 
 
+def gemma4(path: Path) -> Path:
+    """Gemma 4 as its released files are (llama.cpp src/models/gemma4.cpp): the gemma4 tokenizer, head
+    counts per layer (head_count_kv an array), head size 16 on sliding layers against 32 on the full one,
+    no attn_v on the full layer (v is k), rope_freqs of 1e30 past half its pairs, layer_output_scale,
+    ffn_down_exps.scale, fused ffn_gate_up_exps, a shared FFN beside the experts, the output tied."""
+    m = _Model("gemma4", 2808, "gemma4")  # seed: no near-tie in 12 greedy steps (see the test)
+    n_layer, E, F, FF, H = 4, 8, 32, 48, 4
+    swa, kv = [True, True, True, False], [2, 2, 2, 1]
+    hd = [16 if w else 32 for w in swa]
+    n_vocab = len(GEMMA4_TOKENS)
+    L, A = Keys.LLM, Keys.Attention
+    m.key(L.BLOCK_COUNT, n_layer)
+    m.key(L.CONTEXT_LENGTH, 256)
+    m.key(L.EMBEDDING_LENGTH, D)
+    m.key(L.FEED_FORWARD_LENGTH, FF)
+    m.key(A.HEAD_COUNT, H)
+    m.key(A.HEAD_COUNT_KV, kv)
+    m.key(A.LAYERNORM_RMS_EPS, 1e-6)
+    m.key(A.KEY_LENGTH, 32)
+    m.key(A.VALUE_LENGTH, 32)
+    m.key(A.KEY_LENGTH_SWA, 16)
+    m.key(A.VALUE_LENGTH_SWA, 16)
+    m.key(A.SLIDING_WINDOW, 8)
+    m.key(A.SLIDING_WINDOW_PATTERN, swa)
+    m.key(L.EMBD_LENGTH_PER_LAYER_INP, 0)
+    m.key(L.FINAL_LOGIT_SOFTCAPPING, 30.0)
+    m.key(L.EXPERT_COUNT, E)
+    m.key(L.EXPERT_USED_COUNT, 2)
+    m.key(L.EXPERT_FEED_FORWARD_LENGTH, F)
+    m.key(Keys.Rope.DIMENSION_COUNT, 32)
+    m.key(Keys.Rope.DIMENSION_COUNT_SWA, 16)
+    m.key(Keys.Rope.FREQ_BASE, 1000000.0)
+    m.key(Keys.Rope.FREQ_BASE_SWA, 10000.0)
+    m.mat(_name(MODEL_TENSOR.TOKEN_EMBD), n_vocab, D, scale=np.sqrt(D) / 4)
+    m.tensors[_name(MODEL_TENSOR.ROPE_FREQS)] = np.array([1.0] * 8 + [1e30] * 8, dtype=np.float32)
+    for i in range(n_layer):
+        m.vec(_name(MODEL_TENSOR.ATTN_NORM, i), D, 1.0)
+        m.mat(_name(MODEL_TENSOR.ATTN_Q, i), H * hd[i], D)
+        m.mat(_name(MODEL_TENSOR.ATTN_K, i), kv[i] * hd[i], D)
+        if swa[i]:
+            m.mat(_name(MODEL_TENSOR.ATTN_V, i), kv[i] * hd[i], D)
+        m.mat(_name(MODEL_TENSOR.ATTN_OUT, i), D, H * hd[i])
+        m.vec(_name(MODEL_TENSOR.ATTN_Q_NORM, i), hd[i], 1.0)
+        m.vec(_name(MODEL_TENSOR.ATTN_K_NORM, i), hd[i], 1.0)
+        m.vec(_name(MODEL_TENSOR.ATTN_POST_NORM, i), D, 8.0, 0.5)  # the sublayers outweigh the embedding
+        m.tensors[_name(MODEL_TENSOR.LAYER_OUT_SCALE, i)] = np.array([0.5 + 0.25 * i], dtype=np.float32)
+        m.vec(_name(MODEL_TENSOR.FFN_PRE_NORM, i), D, 1.0)
+        m.mat(_name(MODEL_TENSOR.FFN_GATE, i), FF, D)
+        m.mat(_name(MODEL_TENSOR.FFN_UP, i), FF, D)
+        m.mat(_name(MODEL_TENSOR.FFN_DOWN, i), D, FF)
+        m.vec(_name(MODEL_TENSOR.FFN_POST_NORM, i), D, 8.0, 0.5)
+        m.mat(_name(MODEL_TENSOR.FFN_GATE_INP, i), E, D, scale=2.0)
+        m.vec(_name(MODEL_TENSOR.FFN_GATE_INP, i, "scale"), D, 1.0)
+        m.vec(_name(MODEL_TENSOR.FFN_PRE_NORM_2, i), D, 1.0)
+        m.vec(_name(MODEL_TENSOR.FFN_POST_NORM_1, i), D, 1.0)
+        m.vec(_name(MODEL_TENSOR.FFN_POST_NORM_2, i), D, 1.0)
+        m.mat(_name(MODEL_TENSOR.FFN_GATE_UP_EXP, i), E, 2 * F, D)
+        m.mat(_name(MODEL_TENSOR.FFN_DOWN_EXP, i), E, D, F)
+        m.vec(_name(MODEL_TENSOR.FFN_DOWN_EXP, i, "scale"), E, 1.0, 0.3)
+    m.vec(_name(MODEL_TENSOR.OUTPUT_NORM), D, 1.0)
+    return m.write(path)
+
+
 MODELS: dict[str, Callable[[Path], Path]] = {
     "qwen2moe": qwen2moe,
     "gpt-oss": gpt_oss,
     "lfm2moe": lfm2moe,
     "qwen35moe": qwen35moe,
+    "gemma4": gemma4,
 }

@@ -15,12 +15,9 @@ from pathlib import Path
 import pytest
 from adb_link import AdbLink, adb_link, needs_adb
 
-from gate_run import host_farm, run_gates, without_xdev
+from gate_run import DET, DET_ONE, DET_TWO_CALLS, host_farm, run_gates, without_xdev
 
 pytestmark = needs_adb
-
-DET = ("gates/test_determinism.py",)
-DET_TESTS = 4  # DET's tests per fixture: repeat, threads, batch, kernels
 
 
 def _farm(tmp_path: Path, link: AdbLink, defaults: str = "") -> Path:
@@ -64,15 +61,15 @@ def test_a_phone_dropping_off_adb_mid_run_gives_errors_and_the_other_passes(tmp_
 
         watcher = _when_first_record(results, drop)
         start = time.monotonic()
-        run = run_gates(tmp_path, farm=farm, device="host,phone", modules=DET, results=results)
+        run = run_gates(tmp_path, farm=farm, device="host,phone", modules=DET, select=DET_TWO_CALLS, results=results)
         took = time.monotonic() - start
         watcher.join()
     assert done, "the adb device never finished a test"
     host, dead = without_xdev(run.summary["devices"]["host"]), without_xdev(run.summary["devices"]["phone"])
     assert run.returncode == 1, run.output[-3000:]
-    assert host["status"] == "pass" and host["passed"] == host["tests"] == DET_TESTS
+    assert host["status"] == "pass" and host["passed"] == host["tests"] == len(DET_TWO_CALLS)
     assert dead["failed"] == 0 and dead["passed"] >= 1 and dead["errors"] >= 1
-    assert dead["passed"] + dead["errors"] == dead["tests"] == DET_TESTS
+    assert dead["passed"] + dead["errors"] == dead["tests"] == len(DET_TWO_CALLS)
     problems = [p for p in run.summary["problems"] if p["device"] == "phone"]
     assert problems and all(any(k in p["message"] for k in ("unreachable", "disconnect")) for p in problems)
     assert took < 240
@@ -81,17 +78,21 @@ def test_a_phone_dropping_off_adb_mid_run_gives_errors_and_the_other_passes(tmp_
 def test_pushes_corrupted_on_the_phone_are_repushed_or_an_infrastructure_error(tmp_path: Path) -> None:
     # once: the first file received arrives with a flipped byte; the store re-pushes it and the run passes
     with adb_link(tmp_path / "once", "--corrupt-push", "1") as link:
-        run = run_gates(tmp_path, farm=_farm(tmp_path, link), device="phone", modules=DET, results=tmp_path / "r1")
+        run = run_gates(
+            tmp_path, farm=_farm(tmp_path, link), device="phone", modules=DET, select=DET_ONE, results=tmp_path / "r1"
+        )
     phone = without_xdev(run.summary["devices"]["phone"])
     assert run.returncode == 0, run.output[-3000:]
-    assert phone["status"] == "pass" and phone["passed"] == phone["tests"] == DET_TESTS
+    assert phone["status"] == "pass" and phone["passed"] == phone["tests"] == len(DET_ONE)
     assert len(phone["repushed"]) == 1 and "upload" in phone["repushed"][0]
     # always: every upload arrives corrupted (a broken link); no verdict, an infrastructure error
     every = [a for n in range(1, 40) for a in ("--corrupt-push", str(n))]
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     with adb_link(fresh / "link", *every) as link:
-        run = run_gates(fresh, farm=_farm(fresh, link), device="phone", modules=DET, results=fresh / "r2")
+        run = run_gates(
+            fresh, farm=_farm(fresh, link), device="phone", modules=DET, select=DET_ONE, results=fresh / "r2"
+        )
     phone = without_xdev(run.summary["devices"]["phone"])
     assert run.returncode == 1, run.output[-3000:]
     assert phone["passed"] == 0 and phone["failed"] == 0 and phone["errors"] == phone["tests"] > 0
@@ -139,7 +140,13 @@ def test_a_lost_phone_ends_the_run_within_the_entry_deadline_plus_30s(tmp_path: 
         watcher = _when_first_record(results, act)
         try:
             run = run_gates(
-                tmp_path, farm=farm, device="phone", modules=DET, results=results, fixtures=("qwen3moe", "gemma4")
+                tmp_path,
+                farm=farm,
+                device="phone",
+                modules=DET,
+                select=DET_TWO_CALLS,
+                results=results,
+                fixtures=("qwen3moe", "gemma4"),
             )
             ended = time.monotonic()
         finally:
@@ -152,7 +159,7 @@ def test_a_lost_phone_ends_the_run_within_the_entry_deadline_plus_30s(tmp_path: 
     phone = without_xdev(run.summary["devices"]["phone"])
     assert run.returncode == 1, run.output[-3000:]
     assert phone["failed"] == 0 and phone["passed"] >= 1 and phone["errors"] >= 1
-    assert phone["passed"] + phone["errors"] == phone["tests"] == 2 * DET_TESTS
+    assert phone["passed"] + phone["errors"] == phone["tests"] == 2 * len(DET_TWO_CALLS)
     problems = [p for p in run.summary["problems"] if p["device"] == "phone"]
     assert problems and all(p["message"].startswith("phone: ") and "\n" not in p["message"] for p in problems)
     # pytest's own summary agrees with the JUnit files: errors, no failure, and no traceback for any of them
@@ -195,7 +202,7 @@ def test_a_32_bit_phone_gets_no_engine_pushed(tmp_path: Path) -> None:
     with adb_link(tmp_path / "link", abi="armeabi-v7a") as link:
         farm = tmp_path / "farm.yaml"
         farm.write_text("version: 1\ndevices:\n" + link.device_yaml("phone", "aarch64", tmp_path / "phone-work"))
-        run = run_gates(tmp_path, farm=farm, device="phone", modules=DET, results=tmp_path / "r")
+        run = run_gates(tmp_path, farm=farm, device="phone", modules=DET, select=DET_ONE, results=tmp_path / "r")
     phone = run.summary["devices"]["phone"]
     assert run.returncode == 1 and "wrong ABI" in phone["infra_error"] and "armeabi-v7a" in phone["infra_error"]
     assert phone["pushed_bytes"] == 0 and not (tmp_path / "phone-work" / "store").exists()

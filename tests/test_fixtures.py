@@ -47,6 +47,11 @@ QUANT_VARIANTS = [
     "qwen3moe-q5_0",
     "qwen3moe-q4_1",
     "qwen3moe-q5_1",
+    "qwen3moe-q2k",
+    "qwen3moe-q3k",
+    "qwen3moe-iq4xs",
+    "qwen3moe-iq4nl",
+    "qwen3moe-mxfp4",
     "qwen3moe-bf16",
 ]
 COMMITTED = ["trained", "trained-q8_0"]  # default fixtures that are committed files (test_trained_fixtures.py)
@@ -116,7 +121,7 @@ def _first(doc: dict) -> dict:
         (lambda d: _first(d)["dims"].pop("experts"), r"'qwen3moe': dims: qwen3moe is a MoE architecture: give experts"),
         (lambda d: d["fixtures"][2]["dims"].update(experts=0, top_k=0), r"'gemma4': dims: gemma4 is a MoE arch"),
         (lambda d: _first(d)["dims"].update(expertz=3), r"'qwen3moe': dims\.expertz: unknown key"),
-        (lambda d: _first(d).update(dtype="Q2_K"), r"'qwen3moe': dtype: "),
+        (lambda d: _first(d).update(dtype="IQ2_XXS"), r"'qwen3moe': dtype: "),
         (lambda d: _first(d).update(dtype="Q5_K"), r"'qwen3moe': dims\.d: 64 is not a multiple of 256, the Q5_K"),
         (
             lambda d: d["fixtures"][3].update(dtype="Q4_K_M"),
@@ -683,7 +688,7 @@ def test_q8_0_types_and_values(generated: dict):
 #: qwen3moe-q4k's bytes (its manifest sha256), recorded: the K-quant quantizer (bmoe_ci.models.kquant)
 #: is numpy float32 arithmetic in a fixed order, so a numpy or platform change that moved one rounding
 #: would change the fixture every gate result is keyed on; this says so here first.
-Q4K_SHA256 = "6cbb2d3092a49fcf6c21afd9700062821ea145076866ff6ef9f15e81a8d64351"
+Q4K_SHA256 = "75be36f1fe256ba4ff2712981409d18dd7d6ddfc3143a50db4486f1113269609"
 
 #: fixture -> (general.file_type, the matrices' type, output.weight's type)
 Q = GGMLQuantizationType
@@ -695,10 +700,16 @@ QUANT_TYPES = {
     "qwen3moe-q5_0": (8, Q.Q5_0, Q.Q5_0),
     "qwen3moe-q4_1": (3, Q.Q4_1, Q.Q4_1),
     "qwen3moe-q5_1": (9, Q.Q5_1, Q.Q5_1),
+    "qwen3moe-q2k": (10, Q.Q2_K, Q.Q2_K),
+    "qwen3moe-q3k": (11, Q.Q3_K, Q.Q3_K),
+    "qwen3moe-iq4xs": (30, Q.IQ4_XS, Q.IQ4_XS),
+    "qwen3moe-iq4nl": (25, Q.IQ4_NL, Q.IQ4_NL),
+    "qwen3moe-mxfp4": (38, Q.MXFP4, Q.MXFP4),
     "qwen3moe-bf16": (32, Q.BF16, Q.BF16),
 }
 #: the quantizer's error, rms(dequantised - float) / rms(float) over a tensor, at most (measured on the
-#: fixtures: Q4_K 0.07, Q5_K 0.035, Q6_K 0.018, Q4_0 0.11, Q5_0 0.05, Q4_1 0.082, Q5_1 0.039, BF16 0.002)
+#: fixtures: Q4_K 0.07, Q5_K 0.035, Q6_K 0.018, Q4_0 0.11, Q5_0 0.05, Q4_1 0.082, Q5_1 0.039, Q2_K 0.30,
+#: Q3_K 0.15, IQ4_XS 0.077, IQ4_NL 0.078, MXFP4 0.12, BF16 0.002)
 QUANT_RMS = {
     Q.Q4_K: 0.09,
     Q.Q5_K: 0.045,
@@ -707,6 +718,11 @@ QUANT_RMS = {
     Q.Q5_0: 0.065,
     Q.Q4_1: 0.1,
     Q.Q5_1: 0.05,
+    Q.Q2_K: 0.35,
+    Q.Q3_K: 0.18,
+    Q.IQ4_XS: 0.095,
+    Q.IQ4_NL: 0.095,
+    Q.MXFP4: 0.14,
     Q.BF16: 0.003,
     Q.Q8_0: 0.01,
 }
@@ -758,9 +774,11 @@ def test_quantized_types_and_values(quant_generated: dict, name: str):
 
 
 def test_kquant_quantizer_edge_cases():
-    """Zero blocks, a block of one sign, large and small values: the K-quant quantizers give blocks that
-    dequantise (gguf.quants) close to the input, zero to zero, and the same bytes every time."""
-    from bmoe_ci.models import kquant
+    """Zero blocks, a block of one sign, large and small values: the project's quantizers (the K-quants,
+    IQ4_NL, IQ4_XS) give blocks that dequantise (gguf.quants) close to the input, zero to zero, and the
+    same bytes every time."""
+    from bmoe_ci.models import iquant, kquant
+    from bmoe_ci.weight_types import weight_type
 
     rng = np.random.default_rng(7)
     x = rng.standard_normal((6, 512)).astype(np.float32)
@@ -770,9 +788,18 @@ def test_kquant_quantizer_edge_cases():
     x[3] *= 1e4
     x[4] *= 1e-3  # (far smaller and the f16 block scales underflow: ggml's format, not the quantizer)
     x[5, :256] = 0.0
-    for fn, qt in ((kquant.quantize_q4_K, Q.Q4_K), (kquant.quantize_q5_K, Q.Q5_K), (kquant.quantize_q6_K, Q.Q6_K)):
+    quantizers = (
+        (kquant.quantize_q2_K, Q.Q2_K),
+        (kquant.quantize_q3_K, Q.Q3_K),
+        (kquant.quantize_q4_K, Q.Q4_K),
+        (kquant.quantize_q5_K, Q.Q5_K),
+        (kquant.quantize_q6_K, Q.Q6_K),
+        (iquant.quantize_iq4_nl, Q.IQ4_NL),
+        (iquant.quantize_iq4_xs, Q.IQ4_XS),
+    )
+    for fn, qt in quantizers:
         q = fn(x)
-        assert q.dtype == np.uint8 and q.shape == (6, 2 * {Q.Q4_K: 144, Q.Q5_K: 176, Q.Q6_K: 210}[qt])
+        assert q.dtype == np.uint8 and q.shape == (6, weight_type(qt).row_bytes(512))
         assert np.array_equal(q, fn(x.copy()))
         y = dequantize(q, qt)
         assert not y[0].any() and not y[5, :256].any()

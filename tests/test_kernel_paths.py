@@ -20,11 +20,22 @@ from bmoe_ci.builder import build
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_FIXTURES = ["qwen3moe", "qwen3moe-split4", "gemma4", "wide", "qwen3moe-q8_0", "qwen3moe-q4k", "qwen3moe-nonorm"]
-#: each further weight type's fixture (Q4_0 / Q5_0: integer sums against Q8_0 blocks; Q4_1 / Q5_1 against
-#: Q8_1 blocks; BF16: converted, then the F32 lanes). Q5_K and Q6_K are left to qwen3moe-q4k (its output
-#: is Q6_K) and to the aarch64 kernel unit tests below, which hold every type's NEON paths to scalar bit
-#: for bit.
-TYPE_FIXTURES = ["qwen3moe-q4_0", "qwen3moe-q5_0", "qwen3moe-q4_1", "qwen3moe-q5_1", "qwen3moe-bf16"]
+#: each further weight type's fixture (Q4_0 / Q5_0 / IQ4_NL / MXFP4: integer sums against Q8_0 blocks; Q4_1 /
+#: Q5_1 against Q8_1 blocks; Q2_K / Q3_K / IQ4_XS against Q8_K; BF16: converted, then the F32 lanes). Q5_K
+#: and Q6_K are left to qwen3moe-q4k (its output is Q6_K) and to the aarch64 kernel unit tests below, which
+#: hold every type's NEON paths to scalar bit for bit.
+TYPE_FIXTURES = [
+    "qwen3moe-q4_0",
+    "qwen3moe-q5_0",
+    "qwen3moe-q4_1",
+    "qwen3moe-q5_1",
+    "qwen3moe-iq4nl",
+    "qwen3moe-mxfp4",
+    "qwen3moe-q2k",
+    "qwen3moe-q3k",
+    "qwen3moe-iq4xs",
+    "qwen3moe-bf16",
+]
 ARM_PATHS = ["neon", "neon-dot"]
 PROMPT = "Kernels, any path."
 

@@ -207,24 +207,33 @@ def test_lock_busy_then_free(device) -> None:
 
 
 def test_stale_locks_expire(device) -> None:
+    """On each transport: a lease whose holder ran on this machine and is gone is broken at once; one
+    from elsewhere is broken after this controller watched it unrenewed for the holder's TTL (its own
+    clock, however old the heartbeat claims to be); a live one elsewhere is busy."""
     dead = subprocess.Popen(["true"])
     dead.wait()
     with open_transport(device) as t:
         lock_dir = t.path(LOCK_DIR)
         now = time.time()
         mine = LockOwner.mine("crashed")
-        owners = [
-            LockOwner(mine.host, mine.boot, dead.pid, None, "crashed", now, now, "t1"),  # its process is gone
-            LockOwner("other-host", "b", 1, None, "ancient", now - 9000, now - 9000, "t2"),  # past the TTL
+        owners = [  # (owner, seconds this controller must watch it first)
+            (LockOwner(mine.host, mine.boot, dead.pid, None, "crashed", now, now, "t1"), 0.0),  # its process is gone
+            (LockOwner("other-host", "b", 1, None, "ancient", now - 9000, now - 9000, "t2", 4.0), 4.0),  # unrenewed
         ]
-        for owner in owners:
-            t.sh('mkdir -p "$1" && printf "%s\\n" "$2" > "$1/owner"', lock_dir, owner.to_json()).raise_for_infra()
+        for owner, watch in owners:
+            _plant(t, owner)
+            start = time.monotonic()
             lock = DeviceLock(t, "fresh", ttl=3600).acquire()
-            assert lock.held and lock.broke and owner.run_id in lock.broke[0]
+            took = time.monotonic() - start
+            held = lock.held
             lock.release()
+            assert held and lock.broke and owner.run_id in lock.broke[0]
+            assert watch <= took < watch + 5, f"{owner.run_id}: broken after {took:.1f}s"
+            if watch:
+                assert "did not renew it for 4s by this controller's own clock (ttl 4s)" in lock.broke[0]
         # a live owner elsewhere, recent heartbeat: respected
-        live = LockOwner("other-host", "b", 1, None, "remote-run", now, now, "t3")
-        t.sh('mkdir -p "$1" && printf "%s\\n" "$2" > "$1/owner"', lock_dir, live.to_json()).raise_for_infra()
+        now = time.time()
+        _plant(t, LockOwner("other-host", "b", 1, None, "remote-run", now, now, "t3"))
         with pytest.raises(DeviceBusy, match="held by remote-run"):
             DeviceLock(t, "fresh", ttl=3600).acquire()
         t.sh('rm -rf "$1"', lock_dir).raise_for_infra()
@@ -248,11 +257,13 @@ def test_busy_names_the_lease_and_a_dead_holders_lease_expires_within_its_ttl(de
         start = time.monotonic()
         lock = DeviceLock(t, "next-run", progress=said.append).acquire(wait=15, poll=0.2)
         took = time.monotonic() - start
-        assert 1.5 < took < 4 + 10  # the holder's TTL, not ours (180 s)
+        lock.release()  # before the checks: a failure here leaves no lease to the next test
+        assert 4.0 <= took < 4 + 10  # the holder's TTL, watched on our own clock; not ours (180 s)
         assert lock.broke and "dead-run (pid 4242 on other-host)" in lock.broke[0]
-        assert re.search(r"no heartbeat for [0-9]+s \(ttl 4s\), held since ", lock.broke[0])
+        assert re.search(
+            r"did not renew it for [0-9]+s by this controller's own clock \(ttl 4s\), held since ", lock.broke[0]
+        )
         assert said[0].startswith("waiting up to ") and "held by dead-run" in said[0] and said[-1] == lock.broke[0]
-        lock.release()
 
 
 def test_the_heartbeat_keeps_a_lease_while_an_engine_command_holds_the_session(device, tmp_path: Path) -> None:

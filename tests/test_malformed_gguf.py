@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 import gguf_corpus as gc
+from engine_make import make_engine
 
 REPO = Path(__file__).resolve().parents[1]
 ENGINE = REPO / "engine"
@@ -391,7 +392,7 @@ def test_token_ids_beyond_the_vocabulary(
 def test_fuzz_smoke(tmp_path: Path) -> None:
     """The gcc-built fuzz target (ASan + UBSan) runs a bounded deterministic mutation loop over the
     committed seeds: a few seconds, exit 0, no finding."""
-    subprocess.run(["make", "-s", "-C", str(ENGINE), "build/fuzz_gguf_smoke"], check=True)
+    make_engine("build/fuzz_gguf_smoke")
     corpus = ENGINE / "fuzz" / "corpus"
     assert sorted(p.name for p in corpus.iterdir()) == sorted(gc.fuzz_seeds()), "seed corpus out of date"
     for name, data in gc.fuzz_seeds().items():

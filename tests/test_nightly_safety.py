@@ -56,6 +56,21 @@ def test_another_applications_database_is_refused_and_left_as_it_was(tmp_path: P
     assert (tmp_path / "history.sqlite").read_bytes() == before  # no table of ours written into it
 
 
+def test_a_version_1_history_missing_a_column_it_had_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    with History(tmp_path) as hist:
+        hist.record(run_record(RunMeta(run="r1", started="1"), [], pool="nightly"))
+    conn = sqlite3.connect(tmp_path / "history.sqlite")
+    conn.execute("ALTER TABLE runs DROP COLUMN faults")  # version 1 as bmoe-ci wrote it ...
+    conn.execute("ALTER TABLE runs DROP COLUMN farm_sha256")  # ... but damaged: version 1 had this one
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    before = (tmp_path / "history.sqlite").read_bytes()
+    with pytest.raises(HistoryError, match=r"table runs lacks column\(s\) farm_sha256: .* schema version 1$"):
+        History(tmp_path)
+    assert (tmp_path / "history.sqlite").read_bytes() == before  # not migrated, nothing written
+
+
 def test_a_damaged_history_is_refused(tmp_path: Path) -> None:
     with History(tmp_path) as hist:
         for i in range(200):

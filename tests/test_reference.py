@@ -52,6 +52,11 @@ VARIANTS = [
     "qwen3moe-q5_0",
     "qwen3moe-q4_1",
     "qwen3moe-q5_1",
+    "qwen3moe-q2k",
+    "qwen3moe-q3k",
+    "qwen3moe-iq4xs",
+    "qwen3moe-iq4nl",
+    "qwen3moe-mxfp4",
     "qwen3moe-bf16",
     "gemma4-file",
 ]

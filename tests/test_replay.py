@@ -315,7 +315,8 @@ class _Device:
 
 
 class _Session:
-    """A device whose shell is this machine's: counts the round trips."""
+    """A device whose shell is this machine's: counts the round trips. Its reads are the farm's own
+    verified reads (the device-side script, its size and sha256 headers), over this stand-in shell."""
 
     device = _Device()
     entry_deadline = 60.0  # seconds the runner allows one device round trip (a session property)
@@ -329,6 +330,14 @@ class _Session:
         self.calls += 1
         p = subprocess.run(list(argv), capture_output=True, timeout=timeout, check=False)
         return RunResult("fake", tuple(argv), Ending.EXITED, p.returncode, stdout=p.stdout, stderr=p.stderr)
+
+    def sh(self, script: str, *args: str, timeout: float = 60.0):
+        return self.run(["sh", "-c", script, "bmoe-ci", *args], timeout)
+
+    def read_files(self, paths):
+        from bmoe_ci.farm.pull import read_files
+
+        return read_files(self, paths, self.entry_deadline)  # type: ignore[arg-type]
 
 
 def test_traces_come_back_in_one_round_trip(tmp_path: Path) -> None:

@@ -74,7 +74,9 @@ def test_a_hang_is_one_named_timeout_then_the_device_is_out(runner: DeviceRunner
     with pytest.raises(InfraError) as first:
         runner.plan("p1", [("a", ["run", "1"]), ("b", ["run", "hang"]), ("c", ["run", "3"])])
     assert time.monotonic() - start < 2.0 + 10  # one entry deadline (+ the watcher's ticks), not three
-    assert first.value.kind == "timeout" and "plan 'p1' entry 'b'" in first.value.reason
+    # the step names the plan, the reason the entry; the one line a report shows names both, once each
+    assert first.value.kind == "timeout" and first.value.step == "plan 'p1'" and "entry 'b'" in first.value.reason
+    assert first.value.line().startswith("host: plan 'p1': timeout: entry 'b' gave no result within its deadline")
     assert _ran(tmp_path) == ["a", "b"]
     with pytest.raises(InfraError) as again:  # a later test of the same plan: same error, nothing run
         runner.plan("p1", [("a", ["run", "1"]), ("b", ["run", "hang"]), ("c", ["run", "3"])])

@@ -41,6 +41,7 @@ struct bmoe_forward {
     float *hg, *hu;               /* dense / shared FFN hidden [T, ff_max] */
     float *rlog, *rprob, *w;      /* router logits and probs [T, E], weights [T, top_k] */
     float *rsel;                  /* probs + the selection bias [T, E] (recipes with probs_bias) */
+    float *gelu;                  /* GELU recipes: bm_gelu_f16's table [BM_GELU_TAB] (tensor.h), else NULL */
     int32_t *ids;                 /* [T, top_k] */
     /* a prompt's experts (experts_batch), a pass of at most moe_pass tokens at a time (P below) */
     int moe_pass;
@@ -142,13 +143,14 @@ static void softmax_sink(const bm_kernels *k, float *v, int n, float sink) {
 }
 
 /* out[i] = act(g[i]) * u[i] (out may be u). SiLU through the kernels' vector form (the same bits as
- * bm_silu); GELU goes through ggml's f16 table, as llama.cpp computes it on a CPU (docs/model-math.md). */
+ * bm_silu); GELU goes through ggml's f16 table, as llama.cpp computes it on a CPU (docs/model-math.md),
+ * built once per forward pass object (bm_gelu_f16's bits). */
 static void act_mul(const bmoe_forward *f, const float *g, const float *u, size_t n, float *out) {
     switch (f->m->recipe->act) {
     case BMOE_ACT_SILU: f->kern.silu_mul(g, u, n, out); break;
     case BMOE_ACT_SWIGLU_OAI: ops_swiglu_oai(g, u, n, out); break; /* gpt-oss (arch_ops.c) */
     case BMOE_ACT_GELU_TANH:
-        for (size_t i = 0; i < n; i++) out[i] = bm_gelu_f16(g[i]) * u[i];
+        for (size_t i = 0; i < n; i++) out[i] = bm_gelu_f16_tab(f->gelu, g[i]) * u[i];
         break;
     }
 }
@@ -1096,6 +1098,8 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
     f->rtmp = alloc_f((size_t)pool_threads(pool) * (size_t)hp->ssm_state, sizeof(float), &oom);
     f->qg = alloc_f(m->recipe->attn_gate ? T * (size_t)f->q_dim : 1, sizeof(float), &oom);
     f->rsel = alloc_f(T * E, sizeof(float), &oom);
+    if (m->recipe->act == BMOE_ACT_GELU_TANH && (f->gelu = alloc_f(BM_GELU_TAB, sizeof(float), &oom)))
+        bm_gelu_f16_table(f->gelu);
     if (rec_state_init(&f->rs, m->rec_floats)) oom = 1;
     size_t in_max = D;
     if (HvS > in_max) in_max = HvS;
@@ -1130,7 +1134,7 @@ void forward_free(bmoe_forward *f) {
     free(f->cnt); free(f->start); free(f->order); free(f->scratch);
     free(f->keg); free(f->keu); free(f->keo); free(f->kv);
     free(f->qg); free(f->rin); free(f->rcv); free(f->rz); free(f->ro); free(f->ralpha); free(f->rbeta); free(f->rtmp);
-    free(f->rsel);
+    free(f->rsel); free(f->gelu);
     rec_state_free(&f->rs);
     free(f);
 }

@@ -134,6 +134,94 @@ float bm_dot_q5_1_scalar(const uint8_t *w, const bm_act *a, size_t n) {
     return bm_sum8(acc);
 }
 
+float bm_dot_iq4_nl_scalar(const uint8_t *w, const bm_act *a, size_t n) {
+    float acc[8] = {0};
+    bm_nl4_blocks(acc, 0, w, a->q, a->d, 0, n / BMOE_Q8_0_BLOCK);
+    return bm_sum8(acc);
+}
+
+float bm_dot_mxfp4_scalar(const uint8_t *w, const bm_act *a, size_t n) {
+    float acc[8] = {0};
+    bm_nl4_blocks(acc, 1, w, a->q, a->d, 0, n / BMOE_Q8_0_BLOCK);
+    return bm_sum8(acc);
+}
+
+/* Q2_K's exact sum is = sum_j (sc_j & 15) * sum_i q_i x_i over its 16 sub-blocks of 16 (tensor.c's
+ * layout: value 128h + 32k + l has bits 2k of qs[32h + l], sub-block 8h + 2k + l / 16). */
+static int32_t k2_scaled_sum(const uint8_t *blk, const int8_t *x) {
+    int32_t is = 0;
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 4; k++)
+            for (int g = 0; g < 2; g++) {
+                int32_t s = 0;
+                for (int l = 16 * g; l < 16 * g + 16; l++)
+                    s += (int32_t)((blk[16 + 32 * h + l] >> (2 * k)) & 3) * (int32_t)x[128 * h + 32 * k + l];
+                is += (int32_t)(blk[8 * h + 2 * k + g] & 0xF) * s;
+            }
+    return is;
+}
+
+/* Q3_K's exact sum is = sum_j (sc_j - 32) * sum_i q_i x_i, q = the two bits - 4 where the hmask bit is
+ * clear (-4..3). */
+static int32_t k3_scaled_sum(const uint8_t *blk, const int8_t *x) {
+    int8_t sc[16];
+    bm_q3k_scales(blk + 96, sc);
+    int32_t is = 0;
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 4; k++)
+            for (int g = 0; g < 2; g++) {
+                int32_t s = 0;
+                for (int l = 16 * g; l < 16 * g + 16; l++) {
+                    int q = ((blk[32 + 32 * h + l] >> (2 * k)) & 3) - ((blk[l] >> (4 * h + k)) & 1 ? 0 : 4);
+                    s += q * (int32_t)x[128 * h + 32 * k + l];
+                }
+                is += (int32_t)(sc[8 * h + 2 * k + g] - 32) * s;
+            }
+    return is;
+}
+
+/* IQ4_XS's exact sum is = sum_ib (ls_ib - 32) * sum_i kv[i] x_i over its 8 sub-blocks of 32. */
+static int32_t xs_scaled_sum(const uint8_t *blk, const int8_t *x) {
+    int32_t is = 0;
+    for (int ib = 0; ib < 8; ib++) {
+        const uint8_t *qs = blk + 8 + 16 * ib;
+        int32_t s = 0;
+        for (int j = 0; j < 16; j++)
+            s += (int32_t)BM_KVALUES_IQ4NL[qs[j] & 0xF] * x[32 * ib + j] +
+                 (int32_t)BM_KVALUES_IQ4NL[qs[j] >> 4] * x[32 * ib + 16 + j];
+        is += (int32_t)(bm_iq4xs_scale(blk, ib) - 32) * s;
+    }
+    return is;
+}
+
+float bm_dot_q2_K_scalar(const uint8_t *w, const bm_act *a, size_t n) {
+    float acc[8] = {0};
+    for (size_t b = 0; b < n / BM_Q8K_BLOCK; b++) {
+        const uint8_t *blk = w + b * BMOE_Q2_K_BYTES;
+        acc[b & 7] += bm_k4_value(k2_scaled_sum(blk, a->k[b].q), bm_k2_min_sum(blk, a->k[b].bsums),
+                                  bm_f16_to_f32(bm_rd16(blk + 80)), bm_f16_to_f32(bm_rd16(blk + 82)), a->k[b].d);
+    }
+    return bm_sum8(acc);
+}
+
+float bm_dot_q3_K_scalar(const uint8_t *w, const bm_act *a, size_t n) {
+    float acc[8] = {0};
+    for (size_t b = 0; b < n / BM_Q8K_BLOCK; b++) {
+        const uint8_t *blk = w + b * BMOE_Q3_K_BYTES;
+        acc[b & 7] += bm_k6_value(k3_scaled_sum(blk, a->k[b].q), bm_f16_to_f32(bm_rd16(blk + 108)), a->k[b].d);
+    }
+    return bm_sum8(acc);
+}
+
+float bm_dot_iq4_xs_scalar(const uint8_t *w, const bm_act *a, size_t n) {
+    float acc[8] = {0};
+    for (size_t b = 0; b < n / BM_Q8K_BLOCK; b++) {
+        const uint8_t *blk = w + b * BMOE_IQ4_XS_BYTES;
+        acc[b & 7] += bm_k6_value(xs_scaled_sum(blk, a->k[b].q), bm_f16_to_f32(bm_rd16(blk)), a->k[b].d);
+    }
+    return bm_sum8(acc);
+}
+
 float bm_dot_q4_K_scalar(const uint8_t *w, const bm_act *a, size_t n) {
     float acc[8] = {0};
     for (size_t b = 0; b < n / BM_Q8K_BLOCK; b++) acc[b & 7] += k4_block(w, 0, a->k + b, b);

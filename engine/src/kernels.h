@@ -14,6 +14,9 @@
  *   Q4_1, Q5_1 against Q8_1 activation blocks (bm_quantize_q8_1: Q8_0's q and d, and per block
  *              s_x = f16(d sum q)): block b's exact sum s_b = sum q_w * q_x of the unsigned levels, then
  *              c_b = (float)s_b * (d_w * d_x) + m_w * s_x onto lane b mod 8, the same tree.
+ *   IQ4_NL, MXFP4 against Q8_0 activation blocks: block b's exact sum s_b = sum kv[i_w] * q_x of its
+ *              table levels (BM_KVALUES_IQ4NL, BM_KVALUES_MXFP4), then (float)s_b * (d_w * d_x) onto lane
+ *              b mod 8 as Q8_0, d_w IQ4_NL's f16 d or MXFP4's 2^(e - 128).
  *   Q4_K, Q5_K, Q6_K  the activation vector is first quantised to Q8_K super-blocks of 256
  *              (bm_quantize_q8_k). Super-block b gives exact integer sums over its sub-blocks:
  *                Q4_K/Q5_K  is = sum_j sc_j * sum_i q_i x_i (j = 0..7, 32 values each, q 0..15 / 0..31),
@@ -21,6 +24,10 @@
  *                           c_b = (float)is * (d_w * d_x) - (float)im * (dmin_w * d_x)
  *                Q6_K       is = sum_j sc_j * sum_i (q_i - 32) x_i (j = 0..15, 16 values each)
  *                           c_b = (float)is * (d_w * d_x)
+ *                Q2_K       is = sum_j (sc_j & 15) * sum_i q_i x_i, im = sum_j (sc_j >> 4) * bsum_j (16 of 16,
+ *                           q 0..3): Q4_K's c_b
+ *                Q3_K       is = sum_j (sc_j - 32) * sum_i q_i x_i (16 of 16, q -4..3): Q6_K's c_b
+ *                IQ4_XS     is = sum_j (ls_j - 32) * sum_i kv_i x_i (8 of 32, IQ4_NL's levels): Q6_K's c_b
  *              (every |partial| < 2^31: no overflow), c_b goes to lane b mod 8, lanes accumulate in
  *              increasing b, the same tree. The float steps of c_b are one shared function
  *              (kernels_lanes.h), so every path does them identically.
@@ -116,7 +123,8 @@ void bm_exp_shift_scalar(float *v, size_t n, float mx);
  * (type_traits.c puts them in the type's row). A path's functions exist only in a binary built for
  * its architecture. */
 #define BM_WEIGHT_TYPES(X)                                                                                 \
-    X(f32) X(f16) X(bf16) X(q8_0) X(q4_0) X(q5_0) X(q4_1) X(q5_1) X(q4_K) X(q5_K) X(q6_K)
+    X(f32) X(f16) X(bf16) X(q8_0) X(q4_0) X(q5_0) X(q4_1) X(q5_1) X(iq4_nl) X(mxfp4) X(q2_K) X(q3_K) X(q4_K) X(q5_K) \
+        X(q6_K) X(iq4_xs)
 #define BM_DOT_DECL(T, P)                                                                                  \
     float bm_dot_##T##_##P(const uint8_t *w, const bm_act *a, size_t n);                                  \
     void bm_dot_mt_##T##_##P(const uint8_t *w, const bm_act *a, size_t n, int nt, float *out);

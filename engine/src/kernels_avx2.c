@@ -242,6 +242,23 @@ AVX2_FN static inline __m256 scales8_stride(const uint8_t *blk, size_t bb) {
     return _mm256_cvtph_ps(sc);
 }
 
+/* The last nb mod 8 blocks (bm_q45_0_blocks' steps): each block's integer sum from the SIMD levels (the
+ * same integer however its 32 products are added), then the scalar path's float steps onto lane b mod 8.
+ * A row of 20 blocks (d = 640) has four of them, a fifth of its work. */
+AVX2_FN static inline void q45_0_tail(float l[8], uint32_t type, const uint8_t *w, const int8_t *xq, const float *xd,
+                                      size_t b, size_t nb) {
+    const size_t bb = bm_q45_0_bytes(type);
+    for (; b < nb; b++) {
+        const uint8_t *blk = w + b * bb;
+        __m256i wv = q45_0_levels(type, blk);
+        __m256i v = block_dot_w(_mm256_sign_epi8(wv, wv), wv, xq + b * BMOE_Q8_0_BLOCK);
+        __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        s = _mm_hadd_epi32(s, s);
+        s = _mm_hadd_epi32(s, s);
+        l[b & 7] += (float)_mm_cvtsi128_si32(s) * (bm_f16_to_f32(bm_rd16(blk)) * xd[b]);
+    }
+}
+
 AVX2_MT_FN void q45_0_mt(uint32_t type, const uint8_t *w, const int8_t *xq, const float *xd, size_t n, const int NT,
                          float *out) {
     const size_t nb = n / BMOE_Q8_0_BLOCK, bb = bm_q45_0_bytes(type);
@@ -284,7 +301,7 @@ AVX2_MT_FN void q45_0_mt(uint32_t type, const uint8_t *w, const int8_t *xq, cons
     for (int t = 0; t < NT; t++) {
         float l[8];
         _mm256_storeu_ps(l, acc[t]);
-        bm_q45_0_blocks(l, type, w, xq + (size_t)t * n, xd + (size_t)t * nb, b, nb);
+        q45_0_tail(l, type, w, xq + (size_t)t * n, xd + (size_t)t * nb, b, nb);
         out[t] = bm_simd_sum8(l);
     }
 }
@@ -379,6 +396,83 @@ AVX2_FN static void dot_q41_mt_avx2(int five, const uint8_t *w, const bm_act *a,
 AVX2_FN static float dot_q41_avx2(int five, const uint8_t *w, const bm_act *a, size_t n) {
     float o;
     q41_mt(five, w, a->q, a->d, a->s, n, 1, &o);
+    return o;
+}
+
+/* ---- IQ4_NL / MXFP4 against Q8_0 blocks (kernels.h): the levels looked up 16 at a time (pshufb on the
+ * table in both 128-bit halves), then the Q8_0 block sums (|level| <= 127, so |w| times x * sign(w)
+ * pairs stay within int16) and float steps. */
+
+/* Block blk's 32 levels: indices of values 0-15 in the low nibbles, 16-31 in the high ones. */
+AVX2_FN static inline __m256i nl4_levels(__m256i table, int mx, const uint8_t *blk) {
+    __m128i t = _mm_loadu_si128((const __m128i *)bm_nl4_qs(mx, blk));
+    __m256i idx = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0xF));
+    return _mm256_shuffle_epi8(table, idx);
+}
+
+/* The eight scales of blocks blk, blk + bb, ... as floats (exact). */
+AVX2_FN static inline __m256 nl4_scales8(int mx, const uint8_t *blk, size_t bb) {
+    if (!mx) return scales8_stride(blk, bb);
+    float s[8];
+    for (int k = 0; k < 8; k++) s[k] = bm_e8m0_half(blk[(size_t)k * bb]);
+    return _mm256_loadu_ps(s);
+}
+
+AVX2_MT_FN void nl4_mt(int mx, const uint8_t *w, const int8_t *xq, const float *xd, size_t n, const int NT, float *out) {
+    const size_t nb = n / BMOE_Q8_0_BLOCK, bb = bm_nl4_bytes(mx);
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bm_nl4_table(mx)));
+    size_t b = 0;
+    __m256 acc[BM_MT_MAX];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_ps();
+    for (; b + 8 <= nb; b += 8) {
+        const uint8_t *blk = w + b * bb;
+        bm_prefetch_ahead(blk, 8 * bb);
+        __m256i h[2][BM_MT_MAX]; /* blocks 0-3 and 4-7: lane k of s below = block k's exact sum */
+        for (int g = 0; g < 2; g++) {
+            __m256i wv[4], aw[4];
+            for (int k = 0; k < 4; k++) {
+                wv[k] = nl4_levels(table, mx, blk + (size_t)(4 * g + k) * bb);
+                aw[k] = _mm256_sign_epi8(wv[k], wv[k]);
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                const int8_t *p = xq + (size_t)t * n + (b + 4 * (size_t)g) * BMOE_Q8_0_BLOCK;
+                __m256i v0 = block_dot_w(aw[0], wv[0], p), v1 = block_dot_w(aw[1], wv[1], p + BMOE_Q8_0_BLOCK);
+                __m256i v2 = block_dot_w(aw[2], wv[2], p + 2 * BMOE_Q8_0_BLOCK);
+                __m256i v3 = block_dot_w(aw[3], wv[3], p + 3 * BMOE_Q8_0_BLOCK);
+                h[g][t] = _mm256_hadd_epi32(_mm256_hadd_epi32(v0, v1), _mm256_hadd_epi32(v2, v3));
+            }
+        }
+        __m256 dw = nl4_scales8(mx, blk, bb);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(h[0][t], h[1][t], 0x20),
+                                         _mm256_permute2x128_si256(h[0][t], h[1][t], 0x31));
+            __m256 dd = _mm256_mul_ps(dw, _mm256_loadu_ps(xd + (size_t)t * nb + b));
+            acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(_mm256_cvtepi32_ps(s), dd));
+        }
+    }
+    for (int t = 0; t < NT; t++) {
+        float l[8];
+        _mm256_storeu_ps(l, acc[t]);
+        bm_nl4_blocks(l, mx, w, xq + (size_t)t * n, xd + (size_t)t * nb, b, nb);
+        out[t] = bm_simd_sum8(l);
+    }
+}
+
+AVX2_FN static void dot_nl4_mt_avx2(int mx, const uint8_t *w, const bm_act *a, size_t n, int nt, float *out) {
+    switch (nt) {
+    case 4: nl4_mt(mx, w, a->q, a->d, n, 4, out); break;
+    case 3: nl4_mt(mx, w, a->q, a->d, n, 3, out); break;
+    case 2: nl4_mt(mx, w, a->q, a->d, n, 2, out); break;
+    default: nl4_mt(mx, w, a->q, a->d, n, 1, out);
+    }
+}
+
+AVX2_FN static float dot_nl4_avx2(int mx, const uint8_t *w, const bm_act *a, size_t n) {
+    float o;
+    nl4_mt(mx, w, a->q, a->d, n, 1, &o);
     return o;
 }
 
@@ -507,10 +601,147 @@ AVX2_MT_FN void k6_mt(const uint8_t *w, const bm_q8k *x, size_t n, const int NT,
     for (int t = 0; t < NT; t++) out[t] = bm_simd_sum8(l[t]);
 }
 
+/* Q2_K: levels 0..3 (unsigned, maddubs takes them as they are), sub-block scale the low nibble (madd
+ * with 16 scales as int16, 8 per 128-bit half), the mins' part from the bsums. */
+AVX2_MT_FN void k2_mt(const uint8_t *w, const bm_q8k *x, size_t n, const int NT, float *out) {
+    const size_t nb = n / BM_Q8K_BLOCK;
+    const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(0xF);
+    float l[BM_MT_MAX][8] = {{0}};
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *blk = w + b * BMOE_Q2_K_BYTES;
+        bm_prefetch_ahead(blk, BMOE_Q2_K_BYTES);
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)blk);
+        const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sc8, _mm256_castsi256_si128(m4)));
+        const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), _mm256_castsi256_si128(m4)));
+        const __m256i sch[2] = {_mm256_permute2x128_si256(sc16, sc16, 0x00), _mm256_permute2x128_si256(sc16, sc16, 0x11)};
+        __m256i acc[BM_MT_MAX];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i qs = _mm256_loadu_si256((const __m256i *)(blk + 16 + 32 * h));
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) { /* values 128h + 32k + l: sub-blocks 8h + 2k (l < 16) and + 1 */
+                const __m256i q = _mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * k)), m3);
+                const char c0 = (char)(4 * k), c1 = (char)(4 * k + 1), c2 = (char)(4 * k + 2), c3 = (char)(4 * k + 3);
+                const __m256i pick = _mm256_setr_epi8(c0, c1, c0, c1, c0, c1, c0, c1, c0, c1, c0, c1, c0, c1, c0, c1, c2,
+                                                      c3, c2, c3, c2, c3, c2, c3, c2, c3, c2, c3, c2, c3, c2, c3);
+                const __m256i scv = _mm256_shuffle_epi8(sch[h], pick);
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) {
+                    __m256i xv = _mm256_loadu_si256((const __m256i *)(x[(size_t)t * nb + b].q + 128 * h + 32 * k));
+                    acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv), scv));
+                }
+            }
+        }
+        const __m128 dd = f16x2(blk + 80); /* d, dmin */
+        const float d = _mm_cvtss_f32(dd), dmin = _mm_cvtss_f32(_mm_shuffle_ps(dd, dd, 1));
+        for (int t = 0; t < NT; t++) {
+            const bm_q8k *xb = x + (size_t)t * nb + b;
+            __m256i mp = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), mn16);
+            int32_t is, im;
+            hsum2_i32(acc[t], mp, &is, &im);
+            l[t][b & 7] += bm_k4_value(is, im, d, dmin, xb->d);
+        }
+    }
+    for (int t = 0; t < NT; t++) out[t] = bm_simd_sum8(l[t]);
+}
+
+/* Q3_K: the unsigned levels u = the two bits | the hmask bit << 2 (0..7, q = u - 4), so
+ * sum (sc - 32) sum q x = sum (sc - 32) sum u x - 4 sum (sc - 32) bsum, exactly. */
+AVX2_MT_FN void k3_mt(const uint8_t *w, const bm_q8k *x, size_t n, const int NT, float *out) {
+    const size_t nb = n / BM_Q8K_BLOCK;
+    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+    float l[BM_MT_MAX][8] = {{0}};
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *blk = w + b * BMOE_Q3_K_BYTES;
+        bm_prefetch_ahead(blk, BMOE_Q3_K_BYTES);
+        int8_t scs[16];
+        bm_q3k_scales(blk + 96, scs);
+        const __m256i sc16 = _mm256_sub_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)scs)), _mm256_set1_epi16(32));
+        const __m256i sch[2] = {_mm256_permute2x128_si256(sc16, sc16, 0x00), _mm256_permute2x128_si256(sc16, sc16, 0x11)};
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)blk);
+        __m256i acc[BM_MT_MAX];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i qs = _mm256_loadu_si256((const __m256i *)(blk + 32 + 32 * h));
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+#ifndef BMOE_FAULT_Q3_K_AVX2_HMASK_HALF
+                const int hbit = 4 * h + k;
+#else
+                const int hbit = k; /* fault: the second 128 values take the first half's hmask bits */
+#endif
+                const __m256i hb = _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(hbit)), one);
+                const __m256i u = _mm256_or_si256(_mm256_and_si256(_mm256_srl_epi16(qs, _mm_cvtsi32_si128(2 * k)), m3),
+                                                  _mm256_slli_epi16(hb, 2));
+                const char c0 = (char)(4 * k), c1 = (char)(4 * k + 1), c2 = (char)(4 * k + 2), c3 = (char)(4 * k + 3);
+                const __m256i pick = _mm256_setr_epi8(c0, c1, c0, c1, c0, c1, c0, c1, c0, c1, c0, c1, c0, c1, c0, c1, c2,
+                                                      c3, c2, c3, c2, c3, c2, c3, c2, c3, c2, c3, c2, c3, c2, c3);
+                const __m256i scv = _mm256_shuffle_epi8(sch[h], pick);
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) {
+                    __m256i xv = _mm256_loadu_si256((const __m256i *)(x[(size_t)t * nb + b].q + 128 * h + 32 * k));
+                    acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), scv));
+                }
+            }
+        }
+        const float d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bm_rd16(blk + 108))));
+        for (int t = 0; t < NT; t++) {
+            const bm_q8k *xb = x + (size_t)t * nb + b;
+            __m256i sb = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)xb->bsums), sc16);
+            int32_t ux, bs;
+            hsum2_i32(acc[t], sb, &ux, &bs);
+            l[t][b & 7] += bm_k6_value(ux - 4 * bs, d, xb->d);
+        }
+    }
+    for (int t = 0; t < NT; t++) out[t] = bm_simd_sum8(l[t]);
+}
+
+/* IQ4_XS: each sub-block of 32 an IQ4_NL block's levels (pshufb), |w| times x * sign(w) with maddubs,
+ * then madd with its scale - 32. */
+AVX2_MT_FN void xs_mt(const uint8_t *w, const bm_q8k *x, size_t n, const int NT, float *out) {
+    const size_t nb = n / BM_Q8K_BLOCK;
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)BM_KVALUES_IQ4NL));
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    float l[BM_MT_MAX][8] = {{0}};
+    for (size_t b = 0; b < nb; b++) {
+        const uint8_t *blk = w + b * BMOE_IQ4_XS_BYTES;
+        bm_prefetch_ahead(blk, BMOE_IQ4_XS_BYTES);
+        __m256i acc[BM_MT_MAX];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) acc[t] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int ib = 0; ib < 8; ib++) {
+            const __m128i t16 = _mm_loadu_si128((const __m128i *)(blk + 8 + 16 * ib));
+            const __m256i wv = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t16, 4), t16), m4));
+            const __m256i aw = _mm256_sign_epi8(wv, wv);
+            const __m256i scv = _mm256_set1_epi16((short)(bm_iq4xs_scale(blk, ib) - 32));
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(x[(size_t)t * nb + b].q + 32 * ib));
+                acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, wv)), scv));
+            }
+        }
+        const float d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bm_rd16(blk))));
+        for (int t = 0; t < NT; t++) {
+            int32_t is, unused;
+            hsum2_i32(acc[t], _mm256_setzero_si256(), &is, &unused);
+            l[t][b & 7] += bm_k6_value(is, d, x[(size_t)t * nb + b].d);
+        }
+    }
+    for (int t = 0; t < NT; t++) out[t] = bm_simd_sum8(l[t]);
+}
+
 AVX2_MT_FN void kq_mt(uint32_t type, const uint8_t *w, const bm_q8k *x, size_t n, const int NT, float *out) {
     switch (type) {
     case GGML_TYPE_Q4_K: k4_mt(w, 0, x, n, NT, out); break;
     case GGML_TYPE_Q5_K: k4_mt(w, 1, x, n, NT, out); break;
+    case GGML_TYPE_Q2_K: k2_mt(w, x, n, NT, out); break;
+    case GGML_TYPE_Q3_K: k3_mt(w, x, n, NT, out); break;
+    case GGML_TYPE_IQ4_XS: xs_mt(w, x, n, NT, out); break;
     default: k6_mt(w, x, n, NT, out);
     }
 }
@@ -645,9 +876,14 @@ AVX2_ROW(q5_0, dot_q45_0_avx2(GGML_TYPE_Q5_0, w, a->q, a->d, n),
          dot_q45_0_mt_avx2(GGML_TYPE_Q5_0, w, a->q, a->d, n, nt, out))
 AVX2_ROW(q4_1, dot_q41_avx2(0, w, a, n), dot_q41_mt_avx2(0, w, a, n, nt, out))
 AVX2_ROW(q5_1, dot_q41_avx2(1, w, a, n), dot_q41_mt_avx2(1, w, a, n, nt, out))
+AVX2_ROW(iq4_nl, dot_nl4_avx2(0, w, a, n), dot_nl4_mt_avx2(0, w, a, n, nt, out))
+AVX2_ROW(mxfp4, dot_nl4_avx2(1, w, a, n), dot_nl4_mt_avx2(1, w, a, n, nt, out))
 AVX2_ROW(q4_K, dot_kq_avx2(GGML_TYPE_Q4_K, w, a->k, n), dot_kq_mt_avx2(GGML_TYPE_Q4_K, w, a->k, n, nt, out))
 AVX2_ROW(q5_K, dot_kq_avx2(GGML_TYPE_Q5_K, w, a->k, n), dot_kq_mt_avx2(GGML_TYPE_Q5_K, w, a->k, n, nt, out))
 AVX2_ROW(q6_K, dot_kq_avx2(GGML_TYPE_Q6_K, w, a->k, n), dot_kq_mt_avx2(GGML_TYPE_Q6_K, w, a->k, n, nt, out))
+AVX2_ROW(q2_K, dot_kq_avx2(GGML_TYPE_Q2_K, w, a->k, n), dot_kq_mt_avx2(GGML_TYPE_Q2_K, w, a->k, n, nt, out))
+AVX2_ROW(q3_K, dot_kq_avx2(GGML_TYPE_Q3_K, w, a->k, n), dot_kq_mt_avx2(GGML_TYPE_Q3_K, w, a->k, n, nt, out))
+AVX2_ROW(iq4_xs, dot_kq_avx2(GGML_TYPE_IQ4_XS, w, a->k, n), dot_kq_mt_avx2(GGML_TYPE_IQ4_XS, w, a->k, n, nt, out))
 
 /* Q8_1: the Q8_0 blocks, then their sums (bm_q8_1_sums) */
 AVX2_FN static void quantize_q8_1_avx2(const float *x, size_t n, int8_t *xq, float *xd, float *xs) {

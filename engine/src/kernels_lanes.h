@@ -151,6 +151,36 @@ static inline void bm_q41_blocks(float l[8], int five, const uint8_t *w, const i
     }
 }
 
+/* ---- IQ4_NL / MXFP4 against Q8_0 activation blocks (kernels.h): 4-bit indices into a table of 16
+ * signed levels, one scale per block of 32 ---- */
+
+static inline size_t bm_nl4_bytes(int mx) { return mx ? BMOE_MXFP4_BYTES : BMOE_IQ4_NL_BYTES; }
+static inline const int8_t *bm_nl4_table(int mx) { return mx ? BM_KVALUES_MXFP4 : BM_KVALUES_IQ4NL; }
+/* the bytes of indices: after the f16 d (IQ4_NL) or the E8M0 exponent (MXFP4) */
+static inline const uint8_t *bm_nl4_qs(int mx, const uint8_t *blk) { return blk + (mx ? 1 : 2); }
+
+/* The block's scale as a float (exact): IQ4_NL's f16 d, MXFP4's 2^(e - 128). */
+static inline float bm_nl4_scale(int mx, const uint8_t *blk) {
+    return mx ? bm_e8m0_half(blk[0]) : bm_f16_to_f32(bm_rd16(blk));
+}
+
+/* IQ4_NL / MXFP4 blocks b .. nb-1 one at a time onto the lanes: the exact sum of level times the
+ * input's q, then (float)s_b * (d_w * d_x) as Q8_0 (block b to lane b mod 8): the scalar path's row
+ * and the SIMD paths' last nb mod 8 blocks. */
+static inline void bm_nl4_blocks(float l[8], int mx, const uint8_t *w, const int8_t *xq, const float *xd, size_t b,
+                                 size_t nb) {
+    const size_t bb = bm_nl4_bytes(mx);
+    const int8_t *kv = bm_nl4_table(mx);
+    for (; b < nb; b++) {
+        const uint8_t *blk = w + b * bb, *qs = bm_nl4_qs(mx, blk);
+        const int8_t *p = xq + b * BMOE_Q8_0_BLOCK;
+        int32_t s = 0;
+        for (int j = 0; j < 16; j++)
+            s += (int32_t)kv[qs[j] & 0xF] * (int32_t)p[j] + (int32_t)kv[qs[j] >> 4] * (int32_t)p[j + 16];
+        l[b & 7] += (float)s * (bm_nl4_scale(mx, blk) * xd[b]);
+    }
+}
+
 /* ---- K-quants against Q8_K super-blocks (kernels.h): the float steps every path shares ---- */
 
 /* Q4_K / Q5_K: sum_j m_j * (the activation's sum over sub-block j of 32). */
@@ -166,7 +196,15 @@ static inline float bm_k4_value(int32_t is, int32_t im, float d, float dmin, flo
     return (float)is * (d * dx) - (float)im * (dmin * dx);
 }
 
-/* A Q6_K super-block's float contribution from its exact sum (d: the block's f16 scale as a float). */
+/* Q2_K: sum_j min_j * (the activation's sum over sub-block j of 16), the mins the high nibbles. */
+static inline int32_t bm_k2_min_sum(const uint8_t *sc, const int16_t bsums[16]) {
+    int32_t s = 0;
+    for (int j = 0; j < 16; j++) s += (int32_t)(sc[j] >> 4) * (int32_t)bsums[j];
+    return s;
+}
+
+/* A Q6_K (Q3_K, IQ4_XS) super-block's float contribution from its exact sum (d: the block's f16 scale
+ * as a float). */
 static inline float bm_k6_value(int32_t is, float d, float dx) { return (float)is * (d * dx); }
 
 #endif

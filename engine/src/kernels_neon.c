@@ -376,7 +376,13 @@ static inline void scales8_stride(const uint8_t *blk, size_t bb, float32x4_t *d0
         float l[8];                                                                                                \
         vst1q_f32(l, a0[t]);                                                                                       \
         vst1q_f32(l + 4, a1[t]);                                                                                   \
-        bm_q45_0_blocks(l, type, w, xq + (size_t)t * n, xd + (size_t)t * nb, b, nb);                               \
+        for (size_t bt = b; bt < nb; bt++) { /* the last nb mod 8 blocks: bm_q45_0_blocks, SIMD integer sums */     \
+            const uint8_t *blk = w + bt * bb;                                                                      \
+            int8x16_t wl, wh;                                                                                      \
+            q45_0_levels(type, blk, &wl, &wh);                                                                     \
+            int32_t st = vaddvq_s32(PART(wl, wh, xq + (size_t)t * n + bt * BMOE_Q8_0_BLOCK));                      \
+            l[bt & 7] += (float)st * (bm_f16_to_f32(bm_rd16(blk)) * xd[(size_t)t * nb + bt]);                      \
+        }                                                                                                          \
         out[t] = bm_simd_sum8(l);                                                                                  \
     }
 
@@ -523,6 +529,91 @@ DOT_FN static float dot_q41_neon_dot(int five, const uint8_t *w, const bm_act *a
     return o;
 }
 
+/* ---- IQ4_NL / MXFP4 against Q8_0 blocks (kernels.h): the levels looked up 16 at a time (tbl), then
+ * the Q8_0 block sums and float steps. */
+
+/* Block blk's 32 levels: v0 values 0-15 (low nibbles), v1 16-31 (high). */
+static inline void nl4_levels(int8x16_t table, int mx, const uint8_t *blk, int8x16_t *v0, int8x16_t *v1) {
+    const uint8x16_t t = vld1q_u8(bm_nl4_qs(mx, blk));
+    uint8x16_t lo = vandq_u8(t, vdupq_n_u8(0xF)), hi = vshrq_n_u8(t, 4);
+#ifdef BMOE_FAULT_NL4_NEON_SIGNED_SHIFT
+    /* fault: the high nibbles by an arithmetic shift, so an index of 8 or more becomes negative and the
+     * table lookup gives 0 for it */
+    hi = vreinterpretq_u8_s8(vshrq_n_s8(vreinterpretq_s8_u8(t), 4));
+#endif
+    *v0 = vqtbl1q_s8(table, lo);
+    *v1 = vqtbl1q_s8(table, hi);
+}
+
+static inline void nl4_scales8(int mx, const uint8_t *blk, size_t bb, float32x4_t *d0, float32x4_t *d1) {
+    if (!mx) {
+        scales8_stride(blk, bb, d0, d1);
+        return;
+    }
+    float s[8];
+    for (int k = 0; k < 8; k++) s[k] = bm_e8m0_half(blk[(size_t)k * bb]);
+    *d0 = vld1q_f32(s);
+    *d1 = vld1q_f32(s + 4);
+}
+
+#define NL4_MT_BODY(PART)                                                                                          \
+    const size_t nb = n / BMOE_Q8_0_BLOCK, bb = bm_nl4_bytes(mx);                                                  \
+    const int8x16_t table = vld1q_s8(bm_nl4_table(mx));                                                            \
+    size_t b = 0;                                                                                                  \
+    float32x4_t a0[BM_MT_MAX], a1[BM_MT_MAX];                                                                      \
+    _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) a0[t] = a1[t] = vdupq_n_f32(0.0f);                        \
+    for (; b + 8 <= nb; b += 8) {                                                                                  \
+        const uint8_t *blk = w + b * bb;                                                                           \
+        bm_prefetch_ahead(blk, 8 * bb);                                                                            \
+        int32x4_t s[2][BM_MT_MAX];                                                                                 \
+        for (int g = 0; g < 2; g++) {                                                                              \
+            int8x16_t wl[4], wh[4];                                                                                \
+            for (int k = 0; k < 4; k++) nl4_levels(table, mx, blk + (size_t)(4 * g + k) * bb, &wl[k], &wh[k]);     \
+            _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                                 \
+                const int8_t *p = xq + (size_t)t * n + (b + 4 * (size_t)g) * BMOE_Q8_0_BLOCK;                      \
+                s[g][t] = sums4(PART(wl[0], wh[0], p), PART(wl[1], wh[1], p + 32), PART(wl[2], wh[2], p + 64),     \
+                                PART(wl[3], wh[3], p + 96));                                                       \
+            }                                                                                                      \
+        }                                                                                                          \
+        float32x4_t dw0, dw1;                                                                                      \
+        nl4_scales8(mx, blk, bb, &dw0, &dw1);                                                                      \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                                       \
+            acc8(&a0[t], &a1[t], s[0][t], s[1][t], dw0, dw1, xd + (size_t)t * nb + b);                             \
+    }                                                                                                              \
+    for (int t = 0; t < NT; t++) {                                                                                 \
+        float l[8];                                                                                                \
+        vst1q_f32(l, a0[t]);                                                                                       \
+        vst1q_f32(l + 4, a1[t]);                                                                                   \
+        bm_nl4_blocks(l, mx, w, xq + (size_t)t * n, xd + (size_t)t * nb, b, nb);                                   \
+        out[t] = bm_simd_sum8(l);                                                                                  \
+    }
+
+MT_FN void nl4_mt_mull(int mx, const uint8_t *w, const int8_t *xq, const float *xd, size_t n, const int NT, float *out) {
+    NL4_MT_BODY(part_mull)
+}
+
+DOT_FN MT_FN void nl4_mt_sdot(int mx, const uint8_t *w, const int8_t *xq, const float *xd, size_t n, const int NT,
+                              float *out) {
+    NL4_MT_BODY(part_sdot)
+}
+
+static void dot_nl4_mt_neon(int mx, const uint8_t *w, const bm_act *a, size_t n, int nt, float *out) {
+    MT_SWITCH(nl4_mt_mull, mx, w, a->q, a->d, n)
+}
+DOT_FN static void dot_nl4_mt_neon_dot(int mx, const uint8_t *w, const bm_act *a, size_t n, int nt, float *out) {
+    MT_SWITCH(nl4_mt_sdot, mx, w, a->q, a->d, n)
+}
+static float dot_nl4_neon(int mx, const uint8_t *w, const bm_act *a, size_t n) {
+    float o;
+    nl4_mt_mull(mx, w, a->q, a->d, n, 1, &o);
+    return o;
+}
+DOT_FN static float dot_nl4_neon_dot(int mx, const uint8_t *w, const bm_act *a, size_t n) {
+    float o;
+    nl4_mt_sdot(mx, w, a->q, a->d, n, 1, &o);
+    return o;
+}
+
 /* ---- K-quants against Q8_K super-blocks (kernels.h): exact int32 sums per sub-block (widening
  * multiplies, or sdot), times the sub-block's scale with an integer multiply-accumulate; the float
  * steps are the shared bm_k4_value / bm_k6_value. A super-block's weights are unpacked once for all
@@ -623,6 +714,90 @@ DOT_FN static inline int32x4_t part16_sdot(int8x16_t w, const int8_t *p) {
     }                                                                                                              \
     for (int t = 0; t < NT; t++) out[t] = bm_simd_sum8(l[t]);
 
+/* Q2_K and Q3_K: 16 sub-blocks of 16, signed levels (Q2_K 0..3, Q3_K -4..3) times the activation, an
+ * integer multiply-accumulate by the sub-block's scale; Q2_K's mins from the bsums (shared code). */
+#define K23_MT_BODY(PART16, THREE)                                                                                 \
+    const size_t nb = n / BM_Q8K_BLOCK, bb = THREE ? BMOE_Q3_K_BYTES : BMOE_Q2_K_BYTES;                          \
+    const uint8x16_t m3 = vdupq_n_u8(3);                                                                           \
+    float l[BM_MT_MAX][8] = {{0}};                                                                                 \
+    for (size_t b = 0; b < nb; b++) {                                                                              \
+        const uint8_t *blk = w + b * bb, *qs = blk + (THREE ? 32 : 16);                                            \
+        bm_prefetch_ahead(blk, bb);                                                                                \
+        int32_t sc[16];                                                                                            \
+        if (THREE) {                                                                                               \
+            int8_t s8[16];                                                                                         \
+            bm_q3k_scales(blk + 96, s8);                                                                           \
+            for (int j = 0; j < 16; j++) sc[j] = s8[j] - 32;                                                       \
+        } else {                                                                                                   \
+            for (int j = 0; j < 16; j++) sc[j] = blk[j] & 0xF;                                                     \
+        }                                                                                                          \
+        int32x4_t acc[BM_MT_MAX];                                                                                  \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) acc[t] = vdupq_n_s32(0);                              \
+        const uint8x16_t hm0 = vld1q_u8(blk), hm1 = vld1q_u8(blk + 16);                                            \
+        for (int h = 0; h < 2; h++) {                                                                              \
+            const uint8x16_t q0 = vld1q_u8(qs + 32 * h), q1 = vld1q_u8(qs + 32 * h + 16);                          \
+            for (int k = 0; k < 4; k++) { /* values 128h + 32k + l: sub-blocks 8h + 2k and + 1 */                  \
+                const int8x16_t sh = vdupq_n_s8((int8_t)(-2 * k));                                                 \
+                int8x16_t w0 = vreinterpretq_s8_u8(vandq_u8(vshlq_u8(q0, sh), m3));                                \
+                int8x16_t w1 = vreinterpretq_s8_u8(vandq_u8(vshlq_u8(q1, sh), m3));                                \
+                if (THREE) { /* - 4 where the hmask bit 4h + k is clear */                                         \
+                    const uint8x16_t bit = vdupq_n_u8((uint8_t)(1u << (4 * h + k))), four = vdupq_n_u8(4);         \
+                    w0 = vsubq_s8(w0, vreinterpretq_s8_u8(vbicq_u8(four, vtstq_u8(hm0, bit))));                    \
+                    w1 = vsubq_s8(w1, vreinterpretq_s8_u8(vbicq_u8(four, vtstq_u8(hm1, bit))));                    \
+                }                                                                                                  \
+                const int32_t s0 = sc[8 * h + 2 * k], s1 = sc[8 * h + 2 * k + 1];                                  \
+                _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) {                                             \
+                    const int8_t *xq = x[(size_t)t * nb + b].q + 128 * h + 32 * k;                                 \
+                    acc[t] = vmlaq_n_s32(acc[t], PART16(w0, xq), s0);                                              \
+                    acc[t] = vmlaq_n_s32(acc[t], PART16(w1, xq + 16), s1);                                         \
+                }                                                                                                  \
+            }                                                                                                      \
+        }                                                                                                          \
+        for (int t = 0; t < NT; t++) {                                                                             \
+            const bm_q8k *xb = x + (size_t)t * nb + b;                                                             \
+            l[t][b & 7] += THREE ? bm_k6_value(vaddvq_s32(acc[t]), f16_at(blk + 108), xb->d)                       \
+                                 : bm_k4_value(vaddvq_s32(acc[t]), bm_k2_min_sum(blk, xb->bsums), f16_at(blk + 80), \
+                                               f16_at(blk + 82), xb->d);                                           \
+        }                                                                                                          \
+    }                                                                                                              \
+    for (int t = 0; t < NT; t++) out[t] = bm_simd_sum8(l[t]);
+
+/* IQ4_XS: each sub-block of 32 an IQ4_NL block's levels (tbl), its sums times its scale - 32. */
+#define XS_MT_BODY(PART)                                                                                           \
+    const size_t nb = n / BM_Q8K_BLOCK;                                                                            \
+    const int8x16_t table = vld1q_s8(BM_KVALUES_IQ4NL);                                                            \
+    float l[BM_MT_MAX][8] = {{0}};                                                                                 \
+    for (size_t b = 0; b < nb; b++) {                                                                              \
+        const uint8_t *blk = w + b * BMOE_IQ4_XS_BYTES;                                                            \
+        bm_prefetch_ahead(blk, BMOE_IQ4_XS_BYTES);                                                                 \
+        int32x4_t acc[BM_MT_MAX];                                                                                  \
+        _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++) acc[t] = vdupq_n_s32(0);                              \
+        for (int ib = 0; ib < 8; ib++) {                                                                           \
+            const uint8x16_t q = vld1q_u8(blk + 8 + 16 * ib);                                                      \
+            const int8x16_t w0 = vqtbl1q_s8(table, vandq_u8(q, vdupq_n_u8(0xF)));                                  \
+            const int8x16_t w1 = vqtbl1q_s8(table, vshrq_n_u8(q, 4));                                              \
+            const int32_t s = bm_iq4xs_scale(blk, ib) - 32;                                                        \
+            _Pragma("GCC unroll 4") for (int t = 0; t < NT; t++)                                                   \
+                acc[t] = vmlaq_n_s32(acc[t], PART(w0, w1, x[(size_t)t * nb + b].q + 32 * ib), s);                  \
+        }                                                                                                          \
+        const float d = f16_at(blk);                                                                               \
+        for (int t = 0; t < NT; t++) l[t][b & 7] += bm_k6_value(vaddvq_s32(acc[t]), d, x[(size_t)t * nb + b].d);  \
+    }                                                                                                              \
+    for (int t = 0; t < NT; t++) out[t] = bm_simd_sum8(l[t]);
+
+MT_FN void k2_mt_mull(const uint8_t *w, const bm_q8k *x, size_t n, const int NT, float *out) { K23_MT_BODY(part16_mull, 0) }
+DOT_FN MT_FN void k2_mt_sdot(const uint8_t *w, const bm_q8k *x, size_t n, const int NT, float *out) {
+    K23_MT_BODY(part16_sdot, 0)
+}
+MT_FN void k3_mt_mull(const uint8_t *w, const bm_q8k *x, size_t n, const int NT, float *out) { K23_MT_BODY(part16_mull, 1) }
+DOT_FN MT_FN void k3_mt_sdot(const uint8_t *w, const bm_q8k *x, size_t n, const int NT, float *out) {
+    K23_MT_BODY(part16_sdot, 1)
+}
+MT_FN void xs_mt_mull(const uint8_t *w, const bm_q8k *x, size_t n, const int NT, float *out) { XS_MT_BODY(part_mull) }
+DOT_FN MT_FN void xs_mt_sdot(const uint8_t *w, const bm_q8k *x, size_t n, const int NT, float *out) {
+    XS_MT_BODY(part_sdot)
+}
+
 MT_FN void k4_mt_mull(const uint8_t *w, const int five, const bm_q8k *x, size_t n, const int NT, float *out) {
     K4_MT_BODY(part_mull)
 }
@@ -638,6 +813,9 @@ MT_FN void kq_mt_mull(uint32_t type, const uint8_t *w, const bm_q8k *x, size_t n
     switch (type) {
     case GGML_TYPE_Q4_K: k4_mt_mull(w, 0, x, n, NT, out); break;
     case GGML_TYPE_Q5_K: k4_mt_mull(w, 1, x, n, NT, out); break;
+    case GGML_TYPE_Q2_K: k2_mt_mull(w, x, n, NT, out); break;
+    case GGML_TYPE_Q3_K: k3_mt_mull(w, x, n, NT, out); break;
+    case GGML_TYPE_IQ4_XS: xs_mt_mull(w, x, n, NT, out); break;
     default: k6_mt_mull(w, x, n, NT, out);
     }
 }
@@ -646,6 +824,9 @@ DOT_FN MT_FN void kq_mt_sdot(uint32_t type, const uint8_t *w, const bm_q8k *x, s
     switch (type) {
     case GGML_TYPE_Q4_K: k4_mt_sdot(w, 0, x, n, NT, out); break;
     case GGML_TYPE_Q5_K: k4_mt_sdot(w, 1, x, n, NT, out); break;
+    case GGML_TYPE_Q2_K: k2_mt_sdot(w, x, n, NT, out); break;
+    case GGML_TYPE_Q3_K: k3_mt_sdot(w, x, n, NT, out); break;
+    case GGML_TYPE_IQ4_XS: xs_mt_sdot(w, x, n, NT, out); break;
     default: k6_mt_sdot(w, x, n, NT, out);
     }
 }
@@ -765,12 +946,20 @@ NEON_Q45(q5_0, GGML_TYPE_Q5_0)
     NEON_ROW(T, neon_dot, DOT_FN, dot_q41_neon_dot(FIVE, w, a, n), dot_q41_mt_neon_dot(FIVE, w, a, n, nt, out))
 NEON_Q41(q4_1, 0)
 NEON_Q41(q5_1, 1)
+#define NEON_NL4(T, MX)                                                                                    \
+    NEON_ROW(T, neon, , dot_nl4_neon(MX, w, a, n), dot_nl4_mt_neon(MX, w, a, n, nt, out))                 \
+    NEON_ROW(T, neon_dot, DOT_FN, dot_nl4_neon_dot(MX, w, a, n), dot_nl4_mt_neon_dot(MX, w, a, n, nt, out))
+NEON_NL4(iq4_nl, 0)
+NEON_NL4(mxfp4, 1)
 #define NEON_KQ(T, TY)                                                                                     \
     NEON_ROW(T, neon, , dot_kq_neon(TY, w, a->k, n), dot_kq_mt_neon(TY, w, a->k, n, nt, out))             \
     NEON_ROW(T, neon_dot, DOT_FN, dot_kq_neon_dot(TY, w, a->k, n), dot_kq_mt_neon_dot(TY, w, a->k, n, nt, out))
 NEON_KQ(q4_K, GGML_TYPE_Q4_K)
 NEON_KQ(q5_K, GGML_TYPE_Q5_K)
 NEON_KQ(q6_K, GGML_TYPE_Q6_K)
+NEON_KQ(q2_K, GGML_TYPE_Q2_K)
+NEON_KQ(q3_K, GGML_TYPE_Q3_K)
+NEON_KQ(iq4_xs, GGML_TYPE_IQ4_XS)
 
 int bm_kernels_neon(bm_kernels *k, int dot) {
 #if defined(__linux__)

@@ -128,6 +128,89 @@ static void dq_q41(const uint8_t *blocks, float *y, size_t n, int five) {
 void bm_to_f32_q4_1(const uint8_t *blocks, float *y, size_t n) { dq_q41(blocks, y, n, 0); }
 void bm_to_f32_q5_1(const uint8_t *blocks, float *y, size_t n) { dq_q41(blocks, y, n, 1); }
 
+float bm_e8m0_half(uint8_t e) {
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* ggml's dequantize_row_iq4_nl: d * level. */
+void bm_to_f32_iq4_nl(const uint8_t *blocks, float *y, size_t n) {
+    for (size_t b = 0; b < n / 32; b++, y += 32) {
+        const uint8_t *blk = blocks + b * BMOE_IQ4_NL_BYTES, *qs = blk + 2;
+        const float d = bm_f16_to_f32(rd16(blk));
+        for (int j = 0; j < 16; j++) {
+            y[j] = d * (float)BM_KVALUES_IQ4NL[qs[j] & 0xF];
+            y[j + 16] = d * (float)BM_KVALUES_IQ4NL[qs[j] >> 4];
+        }
+    }
+}
+
+/* ggml's dequantize_row_mxfp4: level * 2^(e - 128). */
+void bm_to_f32_mxfp4(const uint8_t *blocks, float *y, size_t n) {
+    for (size_t b = 0; b < n / 32; b++, y += 32) {
+        const uint8_t *blk = blocks + b * BMOE_MXFP4_BYTES, *qs = blk + 1;
+        const float d = bm_e8m0_half(blk[0]);
+        for (int j = 0; j < 16; j++) {
+            y[j] = (float)BM_KVALUES_MXFP4[qs[j] & 0xF] * d;
+            y[j + 16] = (float)BM_KVALUES_MXFP4[qs[j] >> 4] * d;
+        }
+    }
+}
+
+/* ggml's dequantize_row_q2_K: value 128h + 32j + l (l < 32) is bits 2j of qs[32h + l], its sub-block
+ * of 16 (8h + 2j + l / 16) gives d * (scale & 15) and dmin * (scale >> 4). */
+void bm_to_f32_q2_K(const uint8_t *blocks, float *y, size_t n) {
+    for (size_t b = 0; b < n / BMOE_QK_K; b++) {
+        const uint8_t *blk = blocks + b * BMOE_Q2_K_BYTES, *sc = blk, *q = blk + 16;
+        const float d = bm_f16_to_f32(rd16(blk + 80)), min = bm_f16_to_f32(rd16(blk + 82));
+        int is = 0;
+        for (int h = 0; h < 2; h++, q += 32)
+            for (int j = 0; j < 4; j++)
+                for (int u = 0; u < 2; u++, is++) {
+                    const float dl = d * (float)(sc[is] & 0xF), ml = min * (float)(sc[is] >> 4);
+                    for (int l = 16 * u; l < 16 * u + 16; l++) *y++ = dl * (float)((q[l] >> (2 * j)) & 3) - ml;
+                }
+    }
+}
+
+/* ggml's dequantize_row_q3_K: the two bits as Q2_K's, minus 4 where the value's bit of hmask (bit
+ * 4h + j of hmask[l]) is clear; sub-block scale d * (sc - 32). */
+void bm_to_f32_q3_K(const uint8_t *blocks, float *y, size_t n) {
+    for (size_t b = 0; b < n / BMOE_QK_K; b++) {
+        const uint8_t *blk = blocks + b * BMOE_Q3_K_BYTES, *hm = blk, *q = blk + 32;
+        const float d_all = bm_f16_to_f32(rd16(blk + 108));
+        int8_t sc[16];
+        bm_q3k_scales(blk + 96, sc);
+        int is = 0;
+        for (int h = 0; h < 2; h++, q += 32)
+            for (int j = 0; j < 4; j++) {
+                const uint8_t m = (uint8_t)(1u << (4 * h + j));
+                for (int u = 0; u < 2; u++, is++) {
+                    const float dl = d_all * (float)(sc[is] - 32);
+                    for (int l = 16 * u; l < 16 * u + 16; l++)
+                        *y++ = dl * (float)(((q[l] >> (2 * j)) & 3) - ((hm[l] & m) ? 0 : 4));
+                }
+            }
+    }
+}
+
+/* ggml's dequantize_row_iq4_xs: sub-block ib's 32 values are d * (ls - 32) * level. */
+void bm_to_f32_iq4_xs(const uint8_t *blocks, float *y, size_t n) {
+    for (size_t b = 0; b < n / BMOE_QK_K; b++) {
+        const uint8_t *blk = blocks + b * BMOE_IQ4_XS_BYTES, *qs = blk + 8;
+        const float d = bm_f16_to_f32(rd16(blk));
+        for (int ib = 0; ib < 8; ib++, y += 32, qs += 16) {
+            const float dl = d * (float)(bm_iq4xs_scale(blk, ib) - 32);
+            for (int j = 0; j < 16; j++) {
+                y[j] = dl * (float)BM_KVALUES_IQ4NL[qs[j] & 0xF];
+                y[j + 16] = dl * (float)BM_KVALUES_IQ4NL[qs[j] >> 4];
+            }
+        }
+    }
+}
+
 /* ggml's dequantize_row_q4_K / _q5_K for one block (hbit: Q5_K's qh, NULL for Q4_K). */
 static void dq_q4_5_K(const uint8_t *blk, const uint8_t *qh, const uint8_t *qs, float *y) {
     const float d = bm_f16_to_f32(rd16(blk)), dmin = bm_f16_to_f32(rd16(blk + 2));
@@ -282,4 +365,11 @@ float bm_gelu_f16(float z) {
     if (z >= 10.0f) return z;
     float h = bm_f16_to_f32(bm_f32_to_f16(z)); /* NaN stays NaN */
     return bm_f16_to_f32(bm_f32_to_f16(bm_gelu_tanh(h)));
+}
+
+/* Inside (-10, 10) bm_gelu_f16 depends on z only through h = f16(z): entry h is its last line for
+ * that h. Entries for values outside (-10, 10) are never read. */
+void bm_gelu_f16_table(float *tab) {
+    for (uint32_t h = 0; h < BM_GELU_TAB; h++)
+        tab[h] = bm_f16_to_f32(bm_f32_to_f16(bm_gelu_tanh(bm_f16_to_f32((uint16_t)h))));
 }

@@ -44,9 +44,14 @@ static const bm_type_traits TYPES[GGML_TYPE_COUNT] = {
     [GGML_TYPE_Q5_0] = {"q5_0", 32, 22, 1, BM_ACT_Q8_0, bm_to_f32_q5_0, {F16(0, "d")}, KERNELS(q5_0)},
     [GGML_TYPE_Q4_1] = {"q4_1", 32, 20, 1, BM_ACT_Q8_1, bm_to_f32_q4_1, {F16(0, "d"), F16(2, "m")}, KERNELS(q4_1)},
     [GGML_TYPE_Q5_1] = {"q5_1", 32, 24, 1, BM_ACT_Q8_1, bm_to_f32_q5_1, {F16(0, "d"), F16(2, "m")}, KERNELS(q5_1)},
+    [GGML_TYPE_IQ4_NL] = {"iq4_nl", 32, 18, 1, BM_ACT_Q8_0, bm_to_f32_iq4_nl, {F16(0, "d")}, KERNELS(iq4_nl)},
+    [GGML_TYPE_MXFP4] = {"mxfp4", 32, 17, 1, BM_ACT_Q8_0, bm_to_f32_mxfp4, {{BM_FIELD_E8M0, 0, "e"}}, KERNELS(mxfp4)},
+    [GGML_TYPE_Q2_K] = {"q2_K", 256, 84, 1, BM_ACT_Q8_K, bm_to_f32_q2_K, {F16(80, "d"), F16(82, "dmin")}, KERNELS(q2_K)},
+    [GGML_TYPE_Q3_K] = {"q3_K", 256, 110, 1, BM_ACT_Q8_K, bm_to_f32_q3_K, {F16(108, "d")}, KERNELS(q3_K)},
     [GGML_TYPE_Q4_K] = {"q4_K", 256, 144, 1, BM_ACT_Q8_K, bm_to_f32_q4_K, {F16(0, "d"), F16(2, "dmin")}, KERNELS(q4_K)},
     [GGML_TYPE_Q5_K] = {"q5_K", 256, 176, 1, BM_ACT_Q8_K, bm_to_f32_q5_K, {F16(0, "d"), F16(2, "dmin")}, KERNELS(q5_K)},
     [GGML_TYPE_Q6_K] = {"q6_K", 256, 210, 1, BM_ACT_Q8_K, bm_to_f32_q6_K, {F16(208, "d")}, KERNELS(q6_K)},
+    [GGML_TYPE_IQ4_XS] = {"iq4_xs", 256, 136, 1, BM_ACT_Q8_K, bm_to_f32_iq4_xs, {F16(0, "d")}, KERNELS(iq4_xs)},
 };
 
 /* ggml's names of every id (ggml.c's type_traits), supported or not, for messages. */

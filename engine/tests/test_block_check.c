@@ -32,6 +32,11 @@ static void test_scales(void) {
     scale_case(GGML_TYPE_Q4_1, 20, 2, "m");
     scale_case(GGML_TYPE_Q5_1, 24, 0, "d");
     scale_case(GGML_TYPE_Q5_1, 24, 2, "m");
+    scale_case(GGML_TYPE_Q2_K, 84, 80, "d");
+    scale_case(GGML_TYPE_Q2_K, 84, 82, "dmin");
+    scale_case(GGML_TYPE_Q3_K, 110, 108, "d");
+    scale_case(GGML_TYPE_IQ4_NL, 18, 0, "d");
+    scale_case(GGML_TYPE_IQ4_XS, 136, 0, "d");
     scale_case(GGML_TYPE_Q4_K, 144, 0, "d");
     scale_case(GGML_TYPE_Q4_K, 144, 2, "dmin");
     scale_case(GGML_TYPE_Q5_K, 176, 2, "dmin");
@@ -43,6 +48,21 @@ static void test_scales(void) {
     put16(q + 2, 0x3c00);
     bm_bad_block bad;
     CHECK(bm_check_blocks(GGML_TYPE_Q4_K, q, sizeof q, &bad) == 0);
+}
+
+/* MXFP4's scale is an E8M0 exponent: 0xFF (NaN in the OCP formats) is refused, every other byte is a
+ * finite power of two (0 and 0xFE included); its quantised nibbles are never checked. */
+static void test_e8m0(void) {
+    uint8_t buf[4 * 17];
+    memset(buf, 0x77, sizeof buf);
+    for (int b = 0; b < 4; b++) buf[17 * b] = (uint8_t)(b == 0 ? 0 : b == 1 ? 0xFE : 127);
+    bm_bad_block bad;
+    CHECK(bm_check_blocks(GGML_TYPE_MXFP4, buf, sizeof buf, &bad) == 0);
+    memset(buf + 1, 0xFF, 16); /* all-ones levels are fine */
+    CHECK(bm_check_blocks(GGML_TYPE_MXFP4, buf, sizeof buf, &bad) == 0);
+    buf[17 * 3] = 0xFF;
+    CHECK(bm_check_blocks(GGML_TYPE_MXFP4, buf, sizeof buf, &bad) == 1 && bad.block == 3 && strcmp(bad.field, "e") == 0 &&
+          isnan(bad.value));
 }
 
 static void test_values(void) {
@@ -67,6 +87,7 @@ static void test_values(void) {
 
 int main(void) {
     test_scales();
+    test_e8m0();
     test_values();
     return check_report("test_block_check");
 }

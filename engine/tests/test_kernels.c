@@ -374,6 +374,82 @@ static void test_dequant(void) {
     CHECK(got[0] == 1.0f && got[1] == -3.140625f);
 }
 
+/* The value of each element of one block of Q4_1, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K and IQ4_XS, written
+ * here element by element from the block layouts (tensor.h's table, ggml-common.h's structs), not from
+ * tensor.c's loops: element i's bits are located directly, then scaled with the float steps of ggml's
+ * dequantize_row_* (one product for the scale, one for the level, then the offset). */
+static const int8_t KV_IQ4NL[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+static const int8_t KV_MXFP4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+static float h2f(const uint8_t *p) { return bm_f16_to_f32((uint16_t)(p[0] | p[1] << 8)); }
+
+/* element i (0..31) of 16 bytes of nibbles: the low nibbles hold 0..15, the high ones 16..31 */
+static int nib32(const uint8_t *qs, int i) { return i < 16 ? qs[i] & 0xF : qs[i - 16] >> 4; }
+
+/* element i (0..255) of the 2-bit planes of Q2_K / Q3_K: byte 32 (i / 128) + i % 32, bits 2 ((i % 128) / 32) */
+static int crumb(const uint8_t *qs, int i) { return (qs[32 * (i / 128) + i % 32] >> (2 * ((i % 128) / 32))) & 3; }
+
+static float ref_value(uint32_t type, const uint8_t *x, int i) {
+    switch (type) {
+    case GGML_TYPE_Q4_1:
+    case GGML_TYPE_Q5_1: {
+        const int five = type == GGML_TYPE_Q5_1;
+        const uint32_t qh = five ? (uint32_t)x[4] | (uint32_t)x[5] << 8 | (uint32_t)x[6] << 16 | (uint32_t)x[7] << 24 : 0;
+        const int q = nib32(x + (five ? 8 : 4), i) | (int)((qh >> i) & 1) << 4;
+        return (float)q * h2f(x) + h2f(x + 2);
+    }
+    case GGML_TYPE_IQ4_NL: return h2f(x) * (float)KV_IQ4NL[nib32(x + 2, i)];
+    case GGML_TYPE_MXFP4: return (float)KV_MXFP4[nib32(x + 1, i)] * ldexpf(1.0f, (int)x[0] - 128);
+    case GGML_TYPE_Q2_K: {
+        const uint8_t sc = x[i / 16];
+        return h2f(x + 80) * (float)(sc & 0xF) * (float)crumb(x + 16, i) - h2f(x + 82) * (float)(sc >> 4);
+    }
+    case GGML_TYPE_Q3_K: {
+        const int j = i / 16; /* the 6-bit scale: 4 low bits from a nibble of bytes 0-7, 2 high from bytes 8-11 */
+        const uint8_t *s = x + 96;
+        const int lo = j < 8 ? s[j] & 0xF : s[j - 8] >> 4, hi = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+        const int q = crumb(x + 32, i) - ((x[i % 32] >> (i / 32)) & 1 ? 0 : 4);
+        return h2f(x + 108) * (float)((lo | hi << 4) - 32) * (float)q;
+    }
+    default: { /* IQ4_XS: sub-block i / 32, its 6-bit scale: a nibble of scales_l, 2 bits of scales_h */
+        const int ib = i / 32, sh = x[2] | x[3] << 8;
+        const int ls = ((x[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | ((sh >> (2 * ib)) & 3) << 4;
+        return h2f(x) * (float)(ls - 32) * (float)KV_IQ4NL[nib32(x + 8 + 16 * ib, i % 32)];
+    }
+    }
+}
+
+/* Every type added with the type table, against the restatements above, every value's bits, on random
+ * blocks whose float fields (the table's) hold reasonable scales or random E8M0 exponents. */
+static void test_dequant_types(void) {
+    static const uint32_t TY[] = {GGML_TYPE_Q4_1, GGML_TYPE_Q5_1, GGML_TYPE_IQ4_NL, GGML_TYPE_MXFP4,
+                                  GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_IQ4_XS};
+    uint8_t w[4 * 256];
+    float got[4 * 256], want[4 * 256];
+    for (size_t ti = 0; ti < sizeof TY / sizeof TY[0]; ti++) {
+        const bm_type_traits *tt = bm_type(TY[ti]);
+        CHECK(tt != NULL);
+        if (!tt) continue;
+        for (int rep = 0; rep < 100; rep++) {
+            for (size_t i = 0; i < 4 * tt->bytes; i++) w[i] = (uint8_t)urand();
+            for (int b = 0; b < 4; b++)
+                for (int f = 0; f < BM_TYPE_FIELDS && tt->fields[f].fmt; f++) {
+                    uint8_t *p = w + (size_t)b * tt->bytes + tt->fields[f].off;
+                    if (tt->fields[f].fmt == BM_FIELD_F16) put16(p, rand_scale());
+                    else p[0] = (uint8_t)(urand() % 255); /* E8M0: any byte but 0xFF */
+                }
+            row_to_f32(TY[ti], w, got, 4 * tt->blck);
+            for (int b = 0; b < 4; b++) {
+                const uint8_t *x = w + (size_t)b * tt->bytes;
+                float *y = want + (size_t)b * tt->blck;
+                for (int i = 0; i < (int)tt->blck; i++) y[i] = ref_value(TY[ti], x, i);
+            }
+            int same = memcmp(got, want, 4 * tt->blck * sizeof(float)) == 0;
+            if (!same) fprintf(stderr, "  dequant %s differs from ggml's\n", tt->name);
+            CHECK(same);
+        }
+    }
+}
+
 /* BF16, the one type the matmuls dequantise: every path's kernel, one token and several, against the
  * scalar one bit for bit, on lengths that are not a multiple of 8 or of the 256-value chunk; and the
  * scalar one against the F32 dot product of the row's values. Buffers are exactly the row and nt
@@ -527,6 +603,7 @@ int main(void) {
     test_q8_0();
     test_multi_token();
     test_dequant();
+    test_dequant_types();
     test_dequantised_dots();
     test_exponentials();
     test_attention_loops();

@@ -337,6 +337,9 @@ static void test_table(void) {
         {GGML_TYPE_BF16, BM_ACT_F32, 1, 2},      {GGML_TYPE_Q8_0, BM_ACT_Q8_0, 32, 34},
         {GGML_TYPE_Q4_0, BM_ACT_Q8_0, 32, 18},   {GGML_TYPE_Q5_0, BM_ACT_Q8_0, 32, 22},
         {GGML_TYPE_Q4_1, BM_ACT_Q8_1, 32, 20},   {GGML_TYPE_Q5_1, BM_ACT_Q8_1, 32, 24},
+        {GGML_TYPE_IQ4_NL, BM_ACT_Q8_0, 32, 18}, {GGML_TYPE_MXFP4, BM_ACT_Q8_0, 32, 17},
+        {GGML_TYPE_Q2_K, BM_ACT_Q8_K, 256, 84},  {GGML_TYPE_Q3_K, BM_ACT_Q8_K, 256, 110},
+        {GGML_TYPE_IQ4_XS, BM_ACT_Q8_K, 256, 136},
         {GGML_TYPE_Q4_K, BM_ACT_Q8_K, 256, 144}, {GGML_TYPE_Q5_K, BM_ACT_Q8_K, 256, 176},
         {GGML_TYPE_Q6_K, BM_ACT_Q8_K, 256, 210},
     };

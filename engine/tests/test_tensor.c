@@ -161,9 +161,33 @@ static void test_math(void) {
     CHECK(isnan(bm_gelu_f16(NAN)));
 }
 
+/* bm_gelu_f16_tab against bm_gelu_f16, bit for bit: every f16 value, the +-10 edges, NaN and infinities,
+ * and floats between f16 values (each rounds to an entry). */
+static void test_gelu_table(void) {
+    static float tab[BM_GELU_TAB];
+    bm_gelu_f16_table(tab);
+    uint32_t bad = 0, seed = 12345u;
+    for (uint32_t h = 0; h < BM_GELU_TAB; h++) {
+        float z = bm_f16_to_f32((uint16_t)h), a = bm_gelu_f16_tab(tab, z), b = bm_gelu_f16(z);
+        bad += memcmp(&a, &b, sizeof a) != 0;
+    }
+    const float edge[] = {-10.0f, 10.0f, nextafterf(-10.0f, 0.0f), nextafterf(10.0f, 0.0f), INFINITY, -INFINITY, NAN};
+    for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++) {
+        float a = bm_gelu_f16_tab(tab, edge[i]), b = bm_gelu_f16(edge[i]);
+        bad += memcmp(&a, &b, sizeof a) != 0;
+    }
+    for (int i = 0; i < 100000; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        float z = ((float)(seed >> 8) / 16777216.0f - 0.5f) * 24.0f, a = bm_gelu_f16_tab(tab, z), b = bm_gelu_f16(z);
+        bad += memcmp(&a, &b, sizeof a) != 0;
+    }
+    CHECK(bad == 0);
+}
+
 int main(void) {
     test_f16();
     test_dot();
     test_math();
+    test_gelu_table();
     return check_report("test_tensor");
 }

@@ -8,6 +8,7 @@ build it runs, and it names the cache entry, so an unchanged tree compiles nothi
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import platform
@@ -195,8 +196,29 @@ def build(
     if binary.is_file() and not rebuild:
         return Build(triple, build_id, binary, compiled=False, runnable=runnable, defines=tuple(defines))
 
-    say(f"building bmoe {build_id} for {triple} (the first build of a target also builds its libc)")
     out_dir.mkdir(parents=True, exist_ok=True)
+    # one compiler per build id across processes (two gate runs, xdist workers, `mutants --jobs`): the
+    # second waits for the first and takes its binary instead of compiling the same bytes again
+    with open(out_dir / ".lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if binary.is_file() and not rebuild:
+            return Build(triple, build_id, binary, compiled=False, runnable=runnable, defines=tuple(defines))
+        return _compile_into(triple, build_id, defines, engine_dir, binary, say, heartbeat, runnable)
+
+
+def _compile_into(
+    triple: str,
+    build_id: str,
+    defines: Sequence[str],
+    engine_dir: Path,
+    binary: Path,
+    say: Callable[[str], None],
+    heartbeat: float,
+    runnable: bool,
+) -> Build:
+    """Compiles the engine into `binary` (written under a temporary name, then renamed into place)."""
+    out_dir = binary.parent
+    say(f"building bmoe {build_id} for {triple} (the first build of a target also builds its libc)")
     sources = [str(p) for p in engine_sources(engine_dir) if p.suffix == ".c"]
     flags = [
         *BASE_CFLAGS,

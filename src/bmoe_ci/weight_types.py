@@ -68,10 +68,15 @@ TYPES: tuple[WeightType, ...] = (
     WeightType(Q.Q5_0, "q8_0"),
     WeightType(Q.Q5_1, "q8_1", min_offset=2),
     WeightType(Q.Q8_0, "q8_0"),
+    WeightType(Q.Q2_K, "q8_K"),
+    WeightType(Q.Q3_K, "q8_K"),
     WeightType(Q.Q4_K, "q8_K"),
     WeightType(Q.Q5_K, "q8_K"),
     WeightType(Q.Q6_K, "q8_K"),
+    WeightType(Q.IQ4_NL, "q8_0"),
+    WeightType(Q.IQ4_XS, "q8_K"),
     WeightType(Q.BF16, "f32"),
+    WeightType(Q.MXFP4, "q8_0"),
 )
 
 BY_QTYPE: dict[GGMLQuantizationType, WeightType] = {t.qtype: t for t in TYPES}

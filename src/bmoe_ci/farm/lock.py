@@ -10,10 +10,13 @@ TTL/4. A controller that dies stops renewing it: the lease expires within its TT
 * A second run gets :class:`~bmoe_ci.farm.errors.DeviceBusy`: ``busy, held by <run> (pid <pid> on
   <host>) since <time>; heartbeat <n>s ago, expires in <m>s``, or polls until ``wait`` seconds have
   passed (saying so every 10 s).
-* A lock is *stale*, and is broken, when its heartbeat is older than its TTL, or when its owner
-  ran on this very machine (same host name and boot id) and that process is gone (pid dead, or reused
-  by another process). Every break is recorded in :attr:`DeviceLock.broke` with the holder and its
-  age. Breaking renames the directory away only if its owner is still the stale one read a moment
+* A lock is *stale*, and is broken, when its owner ran on this very machine (same host name and boot
+  id) and that process is gone (pid dead, or reused by another process), or when this controller has
+  itself watched it for the holder's TTL (bounded to [:data:`MIN_TTL`, :data:`MAX_TTL`]) on its own
+  monotonic clock without seeing it renewed. The holder's wall-clock heartbeat is only a hint (another
+  machine's clock need not agree with ours): it decides whether a busy lease is watched past ``wait``,
+  never whether it is broken. Every break is recorded in :attr:`DeviceLock.broke` with the holder and
+  why. Breaking renames the directory away only if its owner is still the stale one read a moment
   before (a narrow race remains between that read and the rename; the rename itself is atomic).
 * :func:`force_unlock` (``bmoe-ci farm unlock DEVICE --force``) breaks a lease whatever its state and
   appends an audit line to ``<workdir>/.bmoe-ci-audit.log``.

@@ -189,10 +189,14 @@ def prepare(
     started = time.monotonic()
     farm = load_farm(farm_file, places)
     selected = select_devices(farm, list(selectors))
-    if needs is not None:
-        selected = [d for d in selected if d.name in needs]
     health = HealthBook(farm.path, places=places)
+    if needs is not None:
+        # a quarantined device has no collected tests (the plan left it out), so `needs` does not name
+        # it: it is still looked at here, for the note that says it was skipped and why
+        selected = [d for d in selected if d.name in needs or health.get(d).quarantine is not None]
     devices, notes = _available(selected, health, False, progress)
+    if needs is not None:
+        devices = [d for d in devices if d.name in needs]
     if needs is not None:
         wanted = sorted({f for names in needs.values() for f in names})
         fixture_names = [f for f in (fixture_names or wanted) if f in wanted]

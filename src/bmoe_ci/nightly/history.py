@@ -109,6 +109,21 @@ def _expected_columns() -> dict[str, set[str]]:
     return out
 
 
+def _columns_of_version(version: int) -> dict[str, set[str]]:
+    """Table -> columns a bmoe-ci history of schema ``version`` has: :data:`_SCHEMA`'s, less what the
+    migrations from ``version`` on add (read off their statements, so the two cannot drift apart)."""
+    out = _expected_columns()
+    for v in range(version, SCHEMA_VERSION):
+        for statement in _MIGRATIONS[v]:
+            if m := re.fullmatch(r"ALTER TABLE (\w+) ADD COLUMN (\w+) .*", statement, re.S):
+                out[m.group(1)].discard(m.group(2))
+            elif m := re.match(r"CREATE (?:TABLE|INDEX) (\w+)", statement):
+                out.pop(m.group(1), None)
+            else:  # pragma: no cover - a migration this check cannot read is a programming error
+                raise AssertionError(f"history migration {v}: cannot tell what it adds: {statement}")
+    return out
+
+
 class HistoryError(Exception):
     """The history file cannot be used (newer schema, not a database); one line naming the file."""
 
@@ -321,13 +336,14 @@ class History:
         self.conn.execute("COMMIT")
 
     def _check_ours(self) -> None:
-        """The file is empty, or a bmoe-ci history with every table and column this version reads: never
-        another application's database, which bmoe-ci would otherwise write its tables into."""
+        """The file is empty, or a bmoe-ci history with every table and column its schema version has (an
+        older version is then migrated in place): never another application's database, which bmoe-ci
+        would otherwise write its tables into, nor a damaged one it would half-read."""
         version = self.conn.execute("PRAGMA user_version").fetchone()[0]
         tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if (version == 0 and not tables) or version > SCHEMA_VERSION:
             return  # new, or from a newer bmoe-ci (_migrate says so)
-        expected = _expected_columns()
+        expected = _columns_of_version(version) if version else {}  # an older history is migrated (_migrate)
         if version == 0 or not set(expected) <= tables:
             shown = ", ".join(sorted(tables)[:6]) or "no tables"
             raise HistoryError(
@@ -339,7 +355,7 @@ class History:
             if not columns <= have:
                 raise HistoryError(
                     f"{self.path}: table {table} lacks column(s) {', '.join(sorted(columns - have))}: "
-                    "not a bmoe-ci history of this version"
+                    f"not a bmoe-ci history of schema version {version}"
                 )
 
     def _migrate(self) -> None:
