@@ -48,7 +48,15 @@ SLOW_MODULES = frozenset(
 )
 
 
+#: what pytest-xdist puts in a worker's environment; the project's tests start pytest runs of their own
+#: (gate runs, mutants, the nightly), which must run as a user's would, not as xdist workers (the bmoe-ci
+#: plugin and other plugins read these)
+XDIST_ENVIRONMENT = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    for name in XDIST_ENVIRONMENT:
+        os.environ.pop(name, None)
     config.addinivalue_line("markers", "slow: runs whole gate runs, farms or llama.cpp (left out by make test-fast)")
 
 
@@ -58,12 +66,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
-def _shared_dir(factory: pytest.TempPathFactory, name: str) -> Path:
+def _shared_dir(config: pytest.Config, factory: pytest.TempPathFactory, name: str) -> Path:
     """A directory all xdist workers of this session share (their base temps are siblings), or this
     process's own without xdist. What goes in it must be safe for concurrent writers (the fixture
     generator locks its directory)."""
     base = factory.getbasetemp()
-    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    root = base.parent if hasattr(config, "workerinput") else base  # an xdist worker
     out = root / name
     out.mkdir(exist_ok=True)
     return out
@@ -82,11 +90,11 @@ def engine_asan_bin() -> Path:
 
 
 @pytest.fixture(scope="session")
-def fixture_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def fixture_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Every fixture model, generated once per test session (the generator caches by spec)."""
     from bmoe_ci.models import generate
 
-    out = Path(os.environ.get("BMOE_TEST_FIXTURES", "") or _shared_dir(tmp_path_factory, "fixtures"))
+    out = Path(os.environ.get("BMOE_TEST_FIXTURES", "") or _shared_dir(request.config, tmp_path_factory, "fixtures"))
     generate(out)
     return out
 

@@ -61,15 +61,17 @@ def test_a_phone_dropping_off_adb_mid_run_gives_errors_and_the_other_passes(tmp_
 
         watcher = _when_first_record(results, drop)
         start = time.monotonic()
-        run = run_gates(tmp_path, farm=farm, device="host,phone", modules=DET, select=DET_TWO_CALLS, results=results)
+        # the whole DET module: after the phone's first record, its later tests still call the engine in
+        # their own bodies (batch, session, kernels); with only two tests the second could end before the drop
+        run = run_gates(tmp_path, farm=farm, device="host,phone", modules=DET, results=results)
         took = time.monotonic() - start
         watcher.join()
     assert done, "the adb device never finished a test"
     host, dead = without_xdev(run.summary["devices"]["host"]), without_xdev(run.summary["devices"]["phone"])
     assert run.returncode == 1, run.output[-3000:]
-    assert host["status"] == "pass" and host["passed"] == host["tests"] == len(DET_TWO_CALLS)
+    assert host["status"] == "pass" and host["passed"] == host["tests"] >= len(DET_TWO_CALLS)
     assert dead["failed"] == 0 and dead["passed"] >= 1 and dead["errors"] >= 1
-    assert dead["passed"] + dead["errors"] == dead["tests"] == len(DET_TWO_CALLS)
+    assert dead["passed"] + dead["errors"] == dead["tests"] == host["tests"]
     problems = [p for p in run.summary["problems"] if p["device"] == "phone"]
     assert problems and all(any(k in p["message"] for k in ("unreachable", "disconnect")) for p in problems)
     assert took < 240
