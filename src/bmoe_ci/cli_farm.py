@@ -17,7 +17,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .farm import (
-    DeviceSession,
     FarmConfigError,
     FarmError,
     InfraError,
@@ -26,6 +25,7 @@ from .farm import (
     force_unlock,
     load_farm,
     localfarm,
+    open_session,
     open_transport,
     read_lock,
     select_devices,
@@ -300,8 +300,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def _gc(device, keep: int | None) -> dict:
     row: dict = {"device": device.name, "ok": False, "removed": 0, "freed_bytes": 0}
     try:
-        with DeviceSession(device, run_id=f"gc-{default_run_id()}") as session:
-            session.connect().lock()
+        with open_session(device, run_id=f"gc-{default_run_id()}", check=False) as session:
             rep = session.gc(keep)
             row.update(
                 ok=True,

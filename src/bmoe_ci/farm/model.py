@@ -232,6 +232,15 @@ class Device(DeviceSpec):
 
         return transport_class(self.transport).where(self)
 
+    def spec(self) -> dict[str, Any]:
+        """The device as JSON-ready values (:meth:`from_spec` makes it again): how the controller of a
+        gate run hands a device to its workers."""
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any]) -> Device:
+        return cls.model_validate(spec)
+
     def describe(self) -> str:
         where = self.where
         prefix = f" via {' '.join(self.exec_prefix)}" if self.exec_prefix else ""
