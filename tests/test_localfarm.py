@@ -23,9 +23,9 @@ from bmoe_ci.farm import (
     LockOwner,
     MissingTool,
     PushItem,
+    embedded,
     load_farm,
     load_farm_file,
-    localfarm,
     open_session,
     open_transport,
     read_lock,
@@ -34,6 +34,7 @@ from bmoe_ci.farm import (
 from bmoe_ci.farm.lock import LOCK_DIR
 from bmoe_ci.farm.pids import pid_running
 from bmoe_ci.paths import Places
+from bmoe_ci.standins import localfarm
 
 SSH = str(localfarm.layout()["SSH_HOST_NAME"])
 ARCH = localfarm.host_arch()
@@ -153,7 +154,7 @@ def test_down_stops_only_what_up_started(tmp_path: Path) -> None:
         from bmoe_ci.farm import FarmNotUp
 
         with pytest.raises(FarmNotUp, match="run `bmoe-ci farm up`"):
-            localfarm.farm_file(st)
+            embedded.farm_file(st)
         assert localfarm.down(st) == []  # twice is fine
     finally:
         decoy.kill()

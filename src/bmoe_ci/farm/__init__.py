@@ -33,7 +33,8 @@ Names:
 * :class:`DeviceLock`, :func:`read_lock`
 * errors: :class:`FarmError` > :class:`FarmConfigError`, :class:`SelectionError`, :class:`FarmNotUp`,
   :class:`MissingTool`, :class:`InfraError` > :class:`DeviceBusy`
-* :mod:`bmoe_ci.farm.localfarm`: ``up``, ``down``, ``sshd_status``, ``state_dir``, ``farm_file``
+* :mod:`bmoe_ci.farm.embedded`: ``state_dir``, ``farm_file`` (where the embedded local farm's file is;
+  :mod:`bmoe_ci.standins.localfarm` brings it up)
 
 The lease's owner is the session that took it (see :func:`open_session`): in a gate run the
 controller, whose xdist workers open their sessions with ``lock=False``.
@@ -69,7 +70,7 @@ def load_farm(path: str | os.PathLike[str] | None = None, places: Places | None 
     """Load a farm file; ``None`` means the embedded local farm of ``places`` (:class:`FarmNotUp` if not
     started)."""
     if path is None:
-        from .localfarm import farm_file
+        from .embedded import farm_file
 
         path = farm_file(places=places)
     return load_farm_file(Path(path))
