@@ -348,7 +348,7 @@ def up(
     }
     _write(state / RECORD, json.dumps(record, indent=2) + "\n")
     # validate what we wrote: a broken template must fail here, not in the first test
-    from bmoe_ci.farm.model import load_farm_file
+    from bmoe_ci.farm.farmfile import load_farm_file
 
     load_farm_file(state / FARM_FILE)
     return state / FARM_FILE

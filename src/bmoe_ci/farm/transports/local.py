@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InfraError
+from ..model import DeviceSpec, TransportKeys
 from .base import Ending, Problem, RunResult, Transport, command_text
 
 
@@ -95,19 +96,23 @@ def run_process(
     return ProcessRun(out, err, returncode=proc.returncode, duration=time.monotonic() - start)
 
 
+class LocalKeys(TransportKeys):
+    """A local device has no keys of its own: it is this machine."""
+
+    def where(self) -> str:
+        return "local"
+
+
 class LocalTransport(Transport):
     """Commands run as subprocesses of this process (:func:`run_process`); files are copied."""
 
     name = "local"
+    keys = LocalKeys
 
     @classmethod
-    def check_device(cls, spec: Any, base: Path, problem: Problem) -> dict[str, Any]:
-        wd = Path(os.path.expanduser(spec.workdir))
+    def check_device(cls, spec: DeviceSpec, keys: Any, base: Path, problem: Problem) -> dict[str, Any]:
+        wd = Path(os.path.expanduser(spec.workdir or ""))
         return {"workdir": str(wd if wd.is_absolute() else (base / wd))}
-
-    @classmethod
-    def where(cls, device: Any) -> str:
-        return "local"
 
     def _connect(self) -> None:
         try:
