@@ -181,14 +181,16 @@ def load_farm_file(path: str | os.PathLike[str], variables: dict[str, str] | Non
             line, shown_loc = locate(raw, loc)
             if err["type"] == "extra_forbidden" and shown_loc and shown_loc[0] == "defaults":
                 continue  # already reported with a better message
-            issue(line, shown_loc, _message(err, loc, _fields_for(loc)))
+            issue(line, shown_loc, _message(dict(err), loc, _fields_for(loc)))
 
     # each device's own keys, by its transport's model (reported with the problems above, all at once)
     transports = registry()
     raw_devices = raw.get("devices")
+    if not isinstance(raw_devices, LineList):
+        raw_devices = LineList()
     links: dict[int, TransportKeys | None] = {}
-    for i, draw in enumerate(raw_devices if isinstance(raw_devices, LineList) else []):
-        tclass = transports.get(draw.get("transport")) if isinstance(draw, LineDict) else None
+    for i, draw in enumerate(raw_devices):
+        tclass = transports.get(str(draw.get("transport"))) if isinstance(draw, LineDict) else None
         if tclass is not None:
             links[i] = _transport_keys(tclass, transports, draw, ("devices", i), raw, issue)
     if issues or spec is None:
@@ -349,7 +351,7 @@ def _transport_keys(
         for err in exc.errors():
             full = (*loc, *err["loc"])
             line, shown_loc = locate(raw, full)
-            issue(line, shown_loc, _message(err, full, _DEVICE_KEYS))
+            issue(line, shown_loc, _message(dict(err), full, _DEVICE_KEYS))
         return None
 
 

@@ -189,7 +189,7 @@ class AdbTransport(Transport):
         self._connected = False
 
     # -- commands
-    def _run(self, argv, timeout, *, cwd, env, stdin, argv_shown, idle_timeout=None):  # type: ignore[override]
+    def _run(self, argv, timeout, *, cwd, env, stdin, argv_shown, idle_timeout=None):
         name = self.device.name
         shown = argv_shown or tuple(argv)
         secs = max(1, int(-(-timeout // 1)))

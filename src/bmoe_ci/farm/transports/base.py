@@ -199,7 +199,9 @@ class Transport(ABC):
 
     def __init__(self, device: Device):
         self.device = device
-        self.workdir = device.workdir  #: resolved at connect (``~`` expanded on ssh devices)
+        if device.workdir is None:
+            raise ValueError(f"{device.name}: no workdir (the farm file's loader gives every device one)")
+        self.workdir: str = device.workdir  #: resolved at connect (``~`` expanded on ssh devices)
         self.stats = _Stats()
         self._connected = False
         self._lock = threading.RLock()

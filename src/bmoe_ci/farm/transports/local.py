@@ -123,7 +123,7 @@ class LocalTransport(Transport):
     def close(self) -> None:
         self._connected = False
 
-    def _run(self, argv, timeout, *, cwd, env, stdin, argv_shown, idle_timeout=None):  # type: ignore[override]
+    def _run(self, argv, timeout, *, cwd, env, stdin, argv_shown, idle_timeout=None):
         name = self.device.name
         shown = argv_shown or tuple(argv)
         if cwd and not os.path.isdir(cwd):
@@ -164,13 +164,15 @@ class LocalTransport(Transport):
 def _pump(proc: subprocess.Popen, stdin: bytes | None, deadline_at: float, idle: float) -> tuple[bytes, bytes, bool]:
     """Like ``communicate`` with a deadline, plus a watchdog: returns (stdout, stderr, silent) where
     ``silent`` means nothing arrived for ``idle`` seconds. Raises TimeoutExpired at the deadline."""
+    assert proc.stdout is not None and proc.stderr is not None  # started with pipes
     if proc.stdin is not None:
+        pipe = proc.stdin
 
         def feed() -> None:
             with contextlib.suppress(OSError):
                 if stdin:
-                    proc.stdin.write(stdin)
-                proc.stdin.close()
+                    pipe.write(stdin)
+                pipe.close()
 
         threading.Thread(target=feed, daemon=True).start()
     bufs: dict[int, bytearray] = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}

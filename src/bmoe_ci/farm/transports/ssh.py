@@ -157,8 +157,8 @@ class SshTransport(Transport):
         super().__init__(device)
         self.link = ssh_keys(device)
         self.keepalive = keepalive
-        self._conn = None
-        self._sftp = None
+        self._conn: Any = None  # a fabric Connection while connected (fabric is untyped)
+        self._sftp: Any = None
 
     # -- connection
     def _connect(self) -> None:
@@ -261,7 +261,7 @@ class SshTransport(Transport):
         return bool(t is not None and t.is_active())
 
     # -- commands
-    def _run(self, argv, timeout, *, cwd, env, stdin, argv_shown, idle_timeout=None):  # type: ignore[override]
+    def _run(self, argv, timeout, *, cwd, env, stdin, argv_shown, idle_timeout=None):
         import paramiko
 
         name = self.device.name
