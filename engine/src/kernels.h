@@ -58,7 +58,7 @@
  * times nt (2 .. BM_TILE_T) tokens' inputs; out[r * BM_TILE_T + t] is bit for bit the one-token
  * kernel's value of row r on token t. */
 #define BM_TILE_R 8
-#define BM_TILE_T 8
+#define BM_TILE_T 32
 typedef void (*bm_dot_tile_fn)(const uint8_t *w, size_t row_bytes, int nr, const bm_act *a, size_t n, int nt,
                                float *out);
 
