@@ -15,7 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bmoe_ci.farm import load_farm, localfarm, open_transport
+from bmoe_ci.farm import load_farm, open_transport
+from bmoe_ci.standins import localfarm
 
 
 def main() -> int:

@@ -1,4 +1,4 @@
-"""An adb link for the project's own tests: the stand-in adbd (bmoe_ci.farm.adbd) on a loopback port and
+"""An adb link for the project's own tests: the stand-in adbd (bmoe_ci.standins.adbd) on a loopback port and
 an adb server of the test's own (Debian's `adb`, never the user's 5037), connected to each other, so that
 the real adb client reaches a device that executes commands on this machine."""
 
@@ -78,7 +78,7 @@ def adb_link(tmp: Path, *args: str, abi: str = "x86_64") -> Iterator[AdbLink]:
         [
             sys.executable,
             "-m",
-            "bmoe_ci.farm.adbd",
+            "bmoe_ci.standins.adbd",
             "--listen",
             "127.0.0.1:0",
             "--port-file",

@@ -1,8 +1,8 @@
-"""The stand-in adbd (bmoe_ci.farm.adbd) driven by the real adb client and server.
+"""The stand-in adbd (bmoe_ci.standins.adbd) driven by the real adb client and server.
 
 Every adb call goes to a private adb server on a free port (``adb -P PORT``, never the default 5037) with its own
 ``HOME`` (so its own key pair) and ``TMPDIR`` (its own log); the server is killed at the end of the module. Each
-stand-in runs as ``python -m bmoe_ci.farm.adbd`` on a free loopback port, found through its ``--port-file``.
+stand-in runs as ``python -m bmoe_ci.standins.adbd`` on a free loopback port, found through its ``--port-file``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from bmoe_ci.farm import adbd
+from bmoe_ci.standins import adbd
 
 ADB = shutil.which("adb")
 pytestmark = pytest.mark.skipif(ADB is None, reason="adb (Android platform-tools) is not on PATH; CI installs it")
@@ -146,14 +146,14 @@ def adb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Adb]:
 
 @contextlib.contextmanager
 def stand_in(tmp: Path, *options: str) -> Iterator[StandIn]:
-    """``python -m bmoe_ci.farm.adbd`` on a free loopback port; SIGTERM (then SIGKILL) at the end."""
+    """``python -m bmoe_ci.standins.adbd`` on a free loopback port; SIGTERM (then SIGKILL) at the end."""
     tmp.mkdir(parents=True, exist_ok=True)
     port_file = tmp / "adbd.port"
     log = tmp / "adbd.log"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]), TMPDIR=str(tmp))
     with log.open("wb") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "bmoe_ci.farm.adbd", "--port-file", str(port_file), *options],
+            [sys.executable, "-m", "bmoe_ci.standins.adbd", "--port-file", str(port_file), *options],
             stdin=subprocess.DEVNULL,
             stdout=err,
             stderr=err,
@@ -579,7 +579,7 @@ def test_sigterm_kills_running_commands_and_cleans_up(adb: Adb, tmp_path: Path) 
 
 def test_only_loopback_is_accepted() -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]))
-    r = subprocess.run([sys.executable, "-m", "bmoe_ci.farm.adbd", "--listen", "0.0.0.0:5555"],
+    r = subprocess.run([sys.executable, "-m", "bmoe_ci.standins.adbd", "--listen", "0.0.0.0:5555"],
                        capture_output=True, env=env, timeout=CALL_TIMEOUT, check=False)  # fmt: skip
     assert r.returncode == 2 and r.stdout == b""
     assert len(r.stderr.decode().splitlines()) == 1 and "not a loopback address" in r.stderr.decode()

@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("bmoe_ci", "paths", "recipes", "weight_types", "inputs"),
     ("origin", "builder", "faults", "reference", "replay", "check_table", "vocabs"),
     ("enginecheck", "models", "farm"),
-    ("reports",),
+    ("reports", "standins"),  # standins: the local farm's sshd/adbd/adb bring-up, above the farm it serves
     ("gaterun",),  # the gate run library: prepare, run the engine, run the suite
     ("ab", "mutants", "nightly"),
     ("release",),

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import junitparser
 
-from bmoe_ci.farm import localfarm
+from bmoe_ci.standins import localfarm
 from gate_run import DET, DET_ONE, DET_ONE_PLAN, DET_TWO_CALLS, REPO, host_farm, run_gates, without_xdev
 
 

@@ -17,13 +17,13 @@ from bmoe_ci.farm import (
     InfraError,
     PushItem,
     load_farm_file,
-    localfarm,
     open_transport,
     push,
     sha256_file,
 )
 from bmoe_ci.farm.transports.remote_shell import build_remote_command
 from bmoe_ci.farm.transports.ssh import SshTransport
+from bmoe_ci.standins import localfarm
 
 SSH = str(localfarm.layout()["SSH_HOST_NAME"])
 

@@ -170,9 +170,10 @@ def test_collect_only_builds_leases_and_pushes_nothing(tmp_path: Path) -> None:
 
 
 def test_collect_only_on_the_embedded_local_farm_leaves_its_devices_as_they_were(tmp_path: Path) -> None:
-    from bmoe_ci.farm import load_farm_file, localfarm
+    from bmoe_ci.farm import load_farm_file
     from bmoe_ci.models import load_specs
     from bmoe_ci.paths import Places
+    from bmoe_ci.standins import localfarm
 
     cache_dir = Places.from_environ(os.environ).cache_dir
     state = tmp_path / "farm"

@@ -35,7 +35,8 @@ from pathlib import Path
 
 import pytest
 
-from bmoe_ci.farm import load_farm_file, localfarm
+from bmoe_ci.farm import load_farm_file
+from bmoe_ci.standins import localfarm
 from gate_run import REPO
 
 DOCS = REPO / "docs"

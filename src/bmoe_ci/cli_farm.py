@@ -17,20 +17,21 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .farm import (
-    DeviceSession,
     FarmConfigError,
     FarmError,
     InfraError,
     check_lite,
     default_run_id,
+    embedded,
     force_unlock,
     load_farm,
-    localfarm,
+    open_session,
     open_transport,
     read_lock,
     select_devices,
 )
 from .farm.health import HealthBook
+from .standins import localfarm
 
 
 def add_farm_commands(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -143,7 +144,7 @@ def _local_only(cmd: str, args: argparse.Namespace) -> int | None:
     if args.farm is None:
         return None
     try:
-        same = args.farm.resolve() == localfarm.farm_file(places=args.places).resolve()
+        same = args.farm.resolve() == embedded.farm_file(places=args.places).resolve()
     except FarmError:
         same = False
     if same:
@@ -161,7 +162,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     if bad is not None:
         return bad
     try:
-        state = localfarm.state_dir(args.places)
+        state = embedded.state_dir(args.places)
         _progress(f"local farm state: {state}")
         path = localfarm.up(state, log=_progress, places=args.places)
         farm = load_farm(path)
@@ -300,8 +301,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def _gc(device, keep: int | None) -> dict:
     row: dict = {"device": device.name, "ok": False, "removed": 0, "freed_bytes": 0}
     try:
-        with DeviceSession(device, run_id=f"gc-{default_run_id()}") as session:
-            session.connect().lock()
+        with open_session(device, run_id=f"gc-{default_run_id()}", check=False) as session:
             rep = session.gc(keep)
             row.update(
                 ok=True,

@@ -23,8 +23,8 @@ Names:
 
 * :func:`load_farm`, :class:`Farm`, :class:`Device`, :func:`load_farm_file` (model)
 * :func:`select_devices` (``NAME``, comma lists, ``pool:``, ``arch:``, ``label:``, ``kind:``, ``os:``, ``all``)
-* :func:`open_session`, :class:`DeviceSession` (connect / lock / push_engine / push_files / preflight /
-  run_engine / run / pull / close)
+* :func:`open_session` (the one way in: connect, lease, preflight, push, each step reported to
+  ``on_step``), :class:`DeviceSession` (run_engine / run_plan / run / pull / read_files / gc / close)
 * :func:`open_transport`, :class:`Transport`, :class:`RunResult`, :class:`Ending`, :func:`registry`
   (the transports, one module each in :mod:`bmoe_ci.farm.transports`: local, ssh, adb)
 * :func:`push`, :class:`PushItem`, :class:`PushReport` (content-addressed store); :mod:`bmoe_ci.farm.pull`
@@ -33,11 +33,11 @@ Names:
 * :class:`DeviceLock`, :func:`read_lock`
 * errors: :class:`FarmError` > :class:`FarmConfigError`, :class:`SelectionError`, :class:`FarmNotUp`,
   :class:`MissingTool`, :class:`InfraError` > :class:`DeviceBusy`
-* :mod:`bmoe_ci.farm.localfarm`: ``up``, ``down``, ``sshd_status``, ``state_dir``, ``farm_file``
+* :mod:`bmoe_ci.farm.embedded`: ``state_dir``, ``farm_file`` (where the embedded local farm's file is;
+  :mod:`bmoe_ci.standins.localfarm` brings it up)
 
-For pytest-xdist: take locks and push in the controller (``open_session(..., check=True)``); a worker
-opens its own session with the *same run id* and ``lock=True``: it adopts the controller's lock instead
-of failing, and never releases it; pushing again costs one round trip and 0 bytes.
+The lease's owner is the session that took it (see :func:`open_session`): in a gate run the
+controller, whose xdist workers open their sessions with ``lock=False``.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def load_farm(path: str | os.PathLike[str] | None = None, places: Places | None 
     """Load a farm file; ``None`` means the embedded local farm of ``places`` (:class:`FarmNotUp` if not
     started)."""
     if path is None:
-        from .localfarm import farm_file
+        from .embedded import farm_file
 
         path = farm_file(places=places)
     return load_farm_file(Path(path))

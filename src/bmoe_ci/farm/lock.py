@@ -20,8 +20,9 @@ TTL/4. A controller that dies stops renewing it: the lease expires within its TT
   before (a narrow race remains between that read and the rename; the rename itself is atomic).
 * :func:`force_unlock` (``bmoe-ci farm unlock DEVICE --force``) breaks a lease whatever its state and
   appends an audit line to ``<workdir>/.bmoe-ci-audit.log``.
-* A run that finds a lock of its *own* run id (an xdist worker of the controller that locked the
-  device) adopts it without taking it over: it will not release it.
+* The lease belongs to the :class:`DeviceLock` that took it (the session
+  :func:`~bmoe_ci.farm.session.open_session` opened with ``lock=True``): nothing else renews or
+  releases it. Another lock of the same run id is one more run for it: busy.
 * :meth:`DeviceLock.release` removes the lock only if it is still ours; an ``atexit`` hook releases
   locks a crashed session forgot.
 """
@@ -235,7 +236,6 @@ class DeviceLock:
         self.run_id = run_id
         self.ttl = ttl
         self.owner: LockOwner | None = None  #: set while we hold the lock
-        self.adopted = False  #: True when the lock belonged to our run id already (we will not release it)
         self.broke: list[str] = []  #: reasons of stale locks we broke
         self._refreshing = threading.Lock()  # a heartbeat never rewrites a lease being released
 
@@ -245,7 +245,7 @@ class DeviceLock:
 
     @property
     def held(self) -> bool:
-        return self.owner is not None or self.adopted
+        return self.owner is not None
 
     def _sh(self, script: str, *args: str):
         r = self.transport.sh(script, *args, timeout=lease_deadline(self.transport)).raise_for_infra()
@@ -287,9 +287,6 @@ class DeviceLock:
             old = len(out) > 1 and out[1] == "OLD"
             raw = "\n".join(out[2 if old else 1 :]).strip()
             holder = LockOwner.from_json(raw)
-            if holder is not None and holder.run_id == self.run_id:
-                self.adopted = True
-                return self
             now = time.monotonic()
             if raw != seen_raw:  # first sight, or renewed since: it is watched afresh
                 renewed = seen_raw is not None
@@ -347,8 +344,7 @@ class DeviceLock:
                 raise InfraError(self.transport.device.name, "busy", "our lock was taken over by another run")
 
     def release(self) -> None:
-        """Remove the lock if it is still ours (adopted locks are left to their owner)."""
-        self.adopted = False
+        """Remove the lock if it is still ours."""
         with self._refreshing:
             owner, self.owner = self.owner, None
         _live_locks.discard(self)
@@ -358,7 +354,6 @@ class DeviceLock:
     def abandon(self) -> None:
         """Give the lease up without a word to the device (it does not answer): it expires after its TTL,
         and nothing (not the exit hook either) waits on the device for it."""
-        self.adopted = False
         self.owner = None  # not under the renewal lock: a renewal hung on the device holds it
         _live_locks.discard(self)
 

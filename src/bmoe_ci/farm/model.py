@@ -16,7 +16,6 @@ of a file are reported at once. The full reference is ``docs/farm.md``.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from dataclasses import dataclass, field
@@ -30,6 +29,16 @@ from bmoe_ci import inputs
 from bmoe_ci.builder import KNOWN_ARCHES, normalize_arch
 
 from .errors import ConfigIssue, FarmConfigError
+from .yamllines import (
+    MAX_FARM_BYTES,
+    LineDict,
+    LineList,
+    closest,
+    display_path,
+    format_loc,
+    load_yaml_with_lines,
+    locate,
+)
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _NAME_RE = re.compile(NAME_PATTERN)
@@ -53,122 +62,6 @@ def emulated_arch(exec_prefix: tuple[str, ...] | list[str]) -> str | None:
         if m:
             return normalize_arch(m.group(1))
     return None
-
-
-# --------------------------------------------------------------------------------------------------
-# Line-aware YAML
-
-
-class LineDict(dict):
-    """A mapping from YAML that remembers the line of itself and of each key (1-based)."""
-
-    line: int = 0
-
-    def __init__(self, *a: Any, **kw: Any):
-        super().__init__(*a, **kw)
-        self.key_lines: dict[Any, int] = {}
-        self.duplicates: list[tuple[Any, int, int]] = []  # (key, line, first line)
-        self.inherited: dict[Any, int | None] = {}  # key -> line in 'defaults' it was inherited from
-
-
-class LineList(list):
-    """A sequence from YAML that remembers the line of itself and of each item (1-based)."""
-
-    line: int = 0
-
-    def __init__(self, *a: Any):
-        super().__init__(*a)
-        self.item_lines: list[int] = []
-
-
-class _LineLoader(yaml.SafeLoader):
-    pass
-
-
-def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> LineDict:
-    out = LineDict()
-    out.line = node.start_mark.line + 1
-    first: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":
-            continue
-        key = loader.construct_object(key_node, deep=True)
-        line = key_node.start_mark.line + 1
-        try:
-            hash(key)
-        except TypeError:
-            raise yaml.constructor.ConstructorError(None, None, "unhashable key", key_node.start_mark) from None
-        if key in first:
-            out.duplicates.append((key, line, first[key]))
-        else:
-            first[key] = line
-    loader.flatten_mapping(node)
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        out[key] = loader.construct_object(value_node, deep=True)
-        # merged keys come first in node.value; an explicit key later overrides them, line included
-        out.key_lines[key] = key_node.start_mark.line + 1
-    return out
-
-
-def _construct_sequence(loader: _LineLoader, node: yaml.SequenceNode) -> LineList:
-    out = LineList()
-    out.line = node.start_mark.line + 1
-    for child in node.value:
-        out.append(loader.construct_object(child, deep=True))
-        out.item_lines.append(child.start_mark.line + 1)
-    return out
-
-
-_LineLoader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
-_LineLoader.add_constructor("tag:yaml.org,2002:seq", _construct_sequence)
-
-
-#: Bounds on a farm file: its size, and the number of nodes it expands to once every alias is
-#: followed (a 1 KB "billion laughs" file of nested aliases expands to billions).
-MAX_FARM_BYTES = 1 << 20
-MAX_EXPANDED_NODES = 100_000
-
-
-class YamlTooLarge(yaml.YAMLError):
-    def __init__(self, problem: str, problem_mark: yaml.Mark | None):
-        super().__init__(problem)
-        self.problem = problem
-        self.problem_mark = problem_mark
-
-
-def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
-    """Nodes ``node`` stands for with every alias expanded (aliases are shared nodes: memoised)."""
-    key = id(node)
-    if key not in memo:
-        memo[key] = 0  # a recursive alias counts once (the constructor rejects or shares it)
-        if isinstance(node, yaml.MappingNode):
-            n = 1 + sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
-        elif isinstance(node, yaml.SequenceNode):
-            n = 1 + sum(_expanded_size(c, memo) for c in node.value)
-        else:
-            n = 1
-        memo[key] = min(n, MAX_EXPANDED_NODES + 1)
-    return memo[key]
-
-
-def load_yaml_with_lines(text: str) -> Any:
-    """Parse YAML text into :class:`LineDict` / :class:`LineList` trees (``yaml.YAMLError`` on bad YAML,
-    on a text over :data:`MAX_FARM_BYTES`, or on aliases expanding past :data:`MAX_EXPANDED_NODES`)."""
-    if len(text.encode("utf-8", "replace")) > MAX_FARM_BYTES:
-        raise YamlTooLarge(f"farm file larger than {MAX_FARM_BYTES} bytes", None)
-    loader = _LineLoader(text)
-    try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        if _expanded_size(node, {}) > MAX_EXPANDED_NODES:
-            raise YamlTooLarge(
-                f"aliases expand to more than {MAX_EXPANDED_NODES} nodes (anchor/alias bomb?)", node.start_mark
-            )
-        return loader.construct_document(node)
-    finally:
-        loader.dispose()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -232,6 +125,15 @@ class Device(DeviceSpec):
 
         return transport_class(self.transport).where(self)
 
+    def spec(self) -> dict[str, Any]:
+        """The device as JSON-ready values (:meth:`from_spec` makes it again): how the controller of a
+        gate run hands a device to its workers."""
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any]) -> Device:
+        return cls.model_validate(spec)
+
     def describe(self) -> str:
         where = self.where
         prefix = f" via {' '.join(self.exec_prefix)}" if self.exec_prefix else ""
@@ -265,7 +167,7 @@ class Farm:
 
         if name in self.devices:
             return self.devices[name]
-        hint = _closest(name, list(self.devices))
+        hint = closest(name, list(self.devices))
         raise SelectionError(f"unknown device '{name}'{hint}; known devices: {', '.join(self.devices)}")
 
     def select(self, specs: str | list[str] | tuple[str, ...]) -> list[Device]:
@@ -283,52 +185,10 @@ class Farm:
 # Loading
 
 
-def _display(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(path)
-
-
-def _fmt_path(loc: tuple[Any, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out
-
-
-def _closest(word: str, choices: tuple[str, ...] | list[str]) -> str:
-    hits = difflib.get_close_matches(str(word), list(choices), n=1, cutoff=0.6)
-    return f" (did you mean '{hits[0]}'?)" if hits else ""
-
-
-def _locate(raw: Any, loc: tuple[Any, ...]) -> tuple[int | None, tuple[Any, ...]]:
-    """Line of the deepest node of ``loc`` present in ``raw``, and the path to report (may be rerouted
-    to ``defaults.KEY`` when the value was inherited from the defaults block)."""
-    line = getattr(raw, "line", None) or None
-    node = raw
-    for i, part in enumerate(loc):
-        if isinstance(node, LineDict) and part in node:
-            if part in node.inherited:
-                return node.inherited[part], ("defaults", part)
-            line = node.key_lines.get(part, line)
-            node = node[part]
-        elif isinstance(node, LineList) and isinstance(part, int) and 0 <= part < len(node):
-            line = node.item_lines[part]
-            node = node[part]
-        else:
-            # the key is missing (e.g. a required key): report at the enclosing mapping
-            return line, loc[: i + 1]
-    return line, loc
-
-
 def _message(err: dict[str, Any], loc: tuple[Any, ...], parent_fields: tuple[str, ...]) -> str:
     etype = err["type"]
     if etype == "extra_forbidden":
-        return "unknown key" + _closest(str(loc[-1]), parent_fields)
+        return "unknown key" + closest(str(loc[-1]), parent_fields)
     if etype == "missing":
         return "missing required key"
     got = err.get("input")
@@ -365,7 +225,7 @@ def load_farm_file(path: str | os.PathLike[str], variables: dict[str, str] | Non
     the file, is always defined); an unknown ``${NAME}`` is an error.
     """
     path = Path(path)
-    shown = _display(path)
+    shown = display_path(path)
     try:
         # a regular file of at most MAX_FARM_BYTES, read no further: a 400 MB file, /dev/zero or a FIFO is
         # one line, not a wait or an exhausted memory
@@ -383,7 +243,7 @@ def load_farm_file(path: str | os.PathLike[str], variables: dict[str, str] | Non
     issues: list[ConfigIssue] = []
 
     def issue(line: int | None, loc: tuple[Any, ...], msg: str) -> None:
-        issues.append(ConfigIssue(shown, line, _fmt_path(loc), msg))
+        issues.append(ConfigIssue(shown, line, format_loc(loc), msg))
 
     if not isinstance(raw, LineDict):
         issue(getattr(raw, "line", 1) or 1, (), "a farm file is a mapping with 'devices' (and 'pools')")
@@ -429,7 +289,7 @@ def load_farm_file(path: str | os.PathLike[str], variables: dict[str, str] | Non
                 why = (
                     "'name' cannot have a default"
                     if k == "name"
-                    else "unknown key" + _closest(str(k), [f for f in _DEVICE_KEYS if f != "name"])
+                    else "unknown key" + closest(str(k), [f for f in _DEVICE_KEYS if f != "name"])
                 )
                 issue(defaults.key_lines.get(k), ("defaults", k), why)
         devices_raw = raw.get("devices")
@@ -446,7 +306,7 @@ def load_farm_file(path: str | os.PathLike[str], variables: dict[str, str] | Non
     except ValidationError as exc:
         for err in exc.errors():
             loc = tuple(err["loc"])
-            line, shown_loc = _locate(raw, loc)
+            line, shown_loc = locate(raw, loc)
             if err["type"] == "extra_forbidden" and shown_loc and shown_loc[0] == "defaults":
                 continue  # already reported with a better message
             issue(line, shown_loc, _message(err, loc, _fields_for(loc)))
@@ -482,7 +342,7 @@ def load_farm_file(path: str | os.PathLike[str], variables: dict[str, str] | Non
                 key_line("arch"),
                 key_loc("arch"),
                 f"unknown arch {dspec.arch!r}: the engine is built for {', '.join(KNOWN_ARCHES)} "
-                "(arm64 is accepted for aarch64, amd64/x64 for x86_64)" + _closest(update["arch"], KNOWN_ARCHES),
+                "(arm64 is accepted for aarch64, amd64/x64 for x86_64)" + closest(update["arch"], KNOWN_ARCHES),
             )
         transports = registry()
         tclass = transports.get(dspec.transport)
@@ -491,7 +351,7 @@ def load_farm_file(path: str | os.PathLike[str], variables: dict[str, str] | Non
                 key_line("transport"),
                 key_loc("transport"),
                 f"unknown transport {dspec.transport!r} (known: {', '.join(transports)})"
-                + _closest(dspec.transport, list(transports)),
+                + closest(dspec.transport, list(transports)),
             )
         else:
             update.update(_check_transport_keys(tclass, transports, dspec, draw, base, key_line, key_loc, issue))
@@ -566,9 +426,7 @@ def _resolve_pools(
             prefix, sep, value = member.partition(":")
             if sep and prefix == "pool":
                 if value not in pools:
-                    issue(
-                        line, loc, f"unknown pool '{value}'{_closest(value, list(pools))} (pools: {', '.join(pools)})"
-                    )
+                    issue(line, loc, f"unknown pool '{value}'{closest(value, list(pools))} (pools: {', '.join(pools)})")
                     continue
                 if value in stack or value == name:
                     issue(line, loc, f"pool '{name}' includes itself through '{value}'")
@@ -588,7 +446,7 @@ def _resolve_pools(
                 continue
             else:
                 if member not in devices:
-                    issue(line, loc, f"unknown device '{member}'{_closest(member, list(devices))} (devices: {known})")
+                    issue(line, loc, f"unknown device '{member}'{closest(member, list(devices))} (devices: {known})")
                     continue
                 hits = [member]
             names.extend(h for h in hits if h not in names)

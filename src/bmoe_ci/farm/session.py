@@ -15,7 +15,7 @@ from .deadline import result_file_name, silence_limit, watched_argv
 from .errors import InfraError
 from .lock import DeviceLock, Heartbeat
 from .model import Device
-from .preflight import EngineVersion, PreflightReport, check_engine, check_platform, preflight
+from .preflight import EngineVersion, PreflightReport, check_engine, check_platform
 from .pull import pull as verified_pull
 from .pull import read_files
 from .store import RUNS, GcReport, Mismatch, PushItem, PushReport, gc, push
@@ -27,12 +27,11 @@ def default_run_id() -> str:
 
 
 class DeviceSession:
-    """Everything one run does with one device. Use :func:`open_session`, or the steps by hand::
+    """Everything one run does with one device, opened by :func:`open_session` (the tests also build one
+    by hand around a transport they made)::
 
-        s = DeviceSession(device, run_id=rid, results_dir=Path("results/rid/host"))
-        s.connect(); s.lock(wait=0); s.push_engine(path, build_id); s.push_files([...]); s.preflight()
-        r = s.run_engine(["run", "-m", s.file("fixtures/x.gguf"), "--json"], timeout=30)
-        s.close()
+        with open_session(device, run_id=rid, results_dir=Path("results/rid/host"), engine=path) as s:
+            r = s.run_engine(["run", "-m", s.file("fixtures/x.gguf"), "--json"], timeout=30)
 
     ``pushed_bytes`` sums every push of the session; ``engine_seconds`` the duration of engine runs.
     """
@@ -101,12 +100,6 @@ class DeviceSession:
         self.engine = report.files[0].path
         self.build_id = build_id
         return self.engine
-
-    def preflight(self) -> PreflightReport:
-        """Every preflight check; the engine one only if an engine was pushed."""
-        self.preflight_report = preflight(self.transport, engine_path=self.engine, build_id=self.build_id)
-        self.engine_version = self.preflight_report.engine
-        return self.preflight_report
 
     def check_platform(self) -> PreflightReport:
         """The preflight's checks that need no engine (arch or Android ABI, the exec prefix, free space,
@@ -257,6 +250,11 @@ class DeviceSession:
         self.close()
 
 
+#: ``on_step(session, step, seconds)``: one step of :func:`open_session` is done (``connect``, ``lease``,
+#: ``platform``, ``push``, ``store gc``, ``preflight``), in that order, each after it succeeded.
+StepDone = Callable[["DeviceSession", str, float], None]
+
+
 def open_session(
     device: Device,
     *,
@@ -265,30 +263,74 @@ def open_session(
     engine: str | os.PathLike[str] | None = None,
     build_id: str | None = None,
     files: Iterable[PushItem | str | os.PathLike[str]] = (),
+    pushed_engine: str | None = None,
+    connect: bool = True,
     lock: bool = True,
     lock_wait: float = 0.0,
     lock_ttl: float | None = None,
     check: bool = True,
     progress: Callable[[str], None] | None = None,
+    on_step: StepDone | None = None,
 ) -> DeviceSession:
-    """Connect, lock, push the engine and files, preflight; return the ready session.
+    """The one way into a device session: connect, lease, check the platform, push the engine and the
+    files, sweep the store, check the engine; return the ready session.
 
-    On any failure the session is closed (lock released) and the :class:`InfraError` propagates.
+    * ``engine`` (a local binary) and ``files`` are pushed; ``pushed_engine`` instead names the device
+      path of an engine this run pushed already (with its ``build_id``): nothing is pushed for it.
+    * ``connect=False``: the caller connects (the gate runner does, behind its breaker).
+    * ``lock``: take the device's lease. The session that takes it owns it: it renews it while open and
+      releases it on :meth:`~DeviceSession.close`. In a gate run that is the controller; an xdist worker
+      opens its session with ``lock=False`` (and ``check=False``) and never touches the lease.
+    * ``check``: the preflight (the platform before anything is pushed, so a 32-bit phone gets no engine
+      it cannot run; the engine once pushed).
+    * ``progress`` gets the session's own messages (each upload, a lease it waits for or breaks);
+      ``on_step`` hears of each finished step (see :data:`StepDone`).
+
+    On any failure the session is closed (lease released) and the :class:`InfraError` propagates, saying
+    which step failed (``connect``, ``lease``, ``preflight``, ``push``, ``store gc``).
     """
     s = DeviceSession(device, run_id=run_id, results_dir=results_dir, lock_ttl=lock_ttl, progress=progress)
+    if pushed_engine is not None:
+        s.engine, s.build_id = pushed_engine, build_id
+
+    def step(name: str, shown: str, call: Callable[[], object]) -> None:
+        t0 = time.monotonic()
+        try:
+            call()
+        except InfraError as exc:
+            raise exc.at(name) from None
+        if on_step is not None:
+            on_step(s, shown, time.monotonic() - t0)
+
     try:
-        s.connect()
+        if connect:
+            step("connect", "connect", s.connect)
         if lock:
-            s.lock(wait=lock_wait)
-        if engine is not None:
-            s.push_engine(engine, build_id)
-        files = list(files)
-        if files:
-            s.push_files(files)
-        if lock and (engine is not None or files):
-            s.gc()
+            step("lease", "lease", lambda: s.lock(wait=lock_wait))
         if check:
-            s.preflight()
+            step("preflight", "platform", s.check_platform)
+        files = list(files)
+        if engine is not None or files:
+
+            def push() -> None:
+                if engine is not None:
+                    s.push_engine(engine, build_id)
+                if files:
+                    s.push_files(files)
+
+            step("push", "push", push)
+            if lock:
+                step("store gc", "store gc", s.gc)
+        if check:
+            if s.engine is not None:
+                step("preflight", "preflight", s.check_engine)
+            else:
+                report = s.preflight_report
+                assert report is not None
+                if not report.arch_confirmed_by:
+                    report.notes.append("arch not confirmed (no engine to ask)")
+                if on_step is not None:
+                    on_step(s, "preflight", 0.0)
     except BaseException:
         s.close()
         raise

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -25,6 +26,9 @@ class DeviceContext:
     repushed: list[str] = field(default_factory=list)  # corrupted files found and re-pushed
     retries: list[str] = field(default_factory=list)  # transient connect/upload failures that were retried
     setup_s: float = 0.0  # connect + lock + push + preflight, on the controller
+    # the device as the farm file defines it (bmoe_ci.farm.Device.spec()): what a worker opens its own
+    # session with, without reading the farm file again
+    spec: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

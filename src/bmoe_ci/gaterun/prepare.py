@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -21,6 +21,7 @@ from bmoe_ci.farm import (
     InfraError,
     PushItem,
     load_farm,
+    open_session,
     select_devices,
 )
 from bmoe_ci.farm.health import DeviceHealth, HealthBook
@@ -30,14 +31,6 @@ from bmoe_ci.gaterun.progress import Progress
 from bmoe_ci.models import FixtureFile, generate, load_specs
 from bmoe_ci.paths import Places
 from bmoe_ci.reference import GATE_REQUEST
-
-
-def _step(name: str, call: Callable[[], object]) -> None:
-    """One step of a device's set-up; an infrastructure error says which step it was."""
-    try:
-        call()
-    except InfraError as exc:
-        raise exc.at(name) from None
 
 
 def mib(n: int) -> str:
@@ -112,7 +105,9 @@ def plan_only(
         results_dir=str(results_dir),
         farm_file=str(farm.path),
         devices=[
-            DeviceContext(name=d.name, arch=d.arch, os=d.os, kind=d.kind, target=target_for(d), build_id="")
+            DeviceContext(
+                name=d.name, arch=d.arch, os=d.os, kind=d.kind, target=target_for(d), build_id="", spec=d.spec()
+            )
             for d in devices
         ],
         fixtures={s.name: "" for s in specs},
@@ -243,37 +238,34 @@ def prepare(
             kind=device.kind,
             target=b.target,
             build_id=b.build_id,
+            spec=device.spec(),
         )
         started = time.monotonic()
-        session: DeviceSession | None = None
-        # open_session's steps, one by one, so that each step's line comes when it is done (a push to a
-        # phone can take minutes); on any failure the session is closed, as open_session does
+
+        def step_done(s: DeviceSession, step: str, seconds: float) -> None:
+            # each step's line comes when it is done (a push to a phone can take minutes)
+            if step == "lease":
+                progress.detail(f"{device.name}: connected and leased in {time.monotonic() - started:.1f} s")
+            elif step == "push":
+                progress.step(f"{device.name}: " + _push_line(s.pushes, seconds, s.verified_files))
+            elif step == "preflight":
+                report = s.preflight_report
+                assert report is not None
+                progress.step(f"{device.name}: preflight ok, {seconds:.1f} s ({report.summary()})")
+
         try:
-            session = DeviceSession(
+            session = open_session(
                 device,
                 run_id=run_id,
                 results_dir=results_dir / device.name,
+                engine=b.path,
+                build_id=b.build_id,
+                files=_fixture_items(device_fixtures(device), tree),
+                lock_wait=lock_wait,
                 progress=lambda m: _session_message(progress, device.name, m),
+                on_step=step_done,
             )
-            s = session
-            _step("connect", s.connect)
-            _step("lease", lambda: s.lock(wait=lock_wait))
-            t_push = time.monotonic()
-            progress.detail(f"{device.name}: connected and leased in {t_push - started:.1f} s")
-            # arch (the Android ABI), exec prefix, free space and clock before anything is pushed
-            _step("preflight", s.check_platform)
-            mine = device_fixtures(device)
-            _step("push", lambda: (s.push_engine(b.path, b.build_id), s.push_files(_fixture_items(mine, tree))))
-            progress.step(f"{device.name}: " + _push_line(s.pushes, time.monotonic() - t_push, s.verified_files))
-            _step("store gc", s.gc)
-            t_check = time.monotonic()
-            _step("preflight", s.check_engine)
-            report = s.preflight_report
-            assert report is not None
-            progress.step(f"{device.name}: preflight ok, {time.monotonic() - t_check:.1f} s ({report.summary()})")
-        except InfraError as exc:
-            if session is not None:
-                session.close()
+        except InfraError as exc:  # open_session closed the session (and released the lease)
             ctx.infra_error = exc.line().split(": ", 1)[1]  # the line without the device's name
             ctx.infra_kind, ctx.infra_step, ctx.infra_reason = exc.kind, exc.step, exc.reason
             ctx.setup_s = time.monotonic() - started
@@ -284,8 +276,6 @@ def prepare(
                     progress.notice(f"{device.name}: {h.quarantine.describe()}")
             return ctx, None
         except Exception as exc:  # a bug or a surprise of one device's set-up: never the others' run
-            if session is not None:
-                session.close()
             why = " ".join(str(exc).split())[:300] or "(no message)"
             ctx.infra_error = f"set-up: setup: unexpected {type(exc).__name__}: {why}"
             ctx.infra_kind, ctx.infra_step, ctx.infra_reason = (
@@ -296,10 +286,6 @@ def prepare(
             ctx.setup_s = time.monotonic() - started
             progress.notice(f"{device.name}: unavailable: {ctx.infra_error}")
             return ctx, None
-        except BaseException:
-            if session is not None:
-                session.close()
-            raise
         health.record(device, None)
         for note in session.transport.retries:
             progress.notice(f"{device.name}: {note}")

@@ -1,7 +1,8 @@
 """Per-process state of a gate run: the prepared run and one engine runner per device.
 
-The controller holds the device sessions it opened while preparing; an xdist worker opens its own
-connection to each device it runs tests on (the controller keeps the lease). Also the progress line of
+The controller holds the device sessions it opened while preparing (and their leases); an xdist worker
+opens its own session to each device it runs tests on, from the device's spec in the prepared run
+(:func:`~bmoe_ci.farm.open_session` with ``lock=False``: the lease stays the controller's). Also the progress line of
 one plan that ran (:func:`plan_line`), which a worker's test report carries to the controller.
 """
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bmoe_ci.farm import DeviceSession, InfraError, load_farm
+from bmoe_ci.farm import Device, DeviceSession, InfraError, open_session
 from bmoe_ci.gaterun.context import DeviceContext, GateRun
 from bmoe_ci.gaterun.runner import DeviceRunner
 from bmoe_ci.paths import Places
@@ -97,13 +98,17 @@ class GateState:
         if device.name not in self._runners:
             session = self._sessions.get(device.name)
             fresh = session is None
-            if session is None:  # an xdist worker: its own connection, the controller holds the lock
-                spec = load_farm(self.run.farm_file).device(device.name)
-                session = DeviceSession(
-                    spec, run_id=self.run.run_id, results_dir=Path(self.run.results_dir) / device.name
+            if session is None:  # an xdist worker: its own connection, the controller holds the lease
+                session = open_session(
+                    Device.from_spec(device.spec),
+                    run_id=self.run.run_id,
+                    results_dir=Path(self.run.results_dir) / device.name,
+                    pushed_engine=device.engine,
+                    build_id=device.build_id,
+                    connect=False,  # the runner connects, behind its breaker
+                    lock=False,
+                    check=False,
                 )
-                session.engine = device.engine
-                session.build_id = device.build_id
             self._runners[device.name] = DeviceRunner(session)
             if fresh:
                 # behind the breaker: a device gone since the set-up costs one connect, not one per test

@@ -395,8 +395,9 @@ def markdown(n: dict[str, Any], summary: dict[str, Any] | None = None, files: Se
 
 # ---------------------------------------------------------------------------- HTML
 
-# Also the release gate's report style (bmoe_ci.release.report): keep its classes (.empty, .verdict, ...).
-_CSS = (
+#: The nightly pages' style, also the release gate's report's (bmoe_ci.release.report): keep its classes
+#: (.empty, .verdict, ...).
+REPORT_CSS = (
     """
 body { font-family: system-ui, sans-serif; margin: 1.5em; color: #1f2328; max-width: 80em; }
 h1 { font-size: 1.4em; margin-bottom: .2em; } h1 small { font-weight: normal; color: #57606a; font-size: .6em; }
@@ -462,7 +463,7 @@ def render_html(n: dict[str, Any], summary: dict[str, Any] | None, trend: str | 
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{html.escape(head)}: bmoe-ci nightly {html.escape(n['pool'])} {html.escape(n['run'])}</title>"
-        f"<style>{_CSS}</style></head><body>",
+        f"<style>{REPORT_CSS}</style></head><body>",
         f"<h1>bmoe-ci nightly, pool {html.escape(n['pool'])} <small>run {html.escape(n['run'])}</small></h1>",
     ]
     warning = fault_warning(n)
@@ -572,7 +573,7 @@ def write_index(history_dir: Path, latest: Path, runs: list[tuple[str, str]]) ->
     )
     body = (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>bmoe-ci nightly: latest</title><style>{_CSS}</style></head><body>"
+        f"<title>bmoe-ci nightly: latest</title><style>{REPORT_CSS}</style></head><body>"
         f'<h1>bmoe-ci nightly</h1><p>Latest: <a href="{html.escape(rel)}">{html.escape(rel)}</a></p>'
         f"<h2>Runs on disk</h2><ul>{items}</ul></body></html>\n"
     )

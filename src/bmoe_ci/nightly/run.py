@@ -110,7 +110,7 @@ def _git_state(repo: Path) -> tuple[str, bool]:
 def _farm_path(opts: NightlyOptions) -> Path:
     if opts.farm is not None:
         return opts.farm
-    from bmoe_ci.farm.localfarm import farm_file
+    from bmoe_ci.farm.embedded import farm_file
 
     return farm_file(places=opts.places)
 

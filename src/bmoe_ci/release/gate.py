@@ -103,7 +103,7 @@ def _gather(
 ) -> Evidence:
     farm_path = opts.farm
     if farm_path is None:
-        from bmoe_ci.farm.localfarm import farm_file
+        from bmoe_ci.farm.embedded import farm_file
 
         farm_path = farm_file(places=opts.places)
     try:

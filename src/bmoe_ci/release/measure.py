@@ -154,17 +154,12 @@ def run_gates(
 
 def probe(device: Device) -> str | None:
     """None when the device answers a command, else why not."""
-    from bmoe_ci.farm import DeviceSession
-
-    s = DeviceSession(device)
     try:
-        s.connect()
-        r = s.run(["true"], 30.0)
-        return None if r.ok else f"{r.infra or f'exit {r.exit_code}'}"
+        with open_session(device, lock=False, check=False) as s:
+            r = s.run(["true"], 30.0)
+            return None if r.ok else f"{r.infra or f'exit {r.exit_code}'}"
     except InfraError as exc:
         return str(exc)
-    finally:
-        s.close()
 
 
 def replay_run(

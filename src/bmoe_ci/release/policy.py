@@ -20,7 +20,8 @@ from pydantic import (
 
 from bmoe_ci.builder import KNOWN_ARCHES, normalize_arch
 from bmoe_ci.farm.errors import ConfigIssue
-from bmoe_ci.farm.model import NAME_PATTERN, _closest
+from bmoe_ci.farm.model import NAME_PATTERN
+from bmoe_ci.farm.yamllines import closest
 from bmoe_ci.release.settings import SETTINGS
 from bmoe_ci.release.yamlfile import Real, ReleaseConfigError, key_line, parse_text, read_text, validate
 
@@ -161,7 +162,7 @@ def parse_policy(text: str, shown: str) -> Policy:
                     shown,
                     key_line(raw, ("settings", key)),
                     f"settings.{key}",
-                    f"unknown setting{_closest(key, SETTINGS)} (settings: {', '.join(SETTINGS)})",
+                    f"unknown setting{closest(key, SETTINGS)} (settings: {', '.join(SETTINGS)})",
                 )
             )
     for key in SETTINGS:
@@ -182,7 +183,7 @@ def parse_policy(text: str, shown: str) -> Policy:
                         shown,
                         key_line(raw, ("settings", key, "gates", i)),
                         f"settings.{key}.gates[{i}]",
-                        f"unknown gate {gate!r}{_closest(gate, KNOWN_GATES)} (gates: {', '.join(KNOWN_GATES)})",
+                        f"unknown gate {gate!r}{closest(gate, KNOWN_GATES)} (gates: {', '.join(KNOWN_GATES)})",
                     )
                 )
         for i, cls in enumerate(req.classes):
@@ -192,7 +193,7 @@ def parse_policy(text: str, shown: str) -> Policy:
                         shown,
                         key_line(raw, ("settings", key, "classes", i)),
                         f"settings.{key}.classes[{i}]",
-                        f"unknown device class {cls!r}{_closest(cls, list(model.device_classes))} "
+                        f"unknown device class {cls!r}{closest(cls, list(model.device_classes))} "
                         f"(classes: {', '.join(model.device_classes)})",
                     )
                 )

@@ -9,7 +9,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from bmoe_ci.nightly.report import _CSS, import_matplotlib
+from bmoe_ci.nightly.report import REPORT_CSS, import_matplotlib
 from bmoe_ci.reports.records import atomic_write, write_json
 
 RELEASE_JSON, RELEASE_MD, RELEASE_HTML = "release.json", "release.md", "release.html"
@@ -174,7 +174,8 @@ def render_html(r: dict[str, Any], speed: str | None) -> str:
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>bmoe-ci release-gate {html.escape(r['run'])}</title><style>{_CSS}{_EXTRA_CSS}</style></head><body>",
+        f"<title>bmoe-ci release-gate {html.escape(r['run'])}</title>",
+        f"<style>{REPORT_CSS}{_EXTRA_CSS}</style></head><body>",
         f"<h1>bmoe-ci release-gate {html.escape(r['run'])}</h1>",
         f'<p class="verdict {klass}" id="verdict">{html.escape(verdict_line(r))}</p>',
         f"<p>Proposal {html.escape(r['proposed'])} against {html.escape(r['base'])}; policy "

@@ -1,6 +1,6 @@
 """A YAML file validated by a pydantic model, every problem located as ``FILE:LINE: KEY: message``.
 
-Reuses the farm loader's line-aware YAML (:func:`bmoe_ci.farm.model.load_yaml_with_lines`) and its way of
+Reuses the farm loader's line-aware YAML (:func:`bmoe_ci.farm.yamllines.load_yaml_with_lines`) and its way of
 turning pydantic errors into located messages, so a release file reads like a farm file when it is wrong.
 """
 
@@ -16,7 +16,7 @@ from pydantic import BaseModel, BeforeValidator, ValidationError
 
 from bmoe_ci import inputs
 from bmoe_ci.farm.errors import ConfigIssue
-from bmoe_ci.farm.model import LineDict, LineList, _closest, _display, _fmt_path, _locate, load_yaml_with_lines
+from bmoe_ci.farm.yamllines import LineDict, LineList, closest, display_path, format_loc, load_yaml_with_lines, locate
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -48,7 +48,7 @@ class ReleaseConfigError(ValueError):
 def _message(err: dict[str, Any], loc: tuple[Any, ...], fields: Sequence[str]) -> str:
     etype = err["type"]
     if etype == "extra_forbidden":
-        return "unknown key" + _closest(str(loc[-1]), list(fields))
+        return "unknown key" + closest(str(loc[-1]), list(fields))
     if etype == "missing":
         return "missing required key"
     got = err.get("input")
@@ -99,7 +99,7 @@ def parse_text(text: str, shown: str) -> Any:
         if isinstance(node, LineDict):
             for key, line, first in node.duplicates:
                 issues.append(
-                    ConfigIssue(shown, line, _fmt_path((*loc, key)), f"duplicate key (first given at line {first})")
+                    ConfigIssue(shown, line, format_loc((*loc, key)), f"duplicate key (first given at line {first})")
                 )
             for k, v in node.items():
                 walk(v, (*loc, k))
@@ -136,8 +136,8 @@ def validate(model: type[M], raw: Any, shown: str, what: str) -> M:
             loc = tuple(err["loc"])
             if err["type"] == "missing" and loc in meant:
                 continue
-            line, shown_loc = _locate(raw, loc)
-            issues.append(ConfigIssue(shown, line, _fmt_path(shown_loc), _message(err, loc, _fields_at(model, loc))))
+            line, shown_loc = locate(raw, loc)
+            issues.append(ConfigIssue(shown, line, format_loc(shown_loc), _message(err, loc, _fields_at(model, loc))))
         raise ReleaseConfigError(issues) from None
 
 
@@ -147,7 +147,7 @@ MAX_RELEASE_FILE_BYTES = 1 << 20
 
 def read_text(path: Path, what: str) -> tuple[str, str]:
     """(text, the name to show in messages) of a release file."""
-    shown = _display(path)
+    shown = display_path(path)
     try:
         return inputs.read_text(path, what=what, limit=MAX_RELEASE_FILE_BYTES), shown
     except inputs.InputError as exc:
@@ -157,4 +157,4 @@ def read_text(path: Path, what: str) -> tuple[str, str]:
 
 def key_line(raw: Any, loc: tuple[Any, ...]) -> int | None:
     """The line of the key at ``loc`` (or of its nearest present parent)."""
-    return _locate(raw, loc)[0]
+    return locate(raw, loc)[0]

@@ -10,7 +10,7 @@ device           transport  arch      how
 ``ssh-arm64``    ssh        aarch64   ``sshd`` on 127.0.0.3, qemu exec prefix like ``phone-emu``
 ``adb-arm64``    adb        aarch64   Debian's ``adb`` client and an adb server of the farm's own
                                       (127.0.0.1, a free port), connected to the stand-in adbd of
-                                      :mod:`bmoe_ci.farm.adbd` on 127.0.0.4 (an Android-like device:
+                                      :mod:`bmoe_ci.standins.adbd` on 127.0.0.4 (an Android-like device:
                                       ``getprop`` says arm64-v8a); qemu exec prefix like ``phone-emu``
 ===============  =========  ========  =============================================================
 
@@ -49,30 +49,15 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from bmoe_ci.farm.embedded import FARM_FILE, state_dir
+from bmoe_ci.farm.errors import FarmError, MissingTool
+from bmoe_ci.farm.model import normalize_arch
+from bmoe_ci.farm.pids import pid_running
 from bmoe_ci.paths import Places
-
-from .errors import FarmError, FarmNotUp, MissingTool
-from .model import normalize_arch
-from .pids import pid_running
 
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd", "/sbin/sshd")
 QEMU_AARCH64 = "qemu-aarch64-static"
-FARM_FILE = "farm.yaml"
 RECORD = "farm.json"
-
-
-def state_dir(places: Places | None = None) -> Path:
-    """``$BMOE_CI_STATE`` as the entry point read it, else ``farm/`` under the local root
-    (``<checkout>/.cache/bmoe-ci`` in a checkout, the user's cache directory for a wheel install)."""
-    return (places or Places()).state_dir()
-
-
-def farm_file(state: Path | None = None, places: Places | None = None) -> Path:
-    """The resolved farm file of the local farm; :class:`FarmNotUp` if ``up`` never ran."""
-    path = (state or state_dir(places)) / FARM_FILE
-    if not path.is_file():
-        raise FarmNotUp(f"the embedded local farm is not up ({path} missing): run `bmoe-ci farm up`")
-    return path
 
 
 def template_path(places: Places | None = None) -> Path:
@@ -363,7 +348,7 @@ def up(
     }
     _write(state / RECORD, json.dumps(record, indent=2) + "\n")
     # validate what we wrote: a broken template must fail here, not in the first test
-    from .model import load_farm_file
+    from bmoe_ci.farm.model import load_farm_file
 
     load_farm_file(state / FARM_FILE)
     return state / FARM_FILE
@@ -456,7 +441,9 @@ def _is_our_adbd(pid: int, portfile: Path) -> bool:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return False
-    return pid_running(pid) and b"bmoe_ci.farm.adbd" in argv and str(portfile).encode() in argv
+    # (bmoe_ci.farm.adbd: its name before the stand-ins left the farm, for a farm brought up then)
+    named = b"bmoe_ci.standins.adbd" in argv or b"bmoe_ci.farm.adbd" in argv
+    return pid_running(pid) and named and str(portfile).encode() in argv
 
 
 def _start_adbd(state: Path, timeout: float) -> dict:
@@ -469,7 +456,7 @@ def _start_adbd(state: Path, timeout: float) -> dict:
             [
                 sys.executable,
                 "-m",
-                "bmoe_ci.farm.adbd",
+                "bmoe_ci.standins.adbd",
                 "--listen",
                 f"{ADBD_ADDRESS}:0",
                 "--port-file",

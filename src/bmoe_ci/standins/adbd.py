@@ -1,109 +1,19 @@
-"""A stand-in adbd: the device end of a real ADB connection, served from this machine over loopback TCP.
+"""A stand-in adbd: the device end of a real ADB connection, served from this machine on a loopback TCP
+port, so that the real ``adb`` client and server are tested without a phone::
 
-The real ``adb`` client and server (tested with Debian's adb 29.0.6) ``adb connect 127.0.0.1:PORT`` to it and
-then see an ordinary device: ``adb devices`` lists it, ``adb shell``, ``adb exec-out``, ``adb push`` and
-``adb pull`` work, and the commands run here, as the user who started the stand-in::
+    python -m bmoe_ci.standins.adbd --listen 127.0.0.1:0 --port-file adbd.port \\
+        --prop ro.product.cpu.abi=arm64-v8a --battery-level 80
 
-    python -m bmoe_ci.farm.adbd --listen 127.0.0.1:0 --port-file adbd.port \\
-        --prop ro.product.cpu.abi=arm64-v8a --prop ro.product.model=Pixel_8 --battery-level 80
+docs/adbd-standin.md is its manual: the options, the services, what it leaves out. Not a security
+boundary: a client's command runs as ``/bin/sh -c`` as the local user and push/pull reach any path that
+user can, hence loopback addresses only.
 
-**Not a security boundary.** Every command a client sends runs with ``/bin/sh -c`` as the local user, with no
-sandbox, and ``push``/``pull`` reach any path that user can. That is why only loopback addresses are accepted
-for ``--listen``; anyone who can open a TCP connection to the port can run commands. It exists for tests and
-for the embedded local farm.
-
-Options
-=======
-
-``--listen HOST:PORT``
-    address to listen on (default ``127.0.0.1:0``: a free port). Only loopback addresses (``127.0.0.0/8``,
-    ``::1``, ``localhost``); anything else is refused with a one-line error and exit status 2.
-``--port-file FILE``
-    once listening, the bound port is written there (``PORT\\n``, through a temporary file and a rename, so a
-    starter polling for the file never reads half of it). Removed again on a clean shutdown.
-``--prop KEY=VALUE``
-    a device property (repeatable; overrides the defaults in :data:`DEFAULT_PROPS`). ``ro.product.name``,
-    ``ro.product.model`` and ``ro.product.device`` also go into the connection banner, which the host shows in
-    ``adb devices -l``. ``getprop KEY`` prints one, ``getprop`` lists all as ``[key]: [value]`` lines.
-``--auth accept|reject``
-    ``accept`` (default): the device sends an AUTH token and takes whatever signature or public key comes
-    back, like a phone that already trusts the host's key. ``reject``: the device keeps answering signatures
-    with new tokens and ignores the public key, like a phone whose "Allow USB debugging?" prompt nobody
-    answers; the host lists it as ``unauthorized`` and refuses every command to it.
-``--battery-level N``, ``--temperature-tenths N``, ``--plugged ac|usb|wireless|none``
-    what ``dumpsys battery`` prints (defaults 100, 250 = 25.0 °C, usb).
-``--corrupt-push N``
-    flip one byte (the middle one) of the N-th file received through sync SEND, counted from 1 over the
-    server's lifetime (repeatable). The file is otherwise written whole and the client is told OKAY, so only
-    a hash comparison notices: that is what the test of a push's check needs. An empty file has no byte to
-    flip and is delivered as is.
-``--cut-pull N``
-    the N-th file sent back through sync RECV (``adb pull``), counted from 1 over the server's lifetime
-    (repeatable), is cut short: its first half, then DONE, as if the far end had lost the rest. adb reports
-    success; only a size or hash comparison notices.
-``--cut-output N``
-    the N-th shell command (counted from 1, repeatable) has its standard output cut short after half of it
-    (the rest is read and dropped) while its exit status is reported as usual.
-``--verbose``
-    log connections, streams, services and every packet received to stderr. Without it nothing is printed
-    except a start-up error.
-
-SIGTERM and SIGINT shut it down cleanly: the listening socket and every connection are closed, the process
-group of every command still running is killed, the tools directory and the port file are removed.
-
-Protocol
-========
-
-The wire protocol is the one in AOSP's ``protocol.txt`` (``packages/modules/adb``): 24-byte little-endian
-headers (command, arg0, arg1, data length, data check = sum of the payload's bytes, magic = command ^
-0xffffffff), then the payload. The device answers the host's CNXN with ``AUTH(TOKEN)``, then with its own
-``CNXN(0x01000001, 256 KiB, "device::ro.product.name=..;ro.product.model=..;ro.product.device=..;
-features=shell_v2")``. Version 0x01000001 tells a host that neither side checks the data check any more; it
-is still filled in, and verified if a host announces the older 0x01000000. Streams (OPEN/OKAY/WRTE/CLSE) are
-multiplexed on one connection, each with one WRTE in flight until the host's OKAY, chunks no larger than the
-host's maxdata; a stream's input is acknowledged as soon as it is buffered, unless more than 1 MiB waits for
-the service, in which case the OKAY waits too (that is how a process that does not read its stdin slows the
-client down). A header with a bad magic, an unknown command, a payload larger than 256 KiB, a bad data check
-(old protocol only) or a CNXN with an unknown version or a maxdata under 4 KiB closes that connection and
-nothing else.
-
-Only ``shell_v2`` is advertised: ``stat_v2``, ``ls_v2``, ``sendrecv_v2``, ``fixed_push_mkdir``, ``cmd``,
-``abb`` and the rest are not implemented, so a host falls back to what is (``adb push`` of a directory, for
-example, first runs ``mkdir`` through ``shell,v2,TERM=..:mkdir ...``, as it does for an Android 9 device).
-
-Services (the OPEN payload, trailing NULs stripped):
-
-``shell,v2[,TERM=..][,raw|,pty]:CMD``
-    the shell protocol: packets of 1-byte id + 4-byte little-endian length + data; ids 0 stdin, 1 stdout, 2
-    stderr, 3 exit (one byte: the exit status, or 128 + N when killed by signal N), 4 close stdin, 5 window
-    size (``ROWSxCOLS,XxY``). ``raw`` (the default with a command) runs it on pipes, stdout and stderr kept
-    apart; ``pty`` on a pseudo-terminal (stdout and stderr merged, close-stdin ignored as on a device). The
-    pseudo-terminal is not made the command's controlling terminal (Python's subprocess cannot do that
-    without a ``preexec_fn``).
-``shell:CMD``, ``shell,raw:CMD``
-    legacy: no protocol, stdout and stderr merged in one byte stream, no exit status (``adb shell -x``).
-``exec:CMD``
-    like legacy shell: raw bytes both ways (``adb exec-out``, ``adb exec-in``).
-``sync:``
-    the file sync protocol of ``SYNC.TXT``: STAT (lstat, v1: mode, size, mtime; all zero when it fails),
-    LIST (v1 DENT entries then a DONE entry), SEND (``path,mode`` with the mode in decimal as adb sends it,
-    DATA chunks of at most 64 KiB, DONE carrying the mtime; answered OKAY, or FAIL with a message), RECV
-    (DATA chunks then DONE, or FAIL), QUIT. SEND creates missing parent directories, removes a regular file
-    before writing it (as adbd does), keeps the permission bits it was sent (adbd would also copy the
-    owner's bits to group and others; this one does not widen them) and sets the mtime; a symlink mode makes a
-    symlink.
-
-An empty command (an interactive shell) is refused with ``error: ...`` on stderr and status 126, as adbd
-reports a shell that cannot start. Any other service name is refused with CLSE, as adbd does.
-
-Commands run as ``/bin/sh -c CMD`` in ``/``, each in its own session and process group, with ``PATH``
-starting with a private ``bin`` directory (in ``$TMPDIR/bmoe-adbd-PID-*``, removed at exit; one left by a stand-in
-killed with SIGKILL is removed by the next one to start) holding
-``getprop`` and ``dumpsys`` shell scripts built from the options. When the host closes a stream whose
-command is still running (the ``adb shell`` client was killed, the connection dropped, the server is
-shutting down), the command's process group is killed with SIGKILL, as a closed shell is on a device. Like
-adbd, a stream ends when the command's stdout and stderr reach end of file: a background process that keeps
-them open keeps the shell open too.
+The wire protocol is AOSP's ``protocol.txt`` and ``SYNC.TXT`` (``packages/modules/adb``). Version
+0x01000001 is announced, so neither side needs the data check; it is still computed, and verified when a
+host announces 0x01000000. Only ``shell_v2`` is advertised, so a host falls back to the version 1 sync
+requests and pushes a directory by running ``mkdir`` first, as for an Android 9 device. The fault options
+(``--corrupt-push``, ``--cut-pull``, ``--cut-output``) count files or commands from 1 over the server's
+lifetime: what the tests of the farm's push, pull and output checks need.
 """
 
 from __future__ import annotations
@@ -133,9 +43,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .pids import pid_alive
+from bmoe_ci.farm.pids import pid_alive
 
-log = logging.getLogger("bmoe_ci.farm.adbd")
+log = logging.getLogger("bmoe_ci.standins.adbd")
 
 # -- the transport layer (protocol.txt) -----------------------------------------------------------------------
 
@@ -1355,7 +1265,7 @@ def _write_port_file(path: Path, port: int) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m bmoe_ci.farm.adbd",
+        prog="python -m bmoe_ci.standins.adbd",
         description="A stand-in adbd on loopback TCP: commands run unsandboxed as the local user.",
     )
     p.add_argument(
