@@ -15,7 +15,7 @@ from bmoe_ci.gaterun.state import GateState
 from bmoe_ci.plugin.options import add_short_aliases
 from bmoe_ci.replay import Trace, TraceError, parse_trace
 from bmoe_ci.reports.xdev import fingerprint
-from gates.plan import TracePath, fixture_plan, is_dense
+from gates.plan import TracePath, family_skip, fixture_plan, is_dense
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -32,17 +32,20 @@ MOE_SUBGATES = frozenset({("DET", "io-lanes")})
 
 
 @pytest.fixture(autouse=True)
-def _moe_gates_skip_dense_models(request: pytest.FixtureRequest) -> None:
+def _skip_gates_a_fixture_leaves_out(request: pytest.FixtureRequest) -> None:
     marker = request.node.get_closest_marker("gate")
     callspec = getattr(request.node, "callspec", None)
     fixture = callspec.params.get("fixture") if callspec is not None else None
     if marker is None or not marker.args or fixture is None:
         return
     gate, sub = str(marker.args[0]), str(marker.args[1]) if len(marker.args) > 1 else ""
-    if (gate in MOE_GATES or (gate, sub) in MOE_SUBGATES) and is_dense(
-        fixture, request.getfixturevalue("gate_state").places
-    ):
+    places = request.getfixturevalue("gate_state").places
+    if (gate in MOE_GATES or (gate, sub) in MOE_SUBGATES) and is_dense(fixture, places):
         pytest.skip(f"{fixture} is a dense model: no expert to stream, route, drop or substitute")
+    # a gate family the fixture leaves out (fixtures.yaml skip_gates): skipped with the fixture's reason
+    why = family_skip(str(fixture), gate, sub, places)
+    if why is not None:
+        pytest.skip(why)
 
 
 # (device, fixture) plans whose fingerprints this process already handed to the controller

@@ -92,6 +92,65 @@ def _spec_dims(fixture: str, places: Places | None) -> tuple[int, int] | None:
     return (spec.dims.top_k, spec.dims.experts) if spec is not None else None
 
 
+# Gate families a fixture may leave out (fixtures.yaml `skip_gates`, each with its reason): the gates of
+# each (gate id, or (gate id, sub-gate)) and the plan entries only they read. The rest of the suite (G1,
+# REF, DET but io-lanes and session, INV, XDEV, BATCH-STDERR, BAD-DATA) and the entries `ref`, `again`,
+# `threads2`, `stream` and `score-wide` run on every fixture. A skipped gate says which family and why; an entry
+# of a skipped family is not run (unless a family the fixture keeps reads it too: `stream-evict`).
+FAMILY_GATES: dict[str, frozenset[str | tuple[str, str]]] = {
+    "cache": frozenset({"G2", "G5", ("DET", "io-lanes")}),
+    "lossy": frozenset({"G8a", "G8a'", "G8b", "G8c", "G8d", "G8e", "G8w", "REPLAY"}),
+    "scoring": frozenset({"SCORE", ("DET", "session")}),
+}
+FAMILY_ENTRIES: dict[str, frozenset[str]] = {
+    "cache": frozenset({"stream-evict", "stream-prefetch", "stream-lanes4", "stream-evict-lanes4"}),
+    "lossy": frozenset(
+        {
+            "stream-evict",
+            "stream-long",
+            "drop-inert",
+            "drop-full",
+            "drop-norenorm",
+            "k1-evict",
+            "k1-drop",
+            "subst-inert",
+            "subst-full",
+            "drop-warn",
+            "drop-warn-k4",
+            "drop-kplus1",
+            "topk-all-prefetch2",
+        }
+    ),
+    "scoring": frozenset({"session", "score-step", "score-step-subst", "score-wide-subst", "score-choices"}),
+}
+
+
+@cache
+def skipped_families(fixture: str | None, places: Places | None = None) -> dict[str, str]:
+    """The gate families a fixture leaves out (fixtures.yaml `skip_gates`): family -> why."""
+    if not fixture:
+        return {}
+    from bmoe_ci.models.spec import load_specs
+
+    spec = load_specs(places=places).specs.get(fixture)
+    return dict(spec.skip_gates) if spec is not None else {}
+
+
+def family_skip(fixture: str | None, gate: str, sub: str, places: Places | None = None) -> str | None:
+    """The skip reason of gate (gate, sub) on a fixture that leaves out its family, else None."""
+    for family, why in skipped_families(fixture, places).items():
+        gates = FAMILY_GATES[family]
+        if gate in gates or (gate, sub) in gates:
+            return f"{fixture} leaves out the {family} gates (fixtures.yaml skip_gates): {why}"
+    return None
+
+
+def _kept(entry: str, skipped: Sequence[str]) -> bool:
+    """Whether a plan entry is read by a gate of a family the fixture keeps (or by the core gates)."""
+    families = [f for f, entries in FAMILY_ENTRIES.items() if entry in entries]
+    return not families or any(f not in skipped for f in families)
+
+
 def is_dense(fixture: str | None, places: Places | None = None) -> bool:
     """A fixture of a dense architecture (gemma3): no expert to stream, route, drop or substitute."""
     dims = _spec_dims(fixture, places) if fixture else None
@@ -181,6 +240,9 @@ def fixture_plan(
                 model_args(model, *SHORT, *SMALL_CACHE, *PREFETCH2, "--n-expert-used", str(n_expert), "-t", "1"),
             )
         )
+    skipped = list(skipped_families(fixture, places))
+    if skipped:
+        entries = [(i, a) for i, a in entries if _kept(i, skipped)]
     if trace is not None:
         entries = [
             (i, [*a, "--route-trace", trace(i)] if i not in UNTRACED and "--mmap" not in a else a) for i, a in entries

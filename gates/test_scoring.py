@@ -16,8 +16,14 @@ the device was given (found beside the fixture's REF output), once per fixture a
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import os
+import pickle
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path, PurePosixPath
+from typing import TypeVar
 
 import pytest
 
@@ -25,7 +31,7 @@ from bmoe_ci.farm import InfraError
 from bmoe_ci.gaterun.context import DeviceContext
 from bmoe_ci.gaterun.engine import EngineResult
 from bmoe_ci.gaterun.state import GateState
-from bmoe_ci.reference import agreement
+from bmoe_ci.reference import agreement, code_hash
 from bmoe_ci.reference.forward import Model
 from bmoe_ci.reference.scoring import run_session, score_choices, score_text
 from gates.compare import check, counters, require_ok
@@ -65,13 +71,51 @@ def mixed_rounding(model_path: str) -> bool:
     return bool(model.q8_0) and bool(model.q8_k)
 
 
+T = TypeVar("T")
+
+
 @cache
-def reference_scores(model_path: str, text_path: str) -> tuple[list[int], float, float, bool, bool]:
+def _file_sha256(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def shared_reference(cache_dir: Path, kind: str, model_path: str, data: bytes, compute: Callable[[], T]) -> T:
+    """The reference's answer for one fixture file and one input, computed once for the whole run and kept in
+    the cache (`<cache>/score-reference/`, keyed by the file's and the input's bytes and the reference's
+    source): every device's worker scores the same text on the same file, and the numpy reference of a
+    quantized fixture takes seconds, so the first worker computes it (under a lock) and the others read it."""
+    key = hashlib.sha256(
+        "\0".join((kind, _file_sha256(model_path), hashlib.sha256(data).hexdigest(), code_hash())).encode()
+    ).hexdigest()
+    where = cache_dir / "score-reference"
+    where.mkdir(parents=True, exist_ok=True)
+    path = where / f"{kind}-{key[:32]}.pickle"
+    with open(where / f"{kind}-{key[:32]}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.is_file():
+            try:
+                return pickle.loads(path.read_bytes())  # written by this run's own workers (or an earlier one)
+            except (pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+                pass  # a stale or torn entry: compute it again
+        value = compute()
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(pickle.dumps(value))
+        os.replace(tmp, path)
+        return value
+
+
+@cache
+def reference_scores(cache_dir: Path, model_path: str, text_path: str) -> tuple[list[int], float, float, bool, bool]:
     """(tokens, mean nll, top-1 agreement, whether a matmul rounds its input, whether the activation is GELU) of the
     numpy reference over the text."""
-    model = reference_model(model_path)
-    s = score_text(model, Path(text_path).read_bytes())
-    return s.tokens, s.nll_mean, s.top1_agreement, bool(model.q8_0 or model.q8_k), model.recipe.act != "silu"
+
+    def compute() -> tuple[list[int], float, float, bool, bool]:
+        model = reference_model(model_path)
+        s = score_text(model, data)
+        return s.tokens, s.nll_mean, s.top1_agreement, bool(model.q8_0 or model.q8_k), model.recipe.act != "silu"
+
+    data = Path(text_path).read_bytes()
+    return shared_reference(cache_dir, "text", model_path, data, compute)
 
 
 def local_model(gate_state: GateState, device: DeviceContext, fixture: str) -> Path:
@@ -108,6 +152,7 @@ def test_scoring_instruments(
 
     # the numpy reference
     tokens, nll, top1, q8_0, gelu = reference_scores(
+        gate_state.places.cache_dir(),
         str(local_model(gate_state, device, fixture)),
         str(gate_state.places.source_tree() / "gates" / "data" / SCORE_TEXT),
     )
@@ -176,8 +221,11 @@ def test_choices_match_reference(
     require_ok(r, "score-choices")
     model_path = str(local_model(gate_state, device, fixture))
     model = reference_model(model_path)
-    lines = (gate_state.places.source_tree() / "gates" / "data" / CHOICES).read_text(encoding="utf-8").splitlines()
-    want = score_choices(model, lines)
+    raw = (gate_state.places.source_tree() / "gates" / "data" / CHOICES).read_bytes()
+    lines = raw.decode("utf-8").splitlines()
+    want = shared_reference(
+        gate_state.places.cache_dir(), "choices", model_path, raw, lambda: score_choices(model, lines)
+    )
     gelu = model.recipe.act != "silu"
     tol = CHOICE_TOL_ROUNDED if model.q8_0 or model.q8_k else CHOICE_TOL_GELU if gelu else CHOICE_TOL
     got = r.data["questions"]
@@ -229,9 +277,16 @@ def test_session_matches_reference(
     for it from scratch (the cache changes no byte; tokens compared as REF compares them)."""
     r = runs["session"]
     require_ok(r, "session")
-    model = reference_model(str(local_model(gate_state, device, fixture)))
+    model_path = str(local_model(gate_state, device, fixture))
+    model = reference_model(model_path)
     data = (gate_state.places.source_tree() / "gates" / "data" / SESSION_TEXT).read_bytes()
-    want = run_session(model, data, N_PREDICT)
+    want = shared_reference(
+        gate_state.places.cache_dir(),
+        f"session{N_PREDICT}",
+        model_path,
+        data,
+        lambda: run_session(model, data, N_PREDICT),
+    )
     got = r.data["prompts"]
     check(
         r.data["prompts_run"] == len(want) == len(got),

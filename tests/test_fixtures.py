@@ -29,9 +29,10 @@ DEFAULTS = [
     "qwen3moe-tied",
     "qwen2moe",
     "gpt-oss",
+    "gpt-oss-mxfp4",  # gpt-oss's experts in MXFP4, as its released files are
     "qwen35moe",
     "lfm2moe",
-    "qwen3moe-types",  # every claimed weight type, as experts and dense tensors (a type table)
+    "qwen3moe-types",  # every claimed weight type, as dense and (the quantized ones) expert tensors
     "qwen3moe-bpe",  # a real byte-level BPE vocabulary (fixtures/vocabs/qwen2-2k.json)
     "gemma3-spm",  # the dense recipe with a real SentencePiece vocabulary (fixtures/vocabs/phi3-spm-2k.json)
 ]
@@ -523,7 +524,7 @@ def test_metadata_and_vocabulary(generated: dict, name: str):
         assert key.format(a=arch) in meta, key
     assert meta["general.alignment"] == 32
     # byte-level either way; gpt-oss with the o200k_harmony specials
-    pre = {"qwen35moe": "qwen35", "lfm2moe": "lfm2", "gpt-oss": "gpt-4o"}.get(name, "qwen2")
+    pre = {"qwen35moe": "qwen35", "lfm2moe": "lfm2", "gpt-oss": "gpt-4o"}.get(arch, "qwen2")
     n_special = 7 if arch == "gpt-oss" else 3
     assert meta["tokenizer.ggml.model"] == "gpt2" and meta["tokenizer.ggml.pre"] == pre
     tokens = meta["tokenizer.ggml.tokens"]
@@ -828,11 +829,38 @@ def test_special_tokens_can_never_win(generated: dict):
     assert not embd[256:].any()
 
 
-@pytest.mark.parametrize("name", MOE_DEFAULTS)
+#: the default fixtures that run the cache gates (the others leave them out, saying why: skip_gates)
+CACHE_DEFAULTS = [n for n in MOE_DEFAULTS if "cache" not in load_specs().specs[n].skip_gates]
+
+
+@pytest.mark.parametrize("name", CACHE_DEFAULTS)
 def test_experts_exceed_a_2_mib_cache(generated: dict, name: str):
-    """The gates run `--cache-mb 2`: every default fixture's experts must not all fit in it."""
+    """The gates run `--cache-mb 2`: the experts of every default fixture that runs the cache gates must not
+    all fit in it."""
     total = sum(int(t.n_bytes) for n, t in _tensors(generated[name].path).items() if "_exps." in n)
     assert 2.5 * 2**20 < total < 8 * 2**20, total
+
+
+def test_the_default_set_holds_every_claimed_weight_type(generated: dict):
+    """Every weight type the engine claims is a dense matrix of a default fixture, and every quantized one but
+    Q8_0 an expert tensor of qwen3moe-types too (Q8_0 experts: qwen3moe-q8_0, trained-q8_0; F16 and BF16 are
+    dense only, their kernels are the experts' too), so REF, DET-kernels, SCORE and XDEV run each type's
+    kernels, one-token and prompt-batch, on every device."""
+    from bmoe_ci.weight_types import BY_NAME
+
+    claimed = {w.qtype for w in BY_NAME.values()}
+    dense: set[int] = set()
+    experts: set[int] = set()
+    for name in DEFAULTS:
+        for tname, t in _tensors(generated[name].path).items():
+            if len(t.shape) == 1 or "ffn_gate_inp" in tname or tname.endswith(".bias") or "norm" in tname:
+                continue
+            (experts if "_exps." in tname else dense).add(int(t.tensor_type))
+    assert claimed <= dense, sorted(Q(q).name for q in claimed - dense)
+    assert claimed - {Q.F32, Q.F16, Q.BF16, Q.Q8_0} <= {
+        int(t.tensor_type) for n, t in _tensors(generated["qwen3moe-types"].path).items() if "_exps." in n
+    }
+    assert {Q.F32, Q.Q8_0, Q.MXFP4} <= experts  # qwen3moe, qwen3moe-q8_0, gpt-oss-mxfp4
 
 
 def test_manifest_is_json_sorted(generated: dict):
