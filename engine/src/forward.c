@@ -61,14 +61,6 @@ struct bmoe_forward {
     uint64_t experts_routed;
 };
 
-const char *bmoe_node_name(bmoe_node n) {
-    static const char *const names[BMOE_NODE_COUNT] = {
-        "ffn_moe_logits", "ffn_moe_probs", "ffn_moe_topk", "ffn_moe_weights", "ffn_moe_weights_softmax",
-        "ffn_moe_weights_norm", "ffn_moe_weights_scaled", "ffn_moe_experts",
-    };
-    return (unsigned)n < BMOE_NODE_COUNT ? names[n] : "?";
-}
-
 /* ---- small helpers --------------------------------------------------------------------------- */
 
 static int is_nan(float v) { return v != v; }
