@@ -110,7 +110,7 @@ static int build_seam(bmoe_engine *e, bmoe_error *err) {
     }
     /* Streaming: dense weights resident, experts read from the file into the expert memory of
      * docs/design.md, expert memory, behind the hook. Routing policies plug into the hook (stream_hook_set_policy). */
-    bmoe_streaming_opts so = {
+    bmoe_stream_hook_opts so = {
         .cache_mb = e->cfg.cache_mb, .odirect = !e->cfg.no_odirect, .io_lanes = e->cfg.io_threads,
         .prefetch = e->cfg.prefetch, .prefetch_sync = e->cfg.prefetch_sync, .route_trace = e->cfg.route_trace,
     };
