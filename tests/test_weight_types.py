@@ -30,7 +30,7 @@ def test_engine_and_python_tables_agree(engine_bin: Path) -> None:
 
 
 def test_every_type_has_every_path_of_this_machine(engine_bin: Path) -> None:
-    paths = {"x86_64": ["scalar", "avx2"], "aarch64": ["scalar", "neon", "neon-dot"]}.get(
+    paths = {"x86_64": ["scalar", "avx2", "avx512-vnni"], "aarch64": ["scalar", "neon", "neon-dot"]}.get(
         platform.machine(), ["scalar"]
     )
     for t in engine_types(engine_bin):

@@ -134,7 +134,7 @@ int engine_open(const bmoe_config *cfg, bmoe_engine **out, bmoe_error *err) {
     if ((rc = config_require_run(cfg, msg, sizeof msg))) return err_set(err, 2, "usage", "%s", msg);
     int kpath = -1; /* auto */
     if (cfg->kernels && bm_kpath_parse(cfg->kernels, &kpath))
-        return err_set(err, 2, "config", "BMOE_KERNELS: unknown kernel path '%.40s' (auto, scalar, avx2, neon, neon-dot)",
+        return err_set(err, 2, "config", "BMOE_KERNELS: unknown kernel path '%.40s' (auto, scalar, avx2, avx512-vnni, neon, neon-dot)",
                        cfg->kernels);
     if (kpath >= 0 && !bm_kpath_available((bm_kpath)kpath))
         return err_set(err, 2, "config", "BMOE_KERNELS: the %s kernels are not available on this CPU or build",

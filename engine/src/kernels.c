@@ -339,7 +339,7 @@ void bm_quantize_q8_k(const float *x, size_t n, bm_q8k *y) {
     }
 }
 
-static const char *const KPATH_NAMES[BM_KPATH_COUNT] = {"scalar", "avx2", "neon", "neon-dot"};
+static const char *const KPATH_NAMES[BM_KPATH_COUNT] = {"scalar", "avx2", "neon", "neon-dot", "avx512-vnni"};
 
 const char *bm_kpath_name(bm_kpath p) { return (unsigned)p < BM_KPATH_COUNT ? KPATH_NAMES[p] : "?"; }
 
@@ -364,6 +364,7 @@ static int fill_path(bm_kpath p, bm_kernels *k) {
     case BM_KPATH_AVX2: return bm_kernels_avx2(k);
     case BM_KPATH_NEON: return bm_kernels_neon(k, 0);
     case BM_KPATH_NEON_DOT: return bm_kernels_neon(k, 1);
+    case BM_KPATH_AVX512: return bm_kernels_avx512(k);
     default: return 0;
     }
 }
@@ -372,12 +373,12 @@ static int fill_path(bm_kpath p, bm_kernels *k) {
  * the path: tests/test_kquants.c checks that no supported type lacks one on a compiled path). */
 static int fill(bm_kpath p, bm_kernels *k) {
     memset(k, 0, sizeof *k);
-    if (!fill_path(p, k)) return 0;
+    if (!fill_path(p, k)) return 0; /* also the path's dot_tile entries (NULL where it has none) */
     k->path = p;
     k->dot_f32_rows = bm_dot_f32_rows_scalar; /* attention (kernels_attn.c) */
     k->weighted_rows = bm_weighted_rows_scalar;
 #if defined(__x86_64__)
-    if (p == BM_KPATH_AVX2) k->dot_f32_rows = bm_dot_f32_rows_avx2, k->weighted_rows = bm_weighted_rows_avx2;
+    if (p == BM_KPATH_AVX2 || p == BM_KPATH_AVX512) k->dot_f32_rows = bm_dot_f32_rows_avx2, k->weighted_rows = bm_weighted_rows_avx2;
 #endif
 #if defined(__aarch64__)
     if (p == BM_KPATH_NEON || p == BM_KPATH_NEON_DOT)
@@ -398,7 +399,7 @@ int bm_kpath_available(bm_kpath p) {
 }
 
 bm_kpath bm_kpath_best(void) {
-    static const bm_kpath order[] = {BM_KPATH_AVX2, BM_KPATH_NEON_DOT, BM_KPATH_NEON};
+    static const bm_kpath order[] = {BM_KPATH_AVX512, BM_KPATH_AVX2, BM_KPATH_NEON_DOT, BM_KPATH_NEON};
     for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
         if (bm_kpath_available(order[i])) return order[i];
     return BM_KPATH_SCALAR;

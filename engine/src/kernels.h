@@ -54,6 +54,14 @@
 /* Tokens per *_mt call, at most. */
 #define BM_MT_MAX 4
 
+/* A tile kernel (bm_kernels.dot_tile): nr (1 .. BM_TILE_R) consecutive weight rows, row_bytes apart,
+ * times nt (2 .. BM_TILE_T) tokens' inputs; out[r * BM_TILE_T + t] is bit for bit the one-token
+ * kernel's value of row r on token t. */
+#define BM_TILE_R 8
+#define BM_TILE_T 32
+typedef void (*bm_dot_tile_fn)(const uint8_t *w, size_t row_bytes, int nr, const bm_act *a, size_t n, int nt,
+                               float *out);
+
 /* A kernel path's functions. dot[type] / dot_mt[type] are the type table's kernels of this path
  * (type_traits.h; the scalar ones where a path has none compiled in), NULL for a type the engine does
  * not compute with; the rest are the functions around the matmuls. */
@@ -61,6 +69,9 @@ typedef struct bm_kernels {
     bm_kpath path;
     bm_dot_fn dot[GGML_TYPE_COUNT];
     bm_dot_mt_fn dot_mt[GGML_TYPE_COUNT];
+    /* row x token tiles (BM_TILE_R x BM_TILE_T) where the path has them for the type, else NULL (the
+     * matmul then runs dot_mt row by row) */
+    bm_dot_tile_fn dot_tile[GGML_TYPE_COUNT];
     /* the F32 dot product of two float vectors (attention's q . k) */
     float (*dot_f32)(const float *a, const float *b, size_t n);
     /* Attention (kernels_attn.c): out[j] = dot_f32(q, k + j * ldk, n) for j < nk, each with dot_f32's
@@ -79,7 +90,7 @@ typedef struct bm_kernels {
     void (*exp_shift)(float *v, size_t n, float mx);
 } bm_kernels;
 
-/* "scalar", "avx2", "neon", "neon-dot". */
+/* "scalar", "avx2", "neon", "neon-dot", "avx512-vnni". */
 const char *bm_kpath_name(bm_kpath p);
 /* Parses a path name or "auto" (→ *out = -1). 0, or 2 for an unknown name. */
 int bm_kpath_parse(const char *s, int *out);
@@ -142,6 +153,7 @@ void bm_weighted_rows_neon(const float *p, int nj, const float *v, size_t ldv, s
 /* Implemented by kernels_avx2.c / kernels_neon.c (stubs returning 0 on other architectures): 1 and
  * k's path-specific functions when the CPU has the path, else 0. */
 int bm_kernels_avx2(bm_kernels *k);     /* AVX2 + F16C */
+int bm_kernels_avx512(bm_kernels *k);   /* AVX2 + F16C and AVX-512 F, BW, VL, VNNI (kernels_avx512.c) */
 int bm_kernels_neon(bm_kernels *k, int dot); /* dot: the sdot variant */
 
 #endif

@@ -13,6 +13,8 @@
 #include "kernels_lanes.h"
 
 #define AVX2_FN __attribute__((target("avx2,f16c")))
+#define BM_X86_FN AVX2_FN
+#include "kernels_x86.h"
 #define BM_VEXP_FN AVX2_FN
 #include "kernels_vexp.h"
 
@@ -48,15 +50,6 @@ AVX2_FN static inline __m256i block_dot(const uint8_t *blk, const int8_t *xq) {
     return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
 }
 
-/* The last nb mod 8 blocks (from block b), as the scalar path does them, onto the lanes acc, and the
- * lane tree. */
-AVX2_FN static float q8_0_tail(__m256 acc, const uint8_t *w, const int8_t *xq, const float *xd, size_t b, size_t nb) {
-    float l[8];
-    _mm256_storeu_ps(l, acc);
-    bm_q8_0_blocks(l, w, xq, xd, b, nb);
-    return bm_simd_sum8(l);
-}
-
 /* The eight scales of blocks blk .. blk + 7 as floats (exact). */
 AVX2_FN static inline __m256 q8_0_scales8(const uint8_t *w, const uint8_t *blk) {
     const size_t B = BMOE_Q8_0_BYTES;
@@ -71,6 +64,60 @@ AVX2_FN static inline __m256 q8_0_scales8(const uint8_t *w, const uint8_t *blk) 
     (void)blk;
 #endif
     return _mm256_cvtph_ps(sc);
+}
+
+#define AVX2_MT_FN AVX2_FN __attribute__((always_inline)) static inline
+
+/* block_dot with the weight block already loaded (wv) and made unsigned (aw = |wv|). */
+AVX2_FN static inline __m256i block_dot_w(__m256i aw, __m256i wv, const int8_t *xq) {
+    __m256i xv = _mm256_loadu_si256((const __m256i *)xq);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, wv)), _mm256_set1_epi16(1));
+}
+
+/* The last r = nb - b (1 .. 7) blocks of a row of 32-value blocks, for NT tokens at once (b a multiple
+ * of 8, so block b + k goes to lane k): their signed levels wv[k] (k < r; the rest unused) and scales dw
+ * (0 in lanes >= r) loaded once for every token; each block's exact integer sum as the main loop forms
+ * it, then the scalar path's float step (float)s * (d_w * d_x) onto lane k in one vector step. Lanes
+ * >= r keep their value (a blend, so not even a zero is added to them), which is the scalar loop's
+ * result: each lane gets at most one tail block. */
+AVX2_MT_FN void blk32_tail_mt(const __m256i wv[8], __m256 dw, int r, const int8_t *xq, const float *xd, size_t n,
+                              size_t nb, size_t b, const int NT, __m256 acc[]) {
+    const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(r), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256i aw[8];
+    for (int k = 0; k < 8; k++) aw[k] = k < r ? _mm256_sign_epi8(wv[k], wv[k]) : _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) {
+        const int8_t *p = xq + (size_t)t * n + b * BMOE_Q8_0_BLOCK;
+        __m256i v[8];
+        for (int k = 0; k < 8; k++) v[k] = k < r ? block_dot_w(aw[k], wv[k], p + k * BMOE_Q8_0_BLOCK) : _mm256_setzero_si256();
+        __m256i h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+        __m256i h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+        __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20), _mm256_permute2x128_si256(h0, h1, 0x31));
+        __m256 dd = _mm256_mul_ps(dw, _mm256_maskload_ps(xd + (size_t)t * nb + b, m));
+        __m256 c = _mm256_add_ps(acc[t], _mm256_mul_ps(_mm256_cvtepi32_ps(s), dd));
+        acc[t] = _mm256_blendv_ps(acc[t], c, _mm256_castsi256_ps(m));
+    }
+}
+
+/* Q8_0's last nb mod 8 blocks (from block b) for NT tokens onto their lanes (blk32_tail_mt). */
+AVX2_MT_FN void q8_0_tail_mt(const uint8_t *w, const int8_t *xq, const float *xd, size_t n, size_t nb, size_t b,
+                             const int NT, __m256 acc[]) {
+    if (b < nb) {
+        const int r = (int)(nb - b);
+        const uint8_t *blk = w + b * BMOE_Q8_0_BYTES;
+        __m256i wv[8];
+        uint16_t sc[8] = {0};
+        for (int k = 0; k < 8; k++) wv[k] = _mm256_setzero_si256();
+        for (int k = 0; k < r; k++) {
+            wv[k] = _mm256_loadu_si256((const __m256i *)(blk + (size_t)k * BMOE_Q8_0_BYTES + 2));
+#ifndef BMOE_FAULT_Q8_0_FIRST_SCALE
+            sc[k] = bm_rd16(blk + (size_t)k * BMOE_Q8_0_BYTES);
+#else
+            sc[k] = bm_rd16(w); /* fault: every block uses the row's first scale */
+#endif
+        }
+        blk32_tail_mt(wv, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sc)), r, xq, xd, n, nb, b, NT, acc);
+    }
 }
 
 AVX2_FN static float dot_q8_0_avx2(const uint8_t *w, const int8_t *xq, const float *xd, size_t n) {
@@ -91,14 +138,15 @@ AVX2_FN static float dot_q8_0_avx2(const uint8_t *w, const int8_t *xq, const flo
         __m256 dd = _mm256_mul_ps(q8_0_scales8(w, blk), _mm256_loadu_ps(xd + b));
         acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s), dd));
     }
-    return q8_0_tail(acc, w, xq, xd, b, nb);
+    q8_0_tail_mt(w, xq, xd, n, nb, b, 1, &acc);
+    float l[8];
+    _mm256_storeu_ps(l, acc);
+    return bm_simd_sum8(l);
 }
 
 /* ---- several tokens per call (kernels.h, *_mt): each token's lanes, adds and tree are the one-token
  * function's; what is shared is loading (and converting) the weights. NT is a constant after
  * inlining, so the per-token accumulators live in registers. */
-
-#define AVX2_MT_FN AVX2_FN __attribute__((always_inline)) static inline
 
 AVX2_MT_FN void f32_mt(const float *w, const float *x, size_t n, const int NT, float *out) {
     __m256 acc[BM_MT_MAX];
@@ -140,11 +188,6 @@ AVX2_MT_FN void f16_mt(const uint8_t *w, const float *x, size_t n, const int NT,
     }
 }
 
-/* block_dot with the weight block already loaded (wv) and made unsigned (aw = |wv|). */
-AVX2_FN static inline __m256i block_dot_w(__m256i aw, __m256i wv, const int8_t *xq) {
-    __m256i xv = _mm256_loadu_si256((const __m256i *)xq);
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xv, wv)), _mm256_set1_epi16(1));
-}
 
 AVX2_MT_FN void q8_0_mt(const uint8_t *w, const int8_t *xq, const float *xd, size_t n, const int NT, float *out) {
     size_t nb = n / BMOE_Q8_0_BLOCK, b = 0;
@@ -179,7 +222,12 @@ AVX2_MT_FN void q8_0_mt(const uint8_t *w, const int8_t *xq, const float *xd, siz
             acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(_mm256_cvtepi32_ps(s), dd));
         }
     }
-    for (int t = 0; t < NT; t++) out[t] = q8_0_tail(acc[t], w, xq + (size_t)t * n, xd + (size_t)t * nb, b, nb);
+    q8_0_tail_mt(w, xq, xd, n, nb, b, NT, acc);
+    for (int t = 0; t < NT; t++) {
+        float l[8];
+        _mm256_storeu_ps(l, acc[t]);
+        out[t] = bm_simd_sum8(l);
+    }
 }
 
 AVX2_FN static void dot_f32_mt_avx2(const float *w, const float *x, size_t n, int nt, float *out) {
@@ -212,22 +260,6 @@ AVX2_FN static void dot_q8_0_mt_avx2(const uint8_t *w, const int8_t *xq, const f
 /* ---- Q4_0 / Q5_0 against Q8_0 blocks (kernels.h): the Q8_0 kernel with the weights' levels unpacked
  * to signed bytes first. */
 
-/* Block blk's 32 signed levels (bm_q45_0_levels) in one register: low nibbles are values 0-15, high
- * nibbles 16-31; Q5_0's fifth bits come from qh, bit i for value i. */
-AVX2_FN static inline __m256i q45_0_levels(uint32_t type, const uint8_t *blk) {
-    const __m256i m4 = _mm256_set1_epi8(0xF);
-    const int five = type == GGML_TYPE_Q5_0;
-    __m128i t = _mm_loadu_si128((const __m128i *)(blk + (five ? 6 : 2)));
-    __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), m4);
-    if (!five) return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
-    uint32_t qh = (uint32_t)blk[2] | ((uint32_t)blk[3] << 8) | ((uint32_t)blk[4] << 16) | ((uint32_t)blk[5] << 24);
-    /* byte i gets qh's byte i / 8, then its bit i mod 8 decides 0x10 or 0 */
-    __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh),
-                                        _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL));
-    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
-    __m256i hb = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit), _mm256_set1_epi8(0x10));
-    return _mm256_sub_epi8(_mm256_or_si256(v, hb), _mm256_set1_epi8(16));
-}
 
 /* The eight f16 scales of blocks blk, blk + bb, ... as floats (exact). */
 AVX2_FN static inline __m256 scales8_stride(const uint8_t *blk, size_t bb) {
@@ -235,23 +267,6 @@ AVX2_FN static inline __m256 scales8_stride(const uint8_t *blk, size_t bb) {
                                (short)bm_rd16(blk + 4 * bb), (short)bm_rd16(blk + 3 * bb), (short)bm_rd16(blk + 2 * bb),
                                (short)bm_rd16(blk + bb), (short)bm_rd16(blk));
     return _mm256_cvtph_ps(sc);
-}
-
-/* The last nb mod 8 blocks (bm_q45_0_blocks' steps): each block's integer sum from the SIMD levels (the
- * same integer however its 32 products are added), then the scalar path's float steps onto lane b mod 8.
- * A row of 20 blocks (d = 640) has four of them, a fifth of its work. */
-AVX2_FN static inline void q45_0_tail(float l[8], uint32_t type, const uint8_t *w, const int8_t *xq, const float *xd,
-                                      size_t b, size_t nb) {
-    const size_t bb = bm_q45_0_bytes(type);
-    for (; b < nb; b++) {
-        const uint8_t *blk = w + b * bb;
-        __m256i wv = q45_0_levels(type, blk);
-        __m256i v = block_dot_w(_mm256_sign_epi8(wv, wv), wv, xq + b * BMOE_Q8_0_BLOCK);
-        __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-        s = _mm_hadd_epi32(s, s);
-        s = _mm_hadd_epi32(s, s);
-        l[b & 7] += (float)_mm_cvtsi128_si32(s) * (bm_f16_to_f32(bm_rd16(blk)) * xd[b]);
-    }
 }
 
 AVX2_MT_FN void q45_0_mt(uint32_t type, const uint8_t *w, const int8_t *xq, const float *xd, size_t n, const int NT,
@@ -268,7 +283,7 @@ AVX2_MT_FN void q45_0_mt(uint32_t type, const uint8_t *w, const int8_t *xq, cons
         for (int g = 0; g < 2; g++) {
             __m256i wv[4], aw[4];
             for (int k = 0; k < 4; k++) {
-                wv[k] = q45_0_levels(type, blk + (size_t)(4 * g + k) * bb);
+                wv[k] = bm_x86_q45_0_levels(type, blk + (size_t)(4 * g + k) * bb);
                 aw[k] = _mm256_sign_epi8(wv[k], wv[k]);
             }
 #pragma GCC unroll 4
@@ -289,10 +304,21 @@ AVX2_MT_FN void q45_0_mt(uint32_t type, const uint8_t *w, const int8_t *xq, cons
             acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(_mm256_cvtepi32_ps(s), dd));
         }
     }
+    if (b < nb) { /* the last nb mod 8 blocks (a row of 20 blocks, d = 640, has four): unpacked once */
+        const int r = (int)(nb - b);
+        const uint8_t *blk = w + b * bb;
+        __m256i wv[8];
+        uint16_t sc[8] = {0};
+        for (int k = 0; k < 8; k++) wv[k] = _mm256_setzero_si256();
+        for (int k = 0; k < r; k++) {
+            wv[k] = bm_x86_q45_0_levels(type, blk + (size_t)k * bb);
+            sc[k] = bm_rd16(blk + (size_t)k * bb);
+        }
+        blk32_tail_mt(wv, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sc)), r, xq, xd, n, nb, b, NT, acc);
+    }
     for (int t = 0; t < NT; t++) {
         float l[8];
         _mm256_storeu_ps(l, acc[t]);
-        q45_0_tail(l, type, w, xq + (size_t)t * n, xd + (size_t)t * nb, b, nb);
         out[t] = bm_simd_sum8(l);
     }
 }

@@ -112,6 +112,27 @@ static void mm_rows(const mm_job *J, const bm_kernels *k, int j0, int j1, int ti
         int part = (j1 - j0 + MM_STREAMS - 1) / MM_STREAMS;
         for (int a = 0; a < part; a++)
             for (int j = j0 + a; j < j1; j += part) y[j] = row_dot(k, J->type, J->w + (size_t)j * J->row_bytes, &J->a, n);
+    } else if (k->dot_tile[J->type]) {
+        /* Several tokens on a path with row x token tiles for the type: BM_TILE_R rows times up to
+         * BM_TILE_T tokens per call (a last lone token with the one-token kernel), each output with the
+         * one-token kernel's bits. */
+        const bm_dot_tile_fn tile = k->dot_tile[J->type];
+        for (int r0 = j0; r0 < j1; r0 += BM_TILE_R) {
+            int nr = j1 - r0 < BM_TILE_R ? j1 - r0 : BM_TILE_R;
+            const uint8_t *rows = J->w + (size_t)r0 * J->row_bytes;
+            for (int t = 0; t < J->T; t += BM_TILE_T) {
+                int nt = J->T - t < BM_TILE_T ? J->T - t : BM_TILE_T;
+                const bm_act at = bm_act_token(&J->a, n, t);
+                float o[BM_TILE_R * BM_TILE_T];
+                if (nt == 1)
+                    for (int r = 0; r < nr; r++) o[r * BM_TILE_T] = row_dot(k, J->type, rows + (size_t)r * J->row_bytes, &at, n);
+                else tile(rows, J->row_bytes, nr, &at, n, nt, o);
+                for (int u = 0; u < nt; u++) {
+                    float *y = out_row(J, t + u);
+                    for (int r = 0; r < nr; r++) y[r0 + r] = o[r * BM_TILE_T + u];
+                }
+            }
+        }
     } else {
         /* Several tokens: up to BM_MT_MAX per call (a last lone token with the one-token kernel), each
          * with the one-token kernel's bits, so the order rows and tokens are visited in changes nothing. */

@@ -16,7 +16,12 @@
 #if defined(__x86_64__)
 #define AVX2_DOT(T) bm_dot_##T##_avx2
 #define AVX2_MT(T) bm_dot_mt_##T##_avx2
+/* the AVX-512 VNNI path multiplies one token with AVX2's kernels (its tiles are kernels.h's dot_tile) */
+#define AVX512_DOT(T) bm_dot_##T##_avx2
+#define AVX512_MT(T) bm_dot_mt_##T##_avx2
 #else
+#define AVX512_DOT(T) NULL
+#define AVX512_MT(T) NULL
 #define AVX2_DOT(T) NULL
 #define AVX2_MT(T) NULL
 #endif
@@ -34,8 +39,8 @@
 
 /* A type's kernels on every path, by the names kernels.h gives them. */
 #define KERNELS(T)                                                                                         \
-    .dot = {bm_dot_##T##_scalar, AVX2_DOT(T), NEON_DOT(T), SDOT_DOT(T)},                                   \
-    .dot_mt = {bm_dot_mt_##T##_scalar, AVX2_MT(T), NEON_MT(T), SDOT_MT(T)}
+    .dot = {bm_dot_##T##_scalar, AVX2_DOT(T), NEON_DOT(T), SDOT_DOT(T), AVX512_DOT(T)},                    \
+    .dot_mt = {bm_dot_mt_##T##_scalar, AVX2_MT(T), NEON_MT(T), SDOT_MT(T), AVX512_MT(T)}
 
 #define F16(off, name) {BM_FIELD_F16, off, name}
 

@@ -31,8 +31,11 @@ enum ggml_type {
     GGML_TYPE_IQ4_XS = 23, GGML_TYPE_BF16 = 30, GGML_TYPE_MXFP4 = 39, GGML_TYPE_COUNT = 42
 };
 
-/* The kernel paths (kernels.h): the scalar one defines every bit, the others reproduce it. */
-typedef enum { BM_KPATH_SCALAR = 0, BM_KPATH_AVX2, BM_KPATH_NEON, BM_KPATH_NEON_DOT, BM_KPATH_COUNT } bm_kpath;
+/* The kernel paths (kernels.h): the scalar one defines every bit, the others reproduce it. AVX512 is
+ * x86_64 with AVX-512 VNNI: AVX2's kernels for one token, its own row x token tiles for prefill. */
+typedef enum {
+    BM_KPATH_SCALAR = 0, BM_KPATH_AVX2, BM_KPATH_NEON, BM_KPATH_NEON_DOT, BM_KPATH_AVX512, BM_KPATH_COUNT
+} bm_kpath;
 
 /* What a matmul's input becomes for a weight type (docs/model-math.md, activation quantisation). */
 typedef enum { BM_ACT_F32 = 0, BM_ACT_Q8_0, BM_ACT_Q8_1, BM_ACT_Q8_K, BM_ACT_COUNT } bm_act_kind;

@@ -490,6 +490,94 @@ static void test_dequantised_dots(void) {
     }
 }
 
+/* The row x token tiles (kernels.h, dot_tile) of every path that has them: Q8_0, Q4_0 and Q5_0 rows of 1
+ * to 130 blocks (past the AVX-512 kernels' 8-block staging chunk), 1 .. BM_TILE_R rows and 2 .. BM_TILE_T
+ * tokens per call, every output bit for bit the scalar one-token kernel's (a NaN input block stays
+ * NaN). Buffers are exactly nr rows and nt tokens (ASan sees an overrun). */
+static void test_tiles(void) {
+    static const size_t NBS[] = {1, 2, 3, 5, 7, 8, 9, 15, 16, 20, 33, 64, 65, 130};
+    static const dq_type TY[] = {{GGML_TYPE_Q8_0, 32, BMOE_Q8_0_BYTES, "q8_0"}, {GGML_TYPE_Q4_0, 32, BMOE_Q4_0_BYTES, "q4_0"},
+                                 {GGML_TYPE_Q5_0, 32, BMOE_Q5_0_BYTES, "q5_0"}};
+    int tested = 0;
+    for (size_t ti = 0; ti < sizeof TY / sizeof TY[0]; ti++) {
+        const dq_type *t = &TY[ti];
+        for (size_t ni = 0; ni < sizeof NBS / sizeof NBS[0]; ni++) {
+            const size_t nb = NBS[ni], n = nb * 32, rb = nb * t->bytes;
+            for (int nr = 1; nr <= BM_TILE_R; nr++) {
+                for (int nt = 2; nt <= BM_TILE_T; nt += (nt < 10 && (nr == BM_TILE_R || nr == 1) ? 1 : 7)) {
+                    uint8_t *w = malloc((size_t)nr * rb);
+                    float *x = malloc((size_t)nt * n * sizeof(float)), *xd = malloc((size_t)nt * nb * sizeof(float));
+                    int8_t *xq = malloc((size_t)nt * n);
+                    fill_blocks(t, w, (size_t)nr * nb);
+                    if (t->type == GGML_TYPE_Q8_0)
+                        for (size_t b = 0; b < (size_t)nr * nb; b++) {
+                            put16(w + b * t->bytes, rand_scale());
+                            if (urand() % 4 == 0) w[b * t->bytes + 2 + urand() % 32] = 0x80; /* -128 */
+                        }
+                    for (size_t i = 0; i < (size_t)nt * n; i++) x[i] = fvalue();
+                    if (nr == 3) x[n + 5] = NAN; /* token 1's first block */
+                    for (int u = 0; u < nt; u++) bm_quantize_q8_0(x + (size_t)u * n, n, xq + (size_t)u * n, xd + (size_t)u * nb);
+                    const bm_act a = {x, xq, xd, NULL, NULL};
+                    for (int p = 0; p < n_paths; p++) {
+                        if (!paths[p].dot_tile[t->type]) continue;
+                        float o[BM_TILE_R * BM_TILE_T];
+                        paths[p].dot_tile[t->type](w, rb, nr, &a, n, nt, o);
+                        tested++;
+                        for (int r = 0; r < nr; r++)
+                            for (int u = 0; u < nt; u++) {
+                                float ref = tdot(&paths[0], t->type, w + (size_t)r * rb, NULL, xq + (size_t)u * n,
+                                                 xd + (size_t)u * nb, n);
+                                float got = o[r * BM_TILE_T + u];
+                                int same = bits_of(got) == bits_of(ref) || (isnan(got) && isnan(ref));
+                                if (!same)
+                                    fprintf(stderr, "  %s tile %s: nb %zu nr %d nt %d row %d token %d: %a != %a\n",
+                                            bm_kpath_name(paths[p].path), t->name, nb, nr, nt, r, u, got, ref);
+                                CHECK(same);
+                            }
+                    }
+                    free(w); free(x); free(xd); free(xq);
+                }
+            }
+        }
+    }
+    /* Q4_K against Q8_K super-blocks: rows of 1 to 9 super-blocks (past the 8 lane classes) */
+    for (size_t nb = 1; nb <= 9; nb += (nb < 3 ? 1 : 3)) {
+        const dq_type t = {GGML_TYPE_Q4_K, 256, BMOE_Q4_K_BYTES, "q4_K"};
+        const size_t n = nb * 256, rb = nb * t.bytes;
+        for (int nr = 1; nr <= BM_TILE_R; nr += (nr < 2 ? 1 : 3)) {
+            for (int nt = 2; nt <= BM_TILE_T; nt += 5) {
+                uint8_t *w = malloc((size_t)nr * rb);
+                float *x = malloc((size_t)nt * n * sizeof(float));
+                bm_q8k *xk = malloc((size_t)nt * nb * sizeof(bm_q8k));
+                fill_blocks(&t, w, (size_t)nr * nb);
+                for (size_t i = 0; i < (size_t)nt * n; i++) x[i] = fvalue();
+                if (nr == 2) x[n + 7] = NAN; /* token 1's first super-block */
+                for (int u = 0; u < nt; u++) bm_quantize_q8_k(x + (size_t)u * n, n, xk + (size_t)u * nb);
+                const bm_act a = {x, NULL, NULL, NULL, xk};
+                for (int p = 0; p < n_paths; p++) {
+                    if (!paths[p].dot_tile[t.type]) continue;
+                    float o[BM_TILE_R * BM_TILE_T];
+                    paths[p].dot_tile[t.type](w, rb, nr, &a, n, nt, o);
+                    tested++;
+                    for (int r = 0; r < nr; r++)
+                        for (int u = 0; u < nt; u++) {
+                            const bm_act at = bm_act_token(&a, n, u);
+                            float ref = paths[0].dot[t.type](w + (size_t)r * rb, &at, n), got = o[r * BM_TILE_T + u];
+                            int same = bits_of(got) == bits_of(ref) || (isnan(got) && isnan(ref));
+                            if (!same)
+                                fprintf(stderr, "  %s tile q4_K: nb %zu nr %d nt %d row %d token %d: %a != %a\n",
+                                        bm_kpath_name(paths[p].path), nb, nr, nt, r, u, got, ref);
+                            CHECK(same);
+                        }
+                }
+                free(w); free(x); free(xk);
+            }
+        }
+    }
+    /* a path that has tiles is tested; on a CPU with AVX-512 VNNI that path must be there */
+    if (bm_kpath_available(BM_KPATH_AVX512)) CHECK(tested > 0);
+}
+
 /* SiLU-times-u and the softmax's exponentials (kernels.h, silu_mul / exp_shift): every path gives
  * the scalar loop's bits, on values inside and outside the vectorised range (kernels_vexp.h), NaN,
  * infinities, -0, subnormals, and lengths that are not a multiple of 4; and out may be u. */
@@ -579,6 +667,7 @@ static void test_names(void) {
     int p;
     CHECK(bm_kpath_parse("auto", &p) == 0 && p == -1);
     CHECK(bm_kpath_parse("neon-dot", &p) == 0 && p == BM_KPATH_NEON_DOT);
+    CHECK(bm_kpath_parse("avx512-vnni", &p) == 0 && p == BM_KPATH_AVX512);
     CHECK(bm_kpath_parse("AVX2", &p) == 2);
     CHECK(bm_kpath_parse("", &p) == 2);
     CHECK(bm_kpath_available(BM_KPATH_SCALAR));
@@ -605,6 +694,7 @@ int main(void) {
     test_dequant();
     test_dequant_types();
     test_dequantised_dots();
+    test_tiles();
     test_exponentials();
     test_attention_loops();
     return check_report("test_kernels");

@@ -1,0 +1,304 @@
+/* x86_64 AVX-512 VNNI: prefill tiles of 8 weight rows x up to BM_TILE_T tokens, with the scalar path's
+ * bits, for the types whose blocks are 32 signed 8-bit levels against Q8_0 activation blocks (Q8_0, Q4_0,
+ * Q5_0) and for Q4_K against Q8_K super-blocks. A block's weights are unpacked once for all the tokens.
+ *
+ * The AVX2 kernels spend most of a block on turning its 32 products into one integer sum (horizontal
+ * adds across lanes). Here the lanes are the 8 rows instead: for one block b, register W_j holds bytes
+ * 4j .. 4j+3 of each row's block (an 8 x 8 transpose of dwords, done once per block for all tokens),
+ * and one token's dword j of block b is broadcast to every lane, so eight vpdpbusd leave row r's whole
+ * block sum in lane r with no horizontal step. vpdpbusd multiplies unsigned by signed bytes: the
+ * activation goes in as x + 128 (a sign flip of its top bit) and 128 times the row's level sum (one more
+ * vpdpbusd per block, shared by every token) is taken off again. Every step is exact integer arithmetic
+ * (|sum| < 2^21), so s_b is the scalar path's integer.
+ *
+ * The float steps are the scalar path's, lane-wise over rows: (float)s_b * (d_w * d_x) onto the
+ * accumulator of lane class b mod 8 (one register per class, its lanes the rows), in increasing b;
+ * at the end row r's eight classes are the scalar path's l[0..7] and go through the same tree. Multiply
+ * and add stay separate (no FMA; -ffp-contract=off). The one-token kernels are AVX2's. */
+#include "kernels.h"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+#include <string.h>
+
+#include "gguf.h"
+#include "kernels_lanes.h"
+
+#define VNNI_FN __attribute__((target("avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+#define BM_X86_FN VNNI_FN
+#include "kernels_x86.h"
+
+/* Blocks whose biased activations (x + 128) are staged at once per token: 8 x 32 bytes each. */
+#define TILE_CHUNK 8
+
+/* Block blk's 32 signed levels in one register (Q8_0 as stored, Q4_0 / Q5_0 unpacked). */
+VNNI_FN static inline __m256i levels32(uint32_t type, const uint8_t *blk) {
+    if (type == GGML_TYPE_Q8_0) return _mm256_loadu_si256((const __m256i *)(blk + 2));
+    return bm_x86_q45_0_levels(type, blk);
+}
+
+/* The 8 x 8 transpose of dwords: out[j] lane r = dword j of in[r]. */
+VNNI_FN static inline void transpose8(const __m256i in[8], __m256i out[8]) {
+    __m256i t[8], u[8];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_epi32(in[2 * i], in[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_epi32(in[2 * i], in[2 * i + 1]);
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) { /* rows 4h .. 4h + 3 */
+        __m256i *a = t + 4 * h, *o = u + 4 * h;
+        o[0] = _mm256_unpacklo_epi64(a[0], a[2]);
+        o[1] = _mm256_unpackhi_epi64(a[0], a[2]);
+        o[2] = _mm256_unpacklo_epi64(a[1], a[3]);
+        o[3] = _mm256_unpackhi_epi64(a[1], a[3]);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        out[j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x20);
+        out[4 + j] = _mm256_permute2x128_si256(u[j], u[4 + j], 0x31);
+    }
+}
+
+#define VNNI_INLINE VNNI_FN __attribute__((always_inline)) static inline
+
+/* One block b of the tile for NT tokens: wt its transposed levels, corr 128 times each row's level sum,
+ * dw the rows' scales; xb token 0's biased activations of the block (token t's xs_stride bytes on), xd
+ * token 0's scale of the block (token t's nb on). Two chains of vpdpbusd per token (dwords j even and
+ * odd, added at the end: exact), the tokens' chains interleaved so that none waits on its latency. */
+VNNI_INLINE void tile_block(const __m256i wt[8], __m256i corr, __m256 dw, const uint8_t *xb, size_t xs_stride,
+                            const float *xd, size_t nb, const int NT, __m256 acc[][8], int cls) {
+    __m256i s0[8], s1[8];
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; t++) s0[t] = s1[t] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int j = 0; j < 8; j += 2) {
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) {
+            int32_t q0, q1;
+            memcpy(&q0, xb + (size_t)t * xs_stride + 4 * j, 4);
+            memcpy(&q1, xb + (size_t)t * xs_stride + 4 * j + 4, 4);
+            s0[t] = _mm256_dpbusd_epi32(s0[t], _mm256_set1_epi32(q0), wt[j]);
+            s1[t] = _mm256_dpbusd_epi32(s1[t], _mm256_set1_epi32(q1), wt[j + 1]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; t++) {
+        __m256i s = _mm256_sub_epi32(_mm256_add_epi32(s0[t], s1[t]), corr); /* lane r: row r's exact block sum */
+        const __m256 dd = _mm256_mul_ps(dw, _mm256_set1_ps(xd[(size_t)t * nb]));
+        acc[t][cls] = _mm256_add_ps(acc[t][cls], _mm256_mul_ps(_mm256_cvtepi32_ps(s), dd));
+    }
+}
+
+/* tile_block for g (1 .. 8) tokens, g a constant in each case */
+VNNI_INLINE void tile_block_g(const __m256i wt[8], __m256i corr, __m256 dw, const uint8_t *xb, size_t xs_stride,
+                              const float *xd, size_t nb, int g, __m256 acc[][8], int cls) {
+    switch (g) {
+    case 8: tile_block(wt, corr, dw, xb, xs_stride, xd, nb, 8, acc, cls); break;
+    case 7: tile_block(wt, corr, dw, xb, xs_stride, xd, nb, 7, acc, cls); break;
+    case 6: tile_block(wt, corr, dw, xb, xs_stride, xd, nb, 6, acc, cls); break;
+    case 5: tile_block(wt, corr, dw, xb, xs_stride, xd, nb, 5, acc, cls); break;
+    case 4: tile_block(wt, corr, dw, xb, xs_stride, xd, nb, 4, acc, cls); break;
+    case 3: tile_block(wt, corr, dw, xb, xs_stride, xd, nb, 3, acc, cls); break;
+    case 2: tile_block(wt, corr, dw, xb, xs_stride, xd, nb, 2, acc, cls); break;
+    default: tile_block(wt, corr, dw, xb, xs_stride, xd, nb, 1, acc, cls);
+    }
+}
+
+/* The lane classes of nt tokens (acc[t][c], lanes the rows) through bm_simd_sum8's tree, lane-wise over
+ * the rows (the same adds in the same order for each row; its fault too). */
+VNNI_INLINE void tile_finish(__m256 acc[][8], int nr, int nt, float *out) {
+    for (int t = 0; t < nt; t++) {
+        const __m256 *l = acc[t];
+#ifdef BMOE_FAULT_SIMD_LANE_ORDER
+        __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(l[0], l[4]), _mm256_add_ps(l[2], l[6])),
+                                   _mm256_add_ps(_mm256_add_ps(l[1], l[5]), _mm256_add_ps(l[3], l[7])));
+#else
+        __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(l[0], l[1]), _mm256_add_ps(l[2], l[3])),
+                                   _mm256_add_ps(_mm256_add_ps(l[4], l[5]), _mm256_add_ps(l[6], l[7])));
+#endif
+        float v[8];
+        _mm256_storeu_ps(v, sum);
+        for (int r = 0; r < nr; r++) out[r * BM_TILE_T + t] = v[r];
+    }
+}
+
+/* A block's weights are unpacked and transposed once for all nt tokens; the tokens then go through
+ * tile_block eight at a time. */
+VNNI_FN static void blk32_tile(uint32_t type, const uint8_t *w, size_t row_bytes, int nr, const bm_act *a, size_t n,
+                               int nt, float *out) {
+    const size_t nb = n / BMOE_Q8_0_BLOCK, bb = type == GGML_TYPE_Q8_0 ? BMOE_Q8_0_BYTES : bm_q45_0_bytes(type);
+    const uint8_t *rows[BM_TILE_R];
+    for (int r = 0; r < BM_TILE_R; r++) rows[r] = w + (size_t)(r < nr ? r : 0) * row_bytes; /* spare lanes: row 0 */
+    const __m256i ones = _mm256_set1_epi8(1), bias = _mm256_set1_epi8((char)0x80);
+    __m256 acc[BM_TILE_T][8];
+    for (int t = 0; t < nt; t++)
+        for (int c = 0; c < 8; c++) acc[t][c] = _mm256_setzero_ps();
+    _Alignas(32) uint8_t xs[BM_TILE_T][TILE_CHUNK * BMOE_Q8_0_BLOCK];
+    for (size_t c0 = 0; c0 < nb; c0 += TILE_CHUNK) {
+        const size_t c1 = nb - c0 < TILE_CHUNK ? nb : c0 + TILE_CHUNK;
+        for (int t = 0; t < nt; t++) {
+            const int8_t *xq = a->q + (size_t)t * n + c0 * BMOE_Q8_0_BLOCK;
+            for (size_t i = 0; i < (c1 - c0) * BMOE_Q8_0_BLOCK; i += 32)
+                _mm256_store_si256((__m256i *)(xs[t] + i),
+                                   _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(xq + i)), bias));
+        }
+        for (size_t b = c0; b < c1; b++) {
+            __m256i lv[BM_TILE_R], wt[8];
+            uint16_t sc[BM_TILE_R];
+#pragma GCC unroll 8
+            for (int r = 0; r < BM_TILE_R; r++) {
+                const uint8_t *blk = rows[r] + b * bb;
+                lv[r] = levels32(type, blk);
+#ifdef BMOE_FAULT_Q8_0_FIRST_SCALE
+                /* fault: every Q8_0 block uses the row's first scale */
+                sc[r] = bm_rd16(type == GGML_TYPE_Q8_0 ? rows[r] : blk);
+#else
+                sc[r] = bm_rd16(blk);
+#endif
+            }
+            transpose8(lv, wt);
+            /* lane r: the sum of row r's 32 levels (two chains, added: exact) */
+            __m256i ls0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, wt[0]);
+            __m256i ls1 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, wt[1]);
+#pragma GCC unroll 4
+            for (int j = 2; j < 8; j += 2) {
+                ls0 = _mm256_dpbusd_epi32(ls0, ones, wt[j]);
+                ls1 = _mm256_dpbusd_epi32(ls1, ones, wt[j + 1]);
+            }
+            const __m256i corr = _mm256_slli_epi32(_mm256_add_epi32(ls0, ls1), 7);
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sc)); /* exact */
+            for (int t0 = 0; t0 < nt; t0 += 8)
+                tile_block_g(wt, corr, dw, xs[t0] + (b - c0) * BMOE_Q8_0_BLOCK, sizeof xs[0], a->d + (size_t)t0 * nb + b,
+                             nb, nt - t0 < 8 ? nt - t0 : 8, acc + t0, (int)(b & 7));
+        }
+    }
+    tile_finish(acc, nr, nt, out);
+}
+
+VNNI_FN static void dot_tile_q8_0(const uint8_t *w, size_t row_bytes, int nr, const bm_act *a, size_t n, int nt,
+                                  float *out) {
+    blk32_tile(GGML_TYPE_Q8_0, w, row_bytes, nr, a, n, nt, out);
+}
+
+VNNI_FN static void dot_tile_q4_0(const uint8_t *w, size_t row_bytes, int nr, const bm_act *a, size_t n, int nt,
+                                  float *out) {
+    blk32_tile(GGML_TYPE_Q4_0, w, row_bytes, nr, a, n, nt, out);
+}
+
+VNNI_FN static void dot_tile_q5_0(const uint8_t *w, size_t row_bytes, int nr, const bm_act *a, size_t n, int nt,
+                                  float *out) {
+    blk32_tile(GGML_TYPE_Q5_0, w, row_bytes, nr, a, n, nt, out);
+}
+
+/* ---- Q4_K against Q8_K super-blocks: the same rows-in-lanes scheme per sub-block of 32. The 4-bit
+ * levels are unsigned, so vpdpbusd takes them as they are against the signed activations (no bias).
+ * Per super-block b, row r and token t (kernels.h): is = sum_j sc_j * S_j with S_j the sub-block's
+ * exact sum (vpmulld of the rows' scales, exact: |is| < 2^25), im = sum_j m_j * (bsum 2j + bsum 2j+1)
+ * (vpmaddwd of the rows' mins in pairs against the token's pair of sums, exact), then bm_k4_value's
+ * float steps lane-wise: (float)is * (d * d_x) - (float)im * (dmin * d_x) onto lane class b mod 8. */
+
+VNNI_FN static void k4_tile(const uint8_t *w, size_t row_bytes, int nr, const bm_act *a, size_t n, int NT,
+                            float *out) {
+    const size_t nb = n / BM_Q8K_BLOCK;
+    const uint8_t *rows[BM_TILE_R];
+    for (int r = 0; r < BM_TILE_R; r++) rows[r] = w + (size_t)(r < nr ? r : 0) * row_bytes; /* spare lanes: row 0 */
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    __m256 acc[BM_TILE_T][8];
+    for (int t = 0; t < NT; t++)
+        for (int c = 0; c < 8; c++) acc[t][c] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        _Alignas(32) int32_t scv[8][BM_TILE_R], mpv[4][BM_TILE_R];
+        uint16_t dv[BM_TILE_R], dmv[BM_TILE_R];
+        __m256i wt[8][8]; /* [sub-block][dword]: lane r = row r's four levels */
+        for (int jj = 0; jj < 4; jj++) { /* sub-blocks 2jj (low nibbles) and 2jj + 1 (high) */
+            __m256i lo[BM_TILE_R], hi[BM_TILE_R];
+#pragma GCC unroll 8
+            for (int r = 0; r < BM_TILE_R; r++) {
+                __m256i q = _mm256_loadu_si256((const __m256i *)(rows[r] + b * BMOE_Q4_K_BYTES + 16 + 32 * jj));
+                lo[r] = _mm256_and_si256(q, m4);
+                hi[r] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            }
+            transpose8(lo, wt[2 * jj]);
+            transpose8(hi, wt[2 * jj + 1]);
+        }
+        for (int r = 0; r < BM_TILE_R; r++) {
+            const uint8_t *blk = rows[r] + b * BMOE_Q4_K_BYTES;
+            uint8_t sc[8], m[8];
+            bm_scales_mins_k4(blk + 4, sc, m);
+            for (int j = 0; j < 8; j++) scv[j][r] = sc[j];
+            for (int i = 0; i < 4; i++) mpv[i][r] = (int32_t)((uint32_t)m[2 * i] | (uint32_t)m[2 * i + 1] << 16);
+            dv[r] = bm_rd16(blk);
+            dmv[r] = bm_rd16(blk + 2);
+        }
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dv)); /* exact */
+        const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dmv));
+#pragma GCC unroll 1
+        for (int t = 0; t < NT; t++) {
+            const bm_q8k *xb = a->k + (size_t)t * nb + b;
+            __m256i is = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) {
+                __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+#pragma GCC unroll 4
+                for (int k = 0; k < 8; k += 2) {
+                    int32_t q0, q1;
+                    memcpy(&q0, xb->q + 32 * j + 4 * k, 4);
+                    memcpy(&q1, xb->q + 32 * j + 4 * k + 4, 4);
+                    s0 = _mm256_dpbusd_epi32(s0, wt[j][k], _mm256_set1_epi32(q0));
+                    s1 = _mm256_dpbusd_epi32(s1, wt[j][k + 1], _mm256_set1_epi32(q1));
+                }
+                is = _mm256_add_epi32(is, _mm256_mullo_epi32(_mm256_add_epi32(s0, s1),
+                                                             _mm256_load_si256((const __m256i *)scv[j])));
+            }
+            __m256i im = _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                const int32_t x0 = (int32_t)xb->bsums[4 * i] + xb->bsums[4 * i + 1];
+                const int32_t x1 = (int32_t)xb->bsums[4 * i + 2] + xb->bsums[4 * i + 3];
+                const __m256i xp = _mm256_set1_epi32((int32_t)(((uint32_t)x0 & 0xFFFFu) | ((uint32_t)x1 << 16)));
+                im = _mm256_add_epi32(im, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)mpv[i]), xp));
+            }
+            const __m256 dx = _mm256_set1_ps(xb->d);
+            const __m256 c = _mm256_sub_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(d, dx)),
+                                           _mm256_mul_ps(_mm256_cvtepi32_ps(im), _mm256_mul_ps(dmin, dx)));
+            acc[t][b & 7] = _mm256_add_ps(acc[t][b & 7], c);
+        }
+    }
+    tile_finish(acc, nr, NT, out);
+}
+
+VNNI_FN static void dot_tile_q4_K(const uint8_t *w, size_t row_bytes, int nr, const bm_act *a, size_t n, int nt,
+                                  float *out) {
+    k4_tile(w, row_bytes, nr, a, n, nt, out);
+}
+
+/* AVX-512 F, BW, VL and VNNI, and an OS that saves the opmask and zmm state. */
+static int cpu_has_avx512_vnni(void) {
+    unsigned a, b, c, d;
+    if (__get_cpuid_max(0, NULL) < 7 || !__get_cpuid(1, &a, &b, &c, &d) || !((c >> 27) & 1)) return 0;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & 0xE6u) != 0xE6u) return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    return ((b >> 16) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1) && ((c >> 11) & 1);
+}
+
+int bm_kernels_avx512(bm_kernels *k) {
+    if (!cpu_has_avx512_vnni() || !bm_kernels_avx2(k)) return 0;
+    k->dot_tile[GGML_TYPE_Q8_0] = dot_tile_q8_0;
+    k->dot_tile[GGML_TYPE_Q4_0] = dot_tile_q4_0;
+    k->dot_tile[GGML_TYPE_Q5_0] = dot_tile_q5_0;
+    k->dot_tile[GGML_TYPE_Q4_K] = dot_tile_q4_K;
+    return 1;
+}
+
+#else
+
+int bm_kernels_avx512(bm_kernels *k) {
+    (void)k;
+    return 0;
+}
+
+#endif
