@@ -16,6 +16,7 @@ setup:
 lint: setup
 	$(PYTHON) -m ruff check src tests gates bench scripts
 	$(PYTHON) -m ruff format --check src tests gates bench scripts
+	$(PYTHON) -m mypy
 
 test: setup lint
 	$(MAKE) -s -j2 -C engine test

@@ -6,6 +6,10 @@ package's `__main__` are the one unit `cli`). LAYERS lists them from low to high
 units of a LOWER layer (never one of its own layer, never a higher one), so the graph has no cycle and
 no back arrow. A unit missing from LAYERS is an error too: a new package must be given its place.
 Only the plugin may import pytest; and `bmoe-ci --help` must not load it (its import time is measured).
+Inside every package the modules import each other without a cycle too (a sub-package counts as one
+module of its parent). The stand-ins (whatever serves a device protocol: a listening socket) live in
+`bmoe_ci.standins`, never in the farm; and each transport module is registered by an explicit import in
+`farm/transports/__init__.py` and listed in its TRANSPORTS (no package scan at run time).
 Only the entry points (the plugin, the command line) read the environment (`os.environ.get`,
 `os.environ[...]`, `os.getenv`, `in os.environ`); copying it whole for a child process is not a read.
 """
@@ -215,6 +219,194 @@ def environ_problems(reads: Sequence[Arrow], readers: Iterable[str] = ENVIRON_RE
 
 def units_of(root: Path) -> set[str]:
     return {unit_of(_module_name(p, root)[0]) for p in root.rglob("*.py")}
+
+
+def module_imports(root: Path) -> list[tuple[str, str, str]]:
+    """Every import inside the package at ``root`` between two of its modules: (source module, target
+    module, file:line). ``from P import X`` targets ``P.X`` when that is a module, else ``P``."""
+    modules = {_module_name(p, root)[0] for p in root.rglob("*.py")}
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        module, package = _module_name(path, root)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    target = ".".join([*base, node.module] if node.module else base)
+                else:
+                    target = node.module or ""
+                targets = [f"{target}.{a.name}" if f"{target}.{a.name}" in modules else target for a in node.names]
+            for t in targets:
+                while t and t not in modules:  # `import a.b.c` of a name, not a module: its module
+                    t = t.rpartition(".")[0]
+                if t:
+                    out.append((module, t, f"{path.relative_to(root.parent)}:{getattr(node, 'lineno', 0)}"))
+    return out
+
+
+def package_cycles(imports: Sequence[tuple[str, str, str]]) -> list[str]:
+    """The import cycles inside each package: its modules and sub-packages (each one node) as a graph."""
+    modules = {m for src, dst, _ in imports for m in (src, dst)}
+    packages = {m.rpartition(".")[0] for m in modules if "." in m} | {
+        m for m in modules if any(o.startswith(m + ".") for o in modules)
+    }
+    out = []
+    for pkg in sorted(packages):
+
+        def node(m: str, pkg: str = pkg) -> str | None:
+            if m == pkg:
+                return pkg
+            if not m.startswith(pkg + "."):
+                return None
+            return pkg + "." + m[len(pkg) + 1 :].split(".")[0]
+
+        graph: dict[str, set[str]] = {}
+        for src, dst, _ in imports:
+            if src.endswith(".__main__"):  # an entry point (unit `cli` of the layering): nothing imports it
+                continue
+            a, b = node(src), node(dst)
+            if a is not None and b is not None and a != b:
+                graph.setdefault(a, set()).add(b)
+        out += [f"import cycle in {pkg}: {' -> '.join(c)}" for c in cycles(graph)]
+    return out
+
+
+def listeners(root: Path) -> list[Arrow]:
+    """Every `X.listen(...)` call (a server socket: something that plays a device) of the package."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        module = _module_name(path, root)[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "listen":
+                out.append(Arrow(module, "listen", f"{path.relative_to(root.parent)}:{node.lineno}"))
+    return out
+
+
+def standin_problems(found: Sequence[Arrow], home: str = "bmoe_ci.standins") -> list[str]:
+    return [
+        f"{a.where}: {a.source} listens on a socket: a stand-in, whose place is {home}"
+        for a in found
+        if not (a.source == home or a.source.startswith(home + "."))
+    ]
+
+
+def transport_problems(package: Path) -> list[str]:
+    """The transport modules of ``package`` (a module defining a class with a `name = "..."` that
+    derives from Transport) each imported by name in its `__init__.py` and listed in its TRANSPORTS;
+    and no package scan there (`pkgutil`, `importlib`)."""
+    init = ast.parse((package / "__init__.py").read_text(encoding="utf-8"))
+    imported = {
+        (node.module, a.asname or a.name)
+        for node in ast.walk(init)
+        if isinstance(node, ast.ImportFrom) and node.level == 1
+        for a in node.names
+    }
+    listed: set[str] = set()
+    for node in ast.walk(init):
+        targets = [node.target] if isinstance(node, ast.AnnAssign) else getattr(node, "targets", [])
+        if any(isinstance(t, ast.Name) and t.id == "TRANSPORTS" for t in targets) and node.value is not None:
+            listed |= {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
+    out = [
+        f"{package.name}/__init__.py: imports {name} (transports are registered by name, not found by a scan)"
+        for node in ast.walk(init)
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for name in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""])
+        if name.split(".")[0] in ("pkgutil", "importlib")
+    ]
+    for path in sorted(package.glob("*.py")):
+        if path.name == "__init__.py":
+            continue
+        for cls in ast.parse(path.read_text(encoding="utf-8")).body:
+            if not isinstance(cls, ast.ClassDef) or not any(
+                isinstance(b, ast.Name) and b.id == "Transport" for b in cls.bases
+            ):
+                continue
+            named = any(
+                isinstance(st, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "name" for t in st.targets)
+                for st in cls.body
+            )
+            if not named:
+                continue
+            if (path.stem, cls.name) not in imported:
+                out.append(f"{path.name}: transport {cls.name} is not imported by name in __init__.py")
+            elif cls.name not in listed:
+                out.append(f"{path.name}: transport {cls.name} is not listed in TRANSPORTS")
+    return out
+
+
+def test_no_package_has_an_import_cycle_inside() -> None:
+    found = module_imports(SRC)
+    assert ("bmoe_ci.farm.session", "bmoe_ci.farm.lock", "bmoe_ci/farm/session.py:16") in found  # it sees arrows
+    assert package_cycles(found) == []
+
+
+def test_the_package_cycle_check_fails_on_a_made_up_cycle(tmp_path: Path) -> None:
+    root = tmp_path / "bmoe_ci"
+    _write(
+        root,
+        {
+            "__init__.py": "",
+            "farm/__init__.py": "from .model import Device\n",
+            "farm/model.py": "def f():\n    from .select import pick  # a lazy import closes the cycle\n",
+            "farm/select.py": "from bmoe_ci.farm.model import Device\n",
+            "farm/transports/__init__.py": "from .base import Transport\n",
+            "farm/transports/base.py": "from ..session import s\n",
+            "farm/session.py": "from .transports import Transport\n",
+            "gaterun/__init__.py": "",
+            "gaterun/a.py": "from bmoe_ci.farm import model\nfrom . import b\n",
+            "gaterun/b.py": "from bmoe_ci.gaterun import a\n",
+        },
+    )
+    found = package_cycles(module_imports(root))
+    assert found == [
+        "import cycle in bmoe_ci.farm: bmoe_ci.farm.model -> bmoe_ci.farm.select",
+        "import cycle in bmoe_ci.farm: bmoe_ci.farm.session -> bmoe_ci.farm.transports",
+        "import cycle in bmoe_ci.gaterun: bmoe_ci.gaterun.a -> bmoe_ci.gaterun.b",
+    ], found
+
+
+def test_only_the_standins_play_devices(tmp_path: Path) -> None:
+    found = listeners(SRC)
+    assert any(a.source == "bmoe_ci.standins.adbd" for a in found)  # the checker sees the stand-in adbd
+    assert standin_problems(found) == []
+    root = tmp_path / "bmoe_ci"
+    _write(
+        root,
+        {
+            "__init__.py": "",
+            "farm/__init__.py": "",
+            "farm/adbd.py": "import socket\ns = socket.socket()\ns.listen(1)\n",
+        },
+    )
+    assert standin_problems(listeners(root)) == [
+        "bmoe_ci/farm/adbd.py:3: bmoe_ci.farm.adbd listens on a socket: a stand-in, whose place is bmoe_ci.standins"
+    ]
+
+
+def test_transports_are_registered_by_import(tmp_path: Path) -> None:
+    assert transport_problems(SRC / "farm" / "transports") == []
+    pkg = tmp_path / "transports"
+    _write(
+        pkg,
+        {
+            "__init__.py": (
+                "import pkgutil\nfrom .a import ATransport\nfrom .b import BTransport\nTRANSPORTS = (ATransport,)\n"
+            ),
+            "base.py": "class Transport:\n    pass\n",
+            "a.py": "from .base import Transport\nclass ATransport(Transport):\n    name = 'a'\n",
+            "b.py": "from .base import Transport\nclass BTransport(Transport):\n    name = 'b'\n",
+            "c.py": "from .base import Transport\nclass CTransport(Transport):\n    name = 'c'\n",
+            "helper.py": "from .base import Transport\nclass Shared(Transport):\n    pass\n",  # no name: no transport
+        },
+    )
+    assert transport_problems(pkg) == [
+        "transports/__init__.py: imports pkgutil (transports are registered by name, not found by a scan)",
+        "b.py: transport BTransport is not listed in TRANSPORTS",
+        "c.py: transport CTransport is not imported by name in __init__.py",
+    ]
 
 
 def test_the_packages_keep_their_layers() -> None:

@@ -58,7 +58,7 @@ def test_unknown_serial_is_one_line_naming_what_the_server_has(tmp_path: Path, l
 
 def test_an_adb_server_that_is_not_running_is_never_started_for_you(tmp_path: Path, link: AdbLink) -> None:
     port = free_port()
-    dev = _device(tmp_path, link, extra="").model_copy(update={"adb_server": f"127.0.0.1:{port}"})
+    dev = _device(tmp_path, link, extra="").updated(adb_server=f"127.0.0.1:{port}")
     with pytest.raises(InfraError) as ei:
         open_transport(dev).connect()
     assert ei.value.kind == "unreachable" and "\n" not in str(ei.value)

@@ -91,9 +91,12 @@ def test_good_farm_resolves(tmp_path: Path) -> None:
     assert farm.names == ["a", "b", "c"]
     a, b, c = farm.devices.values()
     assert a.workdir == str(tmp_path / "wd" / "a")  # relative to the YAML file
-    assert b.arch == "aarch64" and b.key == str(tmp_path / "id_test") and b.known_hosts == str(tmp_path / "known")
-    assert b.workdir == "~/bmoe" and b.port == 2222 and b.exec_prefix == ("taskset", "-c", "4-7")
-    assert a.key is None  # defaults of ssh-only keys are not forced on local devices
+    assert b.arch == "aarch64" and b.link.key == str(tmp_path / "id_test")
+    assert b.link.known_hosts == str(tmp_path / "known")
+    assert b.workdir == "~/bmoe" and b.link.port == 2222 and b.exec_prefix == ("taskset", "-c", "4-7")
+    # each transport's keys are its model's: defaults of ssh-only keys are not forced on local devices
+    assert type(a.link).__name__ == "LocalKeys" and "key" not in type(a.link).model_fields
+    assert type(b.link).__name__ == "SshKeys"
     assert c.emulated_arch == "aarch64" and b.emulated_arch is None
     assert farm.pools == {"mixed": ("a", "b"), "phones": ("b", "c"), "nested": ("a", "b", "c")}
     assert a.timeout_scale == 1.0 and a.connect_timeout == 10.0 and a.min_free_mb == 256
@@ -400,13 +403,8 @@ def test_adb_rules_defaults_and_the_transport_registry(tmp_path: Path) -> None:
     farm = load_farm_file(write(tmp_path, GOOD.replace("pools:\n", ADB_DEVICE + "pools:\n")))
     p8 = farm.devices["p8"]
     # the work directory of an app-less shell on every Android; the ssh defaults are not the adb device's
-    assert (p8.workdir, p8.serial, p8.adb_server, p8.key, p8.known_hosts) == (
-        "/data/local/tmp/bmoe",
-        "35161FDJH000GX",
-        None,
-        None,
-        None,
-    )
+    assert (p8.workdir, p8.link.serial, p8.link.adb_server) == ("/data/local/tmp/bmoe", "35161FDJH000GX", None)
+    assert set(type(p8.link).model_fields) == {"serial", "adb_server"}
     assert p8.where == "adb 35161FDJH000GX" and "adb 35161FDJH000GX" in p8.describe()
     with_server = GOOD.replace(
         "pools:\n", ADB_DEVICE + "    adb_server: lab-host:5037\n    workdir: /data/x\n" + "pools:\n"

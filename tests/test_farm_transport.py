@@ -294,9 +294,9 @@ def test_changed_host_key_is_refused(ssh_dev, tmp_path: Path) -> None:
     other = _keygen(tmp_path / "impostor")
     pub = other.with_suffix(".pub").read_text().split()
     kh = tmp_path / "known_hosts"
-    kh.write_text(f"[{ssh_dev.host}]:{ssh_dev.port} {pub[0]} {pub[1]}\n")
+    kh.write_text(f"[{ssh_dev.link.host}]:{ssh_dev.link.port} {pub[0]} {pub[1]}\n")
     before = kh.read_bytes()
-    dev = ssh_dev.model_copy(update={"known_hosts": str(kh)})
+    dev = ssh_dev.updated(known_hosts=str(kh))
     with pytest.raises(InfraError) as ei:
         SshTransport(dev).connect()
     assert ei.value.kind == "hostkey" and "HOST KEY CHANGED" in ei.value.reason
@@ -308,7 +308,7 @@ def test_changed_host_key_is_refused(ssh_dev, tmp_path: Path) -> None:
 def test_unknown_host_key_is_refused(ssh_dev, tmp_path: Path) -> None:
     kh = tmp_path / "empty_known_hosts"
     kh.write_text("")
-    dev = ssh_dev.model_copy(update={"known_hosts": str(kh)})
+    dev = ssh_dev.updated(known_hosts=str(kh))
     with pytest.raises(InfraError) as ei:
         SshTransport(dev).connect()
     assert ei.value.kind == "hostkey" and "not in the pinned known_hosts" in ei.value.reason
@@ -318,30 +318,30 @@ def test_unknown_host_key_is_refused(ssh_dev, tmp_path: Path) -> None:
 def test_a_revoked_host_key_is_refused_and_a_bad_line_is_one_error(ssh_dev, tmp_path: Path) -> None:
     """An `@revoked` line (which paramiko cannot read: it used to stop the whole run with an INTERNALERROR)
     revokes the key even where another line pins it; a line that cannot be read names the file and line."""
-    pinned = Path(ssh_dev.known_hosts).read_text()
-    host = f"[{ssh_dev.host}]:{ssh_dev.port}"
+    pinned = Path(ssh_dev.link.known_hosts).read_text()
+    host = f"[{ssh_dev.link.host}]:{ssh_dev.link.port}"
     ours = next(ln for ln in pinned.splitlines() if ln.startswith(host)).split()
     kh = tmp_path / "known_hosts"
     kh.write_text(
         f"# the lab's keys\n{pinned}@revoked {host} {ours[1]} {ours[2]}\n@cert-authority *.lab ssh-ed25519 AAAA\n"
     )
-    dev = ssh_dev.model_copy(update={"known_hosts": str(kh)})
+    dev = ssh_dev.updated(known_hosts=str(kh))
     with pytest.raises(InfraError) as ei:
         SshTransport(dev).connect()
     assert ei.value.kind == "hostkey" and "is REVOKED" in ei.value.reason and f"{kh}:" in ei.value.reason
     kh.write_text(pinned + f"{host} ssh-ed25519 not-base64!!\n")
     with pytest.raises(InfraError) as ei:
-        SshTransport(ssh_dev.model_copy(update={"known_hosts": str(kh)})).connect()
+        SshTransport(ssh_dev.updated(known_hosts=str(kh))).connect()
     assert ei.value.kind == "hostkey" and f"{kh}:{len(pinned.splitlines()) + 1}: unreadable" in ei.value.reason
     # a known_hosts with only comments and markers around the pinned key still connects
     kh.write_text("# keys\n\n@cert-authority *.lab ssh-ed25519 AAAA\n" + pinned)
-    t = SshTransport(ssh_dev.model_copy(update={"known_hosts": str(kh)}))
+    t = SshTransport(ssh_dev.updated(known_hosts=str(kh)))
     t.connect()
     t.close()
 
 
 def test_wrong_key_is_an_auth_error(ssh_dev, tmp_path: Path) -> None:
-    dev = ssh_dev.model_copy(update={"key": str(_keygen(tmp_path / "stranger"))})
+    dev = ssh_dev.updated(key=str(_keygen(tmp_path / "stranger")))
     with pytest.raises(InfraError) as ei:
         SshTransport(dev).connect()
     assert ei.value.kind == "auth"
@@ -350,9 +350,9 @@ def test_wrong_key_is_an_auth_error(ssh_dev, tmp_path: Path) -> None:
 
 def test_unreachable_device(ssh_dev) -> None:
     with socket.socket() as s:
-        s.bind((ssh_dev.host, 0))
+        s.bind((ssh_dev.link.host, 0))
         port = s.getsockname()[1]
-    dev = ssh_dev.model_copy(update={"port": port, "retries": 0})  # nothing listens there any more
+    dev = ssh_dev.updated(port=port, retries=0)  # nothing listens there any more
     start = time.monotonic()
     r = SshTransport(dev).run(["true"], 10)
     assert r.outcome is Ending.INFRA and r.infra.kind == "unreachable", r.describe()
@@ -368,9 +368,9 @@ def test_unreachable_device(ssh_dev) -> None:
 
 def test_silent_server_hits_the_connect_timeout(ssh_dev) -> None:
     with socket.socket() as s:  # accepts TCP, never speaks SSH
-        s.bind((ssh_dev.host, 0))
+        s.bind((ssh_dev.link.host, 0))
         s.listen(1)
-        dev = ssh_dev.model_copy(update={"port": s.getsockname()[1], "connect_timeout": 1.0, "retries": 0})
+        dev = ssh_dev.updated(port=s.getsockname()[1], connect_timeout=1.0, retries=0)
         start = time.monotonic()
         with pytest.raises(InfraError) as ei:
             SshTransport(dev).connect()

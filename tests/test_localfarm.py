@@ -84,18 +84,18 @@ def test_up_is_idempotent_and_the_farm_is_complete(state: Path, farm) -> None:
     assert farm.names == ["host", "phone-emu", SSH, "ssh-arm64", "adb-arm64"]
     adb = farm.devices["adb-arm64"]
     assert (adb.transport, adb.kind, adb.os, adb.arch) == ("adb", "phone", "android", "aarch64")
-    assert adb.serial == f"127.0.0.4:{record['adb']['adbd']['port']}"
-    assert adb.adb_server == f"127.0.0.1:{record['adb']['server']['port']}"
+    assert adb.link.serial == f"127.0.0.4:{record['adb']['adbd']['port']}"
+    assert adb.link.adb_server == f"127.0.0.1:{record['adb']['server']['port']}"
     assert record["adb"]["server"]["port"] != 5037  # never the user's own adb server
     phone = farm.devices["phone-emu"]
     assert (phone.kind, phone.arch) == ("phone", "aarch64")
     if ARCH != "aarch64":
         assert phone.exec_prefix == ("qemu-aarch64-static",) and phone.timeout_scale == 8
         assert farm.devices["ssh-arm64"].exec_prefix == ("qemu-aarch64-static",)
-    assert (farm.devices[SSH].host, farm.devices["ssh-arm64"].host) == ("127.0.0.2", "127.0.0.3")
+    assert (farm.devices[SSH].link.host, farm.devices["ssh-arm64"].link.host) == ("127.0.0.2", "127.0.0.3")
     assert [d.name for d in select_devices(farm, "pool:nightly")] == farm.names
     kh = (state / "known_hosts").read_text()
-    assert f"[127.0.0.2]:{farm.devices[SSH].port} ssh-ed25519 " in kh
+    assert f"[127.0.0.2]:{farm.devices[SSH].link.port} ssh-ed25519 " in kh
     assert all(v["running"] and v["answering"] for v in localfarm.sshd_status(state).values())
 
 
@@ -116,7 +116,7 @@ def test_status_and_check_commands(state: Path, farm, monkeypatch: pytest.Monkey
 
 
 def test_check_reports_an_unreachable_device(farm, tmp_path: Path, capsys) -> None:
-    text = (farm.path).read_text().replace(f"port: {farm.devices[SSH].port}", "port: 1")
+    text = (farm.path).read_text().replace(f"port: {farm.devices[SSH].link.port}", "port: 1")
     bad = farm.path.parent / "broken.yaml"
     bad.write_text(text)
     try:

@@ -1,6 +1,6 @@
 /* x86_64 AVX-512 VNNI: prefill tiles of 8 weight rows x up to BM_TILE_T tokens, with the scalar path's
  * bits, for the types whose blocks are 32 signed 8-bit levels against Q8_0 activation blocks (Q8_0, Q4_0,
- * Q5_0) and for Q4_K against Q8_K super-blocks. A block's weights are unpacked once for all the tokens.
+ * Q5_0) and for Q4_K and Q6_K against Q8_K super-blocks. A block's weights are unpacked once for all the tokens.
  *
  * The AVX2 kernels spend most of a block on turning its 32 products into one integer sum (horizontal
  * adds across lanes). Here the lanes are the 8 rows instead: for one block b, register W_j holds bytes
@@ -274,6 +274,91 @@ VNNI_FN static void dot_tile_q4_K(const uint8_t *w, size_t row_bytes, int nr, co
     k4_tile(w, row_bytes, nr, a, n, nt, out);
 }
 
+/* ---- Q6_K against Q8_K super-blocks: the 6-bit levels go in unsigned (0..63) against the signed
+ * activations; per sub-block j of 16, sum_i (q_i - 32) x_i = S_j - 32 * bsum_j, so
+ * is = sum_j sc_j * S_j - 32 * sum_j sc_j * bsum_j (vpmulld, and vpmaddwd of the rows' scales in pairs
+ * against the token's pairs of bsums: exact, |is| < 2^29), then bm_k6_value's float steps lane-wise:
+ * (float)is * (d * d_x) onto lane class b mod 8. */
+
+VNNI_FN static void k6_tile(const uint8_t *w, size_t row_bytes, int nr, const bm_act *a, size_t n, int NT,
+                            float *out) {
+    const size_t nb = n / BM_Q8K_BLOCK;
+    const uint8_t *rows[BM_TILE_R];
+    for (int r = 0; r < BM_TILE_R; r++) rows[r] = w + (size_t)(r < nr ? r : 0) * row_bytes; /* spare lanes: row 0 */
+    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
+    __m256 acc[BM_TILE_T][8];
+    for (int t = 0; t < NT; t++)
+        for (int c = 0; c < 8; c++) acc[t][c] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        _Alignas(32) int32_t scv[16][BM_TILE_R], spv[8][BM_TILE_R];
+        uint16_t dv[BM_TILE_R];
+        __m256i wt[8][8]; /* [value group 4h + k of 32][dword]: lane r = row r's four levels */
+        for (int h = 0; h < 2; h++)
+            for (int k = 0; k < 4; k++) {
+                __m256i q[BM_TILE_R];
+#pragma GCC unroll 8
+                for (int r = 0; r < BM_TILE_R; r++) {
+                    const uint8_t *blk = rows[r] + b * BMOE_Q6_K_BYTES;
+                    __m256i ql = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32 * (k & 1)));
+                    __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h));
+                    __m256i lo = _mm256_and_si256(_mm256_srli_epi16(ql, 4 * (k >> 1)), m4);
+                    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, BM_Q6K_SHIFT(k)), m3);
+                    q[r] = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+                }
+                transpose8(q, wt[4 * h + k]);
+            }
+        for (int r = 0; r < BM_TILE_R; r++) {
+            const uint8_t *blk = rows[r] + b * BMOE_Q6_K_BYTES;
+            const int8_t *sc = (const int8_t *)(blk + 192);
+            for (int j = 0; j < 16; j++) scv[j][r] = sc[j];
+            for (int i = 0; i < 8; i++)
+                spv[i][r] = (int32_t)(((uint32_t)(uint16_t)(int16_t)sc[2 * i]) | ((uint32_t)(uint16_t)(int16_t)sc[2 * i + 1] << 16));
+            dv[r] = bm_rd16(blk + 208);
+        }
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dv)); /* exact */
+#pragma GCC unroll 1
+        for (int t = 0; t < NT; t++) {
+            const bm_q8k *xb = a->k + (size_t)t * nb + b;
+            __m256i is = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int g = 0; g < 8; g++) { /* values 32g .. 32g + 31: sub-blocks 2g and 2g + 1 */
+                __m256i s[2];
+#pragma GCC unroll 2
+                for (int u = 0; u < 2; u++) {
+                    int32_t q0, q1, q2, q3;
+                    const int8_t *xq = xb->q + 32 * g + 16 * u;
+                    memcpy(&q0, xq, 4);
+                    memcpy(&q1, xq + 4, 4);
+                    memcpy(&q2, xq + 8, 4);
+                    memcpy(&q3, xq + 12, 4);
+                    __m256i s0 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wt[g][4 * u], _mm256_set1_epi32(q0));
+                    __m256i s1 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wt[g][4 * u + 1], _mm256_set1_epi32(q1));
+                    s0 = _mm256_dpbusd_epi32(s0, wt[g][4 * u + 2], _mm256_set1_epi32(q2));
+                    s1 = _mm256_dpbusd_epi32(s1, wt[g][4 * u + 3], _mm256_set1_epi32(q3));
+                    s[u] = _mm256_mullo_epi32(_mm256_add_epi32(s0, s1), _mm256_load_si256((const __m256i *)scv[2 * g + u]));
+                }
+                is = _mm256_add_epi32(is, _mm256_add_epi32(s[0], s[1]));
+            }
+            __m256i ib = _mm256_setzero_si256(); /* sum_j sc_j * bsum_j */
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) {
+                const __m256i xp = _mm256_set1_epi32(
+                    (int32_t)(((uint32_t)(uint16_t)xb->bsums[2 * i]) | ((uint32_t)(uint16_t)xb->bsums[2 * i + 1] << 16)));
+                ib = _mm256_add_epi32(ib, _mm256_madd_epi16(_mm256_load_si256((const __m256i *)spv[i]), xp));
+            }
+            is = _mm256_sub_epi32(is, _mm256_slli_epi32(ib, 5));
+            const __m256 c = _mm256_mul_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(d, _mm256_set1_ps(xb->d)));
+            acc[t][b & 7] = _mm256_add_ps(acc[t][b & 7], c);
+        }
+    }
+    tile_finish(acc, nr, NT, out);
+}
+
+VNNI_FN static void dot_tile_q6_K(const uint8_t *w, size_t row_bytes, int nr, const bm_act *a, size_t n, int nt,
+                                  float *out) {
+    k6_tile(w, row_bytes, nr, a, n, nt, out);
+}
+
 /* AVX-512 F, BW, VL and VNNI, and an OS that saves the opmask and zmm state. */
 static int cpu_has_avx512_vnni(void) {
     unsigned a, b, c, d;
@@ -291,6 +376,7 @@ int bm_kernels_avx512(bm_kernels *k) {
     k->dot_tile[GGML_TYPE_Q4_0] = dot_tile_q4_0;
     k->dot_tile[GGML_TYPE_Q5_0] = dot_tile_q5_0;
     k->dot_tile[GGML_TYPE_Q4_K] = dot_tile_q4_K;
+    k->dot_tile[GGML_TYPE_Q6_K] = dot_tile_q6_K;
     return 1;
 }
 

@@ -540,9 +540,10 @@ static void test_tiles(void) {
             }
         }
     }
-    /* Q4_K against Q8_K super-blocks: rows of 1 to 9 super-blocks (past the 8 lane classes) */
-    for (size_t nb = 1; nb <= 9; nb += (nb < 3 ? 1 : 3)) {
-        const dq_type t = {GGML_TYPE_Q4_K, 256, BMOE_Q4_K_BYTES, "q4_K"};
+    /* Q4_K and Q6_K against Q8_K super-blocks: rows of 1 to 9 super-blocks (past the 8 lane classes) */
+    for (size_t nb = 1, kt = 0; kt < 2; nb = nb >= 9 ? (kt++, 1) : nb + (nb < 3 ? 1 : 3)) {
+        const dq_type t = kt ? (dq_type){GGML_TYPE_Q6_K, 256, BMOE_Q6_K_BYTES, "q6_K"}
+                             : (dq_type){GGML_TYPE_Q4_K, 256, BMOE_Q4_K_BYTES, "q4_K"};
         const size_t n = nb * 256, rb = nb * t.bytes;
         for (int nr = 1; nr <= BM_TILE_R; nr += (nr < 2 ? 1 : 3)) {
             for (int nt = 2; nt <= BM_TILE_T; nt += 5) {
@@ -565,8 +566,8 @@ static void test_tiles(void) {
                             float ref = paths[0].dot[t.type](w + (size_t)r * rb, &at, n), got = o[r * BM_TILE_T + u];
                             int same = bits_of(got) == bits_of(ref) || (isnan(got) && isnan(ref));
                             if (!same)
-                                fprintf(stderr, "  %s tile q4_K: nb %zu nr %d nt %d row %d token %d: %a != %a\n",
-                                        bm_kpath_name(paths[p].path), nb, nr, nt, r, u, got, ref);
+                                fprintf(stderr, "  %s tile %s: nb %zu nr %d nt %d row %d token %d: %a != %a\n",
+                                        bm_kpath_name(paths[p].path), t.name, nb, nr, nt, r, u, got, ref);
                             CHECK(same);
                         }
                 }

@@ -53,7 +53,7 @@ def parse_flags(option: str, text: str, places: Places | None = None) -> tuple[s
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
-    from bmoe_ci.farm import FarmError, load_farm
+    from bmoe_ci.farm import FarmError, load_farm, select_devices
 
     try:
         if args.rounds < 1 or args.n_predict < 2:
@@ -61,7 +61,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
         if not 0 < args.confidence < 1:
             raise ValueError(f"--confidence must be between 0 and 1 (got {args.confidence})")
         farm = load_farm(args.farm, args.places)
-        devices = farm.select([args.device])
+        devices = select_devices(farm, [args.device])
         if len(devices) != 1:
             raise ValueError(f"--device {args.device!r} selects {len(devices)} devices; an A/B runs on one")
         a, b = parse_flags("--a", args.a, args.places), parse_flags("--b", args.b, args.places)

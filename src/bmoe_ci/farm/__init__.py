@@ -21,7 +21,8 @@ API (what the pytest plugin and the commands use)::
 
 Names:
 
-* :func:`load_farm`, :class:`Farm`, :class:`Device`, :func:`load_farm_file` (model)
+* :func:`load_farm`, :func:`load_farm_file`, :func:`device_from_spec` (farmfile: the loader);
+  :class:`Farm`, :class:`Device`, :class:`TransportKeys` (model: the schema)
 * :func:`select_devices` (``NAME``, comma lists, ``pool:``, ``arch:``, ``label:``, ``kind:``, ``os:``, ``all``)
 * :func:`open_session` (the one way in: connect, lease, preflight, push, each step reported to
   ``on_step``), :class:`DeviceSession` (run_engine / run_plan / run / pull / read_files / gc / close)
@@ -57,8 +58,9 @@ from .errors import (
     MissingTool,
     SelectionError,
 )
+from .farmfile import device_from_spec, load_farm_file
 from .lock import DeviceLock, Heartbeat, LockOwner, force_unlock, read_lock
-from .model import Device, Farm, load_farm_file, normalize_arch, triple_arch
+from .model import Device, Farm, TransportKeys, normalize_arch, triple_arch
 from .preflight import EngineVersion, PreflightReport, check_lite, parse_version, preflight
 from .select import select_devices
 from .session import DeviceSession, default_run_id, open_session
@@ -100,8 +102,10 @@ __all__ = [
     "RunResult",
     "SelectionError",
     "Transport",
+    "TransportKeys",
     "check_lite",
     "default_run_id",
+    "device_from_spec",
     "force_unlock",
     "gc",
     "load_farm",

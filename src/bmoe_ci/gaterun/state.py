@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bmoe_ci.farm import Device, DeviceSession, InfraError, open_session
+from bmoe_ci.farm import DeviceSession, InfraError, device_from_spec, open_session
 from bmoe_ci.gaterun.context import DeviceContext, GateRun
 from bmoe_ci.gaterun.runner import DeviceRunner
 from bmoe_ci.paths import Places
@@ -100,7 +100,7 @@ class GateState:
             fresh = session is None
             if session is None:  # an xdist worker: its own connection, the controller holds the lease
                 session = open_session(
-                    Device.from_spec(device.spec),
+                    device_from_spec(device.spec),
                     run_id=self.run.run_id,
                     results_dir=Path(self.run.results_dir) / device.name,
                     pushed_engine=device.engine,

@@ -12,7 +12,7 @@ Schema ``bmoe-ci.release-evidence/1``; a file of another schema is refused, neve
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -20,7 +20,7 @@ from bmoe_ci import inputs
 from bmoe_ci.release.policy import PolicyFile
 from bmoe_ci.release.settings import Settings
 
-EVIDENCE_SCHEMA = "bmoe-ci.release-evidence/1"
+EVIDENCE_SCHEMA: Final = "bmoe-ci.release-evidence/1"
 EVIDENCE_JSON = "evidence.json"
 
 

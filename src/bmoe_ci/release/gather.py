@@ -154,8 +154,8 @@ def gather(
     ok = {cls: [d for d in members[cls] if d in reached] for cls in classes}
     for cls in speed_classes:
         if ok[cls]:
-            rec = inst.speed(cls, ok[cls][0], ev.flags.base_eval, ev.flags.proposed_eval)
-            ev = _merge(ev, speed={**ev.speed, cls: rec}, engine_builds=_with(ev.engine_builds, rec))
+            speed = inst.speed(cls, ok[cls][0], ev.flags.base_eval, ev.flags.proposed_eval)
+            ev = _merge(ev, speed={**ev.speed, cls: speed}, engine_builds=_with(ev.engine_builds, speed))
         done.add(speed_key(cls))
         if failed():
             return stop()

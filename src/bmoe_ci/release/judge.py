@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from bmoe_ci.ab.stats import ratio_ci
 from bmoe_ci.release.evidence import Evidence, GateRecord
@@ -269,7 +269,7 @@ def _num(v: Any) -> str:
     return f"{v:.4f}" if isinstance(v, int | float) else "?"
 
 
-def _finite(x: Any) -> bool:
+def _finite(x: Any) -> TypeGuard[float]:
     """A number a bound can be checked against: a NaN compares false with every bound, an infinity makes
     a ratio vanish (an infinite base ppl lets any rise pass)."""
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)

@@ -125,7 +125,7 @@ def validate(model: type[M], raw: Any, shown: str, what: str) -> M:
     except ValidationError as exc:
         errors = exc.errors()
         # a misspelt key is one problem, not two: drop "missing" for the key an unknown sibling resembles
-        meant = set()
+        meant: set[tuple[Any, ...]] = set()
         for err in errors:
             if err["type"] == "extra_forbidden":
                 loc = tuple(err["loc"])
@@ -137,7 +137,8 @@ def validate(model: type[M], raw: Any, shown: str, what: str) -> M:
             if err["type"] == "missing" and loc in meant:
                 continue
             line, shown_loc = locate(raw, loc)
-            issues.append(ConfigIssue(shown, line, format_loc(shown_loc), _message(err, loc, _fields_at(model, loc))))
+            msg = _message(dict(err), loc, _fields_at(model, loc))
+            issues.append(ConfigIssue(shown, line, format_loc(shown_loc), msg))
         raise ReleaseConfigError(issues) from None
 
 

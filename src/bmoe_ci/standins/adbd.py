@@ -626,10 +626,10 @@ def parse_shell(args: bytes) -> ShellSpec | None:
 
 def resolve_service(name: bytes) -> Callable[[Stream, StandInAdbd], None] | None:
     if name.startswith(b"shell"):
-        spec = parse_shell(name[len(b"shell") :])
-        if spec is None:
+        shell = parse_shell(name[len(b"shell") :])
+        if shell is None:
             return None
-        return lambda stream, server: ShellSession(stream, server, spec).run()
+        return lambda stream, server: ShellSession(stream, server, shell).run()
     if name.startswith(b"exec:"):
         spec = ShellSpec(name[len(b"exec:") :], protocol=False, pty=False, term="dumb")
         return lambda stream, server: ShellSession(stream, server, spec).run()
@@ -753,17 +753,17 @@ class ShellSession:
         size = max(self.stream.conn.peer_max - SHELL_HEADER.size, 1024)
         writable = True
         if cut:  # --cut-output: read it all, send the first half only
-            data = bytearray()
+            whole = bytearray()
             while chunk := self._read_output(fd, size):
-                data += chunk
+                whole += chunk
             with contextlib.suppress(StreamClosed):
-                for i in range(0, len(data) // 2, size):
-                    self._emit(channel, bytes(data[i : min(i + size, len(data) // 2)]))
+                for i in range(0, len(whole) // 2, size):
+                    self._emit(channel, bytes(whole[i : min(i + size, len(whole) // 2)]))
             log.info(
                 "stream %d: output cut to %d of %d bytes (--cut-output)",
                 self.stream.local_id,
-                len(data) // 2,
-                len(data),
+                len(whole) // 2,
+                len(whole),
             )
             return
         while True:

@@ -48,6 +48,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from bmoe_ci.farm.embedded import FARM_FILE, state_dir
 from bmoe_ci.farm.errors import FarmError, MissingTool
@@ -86,7 +87,19 @@ ADBD_ADDRESS = "127.0.0.4"
 ADB_SERVER_ADDRESS = "127.0.0.1"  # an adb server listens on localhost
 
 
-def layout() -> dict[str, object]:
+class Layout(TypedDict):
+    """The local farm on this host: template values, the sshd instances to run, the adb device."""
+
+    HOST_ARCH: str
+    SSH_HOST_NAME: str
+    ARM64_PREFIX: list[str]
+    ARM64_SCALE: int
+    ARM64_MODE: str
+    sshd: list[SshdSpec]
+    adb: str
+
+
+def layout() -> Layout:
     """Names and arches of the devices on this host, the sshd instances to run and the adb device."""
     arch = host_arch()
     emulate = arch != "aarch64"
@@ -282,7 +295,7 @@ def up(
     sshds = record.get("sshd", {})
     ports: dict[str, int] = {}
     known: list[str] = []
-    for spec in lay["sshd"]:  # type: ignore[union-attr]
+    for spec in lay["sshd"]:
         d = state / "sshd" / spec.device
         d.mkdir(parents=True, exist_ok=True)
         hostkey = d / "ssh_host_ed25519_key"
@@ -322,7 +335,7 @@ def up(
     adb_record = _adb_up(adb, state, record.get("adb", {}), say, timeout)
     record = {**record, "state": str(state), "sshd": sshds, "adb": adb_record}
     _write(state / RECORD, json.dumps(record, indent=2) + "\n")
-    ssh_host, ssh_arm = (s.device for s in lay["sshd"])  # type: ignore[union-attr]
+    ssh_host, ssh_arm = (s.device for s in lay["sshd"])
     values = {
         "STATE": str(state),
         "USER": getpass.getuser(),
@@ -348,7 +361,7 @@ def up(
     }
     _write(state / RECORD, json.dumps(record, indent=2) + "\n")
     # validate what we wrote: a broken template must fail here, not in the first test
-    from bmoe_ci.farm.model import load_farm_file
+    from bmoe_ci.farm.farmfile import load_farm_file
 
     load_farm_file(state / FARM_FILE)
     return state / FARM_FILE
@@ -504,10 +517,10 @@ def _adb_up(adb: str, state: Path, prev: dict, say: Callable[[str], None], timeo
     else:
         port = _free_port(ADB_SERVER_ADDRESS)
         with open(state / "adb" / "server.log", "ab") as fh:
-            r = subprocess.run(
+            started = subprocess.run(
                 [adb, "-P", str(port), "start-server"], stdout=fh, stderr=fh, timeout=timeout, check=False
             )
-        if r.returncode != 0 or not _adb_server_answers(port):
+        if started.returncode != 0 or not _adb_server_answers(port):
             raise FarmError(f"the adb server did not start on port {port} (see {state / 'adb' / 'server.log'})")
         say(f"{ADB_DEVICE}: adb server started on {ADB_SERVER_ADDRESS}:{port}")
     serial = f"{ADBD_ADDRESS}:{adbd['port']}"

@@ -4,39 +4,28 @@
 * ``ssh`` (:mod:`.ssh`): OpenSSH through Fabric and paramiko, host keys pinned;
 * ``adb`` (:mod:`.adb`): an Android device through the Android Debug Bridge client and its server.
 
-Every module of this package that defines a :class:`~.base.Transport` subclass with a ``name`` is a
-transport: adding one is adding one file. :func:`registry` maps ``transport:`` values to classes,
-:func:`open_transport` makes the transport of a device.
+A transport is a module of this package holding a :class:`~.base.Transport` subclass with a ``name``
+and the model of its keys, and one entry of :data:`TRANSPORTS`, imported below by name (no package
+scan: ``tests/test_architecture.py`` checks that every transport module is imported and listed here).
+:func:`registry` maps ``transport:`` values to classes, :func:`open_transport` makes the transport of a
+device.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib
-import pkgutil
-from typing import TYPE_CHECKING
-
+from ..model import Device
+from .adb import AdbTransport
 from .base import DEADLINE_GRACE, Ending, RunResult, Transport, command_text, name_script, safe_local_path
+from .local import LocalTransport
+from .ssh import SshTransport
 
-if TYPE_CHECKING:
-    from ..model import Device
-
-#: modules of this package that hold shared code, not a transport
-_SUPPORT = frozenset({"base", "remote_shell"})
+#: Every transport, one per module of this package.
+TRANSPORTS: tuple[type[Transport], ...] = (LocalTransport, SshTransport, AdbTransport)
 
 
-@functools.cache
 def registry() -> dict[str, type[Transport]]:
-    """``transport:`` value -> class, for every transport module of this package (imported once)."""
-    found: dict[str, type[Transport]] = {}
-    for info in pkgutil.iter_modules(__path__):
-        if info.name in _SUPPORT or info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        for obj in vars(module).values():
-            if isinstance(obj, type) and issubclass(obj, Transport) and "name" in obj.__dict__:
-                found[obj.name] = obj
-    return dict(sorted(found.items()))
+    """``transport:`` value -> class, sorted by name."""
+    return {t.name: t for t in sorted(TRANSPORTS, key=lambda t: t.name)}
 
 
 def transport_class(name: str) -> type[Transport]:
@@ -51,6 +40,7 @@ def open_transport(device: Device) -> Transport:
 
 __all__ = [
     "DEADLINE_GRACE",
+    "TRANSPORTS",
     "Ending",
     "RunResult",
     "Transport",

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InfraError
+from ..model import Device, DeviceSpec, NonEmpty, TransportKeys
 from .base import Ending, Problem, RunResult, Transport, _tail, command_text, grace
 from .local import ProcessRun, run_process
 from .remote_shell import build_remote_command, new_marker, split_marker, status_result
@@ -48,26 +49,37 @@ def parse_server(value: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
+class AdbKeys(TransportKeys):
+    """The keys of an adb device (``serial`` is required: checked by the transport)."""
+
+    serial: NonEmpty | None = None
+    adb_server: NonEmpty | None = None
+
+    def where(self) -> str:
+        return f"adb {self.serial}" + (f" on server {self.adb_server}" if self.adb_server else "")
+
+
 class AdbTransport(Transport):
     """An Android device over adb; see the module docstring."""
 
     name = "adb"
-    own_keys = ("serial", "adb_server", "connect_timeout")
+    keys = AdbKeys
     default_workdir = DEFAULT_WORKDIR
 
     @classmethod
-    def check_device(cls, spec: Any, base: Path, problem: Problem) -> dict[str, Any]:
-        if spec.serial is None:
+    def check_device(cls, spec: DeviceSpec, keys: Any, base: Path, problem: Problem) -> dict[str, Any]:
+        if keys.serial is None:
             problem("", "missing required key 'serial' (transport adb: what `adb devices` lists)")
-        if spec.adb_server is not None and parse_server(spec.adb_server) is None:
-            problem("adb_server", f"expected HOST:PORT of an adb server, e.g. 127.0.0.1:5037 (got {spec.adb_server!r})")
-        if not spec.workdir.startswith("/"):
+        if keys.adb_server is not None and parse_server(keys.adb_server) is None:
+            problem("adb_server", f"expected HOST:PORT of an adb server, e.g. 127.0.0.1:5037 (got {keys.adb_server!r})")
+        if not (spec.workdir or "").startswith("/"):
             problem("workdir", f"workdir of an adb device must be absolute (got {spec.workdir!r})")
         return {}
 
-    @classmethod
-    def where(cls, device: Any) -> str:
-        return f"adb {device.serial}" + (f" on server {device.adb_server}" if device.adb_server else "")
+    def __init__(self, device: Device):
+        super().__init__(device)
+        assert isinstance(device.link, AdbKeys), device.link
+        self.link = device.link
 
     # -- the adb client
     def _server_client(self) -> list[str]:
@@ -75,14 +87,14 @@ class AdbTransport(Transport):
         adb = shutil.which("adb")
         if adb is None:
             raise InfraError(self.device.name, "setup", "the adb client is not installed (Debian: apt-get install adb)")
-        if not self.device.adb_server:
+        if not self.link.adb_server:
             return [adb]
-        host, port = parse_server(self.device.adb_server) or ("", 0)
+        host, port = parse_server(self.link.adb_server) or ("", 0)
         return [adb, "-H", host, "-P", str(port)]
 
     def _client(self) -> list[str]:
         """The adb client talking to the device."""
-        return [*self._server_client(), "-s", str(self.device.serial)]
+        return [*self._server_client(), "-s", str(self.link.serial)]
 
     def _adb(self, *args: str, timeout: float | None = None) -> ProcessRun:
         """One adb client command about the device (not a device command): get-state, features, ..."""
@@ -91,9 +103,9 @@ class AdbTransport(Transport):
     def _server_answers(self) -> None:
         """A named adb server must be running: the client would start a server of its own on a local
         address, which would know none of the lab's devices."""
-        if not self.device.adb_server:
+        if not self.link.adb_server:
             return
-        host, port = parse_server(self.device.adb_server) or ("", 0)
+        host, port = parse_server(self.link.adb_server) or ("", 0)
         try:
             with socket.create_connection((host, port), timeout=float(self.device.connect_timeout)):
                 pass
@@ -101,13 +113,13 @@ class AdbTransport(Transport):
             raise InfraError(
                 self.device.name,
                 "timeout",
-                f"adb server {self.device.adb_server}: no connection within {self.device.connect_timeout:g}s",
+                f"adb server {self.link.adb_server}: no connection within {self.device.connect_timeout:g}s",
             ) from None
         except OSError as exc:
             raise InfraError(
                 self.device.name,
                 "unreachable",
-                f"adb server {self.device.adb_server} not reachable ({exc.strerror or exc}): start it there "
+                f"adb server {self.link.adb_server} not reachable ({exc.strerror or exc}): start it there "
                 f"(adb -P {port} start-server) or fix adb_server",
             ) from None
 
@@ -118,23 +130,23 @@ class AdbTransport(Transport):
             raise InfraError(
                 self.device.name,
                 "timeout",
-                f"adb get-state: no answer in {r.duration:.0f}s (the adb server {self.device.adb_server or ''} hung?)",
+                f"adb get-state: no answer in {r.duration:.0f}s (the adb server {self.link.adb_server or ''} hung?)",
             )
         return r.stdout.decode(errors="replace").strip(), r.stderr.decode(errors="replace").strip()
 
     def _connect(self) -> None:
-        d = self.device
+        d, k = self.device, self.link
         self._server_answers()
         state, err = self._state()
-        if state != "device" and "not found" in err and _TCP_SERIAL.match(str(d.serial)):
-            r = run_process([*self._server_client(), "connect", str(d.serial)], float(d.connect_timeout))
+        if state != "device" and "not found" in err and _TCP_SERIAL.match(str(k.serial)):
+            r = run_process([*self._server_client(), "connect", str(k.serial)], float(d.connect_timeout))
             if r.timed_out:
-                raise InfraError(d.name, "timeout", f"adb connect {d.serial}: no answer in {r.duration:.0f}s")
+                raise InfraError(d.name, "timeout", f"adb connect {k.serial}: no answer in {r.duration:.0f}s")
             said = (r.stdout + r.stderr).decode(errors="replace").strip()
             if "authenticate" in said:  # connected, but the phone never accepted this server's key
                 raise self._state_error("unauthorized", said)
             if "connected to" not in said:
-                raise InfraError(d.name, "unreachable", f"adb connect {d.serial}: {said or 'no answer'}")
+                raise InfraError(d.name, "unreachable", f"adb connect {k.serial}: {said or 'no answer'}")
             state, err = self._state()
         if state != "device":
             raise self._state_error(state, err)
@@ -145,39 +157,39 @@ class AdbTransport(Transport):
             raise InfraError(
                 d.name,
                 "setup",
-                f"device {d.serial} lacks adb's shell_v2 feature (Android 7 or later): its exit codes cannot be read",
+                f"device {k.serial} lacks adb's shell_v2 feature (Android 7 or later): its exit codes cannot be read",
             )
 
     def _state_error(self, state: str, err: str) -> InfraError:
-        d = self.device
+        d, k = self.device, self.link
         text = f"{state} {err}".lower()
         if "unauthorized" in text:
             return InfraError(
                 d.name,
                 "auth",
-                f"device {d.serial} is unauthorized: unlock it and accept the 'Allow USB debugging' prompt for the "
+                f"device {k.serial} is unauthorized: unlock it and accept the 'Allow USB debugging' prompt for the "
                 "adb server's key (~/.android/adbkey.pub of the user running the server)",
             )
         if "offline" in text:
-            return InfraError(d.name, "unreachable", f"device {d.serial} is offline (reconnect its cable or adb link)")
+            return InfraError(d.name, "unreachable", f"device {k.serial} is offline (reconnect its cable or adb link)")
         if "not found" in text:
             listed = self._adb("devices", timeout=float(d.connect_timeout)).stdout.decode(errors="replace")
             serials = [ln.split()[0] for ln in listed.splitlines()[1:] if ln.strip() and not ln.startswith("*")]
-            server = d.adb_server or "localhost:5037"
+            server = k.adb_server or "localhost:5037"
             return InfraError(
                 d.name,
                 "unreachable",
-                f"unknown serial {d.serial}: the adb server at {server} lists "
+                f"unknown serial {k.serial}: the adb server at {server} lists "
                 + (", ".join(serials) if serials else "no device"),
             )
-        return InfraError(d.name, "unreachable", f"adb get-state for {d.serial}: {_tail((err or state).encode())}")
+        return InfraError(d.name, "unreachable", f"adb get-state for {k.serial}: {_tail((err or state).encode())}")
 
     def close(self) -> None:
         # the link belongs to the adb server; there is nothing of ours to close
         self._connected = False
 
     # -- commands
-    def _run(self, argv, timeout, *, cwd, env, stdin, argv_shown, idle_timeout=None):  # type: ignore[override]
+    def _run(self, argv, timeout, *, cwd, env, stdin, argv_shown, idle_timeout=None):
         name = self.device.name
         shown = argv_shown or tuple(argv)
         secs = max(1, int(-(-timeout // 1)))

@@ -8,8 +8,9 @@ crashed: a gate verdict) from an infrastructure problem (unreachable, auth, host
 connection, timeout: never a verdict).
 
 A transport class also describes its part of the farm file: the ``transport:`` value that selects it
-(:attr:`Transport.name`), the device keys only it reads (:attr:`Transport.own_keys`), its default work
-directory, and :meth:`Transport.check_device`, which validates and resolves those keys.
+(:attr:`Transport.name`), the model of the device keys only it reads (:attr:`Transport.keys`, a
+:class:`~bmoe_ci.farm.model.TransportKeys`), its default work directory, and
+:meth:`Transport.check_device`, which checks and resolves those keys beyond their types.
 """
 
 from __future__ import annotations
@@ -27,12 +28,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from ..errors import InfraError
-
-if TYPE_CHECKING:
-    from ..model import Device, DeviceSpec
+from ..model import Device, DeviceSpec, TransportKeys
 
 #: Reports a problem with a device key: ``problem(key, message)`` (``key`` "" for the device itself).
 Problem = Callable[[str, str], None]
@@ -185,26 +184,24 @@ class Transport(ABC):
 
     #: the farm file's ``transport:`` value that selects this class
     name: ClassVar[str]
-    #: device keys only this transport reads; a device of another transport may not set them
-    own_keys: ClassVar[tuple[str, ...]] = ()
+    #: the model of the device keys only this transport reads (a device of another transport may not set
+    #: them); a device's are its ``link``
+    keys: ClassVar[type[TransportKeys]] = TransportKeys
     #: the work directory when the farm file gives none (None: ``workdir`` is required)
     default_workdir: ClassVar[str | None] = None
 
     @classmethod
-    def check_device(cls, spec: DeviceSpec, base: Path, problem: Problem) -> dict[str, Any]:
-        """Validate this transport's keys of ``spec`` (relative paths are relative to ``base``, the farm
-        file's directory); report each problem with ``problem(key, message)``. Returns the values to
-        replace (resolved paths)."""
+    def check_device(cls, spec: DeviceSpec, keys: Any, base: Path, problem: Problem) -> dict[str, Any]:
+        """Check a device's common keys (``spec``) and this transport's (``keys``, of :attr:`keys`) beyond
+        their types (relative paths are relative to ``base``, the farm file's directory); report each
+        problem with ``problem(key, message)``. Returns the values to replace (resolved paths), of either."""
         return {}
-
-    @classmethod
-    def where(cls, device: Device) -> str:
-        """Where the device is, for humans (``user@host:port``, a serial, ``local``)."""
-        return cls.name
 
     def __init__(self, device: Device):
         self.device = device
-        self.workdir = device.workdir  #: resolved at connect (``~`` expanded on ssh devices)
+        if device.workdir is None:
+            raise ValueError(f"{device.name}: no workdir (the farm file's loader gives every device one)")
+        self.workdir: str = device.workdir  #: resolved at connect (``~`` expanded on ssh devices)
         self.stats = _Stats()
         self._connected = False
         self._lock = threading.RLock()

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InfraError
+from ..model import DeviceSpec, TransportKeys
 from .base import Ending, Problem, RunResult, Transport, command_text
 
 
@@ -95,19 +96,23 @@ def run_process(
     return ProcessRun(out, err, returncode=proc.returncode, duration=time.monotonic() - start)
 
 
+class LocalKeys(TransportKeys):
+    """A local device has no keys of its own: it is this machine."""
+
+    def where(self) -> str:
+        return "local"
+
+
 class LocalTransport(Transport):
     """Commands run as subprocesses of this process (:func:`run_process`); files are copied."""
 
     name = "local"
+    keys = LocalKeys
 
     @classmethod
-    def check_device(cls, spec: Any, base: Path, problem: Problem) -> dict[str, Any]:
-        wd = Path(os.path.expanduser(spec.workdir))
+    def check_device(cls, spec: DeviceSpec, keys: Any, base: Path, problem: Problem) -> dict[str, Any]:
+        wd = Path(os.path.expanduser(spec.workdir or ""))
         return {"workdir": str(wd if wd.is_absolute() else (base / wd))}
-
-    @classmethod
-    def where(cls, device: Any) -> str:
-        return "local"
 
     def _connect(self) -> None:
         try:
@@ -118,7 +123,7 @@ class LocalTransport(Transport):
     def close(self) -> None:
         self._connected = False
 
-    def _run(self, argv, timeout, *, cwd, env, stdin, argv_shown, idle_timeout=None):  # type: ignore[override]
+    def _run(self, argv, timeout, *, cwd, env, stdin, argv_shown, idle_timeout=None):
         name = self.device.name
         shown = argv_shown or tuple(argv)
         if cwd and not os.path.isdir(cwd):
@@ -159,13 +164,15 @@ class LocalTransport(Transport):
 def _pump(proc: subprocess.Popen, stdin: bytes | None, deadline_at: float, idle: float) -> tuple[bytes, bytes, bool]:
     """Like ``communicate`` with a deadline, plus a watchdog: returns (stdout, stderr, silent) where
     ``silent`` means nothing arrived for ``idle`` seconds. Raises TimeoutExpired at the deadline."""
+    assert proc.stdout is not None and proc.stderr is not None  # started with pipes
     if proc.stdin is not None:
+        pipe = proc.stdin
 
         def feed() -> None:
             with contextlib.suppress(OSError):
                 if stdin:
-                    proc.stdin.write(stdin)
-                proc.stdin.close()
+                    pipe.write(stdin)
+                pipe.close()
 
         threading.Thread(target=feed, daemon=True).start()
     bufs: dict[int, bytearray] = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}

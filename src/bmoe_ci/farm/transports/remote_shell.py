@@ -18,6 +18,7 @@ from __future__ import annotations
 import secrets
 import shlex
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ..errors import InfraError
 from .base import Ending, RunResult, _tail, command_text
@@ -70,7 +71,7 @@ def status_result(
     cwd: str,
 ) -> RunResult:
     """The :class:`RunResult` of a wrapper that reported ``status`` (see the module docstring)."""
-    common = {"stdout": stdout, "stderr": stderr, "duration": duration, "timeout": timeout}
+    common: dict[str, Any] = {"stdout": stdout, "stderr": stderr, "duration": duration, "timeout": timeout}
     if status == "cd":
         why = f"cannot enter directory {cwd}: {_tail(stderr)}"
         return RunResult(device, shown, Ending.INFRA, infra=InfraError(device, "setup", why), **common)

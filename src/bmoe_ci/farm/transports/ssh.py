@@ -19,7 +19,7 @@ from typing import Any
 from bmoe_ci import inputs
 
 from ..errors import InfraError
-from ..model import Device
+from ..model import Device, DeviceSpec, NonEmpty, Port, TransportKeys
 from .base import Ending, Problem, RunResult, Transport, command_text, grace
 from .remote_shell import build_remote_command, new_marker, split_marker, status_result
 
@@ -33,7 +33,7 @@ def load_known_hosts(device: Device):
     import paramiko
     from paramiko.hostkeys import HostKeyEntry, InvalidHostKey
 
-    path = device.known_hosts
+    path = str(ssh_keys(device).known_hosts)
     try:
         text = inputs.read_text(path, what="known_hosts file", limit=4 << 20)
     except inputs.InputError as exc:
@@ -89,25 +89,45 @@ class _PinnedOnly:
             self.device.name,
             "hostkey",
             f"host key of {hostname} ({key.get_name()} {key.fingerprint}) is not in the pinned known_hosts "
-            f"{self.device.known_hosts}; refusing to trust it on first use (check the fingerprint on the "
+            f"{ssh_keys(self.device).known_hosts}; refusing to trust it on first use (check the fingerprint on the "
             f"device, then add the line to that file)",
         )
+
+
+class SshKeys(TransportKeys):
+    """The keys of an ssh device (host, key and known_hosts are required: checked by the transport, which
+    says so in the farm file's terms)."""
+
+    host: NonEmpty | None = None
+    port: Port = 22
+    user: NonEmpty | None = None
+    key: NonEmpty | None = None
+    known_hosts: NonEmpty | None = None
+
+    def where(self) -> str:
+        return f"{self.user + '@' if self.user else ''}{self.host}:{self.port}"
+
+
+def ssh_keys(device: Device) -> SshKeys:
+    """The ssh keys of ``device`` (a device of the ssh transport)."""
+    assert isinstance(device.link, SshKeys), device.link
+    return device.link
 
 
 class SshTransport(Transport):
     """SSH via Fabric; see the module docstring."""
 
     name = "ssh"
-    own_keys = ("host", "port", "user", "key", "known_hosts", "connect_timeout")
+    keys = SshKeys
 
     @classmethod
-    def check_device(cls, spec: Any, base: Path, problem: Problem) -> dict[str, Any]:
+    def check_device(cls, spec: DeviceSpec, keys: Any, base: Path, problem: Problem) -> dict[str, Any]:
         update: dict[str, Any] = {}
         for k in ("host", "key", "known_hosts"):
-            if getattr(spec, k) is None:
+            if getattr(keys, k) is None:
                 problem("", f"missing required key '{k}' (transport ssh)")
         for k in ("key", "known_hosts"):
-            value = getattr(spec, k)
+            value = getattr(keys, k)
             if value is None:
                 continue
             p = Path(os.path.expanduser(value))
@@ -128,38 +148,35 @@ class SshTransport(Transport):
                         f"must be readable by its owner only: chmod 600 {p}",
                     )
             update[k] = str(p)
-        wd = spec.workdir
+        wd = spec.workdir or ""
         if not (wd.startswith("/") or wd == "~" or wd.startswith("~/")):
             problem("workdir", f"workdir of an ssh device must be absolute or start with '~/' (got {wd!r})")
         return update
 
-    @classmethod
-    def where(cls, device: Any) -> str:
-        return f"{device.user + '@' if device.user else ''}{device.host}:{device.port}"
-
     def __init__(self, device: Device, *, keepalive: int = 15):
         super().__init__(device)
+        self.link = ssh_keys(device)
         self.keepalive = keepalive
-        self._conn = None
-        self._sftp = None
+        self._conn: Any = None  # a fabric Connection while connected (fabric is untyped)
+        self._sftp: Any = None
 
     # -- connection
     def _connect(self) -> None:
         from fabric import Config, Connection
         from paramiko.config import SSHConfig
 
-        d = self.device
+        d, k = self.device, self.link
         ct = float(d.connect_timeout)
         # lazy + explicit empty SSHConfig: no ~/.ssh/config, no /etc/fabric.yml can change what the
         # farm file says (hosts, keys, host key policy).
         cfg = Config(lazy=True, ssh_config=SSHConfig())
         conn = Connection(
-            d.host,
-            user=d.user,
-            port=d.port,
+            k.host,
+            user=k.user,
+            port=k.port,
             config=cfg,
             connect_kwargs={
-                "key_filename": [d.key],
+                "key_filename": [k.key],
                 "look_for_keys": False,
                 "allow_agent": False,
                 "timeout": ct,
@@ -197,8 +214,8 @@ class SshTransport(Transport):
     def _connect_error(self, exc: BaseException, user: str) -> InfraError | None:
         import paramiko
 
-        d = self.device
-        where = f"{d.host}:{d.port}"
+        d, k = self.device, self.link
+        where = f"{k.host}:{k.port}"
         ct = float(d.connect_timeout)
         if isinstance(exc, InfraError):
             return exc
@@ -207,14 +224,14 @@ class SshTransport(Transport):
                 d.name,
                 "hostkey",
                 f"HOST KEY CHANGED for {where}: the device offered {exc.key.get_name()} {exc.key.fingerprint}, "
-                f"the pinned known_hosts {d.known_hosts} says {exc.expected_key.fingerprint}; refusing to connect",
+                f"the pinned known_hosts {k.known_hosts} says {exc.expected_key.fingerprint}; refusing to connect",
             )
         if isinstance(exc, paramiko.PasswordRequiredException):
             return InfraError(
-                d.name, "auth", f"key {d.key} is passphrase-protected; the farm needs a key without passphrase"
+                d.name, "auth", f"key {k.key} is passphrase-protected; the farm needs a key without passphrase"
             )
         if isinstance(exc, paramiko.AuthenticationException):
-            return InfraError(d.name, "auth", f"{where} refused key {d.key} for user {user!r}: {exc}")
+            return InfraError(d.name, "auth", f"{where} refused key {k.key} for user {user!r}: {exc}")
         if isinstance(exc, TimeoutError | socket.timeout):
             # no answer at all: not retried (a retry would wait out the same silence again)
             return InfraError(d.name, "timeout", f"{where}: connect timed out after {ct:g}s")
@@ -224,7 +241,7 @@ class SshTransport(Transport):
             why = "; ".join(sorted({e.strerror or str(e) for e in exc.errors.values()}))
             return InfraError(d.name, "unreachable", f"{where}: {why}")
         if isinstance(exc, socket.gaierror):
-            return InfraError(d.name, "unreachable", f"{d.host}: cannot resolve: {exc.strerror}")
+            return InfraError(d.name, "unreachable", f"{k.host}: cannot resolve: {exc.strerror}")
         if isinstance(exc, paramiko.SSHException | EOFError | OSError):
             return InfraError(d.name, "unreachable", f"{where}: {type(exc).__name__}: {exc}")
         return None
@@ -244,7 +261,7 @@ class SshTransport(Transport):
         return bool(t is not None and t.is_active())
 
     # -- commands
-    def _run(self, argv, timeout, *, cwd, env, stdin, argv_shown, idle_timeout=None):  # type: ignore[override]
+    def _run(self, argv, timeout, *, cwd, env, stdin, argv_shown, idle_timeout=None):
         import paramiko
 
         name = self.device.name
