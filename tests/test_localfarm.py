@@ -390,6 +390,48 @@ def test_preflight_failures_are_infrastructure(farm, tmp_path: Path) -> None:
         assert read_lock(t) is None
 
 
+def test_the_local_farm_file_pins_the_kernel_paths(farm) -> None:
+    """ssh-<arch> and ssh-arm64 pin the path below their CPU's own choice, so that every SIMD path of
+    both architectures runs on some device; the others run the engine's choice."""
+    want_x86, want_arm = localfarm.pinned_kernels(ARCH, ARCH != "aarch64", localfarm.cpu_flags())
+    assert farm.devices[SSH].kernels == want_x86 and farm.devices["ssh-arm64"].kernels == want_arm
+    assert {farm.devices[n].kernels for n in ("host", "phone-emu", localfarm.ADB_DEVICE)} == {"auto"}
+    if ARCH == "x86_64" and "avx512_vnni" in localfarm.cpu_flags():  # this machine's CPU: auto is avx512-vnni
+        assert (want_x86, want_arm) == ("avx2", "neon")
+
+
+def pinning_stand_in(tmp_path: Path, available: str) -> Path:
+    """A stand-in engine that lists `available` as its CPU's kernel paths and prints BMOE_KERNELS."""
+    p = stand_in(tmp_path)
+    p.write_text(
+        "#!/bin/sh\n"
+        f'case "$1" in --version) echo "bmoe 0.1.0 build abc target {ARCH}-linux-musl";;\n'
+        f"  info) echo '{{\"ok\":true,\"kernels_available\":[{available}]}}';;\n"
+        '  *) echo "kernels=${BMOE_KERNELS:-unset}";; esac\n'
+    )
+    return p
+
+
+def test_a_pinned_kernel_path_reaches_every_engine_run_and_a_missing_one_is_a_preflight_error(
+    farm, tmp_path: Path
+) -> None:
+    host = farm.devices["host"]
+    engine = pinning_stand_in(tmp_path, '"scalar","avx2"')
+    with open_session(host.model_copy(update={"kernels": "avx2"}), engine=engine, build_id="abc") as s:
+        assert s.run_engine(["run"], 10).stdout.strip() == b"kernels=avx2"
+        assert s.run_engine(["run"], 10, env={"BMOE_KERNELS": "scalar"}).stdout.strip() == b"kernels=scalar"
+    with open_session(host, engine=engine, build_id="abc") as s:  # auto: the engine's own choice
+        assert s.run_engine(["run"], 10).stdout.strip() == b"kernels=unset"
+    pinned = host.model_copy(update={"kernels": "neon", "source": "farm.yaml:9"})
+    with pytest.raises(InfraError) as ei:
+        open_session(pinned, engine=engine, build_id="abc")
+    assert ei.value.kind == "preflight" and ei.value.device == "host"
+    assert "kernels: neon (farm.yaml:9): this device's CPU or engine build does not have that kernel path" in str(
+        ei.value
+    )
+    assert "(it has scalar, avx2)" in str(ei.value)
+
+
 @pytest.mark.skipif(ARCH == "aarch64", reason="emulation is what is being tested")
 def test_emulated_device_arch_comes_from_the_engine(farm, tmp_path: Path) -> None:
     """uname says x86_64 under qemu; the declared aarch64 is confirmed by the engine's target triple."""
