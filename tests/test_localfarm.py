@@ -52,12 +52,17 @@ def farm(state: Path):
     return load_farm_file(state / "farm.yaml")
 
 
+#: what a stand-in engine says its CPU runs (`info --types`): every path, so any pinned one passes
+ALL_PATHS = '{"ok":true,"kernels_available":["scalar","avx2","avx512-vnni","neon","neon-dot"]}'
+
+
 def stand_in(tmp_path: Path, target: str = f"{ARCH}-linux-musl", build: str = "abc", name: str = "bmoe") -> Path:
     """A stand-in engine: answers --version like the real one, and can sleep or crash on request."""
     p = tmp_path / name
     p.write_text(
         "#!/bin/sh\n"
         f'case "$1" in --version) echo "bmoe 0.1.0 build {build} target {target}";;\n'
+        f"  info) echo '{ALL_PATHS}';;\n"  # the preflight's check of a device's pinned kernel path
         '  sleep) sleep "$2";; crash) kill -SEGV $$;; *) echo "ran: $*";; esac\n'
     )
     p.chmod(0o755)
@@ -406,7 +411,7 @@ def pinning_stand_in(tmp_path: Path, available: str) -> Path:
     p.write_text(
         "#!/bin/sh\n"
         f'case "$1" in --version) echo "bmoe 0.1.0 build abc target {ARCH}-linux-musl";;\n'
-        f"  info) echo '{{\"ok\":true,\"kernels_available\":[{available}]}}';;\n"
+        f'  info) echo \'{{"ok":true,"kernels_available":[{available}]}}\';;\n'
         '  *) echo "kernels=${BMOE_KERNELS:-unset}";; esac\n'
     )
     return p

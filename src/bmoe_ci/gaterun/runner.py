@@ -109,8 +109,9 @@ class DeviceRunner:
                 self._refuse_missing_path(results.values())
             except InfraError as exc:
                 self._plans_done.append(PlanDone(key, len(entries), time.monotonic() - started, exc.kind))
-                self._cache[key] = exc.at(f"plan {key!r}")
-                raise self._cache[key] from None
+                refused = exc.at(f"plan {key!r}")
+                self._cache[key] = refused
+                raise refused from None
             crashed = sum(1 for r in results.values() if r.crashed)
             self._plans_done.append(PlanDone(key, len(entries), time.monotonic() - started, "ok", crashed))
             self._cache[key] = results
