@@ -170,8 +170,14 @@ VNNI_FN static void blk32_tile(uint32_t type, const uint8_t *w, size_t row_bytes
             const __m256i corr = _mm256_slli_epi32(_mm256_add_epi32(ls0, ls1), 7);
             const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sc)); /* exact */
             for (int t0 = 0; t0 < nt; t0 += 8)
+#ifndef BMOE_FAULT_MT_Q45_0_TOKEN_SCALES
                 tile_block_g(wt, corr, dw, xs[t0] + (b - c0) * BMOE_Q8_0_BLOCK, sizeof xs[0], a->d + (size_t)t0 * nb + b,
                              nb, nt - t0 < 8 ? nt - t0 : 8, acc + t0, (int)(b & 7));
+#else /* fault: Q4_0/Q5_0 tokens all take the first token's activation scales (a stride of 0) */
+                tile_block_g(wt, corr, dw, xs[t0] + (b - c0) * BMOE_Q8_0_BLOCK, sizeof xs[0],
+                             a->d + (type == GGML_TYPE_Q8_0 ? (size_t)t0 * nb : 0) + b, type == GGML_TYPE_Q8_0 ? nb : 0,
+                             nt - t0 < 8 ? nt - t0 : 8, acc + t0, (int)(b & 7));
+#endif
         }
     }
     tile_finish(acc, nr, nt, out);
