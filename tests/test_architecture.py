@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -507,3 +508,116 @@ def test_bmoe_ci_help_loads_no_pytest() -> None:
     assert _pytest_modules(loaded) == []
     # the measurement can fail: a process that does load pytest is seen to
     assert "pytest" in _pytest_modules(_importtime("-c", "import pytest"))
+
+
+# ---- engine/src: the C modules' include graph ------------------------------------------------------
+#
+# A module of engine/src is a file stem: foo.c and foo.h are one module. Its edges are the modules of
+# the headers it includes with `#include "..."` (its own header is no edge; every include counts,
+# under #ifdef too). The graph must have no cycle, so each module can be read, tested and moved with
+# what it includes and nothing that includes it. And the tokenizer's parts (the encoders, the
+# end-of-generation set, the chat templates, the vocabulary they share) never reach tokenizer.h: the
+# loader calls them, they do not call back.
+
+ENGINE_SRC = REPO / "engine" / "src"
+_C_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]+"([^"]+)"', re.MULTILINE)
+
+#: Modules that must not reach `tokenizer` through the include graph.
+TOKENIZER_PARTS = ("tok_vocab", "tok_bpe", "tok_spm", "tok_eog", "tok_heap", "chat", "pretok", "unicode")
+
+
+@dataclass(frozen=True)
+class Include:
+    source: str  # module
+    target: str  # module
+    where: str  # file:line of the #include
+
+
+def c_includes(src: Path) -> list[Include]:
+    """Every `#include "..."` of the .c and .h files directly in ``src``, as an edge between modules
+    (a header that is not in ``src`` is an edge to a module that does not exist: reported)."""
+    out = []
+    for path in sorted([*src.glob("*.c"), *src.glob("*.h")]):
+        text = path.read_text(encoding="utf-8")
+        for m in _C_INCLUDE.finditer(text):
+            target = Path(m.group(1)).stem
+            if target != path.stem:
+                line = text.count("\n", 0, m.start()) + 1
+                out.append(Include(path.stem, target, f"{path.name}:{line}"))
+    return out
+
+
+def c_modules(src: Path) -> set[str]:
+    return {p.stem for p in [*src.glob("*.c"), *src.glob("*.h")]}
+
+
+def _reaches(graph: Mapping[str, Iterable[str]], start: str, goal: str) -> bool:
+    seen, todo = set(), [start]
+    while todo:
+        v = todo.pop()
+        if v == goal:
+            return True
+        if v not in seen:
+            seen.add(v)
+            todo.extend(graph.get(v, ()))
+    return False
+
+
+def include_problems(
+    edges: Sequence[Include], modules: Iterable[str], no_reach: Mapping[str, Sequence[str]] | None = None
+) -> list[str]:
+    """Includes of a header that is not there, include cycles (each with the includes that close it),
+    and modules that reach one they must not (``no_reach``: target -> the modules kept off it)."""
+    known = set(modules)
+    graph: dict[str, set[str]] = {m: set() for m in known}
+    out = []
+    for e in edges:
+        if e.target not in known:
+            out.append(f"{e.where}: includes {e.target}.h, which engine/src does not have")
+            continue
+        graph[e.source].add(e.target)
+    for component in cycles(graph):
+        inside = set(component)
+        closing = sorted(e.where for e in edges if e.source in inside and e.target in inside)
+        out.append(f"include cycle: {' -> '.join(component)} ({', '.join(closing)})")
+    for target, sources in (no_reach or {}).items():
+        reach = [s for s in sources if s in graph and _reaches(graph, s, target)]
+        out += [f"{s} reaches {target} through its includes" for s in reach]
+    return out
+
+
+def test_engine_src_has_no_include_cycle() -> None:
+    edges = c_includes(ENGINE_SRC)
+    assert len(edges) > 100  # the graph was read
+    modules = c_modules(ENGINE_SRC)
+    assert set(TOKENIZER_PARTS) | {"tokenizer", "engine", "engine_scoring", "scoring"} <= modules
+    assert include_problems(edges, modules, {"tokenizer": TOKENIZER_PARTS}) == []
+
+
+def test_the_include_checker_finds_cycles_missing_headers_and_call_backs(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {
+            "a.h": '#include "b.h"\n',
+            "a.c": '#include "a.h"\n',  # its own header: no edge
+            "b.h": "",
+            "b.c": '#include "b.h"\n#ifdef X\n#include "c.h"\n#endif\n',  # under #ifdef: still an edge
+            "c.h": "#include <stdio.h>\n",  # a system header: no edge
+            "c.c": '  #  include "a.h"\n#include "gone.h"\n',
+            "tokenizer.h": '#include "vocab.h"\n',
+            "vocab.h": "",
+            "tok_x.c": '#include "tokenizer.h"\n',
+            "tok_y.c": '#include "vocab.h"\n',
+        },
+    )
+    found = include_problems(c_includes(tmp_path), c_modules(tmp_path), {"tokenizer": ("tok_x", "tok_y")})
+    text = "\n".join(found)
+    assert "include cycle: a -> b -> c (a.h:1, b.c:3, c.c:1)" in text, text
+    assert "c.c:2: includes gone.h, which engine/src does not have" in text, text
+    assert "tok_x reaches tokenizer through its includes" in text, text
+    assert len(found) == 3, text  # tok_y, the system header and a.c's own header pass
+    # a two-module cycle through the headers alone is one too
+    (tmp_path / "vocab.h").write_text('#include "tok_y.h"\n', encoding="utf-8")
+    (tmp_path / "tok_y.h").write_text('#include "vocab.h"\n', encoding="utf-8")
+    text = "\n".join(include_problems(c_includes(tmp_path), c_modules(tmp_path)))
+    assert "include cycle: tok_y -> vocab (tok_y.c:1, tok_y.h:1, vocab.h:1)" in text, text

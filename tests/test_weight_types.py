@@ -1,5 +1,5 @@
 """The weight types are named once on each side and the two sides agree: the engine's type table
-(engine/src/type_traits.c, printed by `bmoe info --types`) and bmoe_ci.weight_types list the same types
+(engine/src/type_table.c, printed by `bmoe info --types`) and bmoe_ci.weight_types list the same types
 with the same ids, block sizes and activation formats; gguf's own block sizes are the same; every type has
 a kernel on every path this machine's build has; and the fixture writer has a quantizer for every type."""
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer.h"
+#include "chat.h"
 
 static int has(const char *t, size_t n, const char *needle) {
     size_t k = strlen(needle);

@@ -61,14 +61,6 @@ struct bmoe_forward {
     uint64_t experts_routed;
 };
 
-const char *bmoe_node_name(bmoe_node n) {
-    static const char *const names[BMOE_NODE_COUNT] = {
-        "ffn_moe_logits", "ffn_moe_probs", "ffn_moe_topk", "ffn_moe_weights", "ffn_moe_weights_softmax",
-        "ffn_moe_weights_norm", "ffn_moe_weights_scaled", "ffn_moe_experts",
-    };
-    return (unsigned)n < BMOE_NODE_COUNT ? names[n] : "?";
-}
-
 /* ---- small helpers --------------------------------------------------------------------------- */
 
 static int is_nan(float v) { return v != v; }
@@ -193,7 +185,7 @@ static void matmul_multi(bmoe_forward *f, int n, const bmoe_weight *const *W, co
 }
 
 /* FFN with resident weights: y = D (act(G h) * U h), h [T, n_in]. */
-static void ffn_dense(bmoe_forward *f, const bmoe_weight *G, const bmoe_weight *U, const bmoe_weight *D,
+static void gated_ffn(bmoe_forward *f, const bmoe_weight *G, const bmoe_weight *U, const bmoe_weight *D,
                       const float *h, int T, float *y) {
     size_t F = (size_t)G->ne[1];
     const bmoe_weight *W[2] = { G, U };
@@ -839,7 +831,7 @@ static int moe_ffn(bmoe_forward *f, const moe_ctx *c, char *err, size_t errlen) 
     /* the norm sandwich and the shared expert, each step only where the model has its tensors */
     if (ly->post_ffw_norm_2) rmsnorm_rows(f->moe, f->moe, ly->post_ffw_norm_2, T, d, hp->eps);
     if (ly->ffn_gate.t) {
-        ffn_dense(f, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, f->xn, T, f->sh);
+        gated_ffn(f, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, f->xn, T, f->sh);
         if (ly->ffn_gate_inp_shexp.t) { /* the shared expert's gate: sigmoid(ffn_gate_inp_shexp . h) per position */
             float gs[1];
             for (int t = 0; t < T; t++) {
@@ -860,7 +852,7 @@ static void dense_ffn(bmoe_forward *f, int il, int T) {
     const bmoe_layer *ly = &f->m->layers[il];
     int d = f->d;
     rmsnorm_rows(f->xn, f->x, ly->ffn_norm, T, d, f->m->hp.eps);
-    ffn_dense(f, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, f->xn, T, f->ffn);
+    gated_ffn(f, &ly->ffn_gate, &ly->ffn_up, &ly->ffn_down, f->xn, T, f->ffn);
     if (ly->post_ffw_norm) rmsnorm_rows(f->ffn, f->ffn, ly->post_ffw_norm, T, d, f->m->hp.eps);
     for (size_t i = 0; i < (size_t)T * d; i++) f->x[i] += f->ffn[i];
 }

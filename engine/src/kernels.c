@@ -79,7 +79,7 @@ static float k4_block(const uint8_t *w, int five, const bm_q8k *xb, size_t b) {
                        xb->d);
 }
 
-/* ---- the type table's scalar kernels (type_traits.c): one token, and the per-token loop for
+/* ---- the type table's scalar kernels (type_table.c): one token, and the per-token loop for
  * several (kernels.h) ---- */
 
 #define SCALAR_MT(T)                                                                                       \

@@ -131,7 +131,7 @@ void bm_silu_mul_scalar(const float *g, const float *u, size_t n, float *out);
 void bm_exp_shift_scalar(float *v, size_t n, float mx);
 
 /* Every type's kernels, one pair per path: bm_dot_<type>_<path> and bm_dot_mt_<type>_<path>
- * (type_traits.c puts them in the type's row). A path's functions exist only in a binary built for
+ * (type_table.c puts them in the type's row). A path's functions exist only in a binary built for
  * its architecture. */
 #define BM_WEIGHT_TYPES(X)                                                                                 \
     X(f32) X(f16) X(bf16) X(q8_0) X(q4_0) X(q5_0) X(q4_1) X(q5_1) X(iq4_nl) X(mxfp4) X(q2_K) X(q3_K) X(q4_K) X(q5_K) \

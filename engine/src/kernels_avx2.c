@@ -875,7 +875,7 @@ AVX2_FN static void quantize_q8_0_avx2(const float *x, size_t n, int8_t *xq, flo
     }
 }
 
-/* ---- the type table's AVX2 kernels (type_traits.c): one token and several, per type ---- */
+/* ---- the type table's AVX2 kernels (type_table.c): one token and several, per type ---- */
 
 #define AVX2_ROW(T, ONE, MT)                                                                               \
     AVX2_FN float bm_dot_##T##_avx2(const uint8_t *w, const bm_act *a, size_t n) { return ONE; }          \

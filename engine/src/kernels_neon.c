@@ -909,7 +909,7 @@ static void dot_bf16_mt_neon(const uint8_t *w, const float *x, size_t n, int nt,
     }
 }
 
-/* ---- the type table's NEON kernels (type_traits.c): one token and several, per type; _neon_dot
+/* ---- the type table's NEON kernels (type_table.c): one token and several, per type; _neon_dot
  * forms the integer sums with sdot ---- */
 
 #define NEON_ROW(T, P, ATTR, ONE, MT)                                                                     \

@@ -4,8 +4,10 @@
 #include <stdarg.h>
 #include <string.h>
 
+#include "config.h"
 #include "json.h"
 #include "kernels.h"
+#include "model.h"
 
 const char *err_kind_for_code(int code) {
     switch (code) {

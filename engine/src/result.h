@@ -7,8 +7,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "config.h"
-#include "model.h"
+/* The run's configuration and model are only pointed at here (config.h, model.h). */
+struct bmoe_config;
+struct bmoe_model;
+struct json_writer;
 
 #define BMOE_VERSION "0.1.0"
 #ifndef BMOE_BUILD_ID
@@ -53,8 +55,8 @@ const char *err_kind_for_code(int code);
 #define BMOE_MAX_WARNINGS 16
 
 typedef struct bmoe_result {
-    const bmoe_config *config;     /* effective: defaults filled, ctx and n_expert_used resolved */
-    const bmoe_model *model;
+    const struct bmoe_config *config;     /* effective: defaults filled, ctx and n_expert_used resolved */
+    const struct bmoe_model *model;
     int top_k_effective;
     const int32_t *prompt_tokens;
     int n_prompt_tokens;
@@ -86,7 +88,7 @@ void result_write_counters(struct json_writer *w, const char *key, const bmoe_co
 void result_write_run(FILE *out, int with_id, const char *id, const bmoe_result *r);
 void result_write_error(FILE *out, int with_id, const char *id, const bmoe_error *e);
 void result_write_check_ok(FILE *out, int with_id, const char *id);
-void result_write_info(FILE *out, const bmoe_model *m);
+void result_write_info(FILE *out, const struct bmoe_model *m);
 /* `bmoe info --types`: the weight-type table (type_traits.h) as JSON. */
 void result_write_types(FILE *out);
 

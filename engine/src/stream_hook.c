@@ -591,8 +591,8 @@ void stream_hook_frames(const bmoe_stream_hook *h, size_t *created, size_t *in_u
 
 /* ---- setup --------------------------------------------------------------------------------------- */
 
-int stream_hook_create(bmoe_stream_hook **out, bmoe_model *m, const bmoe_streaming_opts *cfg, int top_k, int max_batch,
-                       bmoe_error *err) {
+int stream_hook_create(bmoe_stream_hook **out, bmoe_model *m, const bmoe_stream_hook_opts *cfg, int top_k,
+                       int max_batch, bmoe_error *err) {
     *out = NULL;
     bmoe_stream_hook *h = calloc(1, sizeof *h);
     if (!h) return err_set(err, 1, NULL, "out of memory");

@@ -67,23 +67,24 @@ typedef struct bmoe_route_policy {
     int terminal_in_prefill;  /* 0: prefill batches load at topk and are never dropped */
 } bmoe_route_policy;
 
-/* What streaming takes from the run's options (engine.c fills it from the command line); the hook
- * sees nothing else of the configuration. */
-typedef struct bmoe_streaming_opts {
+/* What the hook takes from the run's options (engine.c fills it from the command line); the hook
+ * sees nothing else of the configuration. The expert streamer below it has its own, narrower options
+ * (bmoe_stream_opts, expert_stream.h), which the hook fills. */
+typedef struct bmoe_stream_hook_opts {
     int cache_mb;            /* --cache-mb: the cache's budget in MiB; 0 = no cache (shared slots) */
     int odirect;             /* expert reads with O_DIRECT where the file system allows (not --no-odirect) */
     int io_lanes;            /* --io-threads */
     int prefetch;            /* --prefetch depth, 0 = off (needs the cache) */
     int prefetch_sync;       /* --prefetch-sync */
     const char *route_trace; /* --route-trace file, NULL = none */
-} bmoe_streaming_opts;
+} bmoe_stream_hook_opts;
 
 /* Streaming setup for engine.c: makes the model's dense weights resident (read into owned memory;
  * the shard mappings are then unmapped, so no tensor is read through a mapping afterwards), opens
  * the expert store, the cache (o->cache_mb; a budget smaller than one expert is a config error,
  * exit 2), the prefetcher and the route trace. max_batch: the largest batch forward_eval gets.
  * 0, or an exit code with err set. */
-int stream_hook_create(bmoe_stream_hook **out, bmoe_model *m, const bmoe_streaming_opts *o, int top_k,
+int stream_hook_create(bmoe_stream_hook **out, bmoe_model *m, const bmoe_stream_hook_opts *o, int top_k,
                        int max_batch, bmoe_error *err);
 void stream_hook_destroy(bmoe_stream_hook *h); /* NULL is fine */
 

@@ -1,14 +1,14 @@
 /* Byte-level BPE of one raw text fragment (tokenizer.h): code points → pre-tokenizer words → each
  * word's bytes as symbols → merges by rank, lowest first, leftmost among equals (llama.cpp's
  * llm_tokenizer_bpe_session). Symbols carry token ids: every merge's parts and result are tokens
- * (tok_load refuses merges that are not), so a pair is looked up by ids, not by text. */
+ * (tok_load refuses merges that are not), so a pair is looked up by ids, not by text (tok_merge_find). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pretok.h"
 #include "tok_heap.h"
-#include "tokenizer.h"
+#include "tok_bpe.h"
 #include "unicode.h"
 
 typedef struct { int32_t id; int prev, next; int alive; } sym;
@@ -17,21 +17,10 @@ typedef struct { int32_t id; int prev, next; int alive; } sym;
  * leftmost among equals, until no adjacent pair has a merge. Returns 0 or -3 (memory). */
 static int merge_symbols(const bmoe_tokenizer *tk, sym *s, size_t n, tok_heap *q);
 
-static int merge_find(const bmoe_tokenizer *tk, int32_t a, int32_t b, int32_t *result) {
-    if (!tk->n_merges || a < 0 || b < 0) return -1;
-    uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
-    uint64_t k = key;
-    k ^= k >> 33; k *= 0xff51afd7ed558ccdull; k ^= k >> 33; k *= 0xc4ceb9fe1a85ec53ull; k ^= k >> 33;
-    for (uint32_t i = (uint32_t)k & tk->merge_mask;; i = (i + 1) & tk->merge_mask) {
-        if (tk->merge_rank[i] < 0) return -1;
-        if (tk->merge_key[i] == key) { *result = tk->merge_result[i]; return tk->merge_rank[i]; }
-    }
-}
-
 static int add_bigram(const bmoe_tokenizer *tk, tok_heap *q, const sym *s, int l, int r) {
     if (l < 0 || r < 0) return 0;
     int32_t res;
-    int rank = merge_find(tk, s[l].id, s[r].id, &res);
+    int rank = tok_merge_find(tk, s[l].id, s[r].id, &res);
     if (rank < 0) return 0;
     return tok_heap_push(q, (tok_bigram){ .key = rank, .left = l, .right = r, .lid = s[l].id, .rid = s[r].id, .result = res });
 }

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "tok_heap.h"
-#include "tokenizer.h"
+#include "tok_spm.h"
 #include "unicode.h"
 
 typedef struct { size_t off, n; int prev, next; } sym;

@@ -15,7 +15,7 @@
  *
  * The GGUF reader, the tensor code, the kernels' dispatch, the block checker, the expert layout and
  * `bmoe info` read this table; none of them switches on a type. Adding a type is a row in
- * type_traits.c plus its kernels (docs/engine.md, "How to add a weight type"). */
+ * type_table.c plus its kernels (docs/engine.md, "How to add a weight type"). */
 #ifndef BMOE_TYPE_TRAITS_H
 #define BMOE_TYPE_TRAITS_H
 

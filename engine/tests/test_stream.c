@@ -493,8 +493,8 @@ static void set_row(drive *d, int t, int a, int b) {
     d->w[t * 2 + 1] = 0.25f;
 }
 
-static bmoe_stream_hook *open_hook(fake *f, bmoe_streaming_opts *c, int cache_mb, int prefetch, const char *trace) {
-    *c = (bmoe_streaming_opts){ .cache_mb = cache_mb, .odirect = 1, .io_lanes = 2, .prefetch = prefetch,
+static bmoe_stream_hook *open_hook(fake *f, bmoe_stream_hook_opts *c, int cache_mb, int prefetch, const char *trace) {
+    *c = (bmoe_stream_hook_opts){ .cache_mb = cache_mb, .odirect = 1, .io_lanes = 2, .prefetch = prefetch,
                                 .prefetch_sync = prefetch > 0, .route_trace = trace };
     bmoe_stream_hook *h = NULL;
     bmoe_error err = {0};
@@ -504,7 +504,7 @@ static bmoe_stream_hook *open_hook(fake *f, bmoe_streaming_opts *c, int cache_mb
 }
 
 static void test_hook_cache_off(fake *f) {
-    bmoe_streaming_opts c;
+    bmoe_stream_hook_opts c;
     bmoe_stream_hook *h = open_hook(f, &c, 0, 0, NULL);
     CHECK(h != NULL);
     if (!h) return;
@@ -537,7 +537,7 @@ static void test_hook_cache_off(fake *f) {
 }
 
 static void test_hook_cache(fake *f) {
-    bmoe_streaming_opts c;
+    bmoe_stream_hook_opts c;
     /* 1 MiB holds three slots */
     bmoe_stream_hook *h = open_hook(f, &c, 1, 0, NULL);
     CHECK(h != NULL);
@@ -565,7 +565,7 @@ static void test_hook_cache(fake *f) {
  * them through the next pass's start, and the start of the pass after that gives back what the
  * budget does not hold. */
 static void test_hook_trim(fake *f) {
-    bmoe_streaming_opts c;
+    bmoe_stream_hook_opts c;
     bmoe_stream_hook *h = open_hook(f, &c, 1, 0, NULL); /* 1 MiB: three slots */
     CHECK(h != NULL);
     if (!h) return;
@@ -603,7 +603,7 @@ static void test_hook_budget_refused(const char *f0, const char *f1) {
         f.ly[l].exp_part[BMOE_EXP_DOWN].bytes = 1u << 20; /* one expert > 1 MiB */
         f.ly[l].exp_part[BMOE_EXP_DOWN].stride = 1u << 20;
     }
-    bmoe_streaming_opts c = { .cache_mb = 1, .odirect = 1, .io_lanes = 1 };
+    bmoe_stream_hook_opts c = { .cache_mb = 1, .odirect = 1, .io_lanes = 1 };
     bmoe_stream_hook *h = NULL;
     bmoe_error err = {0};
     CHECK(stream_hook_create(&h, &f.m, &c, 2, 4, &err) == 2 && h == NULL);
@@ -632,7 +632,7 @@ static void test_hook_mixed(const char *f0, const char *f1) {
     char trace[] = "/tmp/bmoe_trace_XXXXXX";
     int tfd = mkstemp(trace);
     close(tfd);
-    bmoe_streaming_opts c;
+    bmoe_stream_hook_opts c;
     bmoe_stream_hook *h = open_hook(&f, &c, 1, 0, trace); /* 1 MiB: s1 + s2 fit, 2 s1 + s2 do not */
     CHECK(h != NULL);
     if (!h) { g_down[1] = 300004; return; }
@@ -664,7 +664,7 @@ static void test_hook_mixed(const char *f0, const char *f1) {
     unlink(trace);
     /* a budget that holds a layer-1 expert but not a layer-2 one is refused, naming the layer */
     f.ly[2].exp_part[BMOE_EXP_DOWN].bytes = f.ly[2].exp_part[BMOE_EXP_DOWN].stride = 1u << 20;
-    bmoe_streaming_opts small = { .cache_mb = 1, .odirect = 1, .io_lanes = 1 };
+    bmoe_stream_hook_opts small = { .cache_mb = 1, .odirect = 1, .io_lanes = 1 };
     h = NULL;
     CHECK(stream_hook_create(&h, &f.m, &small, 2, 4, &err) == 2 && h == NULL);
     CHECK(strstr(err.msg, "smaller than one expert of this model") && strstr(err.msg, "of layer 2, the largest") &&
@@ -707,7 +707,7 @@ static void test_hook_policy_and_trace(fake *f) {
     char trace[] = "/tmp/bmoe_trace_XXXXXX";
     int tfd = mkstemp(trace);
     close(tfd);
-    bmoe_streaming_opts c;
+    bmoe_stream_hook_opts c;
     bmoe_stream_hook *h = open_hook(f, &c, 1, 0, trace);
     CHECK(h != NULL);
     if (!h) return;
@@ -797,7 +797,7 @@ static int pass_chain(bmoe_stream_hook *h, drive *d, int il, int phase, int step
 }
 
 static void test_hook_learned_terminal(fake *f) {
-    bmoe_streaming_opts c;
+    bmoe_stream_hook_opts c;
     bmoe_stream_hook *h = open_hook(f, &c, 1, 0, NULL);
     CHECK(h != NULL);
     if (!h) return;
@@ -841,7 +841,7 @@ static void test_hook_prefetch(fake *f) {
     char trace[] = "/tmp/bmoe_trace_XXXXXX";
     int tfd = mkstemp(trace);
     close(tfd);
-    bmoe_streaming_opts c;
+    bmoe_stream_hook_opts c;
     bmoe_stream_hook *h = open_hook(f, &c, 1, 1, trace);
     CHECK(h != NULL);
     if (!h) return;

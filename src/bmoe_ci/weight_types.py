@@ -1,6 +1,6 @@
 """The weight types the engine computes with, named once for the Python side.
 
-The engine's type table (engine/src/type_traits.c) and this module list the same types with the same
+The engine's type table (engine/src/type_table.c) and this module list the same types with the same
 facts: ggml's name and type id, values and bytes per block, and the format a matmul's input is rounded
 to before the type's dot product (the activation format ggml's CPU backend gives the type:
 docs/model-math.md, "Activation quantisation"). The numpy reference reads the activation format from

@@ -1,5 +1,9 @@
 /* The weight-type table (type_traits.h). One row per type the engine computes with; every other ggml
- * id has its name only. */
+ * id has its name only.
+ *
+ * The table binds each type to its dequantiser (tensor.c) and kernels (kernels*.c), which themselves
+ * look types up through type_traits.h: so type_traits.h (what a type is, how to look one up) includes
+ * nothing of theirs, and the table that points at them lives here, in a file no other includes. */
 #include "type_traits.h"
 
 #include <string.h>
