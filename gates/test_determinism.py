@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -80,13 +81,26 @@ def test_session_prompts_are_new_contexts(runs: dict[str, EngineResult], artifac
     "score-wide",
 )
 def test_kernel_path_changes_no_byte(
-    runs: dict[str, EngineResult], runner: DeviceRunner, model: str, artifacts: Path
+    runs: dict[str, EngineResult],
+    runner: DeviceRunner,
+    model: str,
+    artifacts: Path,
+    record_property: Callable[[str, object], None],
 ) -> None:
-    """The device's own kernel path (AVX2, NEON, sdot) against the scalar one that defines every bit
-    (docs/model-math.md): the text's scores, which sum every logit row, to the last bit. One engine
-    process more per fixture, with BMOE_KERNELS=scalar."""
+    """The device's kernel path (its engine's own choice, or the farm file's ``kernels`` pin: AVX2,
+    AVX-512 VNNI, NEON, sdot) against the scalar one that defines every bit (docs/model-math.md): the
+    text's scores, which sum every logit row, to the last bit. One engine process more per fixture,
+    with BMOE_KERNELS=scalar. The path compared is a JUnit property (``kernels``)."""
     auto = runs["score-wide"]
     check(auto.ok, f"score-wide: {auto.describe()}", artifacts, score_wide=auto)
+    record_property("kernels", auto.data.get("kernels"))
+    pinned = runner.session.device.kernels
+    check(
+        pinned in ("auto", auto.data.get("kernels")),
+        f"the device pins the {pinned} kernels, but its engine ran the {auto.data.get('kernels')} ones",
+        artifacts,
+        score_wide=auto,
+    )
     if auto.data.get("kernels") == "scalar":
         pytest.skip("this device's engine runs the scalar kernels itself (no SIMD path): nothing to compare")
     scalar = runner.single(score_wide_argv(model), env={"BMOE_KERNELS": "scalar"})

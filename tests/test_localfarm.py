@@ -52,12 +52,17 @@ def farm(state: Path):
     return load_farm_file(state / "farm.yaml")
 
 
+#: what a stand-in engine says its CPU runs (`info --types`): every path, so any pinned one passes
+ALL_PATHS = '{"ok":true,"kernels_available":["scalar","avx2","avx512-vnni","neon","neon-dot"]}'
+
+
 def stand_in(tmp_path: Path, target: str = f"{ARCH}-linux-musl", build: str = "abc", name: str = "bmoe") -> Path:
     """A stand-in engine: answers --version like the real one, and can sleep or crash on request."""
     p = tmp_path / name
     p.write_text(
         "#!/bin/sh\n"
         f'case "$1" in --version) echo "bmoe 0.1.0 build {build} target {target}";;\n'
+        f"  info) echo '{ALL_PATHS}';;\n"  # the preflight's check of a device's pinned kernel path
         '  sleep) sleep "$2";; crash) kill -SEGV $$;; *) echo "ran: $*";; esac\n'
     )
     p.chmod(0o755)
@@ -388,6 +393,48 @@ def test_preflight_failures_are_infrastructure(farm, tmp_path: Path) -> None:
         open_session(host.model_copy(update={"exec_prefix": ("qemu-nowhere-static",)}))
     with open_transport(host) as t:  # every failed open released its lock
         assert read_lock(t) is None
+
+
+def test_the_local_farm_file_pins_the_kernel_paths(farm) -> None:
+    """ssh-<arch> and ssh-arm64 pin the path below their CPU's own choice, so that every SIMD path of
+    both architectures runs on some device; the others run the engine's choice."""
+    want_x86, want_arm = localfarm.pinned_kernels(ARCH, ARCH != "aarch64", localfarm.cpu_flags())
+    assert farm.devices[SSH].kernels == want_x86 and farm.devices["ssh-arm64"].kernels == want_arm
+    assert {farm.devices[n].kernels for n in ("host", "phone-emu", localfarm.ADB_DEVICE)} == {"auto"}
+    if ARCH == "x86_64" and "avx512_vnni" in localfarm.cpu_flags():  # this machine's CPU: auto is avx512-vnni
+        assert (want_x86, want_arm) == ("avx2", "neon")
+
+
+def pinning_stand_in(tmp_path: Path, available: str) -> Path:
+    """A stand-in engine that lists `available` as its CPU's kernel paths and prints BMOE_KERNELS."""
+    p = stand_in(tmp_path)
+    p.write_text(
+        "#!/bin/sh\n"
+        f'case "$1" in --version) echo "bmoe 0.1.0 build abc target {ARCH}-linux-musl";;\n'
+        f'  info) echo \'{{"ok":true,"kernels_available":[{available}]}}\';;\n'
+        '  *) echo "kernels=${BMOE_KERNELS:-unset}";; esac\n'
+    )
+    return p
+
+
+def test_a_pinned_kernel_path_reaches_every_engine_run_and_a_missing_one_is_a_preflight_error(
+    farm, tmp_path: Path
+) -> None:
+    host = farm.devices["host"]
+    engine = pinning_stand_in(tmp_path, '"scalar","avx2"')
+    with open_session(host.model_copy(update={"kernels": "avx2"}), engine=engine, build_id="abc") as s:
+        assert s.run_engine(["run"], 10).stdout.strip() == b"kernels=avx2"
+        assert s.run_engine(["run"], 10, env={"BMOE_KERNELS": "scalar"}).stdout.strip() == b"kernels=scalar"
+    with open_session(host, engine=engine, build_id="abc") as s:  # auto: the engine's own choice
+        assert s.run_engine(["run"], 10).stdout.strip() == b"kernels=unset"
+    pinned = host.model_copy(update={"kernels": "neon", "source": "farm.yaml:9"})
+    with pytest.raises(InfraError) as ei:
+        open_session(pinned, engine=engine, build_id="abc")
+    assert ei.value.kind == "preflight" and ei.value.device == "host"
+    assert "kernels: neon (farm.yaml:9): this device's CPU or engine build does not have that kernel path" in str(
+        ei.value
+    )
+    assert "(it has scalar, avx2)" in str(ei.value)
 
 
 @pytest.mark.skipif(ARCH == "aarch64", reason="emulation is what is being tested")

@@ -188,6 +188,12 @@ void result_write_types(FILE *out) {
     json_init(&w, out);
     json_begin_object(&w, NULL);
     json_bool(&w, "ok", 1);
+    /* what this CPU runs (a farm's preflight checks a device's pinned path here: no model needed) */
+    json_str(&w, "kernels", bm_kpath_name(bm_kpath_best()));
+    json_begin_array(&w, "kernels_available");
+    for (int p = 0; p < BM_KPATH_COUNT; p++)
+        if (bm_kpath_available((bm_kpath)p)) json_str(&w, NULL, bm_kpath_name((bm_kpath)p));
+    json_end_array(&w);
     json_begin_array(&w, "weight_types");
     for (uint32_t id = 0; id < GGML_TYPE_COUNT; id++) {
         const bm_type_traits *tt = bm_type(id);

@@ -59,6 +59,8 @@ def emulated_arch(exec_prefix: tuple[str, ...] | list[str]) -> str | None:
 
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 NonEmpty = Annotated[str, StringConstraints(min_length=1)]
+#: The engine's kernel paths (docs/engine-flags.md, BMOE_KERNELS); ``auto`` lets the engine choose.
+KernelPath = Literal["auto", "scalar", "avx2", "avx512-vnni", "neon", "neon-dot"]
 Port = Annotated[StrictInt, Field(ge=1, le=65535)]
 
 
@@ -89,6 +91,7 @@ class DeviceSpec(BaseModel):
     timeout_scale: Annotated[float, Field(gt=0, le=1000)] = 1.0
     labels: tuple[Name, ...] = ()
     connect_timeout: Annotated[float, Field(gt=0, le=600)] = 10.0
+    kernels: KernelPath = "auto"  # pins BMOE_KERNELS for every engine run on the device
     min_free_mb: Annotated[StrictInt, Field(ge=0)] = 256
     keep_runs: Annotated[StrictInt, Field(ge=1, le=10000)] = 10
     entry_timeout: Annotated[float, Field(gt=0, le=86400)] = 120.0

@@ -12,13 +12,16 @@ or the transport's own kind when the device cannot be reached):
    the same round trip; its duration is allowed for). The device's clock stamps its use lists and
    files, read next to the controller's times; far off, it marks a device that lost its time;
 5. engine: ``<exec prefix> <engine> --version`` prints ``bmoe <version> build <id> target <triple>``,
-   with the expected build id and a triple whose arch is the declared arch.
+   with the expected build id and a triple whose arch is the declared arch;
+6. kernels (a device whose ``kernels`` pins a path): ``<engine> info --types`` lists that path among the
+   ``kernels_available`` of the device's CPU and build (the engine would refuse every run otherwise).
 
 :func:`check_lite` runs 1 and 2 only (``bmoe-ci farm check``: no engine needed).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import time
@@ -60,6 +63,7 @@ class PreflightReport:
     free_mb: int | None = None
     clock_skew_s: float | None = None  #: device clock minus controller clock
     engine: EngineVersion | None = None
+    kernels: str = ""  #: the path the device pins, checked against its CPU ("" when it pins none)
     notes: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
@@ -72,6 +76,8 @@ class PreflightReport:
             parts.append(f"clock {self.clock_skew_s:+.0f}s")
         if self.engine:
             parts.append(f"engine {self.engine.version} build {self.engine.build} target {self.engine.target}")
+        if self.kernels:
+            parts.append(f"kernels {self.kernels} (pinned)")
         return ", ".join(parts + self.notes)
 
 
@@ -205,7 +211,26 @@ def check_engine(
     report.engine = v
     if not report.arch_confirmed_by:
         report.arch_confirmed_by = "engine"
+    if d.kernels != "auto":
+        check_kernels(t, engine_path, report, timeout)
     return v
+
+
+def check_kernels(t: Transport, engine_path: str, report: PreflightReport, timeout: float) -> None:
+    """Check 6: the device's pinned kernel path is one its CPU and engine build have."""
+    d = t.device
+    r = t.run([engine_path, "info", "--types"], timeout * d.timeout_scale, engine=True).raise_for_infra()
+    try:
+        available = json.loads(r.stdout.decode(errors="replace"))["kernels_available"]
+    except (ValueError, KeyError, TypeError):
+        raise _fail(t, f"`bmoe info --types` gave no kernels_available: {r.describe()}") from None
+    if d.kernels not in available:
+        raise _fail(
+            t,
+            f"kernels: {d.kernels} ({d.source or 'farm file'}): this device's CPU or engine build does not "
+            f"have that kernel path (it has {', '.join(available)})",
+        )
+    report.kernels = d.kernels
 
 
 def check_platform(t: Transport) -> PreflightReport:

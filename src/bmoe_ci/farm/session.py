@@ -144,6 +144,15 @@ class DeviceSession:
             raise RuntimeError("no engine pushed in this session (call push_engine first)")
         return self.engine
 
+    def engine_env(self, env: Mapping[str, str] | None) -> dict[str, str]:
+        """The engine's environment on this device: ``env`` with the device's pinned kernel path
+        (its ``kernels`` key) as BMOE_KERNELS, unless ``env`` names a path itself (DET-kernels' scalar
+        run does)."""
+        out = dict(env or {})
+        if self.device.kernels != "auto":
+            out.setdefault("BMOE_KERNELS", self.device.kernels)
+        return out
+
     def engine_argv(self, args: Sequence[str]) -> list[str]:
         """The full command line an engine run uses on this device (exec prefix included)."""
         return [*self.device.exec_prefix, self._engine(), *map(str, args)]
@@ -159,6 +168,7 @@ class DeviceSession:
     ) -> RunResult:
         """Run the pushed engine with ``args`` under the exec prefix; ``timeout`` is multiplied by the
         device's ``timeout_scale``. Never raises for infrastructure problems (see :class:`RunResult`)."""
+        env = self.engine_env(env)
         r = self.transport.run(
             [self._engine(), *map(str, args)],
             timeout * self.device.timeout_scale,
@@ -185,6 +195,7 @@ class DeviceSession:
         byte, and the whole plan has ``entries`` deadlines at most. ``env``: variables for the engine."""
         deadline = self.entry_deadline
         command = self.engine_argv(args)
+        env = self.engine_env(env)
         if env:
             command = ["env", *(f"{k}={v}" for k, v in env.items()), *command]
         argv = watched_argv(command, deadline, self.transport.path(result_file_name()))

@@ -20,7 +20,7 @@ import json
 import os
 import posixpath
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -76,10 +76,17 @@ class DeviceRunner:
     # plans run since the last take_plans_done(): they travel to the controller on the test report
     # that ran them (xdist workers print nothing themselves)
     _plans_done: list[PlanDone] = field(default_factory=list)
+    #: the kernel paths (the engine JSON's ``kernels``) the engine ran since the last take_kernels()
+    _kernels: set[str] = field(default_factory=set)
 
     def take_engine_seconds(self) -> float:
         spent, self.engine_s = self.engine_s, 0.0
         return spent
+
+    def take_kernels(self) -> list[str]:
+        """The kernel paths the engine reported since the last call (the run's records name them)."""
+        seen, self._kernels = sorted(self._kernels), set()
+        return seen
 
     def take_plans_done(self) -> list[PlanDone]:
         done, self._plans_done = self._plans_done, []
@@ -98,6 +105,13 @@ class DeviceRunner:
                 if exc.kind == "timeout" and self.broken is None:
                     self._cache[key] = self._timed_out(exc)
                 raise
+            try:
+                self._refuse_missing_path(results.values())
+            except InfraError as exc:
+                self._plans_done.append(PlanDone(key, len(entries), time.monotonic() - started, exc.kind))
+                refused = exc.at(f"plan {key!r}")
+                self._cache[key] = refused
+                raise refused from None
             crashed = sum(1 for r in results.values() if r.crashed)
             self._plans_done.append(PlanDone(key, len(entries), time.monotonic() - started, "ok", crashed))
             self._cache[key] = results
@@ -145,7 +159,9 @@ class DeviceRunner:
                     f"device ({' '.join(map(str, argv))[:160]})",
                 )
             stderr = _without_emulator_lines(strip_marks(r.stderr.decode(errors="replace")))
-            return from_run(argv, dataclasses.replace(r, stderr=stderr.encode()))
+            result = from_run(argv, dataclasses.replace(r, stderr=stderr.encode()))
+            self._refuse_missing_path([result], own_path=not (env and "BMOE_KERNELS" in env))
+            return result
 
         try:
             return self._guarded("single run", once, engine=True)
@@ -153,6 +169,29 @@ class DeviceRunner:
             if exc.kind == "timeout" and self.broken is None:
                 raise self._timed_out(exc) from None
             raise
+
+    def _refuse_missing_path(self, results: Iterable[EngineResult], *, own_path: bool = True) -> None:
+        """The engine refuses a kernel path its CPU or build lacks (exit 2, "BMOE_KERNELS: the X kernels
+        are not available"). When that path is the device's pinned ``kernels``, the farm file asks for
+        what the device cannot do: an infrastructure error naming the device, never a gate verdict.
+        ``own_path``: the runs used the device's own path (not one a gate asked for), so their ``kernels``
+        is recorded as the path the device ran."""
+        device = self.session.device
+        results = list(results)
+        if own_path:
+            self._kernels.update(str(r.data["kernels"]) for r in results if r.data.get("kernels"))
+        if device.kernels == "auto":
+            return
+        for r in results:
+            err = r.data.get("error")
+            text = f"{err.get('message', '') if isinstance(err, dict) else err or ''} {r.stderr}"
+            if "BMOE_KERNELS: the" in text and "not available" in text:
+                raise InfraError(
+                    device.name,
+                    "preflight",
+                    f"kernels: {device.kernels} ({device.source}): the engine says this CPU or build does "
+                    "not have that kernel path",
+                )
 
     def connect(self) -> None:
         """Connect the session (a worker's own connection), behind the breaker: a device that cannot be

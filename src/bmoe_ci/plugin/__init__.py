@@ -468,6 +468,9 @@ def runner(gate_state: GateState, device: DeviceContext, request: pytest.Fixture
     r = gate_state.runner(device)
     yield r
     request.node.user_properties.append(("bmoe.engine_s", r.take_engine_seconds()))
+    kernels = r.take_kernels()
+    if kernels:  # the kernel paths the device's engine ran (the device's records name them)
+        request.node.user_properties.append(("bmoe.kernels", ",".join(kernels)))
     plans = r.take_plans_done()
     if plans:  # for the controller's progress lines (it may be another process: xdist)
         request.node.user_properties.append(("bmoe.plans", json.dumps([p.to_json() for p in plans])))

@@ -88,6 +88,7 @@ class RecordCollector:
         self.wall_s: dict[str, float] = {d.name: d.setup_s for d in run.devices}
         self.outputs: dict[str, dict[str, str]] = {d.name: {} for d in run.devices}
         self.digests: dict[str, dict[str, dict[str, Any]]] = {d.name: {} for d in run.devices}
+        self.kernels: dict[str, set[str]] = {}
         # on disk from the start: a run killed now still has every device, and a plan that says the
         # tests were not collected yet (the real one replaces it before the first test starts)
         begin_run(Path(run.results_dir), run.run_id)
@@ -136,6 +137,8 @@ class RecordCollector:
         if "bmoe.output" in p.props:
             fixture, _, digest = p.props["bmoe.output"].partition("=")
             self.outputs[device][fixture] = digest
+        if "bmoe.kernels" in p.props:
+            self.kernels.setdefault(device, set()).update(k for k in p.props["bmoe.kernels"].split(",") if k)
         if "bmoe.digests" in p.props:  # fixture -> entry -> fingerprint, from the plan's runs (XDEV)
             self.digests.setdefault(device, {}).update(json.loads(p.props["bmoe.digests"]))
         artifacts = [a for a in p.props.get("bmoe.artifacts", "").split("\n") if a]
@@ -167,6 +170,7 @@ class RecordCollector:
             kind=d.kind,
             engine_build_id=d.build_id,
             target=d.target,
+            kernels=sorted(self.kernels.get(d.name, ())),
             fixtures=dict(self.run.fixtures),
             pushed_bytes=d.pushed_bytes,
             verified_files=d.verified_files,

@@ -122,6 +122,7 @@ def device_suite(run: DeviceRun, dev_dir: Path, absolute: bool = False) -> TestS
         ("kind", run.kind),
         ("engine_build_id", run.engine_build_id),
         ("target", run.target),
+        ("kernels", ",".join(run.kernels)),
     ]
     props += [(f"fixture.{name}.sha256", sha) for name, sha in sorted(run.fixtures.items())]
     props += [
@@ -385,6 +386,7 @@ def _device_run_from_xml(xml: JUnitXml, path: Path) -> DeviceRun:
             kind=props.get("kind", ""),
             engine_build_id=props.get("engine_build_id", ""),
             target=props.get("target", ""),
+            kernels=[k for k in props.get("kernels", "").split(",") if k],
             fixtures=_prefixed(props, "fixture."),
             pushed_bytes=pushed,
             verified_files=verified,

@@ -143,6 +143,7 @@ class DeviceRun:
     kind: str = ""
     engine_build_id: str = ""
     target: str = ""
+    kernels: list[str] = field(default_factory=list)  # the kernel paths its engine ran (engine JSON's kernels)
     fixtures: dict[str, str] = field(default_factory=dict)
     pushed_bytes: int = 0
     verified_files: int = 0  # distinct stored files whose hash the device checked

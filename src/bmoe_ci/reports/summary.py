@@ -283,6 +283,7 @@ def build_summary(meta: RunMeta, runs: list[DeviceRun], interrupted: str | None 
             "os": run.os,
             "kind": run.kind,
             "target": run.target,
+            "kernels": list(run.kernels),
             "engine_build_id": run.engine_build_id,
             "status": run.status,
             "infra_error": run.infra_error,
@@ -664,7 +665,8 @@ def markdown(s: dict[str, Any]) -> str:
         on = []
         for name, d in s["devices"].items():
             if d["target"] == target:
-                on.append(name if not bid or d["engine_build_id"] == bid else f"{name} (build {d['engine_build_id']})")
+                shown = name if not bid or d["engine_build_id"] == bid else f"{name} (build {d['engine_build_id']})"
+                on.append(f"{shown}: {'+'.join(d['kernels'])}" if d.get("kernels") else shown)
         build_rows.append([target, bid or "?", "compiled" if target in s["compiled"] else "cached", ", ".join(on)])
     lines += _table(["target", "build id", "this run", "devices"], build_rows)
     if s["fixtures"]:

@@ -95,14 +95,41 @@ class Layout(TypedDict):
     ARM64_PREFIX: list[str]
     ARM64_SCALE: int
     ARM64_MODE: str
+    SSH_HOST_KERNELS: str
+    SSH_ARM64_KERNELS: str
     sshd: list[SshdSpec]
     adb: str
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
+    """The CPU's feature flags (x86 ``flags``, aarch64 ``Features``), empty when unknown."""
+    try:
+        text = cpuinfo.read_text(errors="replace")
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return set(value.split())
+    return set()
+
+
+def pinned_kernels(arch: str, emulate: bool, flags: set[str]) -> tuple[str, str]:
+    """The kernel paths the ssh devices pin (``kernels`` in the farm file), so that the farm runs every
+    SIMD path of both architectures: the host and phone-emu run the engine's own choice (auto); where
+    that choice would be the wider path, ``ssh-<arch>`` pins the one below it (avx2 under avx512-vnni,
+    neon under neon-dot). qemu-aarch64-static emulates a CPU with the dot product, so its auto path is
+    always neon-dot."""
+    x86 = "avx2" if arch == "x86_64" and {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= flags else "auto"
+    dot = emulate or "asimddp" in flags
+    return x86, ("neon" if dot else "auto")
 
 
 def layout() -> Layout:
     """Names and arches of the devices on this host, the sshd instances to run and the adb device."""
     arch = host_arch()
     emulate = arch != "aarch64"
+    ssh_kernels, arm_kernels = pinned_kernels(arch, emulate, cpu_flags())
     ssh_host = "ssh-x86" if arch == "x86_64" else f"ssh-{arch}"
     return {
         "HOST_ARCH": arch,
@@ -110,6 +137,8 @@ def layout() -> Layout:
         "ARM64_PREFIX": [QEMU_AARCH64] if emulate else [],
         "ARM64_SCALE": 8 if emulate else 1,
         "ARM64_MODE": "emulated" if emulate else "native",
+        "SSH_HOST_KERNELS": ssh_kernels,
+        "SSH_ARM64_KERNELS": arm_kernels,
         "sshd": [SshdSpec(ssh_host, "127.0.0.2"), SshdSpec("ssh-arm64", "127.0.0.3")],
         "adb": ADB_DEVICE,
     }
@@ -346,6 +375,8 @@ def up(
         "ARM64_PREFIX": lay["ARM64_PREFIX"],
         "ARM64_SCALE": lay["ARM64_SCALE"],
         "ARM64_MODE": lay["ARM64_MODE"],
+        "SSH_HOST_KERNELS": lay["SSH_HOST_KERNELS"],
+        "SSH_ARM64_KERNELS": lay["SSH_ARM64_KERNELS"],
         "ADB_NAME": ADB_DEVICE,
         "ADB_SERIAL": f"{ADBD_ADDRESS}:{adb_record['adbd']['port']}",
         "ADB_SERVER": f"{ADB_SERVER_ADDRESS}:{adb_record['server']['port']}",
