@@ -29,6 +29,7 @@ struct bmoe_pool {
     void *ctx;
     int n, chunk;
     atomic_int next;        /* the first item not yet claimed */
+    unsigned long jobs;     /* jobs published to the workers (each ends in a barrier); caller-only */
 };
 
 /* Claims chunks until none is left: a thread the OS delays leaves its chunks to the others. */
@@ -97,6 +98,8 @@ bmoe_pool *pool_create(int n_threads) {
 
 int pool_threads(const bmoe_pool *p) { return p->n_threads; }
 
+unsigned long pool_jobs(const bmoe_pool *p) { return p->jobs; }
+
 void pool_run(bmoe_pool *p, int n, bmoe_pool_fn fn, void *ctx) {
     if (n <= 0) return;
     if (p->n_threads == 1) { fn(ctx, 0, n, 0); return; }
@@ -108,6 +111,7 @@ void pool_run(bmoe_pool *p, int n, bmoe_pool_fn fn, void *ctx) {
     if (p->chunk < 1) p->chunk = 1;
     atomic_store(&p->next, 0);
     atomic_store(&p->pending, p->n_threads - 1);
+    p->jobs++;
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->generation, 1); /* seq_cst: the job fields above are visible to whoever sees it */
     pthread_cond_broadcast(&p->wake);

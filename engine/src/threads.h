@@ -18,6 +18,10 @@ bmoe_pool *pool_create(int n_threads);
 int pool_threads(const bmoe_pool *p);
 /* Runs fn over [0, n) and returns when every thread has finished. */
 void pool_run(bmoe_pool *p, int n, bmoe_pool_fn fn, void *ctx);
+/* Jobs this pool has handed to its workers so far: each is one barrier (every thread waits for the
+ * slowest). A job run on the caller alone (one thread, or n <= 0) is not counted. Deterministic for a
+ * given model, prompt and thread count, so it measures a change to the work split whatever the load. */
+unsigned long pool_jobs(const bmoe_pool *p);
 void pool_destroy(bmoe_pool *p);
 
 #endif

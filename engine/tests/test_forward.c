@@ -461,6 +461,25 @@ static void test_engine_threads(const char *dir) {
  * still equal the same positions run one at a time, bit for bit, and with every slot of every token
  * forced to one expert (so that expert's rows of a pass, 2 x 512, are more than one gather holds) too;
  * each pass views the forced expert once. */
+static void nop_rows(void *ctx, int i0, int i1, int tid) {
+    int *hit = ctx;
+    (void)tid;
+    for (int i = i0; i < i1; i++) hit[i]++;
+}
+
+/* pool_jobs counts the jobs handed to workers: one per pool_run with work and more than one thread. */
+static void test_pool_jobs(void) {
+    int hit[100] = { 0 };
+    bmoe_pool *one = pool_create(1), *two = pool_create(2);
+    CHECK(one && two && pool_jobs(one) == 0 && pool_jobs(two) == 0);
+    for (int r = 0; r < 3; r++) { pool_run(one, 100, nop_rows, hit); pool_run(two, 100, nop_rows, hit); }
+    pool_run(two, 0, nop_rows, hit);
+    CHECK(pool_jobs(one) == 0 && pool_jobs(two) == 3);
+    for (int i = 0; i < 100; i++) CHECK(hit[i] == 6);
+    pool_destroy(one);
+    pool_destroy(two);
+}
+
 static void test_long_batch(const char *dir) {
     char path[512];
     snprintf(path, sizeof path, "%s/long.gguf", dir);
@@ -485,7 +504,22 @@ static void test_long_batch(const char *dir) {
         seam.hook_user = &h;
         bmoe_forward *f = NULL, *g = NULL;
         CHECK(forward_create(&f, m, pool, &seam, CTX, NT, K, err, sizeof err) == 0);
+        unsigned long j0 = pool_jobs(pool);
         CHECK(forward_eval(f, toks, NT, 0, 0, 0, 1, a, err, sizeof err) == 0);
+        unsigned long jobs = pool_jobs(pool) - j0;
+        CHECK(jobs > 0);
+        if (!forced) fprintf(stderr, "prefill of %d tokens, 2 threads: %lu pool jobs (barriers), %.3f per token\n", NT,
+                             jobs, (double)jobs / NT);
+        if (!forced) {
+            /* the count is a property of the model, prompt and split, not of the run: the same again */
+            bmoe_forward *f2 = NULL;
+            CHECK(forward_create(&f2, m, pool, &seam, CTX, NT, K, err, sizeof err) == 0);
+            j0 = pool_jobs(pool);
+            CHECK(forward_eval(f2, toks, NT, 0, 0, 0, 1, b, err, sizeof err) == 0);
+            CHECK(pool_jobs(pool) - j0 == jobs);
+            CHECK(memcmp(a, b, sizeof a) == 0);
+            forward_free(f2);
+        }
         if (forced) CHECK(cs.calls[2] == 2 * L && cs.calls[0] == 0 && cs.calls[1] == 0 && cs.calls[3] == 0);
         CHECK(forward_create(&g, m, pool, &seam, CTX, 1, K, err, sizeof err) == 0);
         for (int t = 0; t < NT; t++) CHECK(forward_eval(g, &toks[t], 1, t, 1, t, 0, b + (size_t)t * V, err, sizeof err) == 0);
@@ -503,6 +537,7 @@ int main(void) {
     if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
     test_topk();
     test_forward(dir);
+    test_pool_jobs();
     test_long_batch(dir);
     test_gating_variants(dir);
     test_refusals(dir);
