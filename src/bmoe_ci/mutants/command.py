@@ -12,6 +12,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from bmoe_ci.builder import BuildError, target_for
 from bmoe_ci.farm import FarmError, load_farm, select_devices
@@ -120,6 +121,7 @@ def cmd_mutants(args: argparse.Namespace) -> int:
             table, same = compare_runs(read_mutants(Path(args.from_dir)), read_mutants(Path(args.compare)))
             print(table)
             return 0 if same else 1
+        doc: dict[str, Any] | None
         if args.from_dir:
             doc = read_mutants(Path(args.from_dir))
         else:
@@ -143,7 +145,7 @@ def _interrupted(_signum: int, _frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _run(args: argparse.Namespace, catalogue: Catalogue) -> dict | None:
+def _run(args: argparse.Namespace, catalogue: Catalogue) -> dict[str, Any] | None:
     # SIGTERM (a scheduler, `kill`) stops a run as Ctrl-C does: the gate run in progress is ended
     # cleanly (bmoe_ci.gaterun.suite), so its device lease is given back, not held until it expires
     signal.signal(signal.SIGTERM, _interrupted)

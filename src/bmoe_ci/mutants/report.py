@@ -4,6 +4,7 @@ the fault x gate picture (mutants.svg) and the generated table of docs/gates.md.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ def mutants_doc(
     fixtures: list[str],
     faults: list[dict[str, Any]],
     gates: list[str],
-    clean: dict[str, str],
+    clean: Mapping[str, str],
     started: str,
     seconds: float,
 ) -> dict[str, Any]:

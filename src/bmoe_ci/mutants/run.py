@@ -22,6 +22,7 @@ from bmoe_ci.builder import Build, BuildError, build
 from bmoe_ci.faults import Fault
 from bmoe_ci.gaterun.suite import LOG_NAME, SuiteCall, SuiteResult, run_gate_suite
 from bmoe_ci.paths import Places
+from bmoe_ci.reports.records import Outcome
 
 #: What a fault's gate run says of it (the gates' own outcomes are :data:`bmoe_ci.reports.Outcome`).
 #: "n/a": the fault's code does not run on the device's architecture (its `arch`), so it was not run
@@ -51,7 +52,7 @@ class FaultResult:
     fault: Fault
     outcome: FaultVerdict
     caught_by: list[str] = field(default_factory=list)
-    gates: dict[str, str] = field(default_factory=dict)  # gate -> pass / fail / error / skip
+    gates: dict[str, Outcome] = field(default_factory=dict)  # gate -> pass / fail / error / skip
     message: str = ""
     build_id: str = ""
     seconds: float = 0.0
@@ -89,7 +90,7 @@ def classify(fault: Fault, run: SuiteResult, device: str) -> FaultResult:
     return FaultResult(fault, "survived", [], gates, "every gate passed or was skipped", seconds=run.seconds)
 
 
-def check_clean(run: SuiteResult, device: str) -> dict[str, str]:
+def check_clean(run: SuiteResult, device: str) -> dict[str, Outcome]:
     """The clean build's verdicts, or NoVerdict when it is not a clean pass."""
     gates, why_none = run.verdicts(device)
     if why_none:

@@ -179,8 +179,8 @@ def classify(
         if dev.in_pool and not dev.reached:
             since = dev.run
             for run_id in reversed(list(previous_devices)):
-                old = {d.device: d for d in previous_devices[run_id]}.get(dev.device)
-                if old is None or old.reached:
+                old_dev = {d.device: d for d in previous_devices[run_id]}.get(dev.device)
+                if old_dev is None or old_dev.reached:
                     break
                 since = run_id
             out.devices_missing.append(

@@ -286,6 +286,8 @@ class Controller:
         run = self.prepared.run
         self.config.stash[RUN_KEY] = run
         self.config.stash[STATE_KEY].set_prepared(run, self.prepared.sessions)
+        if self.handoff is None:
+            raise RuntimeError("bmoe-ci: no handoff directory: the gate run is prepared only by the controller")
         write_json(self.handoff / PREPARED_JSON, json.loads(run.to_json()))  # for the xdist workers
         ready = {d.name for d in run.devices}
         self.collector = RecordCollector(run, opts.absolute_attachments, [t for t in planned if t.device in ready])
@@ -463,7 +465,7 @@ def device(gate_state: GateState, request: pytest.FixtureRequest) -> DeviceConte
 
 
 @pytest.fixture
-def runner(gate_state: GateState, device: DeviceContext, request: pytest.FixtureRequest) -> DeviceRunner:
+def runner(gate_state: GateState, device: DeviceContext, request: pytest.FixtureRequest) -> Iterator[DeviceRunner]:
     """The device's engine runner; engine time spent for this test is recorded on the test."""
     r = gate_state.runner(device)
     yield r
@@ -538,12 +540,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if item.config.stash.get(STATE_KEY, None) is None:
         return report  # not a gate run: pytest's reports as they are
     item.stash.setdefault(PHASES_KEY, {})[report.when] = report.outcome
-    if call.excinfo is not None and call.excinfo.errisinstance(InfraError):
+    if call.excinfo is not None and isinstance(infra := call.excinfo.value, InfraError):
         report.user_properties.append(("bmoe.infra", "1"))
         if not full_tracebacks(item.config):
             # one line naming device, step, kind and cause: the same for a test that called the engine in
             # its own body (CFG, DET, G8w, REF) as for one whose fixture did, and the same on every phase
-            report.longrepr = call.excinfo.value.line()
+            report.longrepr = infra.line()
     return report
 
 

@@ -15,11 +15,15 @@ G8a' (`g8a-prime`), and `-k REF` also selects tests whose names contain "ref" (`
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import pytest
 
 from bmoe_ci.reports.summary import GATE_ORDER
 from bmoe_ci.reports.xdev import XDEV_GATE
+
+if TYPE_CHECKING:
+    from _pytest.mark.expression import ExpressionMatcher  # the -k matcher's protocol; no public name
 
 
 def marker_name(gate_id: str) -> str:
@@ -85,6 +89,15 @@ def mark_gate_item(item: pytest.Item) -> None:
             item.add_marker(name)
 
 
+def _keyword_matcher(names: set[str]) -> ExpressionMatcher:
+    """A -k matcher: a keyword matches when it is a substring of one of *names* (case-insensitive)."""
+
+    def match(key: str, /, **kwargs: str | int | bool | None) -> bool:
+        return not kwargs and any(key.lower() in n.lower() for n in names)
+
+    return match
+
+
 def xdev_fixtures(config: pytest.Config, fixtures: list[str]) -> list[str] | None:
     """The fixtures whose XDEV verdict the session's selection keeps, as if XDEV[fixture] were a test
     with the marker `xdev` and that name: `-m g8b` keeps none (nobody asked for XDEV), `-k qwen3moe`
@@ -97,14 +110,16 @@ def xdev_fixtures(config: pytest.Config, fixtures: list[str]) -> list[str] | Non
     if not markexpr and not keyword:
         return None
     gate = marker_name(XDEV_GATE)
+
+    def has_mark(mark: str, /, **kwargs: str | int | bool | None) -> bool:
+        return mark == gate and not kwargs
+
     kept = []
     for fixture in fixtures:
         names = {f"{XDEV_GATE}[{fixture}]", gate}
         try:
-            by_mark = not markexpr or Expression.compile(markexpr).evaluate(lambda m, **kw: m == gate and not kw)
-            by_key = not keyword or Expression.compile(keyword).evaluate(
-                lambda k, names=names, **kw: not kw and any(k.lower() in n.lower() for n in names)
-            )
+            by_mark = not markexpr or Expression.compile(markexpr).evaluate(has_mark)
+            by_key = not keyword or Expression.compile(keyword).evaluate(_keyword_matcher(names))
         except Exception:  # pytest refused the expression already; no XDEV rather than a second error
             return []
         if by_mark and by_key:

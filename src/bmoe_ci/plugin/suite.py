@@ -14,6 +14,7 @@ bmoe_ci than the one it is started in (bmoe_ci.origin).
 
 from __future__ import annotations
 
+import argparse
 import copy
 import os
 import sys
@@ -56,7 +57,7 @@ def rewrite_args(args: Sequence[str], positional: Sequence[str], cwd: Path, tree
 
 
 def _positional_indices(
-    parser: pytest.Parser, args: list[str], candidates: dict[int, str], namespace: object
+    parser: pytest.Parser, args: list[str], candidates: dict[int, str], namespace: argparse.Namespace
 ) -> dict[int, str]:
     """Keep only the candidates that pytest parses as path arguments (not, say, the value of `-k gates`):
     each is swapped for a sentinel and the arguments parsed again."""

@@ -47,10 +47,10 @@ def eog_ids(vocab: Sequence[str], get: Callable[[str, Any], Any]) -> frozenset[i
     for v in (eos, get("tokenizer.ggml.eot_token_id", None), get("tokenizer.ggml.eom_token_id", None)):
         if v is not None and 0 <= int(v) < n:
             out.add(int(v))
-    texts = {vocab[i] for i in out}
-    if "<|end|>" in texts and texts & {"<|call|>", "<|calls|>"} and texts & {"<|return|>", "<|flush|>"}:
+    eog_texts = {vocab[i] for i in out}
+    if "<|end|>" in eog_texts and eog_texts & {"<|call|>", "<|calls|>"} and eog_texts & {"<|return|>", "<|flush|>"}:
         out.discard(ids["<|end|>"])
-    if "</s>" in texts and texts & {"<|tool_response>", "<|plamo:eos|>"}:
+    if "</s>" in eog_texts and eog_texts & {"<|tool_response>", "<|plamo:eos|>"}:
         out.discard(ids["</s>"])
     return frozenset(out)
 

@@ -681,8 +681,8 @@ class Model:
                 need(b + "ffn_up_exps.bias", (E, f))
                 need(b + "ffn_down_exps.bias", (E, d))
             if r.shared_expert == "ffn":
-                for n in ("pre_ffw_norm_2", "post_ffw_norm_1", "post_ffw_norm_2", "post_ffw_norm"):
-                    need(f"{b}{n}.weight", (d,))
+                for norm in ("pre_ffw_norm_2", "post_ffw_norm_1", "post_ffw_norm_2", "post_ffw_norm"):
+                    need(f"{b}{norm}.weight", (d,))
         if r.rope_freqs and not all(hp.swa):
             need("rope_freqs.weight", (hp.hd // 2,))
 

@@ -44,10 +44,10 @@ def mismatches(
     if flash_by_layer is not None:
         engine = {int(x["layer"]): [x["flash_reads"], x["flash_bytes"]] for x in flash_by_layer}
         for il in sorted(set(engine) | set(pred.flash_by_layer)):
-            got, want = engine.get(il), pred.flash_by_layer.get(il)
+            got_layer, want_layer = engine.get(il), pred.flash_by_layer.get(il)
             for i, name in enumerate(("flash_reads", "flash_bytes")):
-                g = None if got is None else got[i]
-                w = None if want is None else want[i]
+                g = None if got_layer is None else got_layer[i]
+                w = None if want_layer is None else want_layer[i]
                 if g != w:
                     out.append(Mismatch(f"flash_by_layer layer {il}", name, g, w))
     written = {r.line: r for r in trace.rows}  # the trace as it stands, row by row

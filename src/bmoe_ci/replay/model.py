@@ -232,11 +232,11 @@ class _Replayer:
         for e in ids:
             entry = self.cache.entries.get((li, e)) if self.cache is not None else None
             residency.append(0 if entry is None else 2 if entry.prefetched else 1)
-        for r in residency:
-            self.count("cache_hits" if r else "cache_misses")
+        for state in residency:
+            self.count("cache_hits" if state else "cache_misses")
         uniq: list[int] = []
-        for e, d in zip(ids, dropped, strict=True):
-            if not d and e not in uniq:
+        for e, was_dropped in zip(ids, dropped, strict=True):
+            if not was_dropped and e not in uniq:
                 uniq.append(e)
         charged: set[int] = set()
         if self.cache is None:

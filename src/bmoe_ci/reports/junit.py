@@ -274,7 +274,7 @@ def salvage_junit(path: Path) -> tuple[DeviceRun | None, int]:
     as versions before atomic writes could leave): its properties and every test case whose element
     is complete before the damage. Returns the run (None when not even the suite's start is there) and
     the number of test cases read."""
-    parser = ET.XMLPullParser(events=("start", "end"))
+    parser: ET.XMLPullParser[ET.Element] = ET.XMLPullParser(events=("start", "end"))
     suite: ET.Element | None = None
     props: list[ET.Element] = []
     cases: list[ET.Element] = []
@@ -284,7 +284,10 @@ def salvage_junit(path: Path) -> tuple[DeviceRun | None, int]:
     except (inputs.InputError, ET.ParseError):
         pass  # keep what was complete before the damage
     try:
-        for event, elem in parser.read_events():
+        for item in parser.read_events():
+            event, elem = item[0], item[-1]
+            if not isinstance(elem, ET.Element):
+                continue  # only "start" and "end" were asked for, and each of those carries its element
             if event == "start" and elem.tag == "testsuite" and suite is None:
                 suite = elem
             elif event == "end" and elem.tag == "property":

@@ -147,11 +147,11 @@ def reconcile(runs: list[DeviceRun], plan: Plan) -> list[str]:
             dropped.update(id(r) for r in have if all(r is not k for k in keep))
             touched(key[0])
         for t in tests[len(have) :]:
-            run = by_device.get(t.device)
-            if run is None:
-                run = by_device[t.device] = DeviceRun(device=t.device, arch="")
-                runs.append(run)
-            run.records.append(
+            target = by_device.get(t.device)
+            if target is None:
+                target = by_device[t.device] = DeviceRun(device=t.device, arch="")
+                runs.append(target)
+            target.records.append(
                 TestRecord(
                     device=t.device,
                     gate=t.gate,

@@ -175,9 +175,8 @@ def _load_device(dev_dir: Path, salvage: bool, notes: list[str]) -> DeviceRun:
             return run
     from_json, n_json = salvage_device_json(dev_json, dev_dir.name) if dev_json.is_file() else (None, 0)
     from_xml, n_xml = salvage_junit(junit) if junit.is_file() else (None, 0)
-    run = from_xml if from_xml is not None and (from_json is None or n_xml > n_json) else from_json
-    if run is None:
-        run = DeviceRun(device=dev_dir.name, arch="")
+    salvaged = from_xml if from_xml is not None and (from_json is None or n_xml > n_json) else from_json
+    run = salvaged if salvaged is not None else DeviceRun(device=dev_dir.name, arch="")
     notes.append(
         f"{damage}: damaged, {len(run.records)} whole result(s) read from it; "
         "the planned tests it does not hold count as interrupted"

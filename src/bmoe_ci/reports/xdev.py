@@ -24,7 +24,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from bmoe_ci.reports.records import DeviceRun, TestRecord
+from bmoe_ci.reports.records import DeviceRun, Outcome, TestRecord
 
 XDEV_GATE = "XDEV"
 XDEV_CLASSNAME = "bmoe_ci.reports.xdev"
@@ -137,7 +137,7 @@ def xdev_records(runs: list[DeviceRun], fixtures: list[str] | None = None) -> di
                     others = ", ".join(f"{o} {_short(v)}" for o, v in d.values.items() if o != device)
                     parts.append(f"{d.entry} {d.field}: {_short(d.values[device])} (vs {others})")
                 more = f"; and {len(mine) - _LISTED} more" if len(mine) > _LISTED else ""
-                outcome = "fail"
+                outcome: Outcome = "fail"
                 message = f"{device} disagrees with the other devices on {fixture}: " + "; ".join(parts) + more
                 details = "\n".join(
                     f"{d.entry} {d.field}: "
