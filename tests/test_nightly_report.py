@@ -489,7 +489,9 @@ def test_matrix_cells_and_orientation() -> None:
     page = matrix_html(few)
     assert '<a href="a/artifacts/G5%5Bqwen3moe%5D/index.html"' in page and "G5[qwen3moe]" in html.unescape(page)
     green = build_summary(RunMeta(run="r"), device_runs(["a", "b"], gates))
-    assert matrix_markdown(green) == [f"2 device(s) x {len(gates)} gate(s): every gate that ran passed on every device."]
+    assert matrix_markdown(green) == [
+        f"2 device(s) x {len(gates)} gate(s): every gate that ran passed on every device."
+    ]
     # a fault build's status is never green; a merge of a fault shard and a real one says which is which
     fault = build_summary(RunMeta(run="r"), device_runs(["a"], gates, faults=("THREAD_ORDER",)))
     assert "#9a6700" in matrix_html(fault) and "FAULT BUILD" not in matrix_html(fault)
