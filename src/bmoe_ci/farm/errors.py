@@ -57,7 +57,7 @@ class MissingTool(FarmError):
 
 #: Kinds of infrastructure error. Each is a reason to report a JUnit error, never a verdict.
 INFRA_KINDS = (
-    "unreachable",  # TCP connect failed or timed out, name did not resolve, SSH banner never came
+    "unreachable",  # TCP connect refused, name did not resolve, the SSH handshake broke
     "hostkey",  # host key unknown to the pinned known_hosts, or different from the pinned one
     "auth",  # the device refused our key
     "disconnect",  # the connection dropped while a command or a transfer was running

@@ -191,12 +191,13 @@ class SshTransport(Transport):
         known = conn.client.get_host_keys()
         for name, key in pinned:
             known.add(name, key.get_name(), key)
+        opened = time.monotonic()
         try:
             conn.open()
         except BaseException as exc:
             with contextlib.suppress(Exception):
                 conn.close()
-            mapped = self._connect_error(exc, conn.user)
+            mapped = self._connect_error(exc, conn.user, time.monotonic() - opened)
             if mapped is None:
                 raise
             raise mapped from None
@@ -211,7 +212,7 @@ class SshTransport(Transport):
                 raise InfraError(d.name, "setup", f"cannot resolve $HOME for workdir {self.workdir}: {r.describe()}")
             self.workdir = r.stdout.decode() + self.workdir[1:]
 
-    def _connect_error(self, exc: BaseException, user: str) -> InfraError | None:
+    def _connect_error(self, exc: BaseException, user: str, waited: float) -> InfraError | None:
         import paramiko
 
         d, k = self.device, self.link
@@ -235,7 +236,11 @@ class SshTransport(Transport):
         if isinstance(exc, TimeoutError | socket.timeout):
             # no answer at all: not retried (a retry would wait out the same silence again)
             return InfraError(d.name, "timeout", f"{where}: connect timed out after {ct:g}s")
-        if isinstance(exc, paramiko.SSHException) and "banner" in str(exc).lower():
+        # A silent server: paramiko's transport thread gives up on the banner after ct; the client
+        # then either sees that error or, racing the thread's exit, "No existing session". Both are
+        # the same silence, so both are a timeout (docs/farm.md), whichever thread reported first.
+        silent = "no existing session" in str(exc).lower() and waited >= ct
+        if isinstance(exc, paramiko.SSHException) and ("banner" in str(exc).lower() or silent):
             return InfraError(d.name, "timeout", f"{where}: no SSH banner within {ct:g}s ({exc})")
         if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
             why = "; ".join(sorted({e.strerror or str(e) for e in exc.errors.values()}))
