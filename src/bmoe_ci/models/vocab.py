@@ -283,9 +283,9 @@ def metadata(v: Vocab) -> list[tuple[str, Any, GGUFValueType, GGUFValueType | No
 def write_vocab_only(path: Path, v: Vocab, general_name: str) -> Path:
     """A vocabulary-only GGUF (no tensors): what `bmoe tokenize` and llama.cpp's vocab_only load read.
     `general_name` must not name a model llama.cpp treats specially (phi-3 strips spaces after specials)."""
-    from .writer import _Writer
+    from .ggufwriter import EmptyArrayWriter
 
-    w = _Writer(str(path), arch="llama")
+    w = EmptyArrayWriter(str(path), arch="llama")
     w.add_name(general_name)
     for key, value, vtype, sub in metadata(v):
         w.add_key_value(key, value, vtype, sub_type=sub)
