@@ -124,7 +124,8 @@ def test_three_nights_clean_fault_clean(three_nights: list[tuple[int, dict[str, 
     assert "OK: 1 fixed" in (report3.parent / "report.md").read_text() and ">Fixed (1)</h2>" in report3.read_text()
     assert '<figure id="matrix"><table' in page and '<figure id="trend"><svg' in page and "<script" not in page
     # One device, green: every test that ran passed, nothing skipped, no XDEV column (nothing to compare)
-    assert n1["totals"]["skipped"] == 0 and n1["totals"]["passed"] == n1["totals"]["tests"]
+    # the one skip is BAD-DATA's: it corrupts only the fixtures with quantised tensors, not qwen3moe
+    assert n1["totals"]["skipped"] == 1 and n1["totals"]["passed"] + 1 == n1["totals"]["tests"]
     assert n1["totals"]["xdev"]["verdicts"] == 0 and "XDEV" not in (report3.parent / "report.md").read_text()
     # the gate run was given the nightly's run id
     for n, report in ((n1, None), (n2, report2), (n3, report3)):
@@ -193,7 +194,7 @@ def test_killed_device_is_missing_not_failing_and_shards_merge(
     # XDEV is judged over both shards: each shard's lone device had nothing to compare (no XDEV verdict,
     # no skip); merged, they agree: one XDEV pass per device, over and above the shards' tests
     assert na["totals"]["xdev"]["verdicts"] == nb["totals"]["xdev"]["verdicts"] == 0
-    assert na["totals"]["skipped"] == nb["totals"]["skipped"] == 0
+    assert na["totals"]["skipped"] == nb["totals"]["skipped"] == 1  # BAD-DATA's, as above
     assert m["totals"]["xdev"] == {"verdicts": 2, "passed": 2, "failed": 0, "errors": 0, "skipped": 0}
     for key in ("devices", "tests", "passed", "failed", "errors", "skipped"):
         xdev = m["totals"]["xdev"].get(key, m["totals"]["xdev"]["verdicts"] if key == "tests" else 0)
