@@ -73,6 +73,14 @@ def _module_name(path: Path, root: Path) -> tuple[str, str]:
     return ".".join(parts), ".".join(parts[:-1])
 
 
+def _from_target(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module a `from ... import` reads, its dots resolved against ``package``."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join([*base, node.module] if node.module else base)
+
+
 def arrows(root: Path) -> list[Arrow]:
     """Every import of the package at ``root``, as an arrow between units (third-party imports keep
     their top-level name as target)."""
@@ -86,11 +94,7 @@ def arrows(root: Path) -> list[Arrow]:
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    target = ".".join([*base, node.module] if node.module else base)
-                else:
-                    target = node.module or ""
+                target = _from_target(node, package)
                 targets = [target]
                 if target == name:  # `from bmoe_ci import farm` names a unit; `import __version__` the root
                     targets = [
@@ -233,11 +237,7 @@ def module_imports(root: Path) -> list[tuple[str, str, str]]:
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    target = ".".join([*base, node.module] if node.module else base)
-                else:
-                    target = node.module or ""
+                target = _from_target(node, package)
                 targets = [f"{target}.{a.name}" if f"{target}.{a.name}" in modules else target for a in node.names]
             for t in targets:
                 while t and t not in modules:  # `import a.b.c` of a name, not a module: its module
