@@ -63,8 +63,9 @@ def single_argv(argv: tuple[str, ...]) -> list[str]:
 
 
 #: the fixtures it runs on: two engine processes more per fixture, so a few whose lines need rounding up
-#: (43/336 -> 12.8, 47/336 -> 14.0, 52/336 -> 15.5), F32 and quantised, rather than all of them
-FIXTURES = ("qwen3moe", "qwen3moe-q4k", "qwen3moe-types")
+#: (43/336 -> 12.8, 47/336 -> 14.0, 52/336 -> 15.5), F32 and quantised, rather than all of them; and
+#: trained, the release gate's quality fixture, whose verdict on a knob needs every G8w gate there
+FIXTURES = ("qwen3moe", "qwen3moe-q4k", "qwen3moe-types", "trained")
 
 
 @pytest.mark.gate("G8w", "lines")

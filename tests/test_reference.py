@@ -485,3 +485,20 @@ def test_agreement_stops_at_a_rounding_flip_it_can_explain() -> None:
     short = agreement(3, [1, 2, 3], ref[:2], tie, [1, 2, 7], ref, 1e-5)
     assert short.ok and short.tokens_compared == 2, short.message
     assert not agreement(3, [1, 2, 3], ref[:2], [0.5] * 6, [1, 2, 7], ref, 1e-5).ok
+
+
+def test_ggml_half_rounding_of_matmul_inputs() -> None:
+    """Model.load(ggml_half_inputs=True) rounds an F16 / BF16 matmul's input as ggml converts it: nearest,
+    ties to even; its margin is the distance to a rounding boundary in units of the target's spacing."""
+    from bmoe_ci.reference.forward import _round_half
+
+    x = np.array([[1.0, 1.0 + 2**-8, 1.0 + 3 * 2**-8, 1.0 + 3 * 2**-9, -2.7, 1e-6]])
+    y, margin = _round_half(x, "bf16")
+    # 1 + 2^-8 is half way between 1 and 1 + 2^-7: to the even one, 1; 1 + 3*2^-8 half way up: 1 + 2^-6
+    assert y[0, :4].tolist() == [1.0, 1.0, 1.0 + 2**-6, 1.0 + 2**-7] and y[0, 4] == -2.703125
+    assert margin.tolist() == [0.0]  # a tie is on the boundary
+    y16, m16 = _round_half(x[:, [0, 3, 4, 5]], "f16")
+    assert y16.tolist() == [x[0, [0, 3, 4, 5]].astype(np.float32).astype(np.float16).astype(np.float64).tolist()]
+    assert 0.0 < m16[0] <= 0.5
+    # -2.7 in bf16 units: 2.7 * 64 = 172.8, 0.3 from the boundary at 172.5 (less the f32 rounding of -2.7)
+    assert _round_half(np.array([[-2.7]]), "bf16")[1][0] == pytest.approx(0.3, abs=1e-5)  # -2.7 in f32: ~3e-6 off

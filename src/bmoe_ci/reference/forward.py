@@ -11,6 +11,7 @@ fixtures route every expert, and to tell a real mismatch from a near-tie).
 
     model = Model.load(path)
     logits = model.logits(tokens)                 # [len(tokens), V]
+    as_ggml = Model.load(path, ggml_half_inputs=True)   # llama.cpp's rounding of F16/BF16 matmul inputs
     gen = model.generate(prompt_tokens, n=24)     # gen.tokens, gen.logits, gen.routes, margins
 
 Nothing here imports the generator (bmoe_ci.models): the two share only the GGUF format and the list
@@ -287,6 +288,27 @@ class _QIn:
         return y
 
 
+#: ggml's half-precision weight types and the format its CPU dot products round their f32 input to
+HALF_TYPES = {GGMLQuantizationType.F16: "f16", GGMLQuantizationType.BF16: "bf16"}
+
+
+def _round_half(x: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """(x as f32 rounded to f16 or bf16, nearest with ties to even as ggml converts, back in float64;
+    each row's smallest distance to a rounding boundary in units of the target's spacing, as _margin)."""
+    f = np.asarray(x, dtype=np.float32)
+    bits = 10 if kind == "f16" else 7  # the stored mantissa bits
+    mant, exp = np.frexp(np.abs(f).astype(np.float64))  # |x| = mant * 2^exp, mant in [0.5, 1)
+    t = mant * 2.0 ** (bits + 1)  # |x| in units of its binade's spacing
+    if kind == "f16":  # below 2^-14, f16's spacing stays 2^-24 (subnormals)
+        t = np.where(exp - 1 < -14, np.abs(f) * 2.0**24, t)
+        y = f.astype(np.float16).astype(np.float64)
+    else:
+        u = f.view(np.uint32).astype(np.uint64)
+        kept = ((u + np.uint64(0x7FFF) + ((u >> np.uint64(16)) & np.uint64(1))) >> np.uint64(16)) << np.uint64(16)
+        y = kept.astype(np.uint32).view(np.float32).astype(np.float64)
+    return y, _margin(t, f.shape)
+
+
 def _rmsnorm(x: np.ndarray, eps: float) -> np.ndarray:
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
 
@@ -336,6 +358,7 @@ class Model:
         q8_1: frozenset[str] = frozenset(),
         mins: dict[str, np.ndarray] | None = None,
         tokenizer: Tokenizer | None = None,
+        half: dict[str, str] | None = None,
     ) -> None:
         self.hp = hp
         # the tensors whose matmuls quantise their input (bmoe_ci.weight_types, activation): to Q8_0
@@ -344,6 +367,8 @@ class Model:
         self.q8_1 = q8_1
         self.q8_k = q8_k
         self.mins = mins or {}  # Q8_1 tensors: their blocks' minima m (numpy order, [..., rows, blocks])
+        # tensors whose matmul input is rounded to "f16" / "bf16" (only with ggml_half_inputs, see load)
+        self.half = half or {}
         self.recipe = RECIPES[hp.arch]
         self.t = tensors
         self.vocab = vocab
@@ -362,7 +387,11 @@ class Model:
 
     # ---------------------------------------------------------------- loading
     @classmethod
-    def load(cls, path: Path | str) -> Model:
+    def load(cls, path: Path | str, ggml_half_inputs: bool = False) -> Model:
+        """The model of a GGUF file (or of a split model's first shard). ggml_half_inputs: round the input
+        of every F16 / BF16 matmul to that type first, as ggml's CPU backend does (its dot products of
+        those types take both operands in the weight's type); the engine keeps such inputs f32, so only
+        a comparison with llama.cpp asks for this."""
         paths = shard_paths(path)
         readers = [GGUFReader(p) for p in paths]
         fields = readers[0].fields
@@ -528,6 +557,7 @@ class Model:
         q8_1: set[str] = set()
         q8_k: set[str] = set()
         mins: dict[str, np.ndarray] = {}
+        half: dict[str, str] = {}
         for p, r in zip(paths, readers, strict=True):
             for t in r.tensors:
                 if t.name in tensors:
@@ -541,6 +571,8 @@ class Model:
                     mins[t.name] = _block_mins(t, wt.block, wt.block_bytes, wt.min_offset or 0)
                 elif wt.activation == "q8_K":
                     q8_k.add(t.name)
+                elif ggml_half_inputs and t.tensor_type in HALF_TYPES:
+                    half[t.name] = HALF_TYPES[t.tensor_type]
         if len(paths) > 1 and int(get("split.tensors.count")) != len(tensors):
             raise ModelError(f"split.tensors.count {get('split.tensors.count')} != {len(tensors)} tensors")
         vocab = list(get("tokenizer.ggml.tokens"))
@@ -564,6 +596,7 @@ class Model:
             q8_1=frozenset(q8_1),
             mins=mins,
             tokenizer=tokenizer,
+            half=half,
         )
         model._check_shapes()
         return model
@@ -774,6 +807,8 @@ class Model:
             y, diff, margin = _q8_1(x)
         elif name in self.q8_k:
             y, margin = _q8_k(x)
+        elif name in self.half:
+            y, margin = _round_half(x, self.half[name])
         else:
             return _QIn(x)
         qz.note(margin)

@@ -91,11 +91,17 @@ def code_hash() -> str:
     return h.hexdigest()
 
 
+def row_errors(engine_rows: np.ndarray, ref_rows: np.ndarray) -> np.ndarray:
+    """Each row's max_j |engine - ref| / max_j |ref| (0 for a row that is zero in both: a model may give a
+    token an all-zero embedding, whose logits are then all zero)."""
+    err = np.abs(engine_rows.astype(np.float64) - ref_rows).max(axis=1)
+    return err / np.maximum(np.abs(ref_rows).max(axis=1), 1e-30)
+
+
 def relative_error(engine_rows: np.ndarray, ref_rows: np.ndarray) -> tuple[float, int]:
     """(the worst row's max_j |engine - ref| / max_j |ref|, that row): how REF and the project's tests
     measure an engine's logits against the reference's, row by row."""
-    err = np.abs(engine_rows.astype(np.float64) - ref_rows).max(axis=1)
-    rel = err / np.maximum(np.abs(ref_rows).max(axis=1), 1e-30)
+    rel = row_errors(engine_rows, ref_rows)
     worst = int(np.argmax(rel))
     return float(rel[worst]), worst
 
