@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
+import secrets
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,9 +87,12 @@ def write_inputs(out: Path, places: Places | None = None) -> dict[str, Path]:
     when their bytes change). Returns file name -> path."""
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
+    # concurrent gate runs share the cache: each writes under a name of its own and renames into place
+    # (atomic), so none reads another's half-written file or loses its temporary to another's rename
+    part = f".part-{os.getpid()}-{secrets.token_hex(4)}"
     for c in CONFIGS:
         path = out / c.filename
-        tmp = out / (c.filename + ".part")
+        tmp = out / (c.filename + part)
         write_vocab_only(tmp, c.make(places), f"tok-{c.name}")
         if path.is_file() and path.read_bytes() == tmp.read_bytes():
             tmp.unlink()
@@ -97,7 +102,9 @@ def write_inputs(out: Path, places: Places | None = None) -> dict[str, Path]:
     blob = texts_blob(texts(places))
     bpath = out / TEXTS_BLOB
     if not (bpath.is_file() and bpath.read_bytes() == blob):
-        bpath.write_bytes(blob)
+        tmp = out / (TEXTS_BLOB + part)
+        tmp.write_bytes(blob)
+        tmp.replace(bpath)
     files[TEXTS_BLOB] = bpath
     return files
 
