@@ -7,6 +7,8 @@ PYTHON ?= python3
 # the project's tests run in this many pytest-xdist workers (each test's gate runs and engines are
 # single-process, so two workers keep a two-core machine busy); TEST_WORKERS=0 runs them in one process
 TEST_WORKERS ?= 2
+# the fast subset's tests mostly wait (on engine processes, sockets, lease clocks): more workers than cores
+FAST_WORKERS ?= 4
 
 .PHONY: setup test test-fast lint gates
 
@@ -24,7 +26,7 @@ test: setup lint
 
 test-fast: setup lint
 	$(MAKE) -s -j2 -C engine test
-	$(PYTHON) -m pytest tests -n $(TEST_WORKERS) -m "not slow" -x
+	$(PYTHON) -m pytest tests -n $(FAST_WORKERS) -m "not slow" -x
 
 gates: setup
 	bmoe-ci farm up
