@@ -1,6 +1,7 @@
 """The controller's session setup: build each needed target once (the targets side by side, the fixtures
-generated meanwhile), then connect, lock, push and preflight every selected device (in parallel). The plugin calls it where xdist's
-controller runs, never on a worker, so devices are leased and pushed exactly once per session.
+generated meanwhile), then connect, lock, push and preflight every selected device (in parallel). The
+plugin calls it where xdist's controller runs, never on a worker, so devices are leased and pushed
+exactly once per session.
 
 :func:`plan_only` is the same selection without any of that, for `pytest --collect-only` and the
 other modes that look at the tests without running them."""
