@@ -527,7 +527,8 @@ AVX2_FN static inline __m256i bit_to_16(__m256i v, int bit) {
 AVX2_MT_FN void k4_mt(const uint8_t *w, const int five, const bm_q8k *x, size_t n, const int NT, float *out) {
     const size_t nb = n / BM_Q8K_BLOCK, bb = five ? BMOE_Q5_K_BYTES : BMOE_Q4_K_BYTES;
     const __m256i m4 = _mm256_set1_epi8(0xF);
-    float l[BM_MT_MAX][8] = {{0}};
+    float l[BM_MT_MAX][8]; /* only NT rows zeroed: gcc clears all with rep stos, 1/5 of K-quant decode */
+    for (int t = 0; t < NT; t++) memset(l[t], 0, sizeof l[t]);
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *blk = w + b * bb, *qs = blk + (five ? 48 : 16);
         bm_prefetch_ahead(blk, bb);
@@ -574,7 +575,8 @@ AVX2_MT_FN void k4_mt(const uint8_t *w, const int five, const bm_q8k *x, size_t 
 AVX2_MT_FN void k6_mt(const uint8_t *w, const bm_q8k *x, size_t n, const int NT, float *out) {
     const size_t nb = n / BM_Q8K_BLOCK;
     const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
-    float l[BM_MT_MAX][8] = {{0}};
+    float l[BM_MT_MAX][8]; /* only NT rows zeroed: gcc clears all with rep stos, 1/5 of K-quant decode */
+    for (int t = 0; t < NT; t++) memset(l[t], 0, sizeof l[t]);
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *blk = w + b * BMOE_Q6_K_BYTES;
         bm_prefetch_ahead(blk, BMOE_Q6_K_BYTES);
@@ -627,7 +629,8 @@ AVX2_MT_FN void k6_mt(const uint8_t *w, const bm_q8k *x, size_t n, const int NT,
 AVX2_MT_FN void k2_mt(const uint8_t *w, const bm_q8k *x, size_t n, const int NT, float *out) {
     const size_t nb = n / BM_Q8K_BLOCK;
     const __m256i m3 = _mm256_set1_epi8(3), m4 = _mm256_set1_epi8(0xF);
-    float l[BM_MT_MAX][8] = {{0}};
+    float l[BM_MT_MAX][8]; /* only NT rows zeroed: gcc clears all with rep stos, 1/5 of K-quant decode */
+    for (int t = 0; t < NT; t++) memset(l[t], 0, sizeof l[t]);
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *blk = w + b * BMOE_Q2_K_BYTES;
         bm_prefetch_ahead(blk, BMOE_Q2_K_BYTES);
@@ -673,7 +676,8 @@ AVX2_MT_FN void k2_mt(const uint8_t *w, const bm_q8k *x, size_t n, const int NT,
 AVX2_MT_FN void k3_mt(const uint8_t *w, const bm_q8k *x, size_t n, const int NT, float *out) {
     const size_t nb = n / BM_Q8K_BLOCK;
     const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
-    float l[BM_MT_MAX][8] = {{0}};
+    float l[BM_MT_MAX][8]; /* only NT rows zeroed: gcc clears all with rep stos, 1/5 of K-quant decode */
+    for (int t = 0; t < NT; t++) memset(l[t], 0, sizeof l[t]);
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *blk = w + b * BMOE_Q3_K_BYTES;
         bm_prefetch_ahead(blk, BMOE_Q3_K_BYTES);
@@ -727,7 +731,8 @@ AVX2_MT_FN void xs_mt(const uint8_t *w, const bm_q8k *x, size_t n, const int NT,
     const size_t nb = n / BM_Q8K_BLOCK;
     const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)BM_KVALUES_IQ4NL));
     const __m256i m4 = _mm256_set1_epi8(0xF);
-    float l[BM_MT_MAX][8] = {{0}};
+    float l[BM_MT_MAX][8]; /* only NT rows zeroed: gcc clears all with rep stos, 1/5 of K-quant decode */
+    for (int t = 0; t < NT; t++) memset(l[t], 0, sizeof l[t]);
     for (size_t b = 0; b < nb; b++) {
         const uint8_t *blk = w + b * BMOE_IQ4_XS_BYTES;
         bm_prefetch_ahead(blk, BMOE_IQ4_XS_BYTES);
