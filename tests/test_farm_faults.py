@@ -138,7 +138,9 @@ def test_a_stopped_engine_is_one_named_timeout_and_the_other_device_finishes(tmp
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGSTOP)
                     stopped.add(pid)
-            time.sleep(0.02)
+            # the plan's batch lives some tens of milliseconds on an idle machine: a 20 ms poll let it
+            # finish before it was stopped (CI, 2026-12-04); one scan of /proc takes about a millisecond
+            time.sleep(0.001)
 
     stopper = threading.Thread(target=stop_engines, daemon=True)
     stopper.start()
