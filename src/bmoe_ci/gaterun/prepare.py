@@ -210,8 +210,8 @@ def prepare(
         )
         return b
 
-    # A target's first build compiles its libc on one core for about a minute: the targets build side by
-    # side, and the fixtures are generated meanwhile (on a new machine this halves the set-up).
+    # A target's first build compiles its libc, about a minute of one core (docs/benchmarks.md): the
+    # targets build side by side, and the fixtures are generated meanwhile.
     targets = sorted({target_for(d) for d in devices})
     with ThreadPoolExecutor(max_workers=max(1, len(targets))) as pool:
         building = {t: pool.submit(build_one, t) for t in targets}
