@@ -90,11 +90,25 @@ def runs(
     return results
 
 
+# (device, fixture) -> its plan's parsed route traces: parsed once per process, not once per test
+_TRACES = pytest.StashKey[dict[tuple[str, str], dict[str, "Trace | str"]]]()
+
+
 @pytest.fixture
-def traces(runs: dict[str, EngineResult], runner: DeviceRunner, fixture: str) -> dict[str, Trace | str]:
-    """The route trace of every traced plan entry, pulled back in one round trip per fixture (then
-    cached): entry -> Trace, or one line saying why there is none (the run failed, the file is
-    missing or malformed)."""
+def traces(
+    runs: dict[str, EngineResult], runner: DeviceRunner, fixture: str, request: pytest.FixtureRequest
+) -> dict[str, Trace | str]:
+    """The route trace of every traced plan entry, pulled back in one round trip per fixture and parsed
+    once (then cached): entry -> Trace, or one line saying why there is none (the run failed, the file
+    is missing or malformed)."""
+    parsed = request.config.stash.setdefault(_TRACES, {})
+    key = (runner.session.device.name, fixture)
+    if key not in parsed:
+        parsed[key] = _read_traces(runs, runner, fixture)
+    return dict(parsed[key])
+
+
+def _read_traces(runs: dict[str, EngineResult], runner: DeviceRunner, fixture: str) -> dict[str, Trace | str]:
     paths = {entry: r.argv[r.argv.index("--route-trace") + 1] for entry, r in runs.items() if "--route-trace" in r.argv}
     texts = runner.texts(f"traces:{fixture}", sorted(paths.values()))
     out: dict[str, Trace | str] = {}

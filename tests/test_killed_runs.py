@@ -19,6 +19,7 @@ from pathlib import Path
 import junitparser
 import pytest
 
+from bmoe_ci.reports.journal import JOURNAL, read_entries
 from gate_run import REPO, host_farm
 
 MODULES = ("gates/test_determinism.py", "gates/test_config.py")
@@ -45,10 +46,12 @@ def _plan(results: Path) -> dict | None:
 
 
 def _recorded(results: Path) -> int:
+    """The tests the devices finished: the whole lines of their journals, which get each test as it
+    ends (device.json is rewritten only now and then, and at the end holds XDEV's derived verdicts)."""
     n = 0
     for dev in DEVICES:
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            n += len(json.loads((results / dev / "device.json").read_text())["records"])
+        with contextlib.suppress(OSError):
+            n += len(read_entries(results / dev / JOURNAL))
     return n
 
 

@@ -25,7 +25,8 @@ from bmoe_ci.reports import (
     strip_xdist_group,
     write_device_junit,
 )
-from bmoe_ci.reports.summary import cell_text
+from bmoe_ci.reports.journal import JOURNAL, JournalEntry, append_entry, start_journal
+from bmoe_ci.reports.summary import cell_text, load_results
 
 FIXTURES = ("qwen3moe", "gemma4", "wide")
 FX_SHA = {f: f"{i:064x}" for i, f in enumerate(FIXTURES, 1)}
@@ -183,6 +184,34 @@ def test_device_json_is_lossless(tmp_path: Path) -> None:
     data = json.loads((tmp_path / "pixel8" / "device.json").read_text())
     assert data["schema"] == "bmoe-ci.device/1"
     assert DeviceRun.from_dict(data) == run
+
+
+def test_the_journal_holds_what_the_last_rewrite_missed(tmp_path: Path) -> None:
+    """A run killed between two rewrites of device.json: the tests its journal has beyond the file are
+    read back with what they added (seconds, outputs, XDEV fingerprints), none twice, and a last line
+    cut by the kill is ignored."""
+    run = host_run()
+    first, rest = run.records[:3], run.records[3:]
+    snapshot = DeviceRun(**{**run.__dict__, "records": list(first), "engine_s": 1.0, "outputs": {}, "digests": {}})
+    write_device_junit(tmp_path, snapshot)
+    start_journal(tmp_path, "host")
+    for r in first:  # already in the file: never counted twice
+        append_entry(tmp_path, JournalEntry(record=r, engine_s=0.5))
+    append_entry(
+        tmp_path,
+        JournalEntry(
+            record=rest[0], engine_s=0.25, output=("qwen3moe", "ab" * 32), digests={"qwen3moe": {"ref": {"n": 1}}}
+        ),
+    )
+    for r in rest[1:]:
+        append_entry(tmp_path, JournalEntry(record=r, engine_s=0.25))
+    with (tmp_path / "host" / JOURNAL).open("ab") as fh:
+        fh.write(b'{"record": {"device": "host", "gate": "G9"')  # the kill cut this line
+    _, (loaded,) = load_results(tmp_path)
+    assert [r.name for r in loaded.records] == [r.name for r in run.records]
+    assert loaded.engine_s == 1.0 + 0.25 * len(rest)
+    assert loaded.outputs == {"qwen3moe": "ab" * 32}
+    assert loaded.digests == {"qwen3moe": {"ref": {"n": 1}}}
 
 
 # ---------------------------------------------------------------------------- per-device JUnit

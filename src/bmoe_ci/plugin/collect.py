@@ -20,6 +20,7 @@ import pytest
 
 from bmoe_ci.gaterun.context import GateRun
 from bmoe_ci.reports import DeviceRun, RunMeta, TestRecord, console_matrix, exit_code, finalize, write_device_junit
+from bmoe_ci.reports.journal import JournalEntry, append_entry, start_journal
 from bmoe_ci.reports.plan import PlannedTest, read_plan, reconcile, write_pending_plan, write_plan
 from bmoe_ci.reports.records import RUN_JSON
 from bmoe_ci.reports.summary import CONSOLE_WIDTH, SUMMARY_JSON, human_bytes
@@ -30,6 +31,10 @@ CRASHED = (
     "infrastructure: the test process crashed (xdist worker lost) while running this test; "
     "xdist's second run of it is not a verdict"
 )
+
+#: A device's junit.xml and device.json are rewritten at most this often while its tests run (each
+#: finished test goes to its journal at once: bmoe_ci.reports.journal), and once more at the end.
+SNAPSHOT_EVERY_S = 5.0
 
 
 @dataclass
@@ -89,13 +94,15 @@ class RecordCollector:
         self.outputs: dict[str, dict[str, str]] = {d.name: {} for d in run.devices}
         self.digests: dict[str, dict[str, dict[str, Any]]] = {d.name: {} for d in run.devices}
         self.kernels: dict[str, set[str]] = {}
+        self.snapshot_at: dict[str, float] = {}  # device -> when its files were last rewritten (monotonic)
         # on disk from the start: a run killed now still has every device, and a plan that says the
         # tests were not collected yet (the real one replaces it before the first test starts)
         begin_run(Path(run.results_dir), run.run_id)
         if planned is not None:  # the selected tests, known before the devices were readied
             write_plan(run.results_dir, run.run_id, planned)
         for d in run.devices:
-            write_device_junit(run.results_dir, self._device_run(d.name), absolute=self.absolute)
+            start_journal(run.results_dir, d.name)
+            self._snapshot(d.name)
 
     def add(self, report: pytest.TestReport) -> None:
         props = _props(report)
@@ -132,34 +139,50 @@ class RecordCollector:
     def _finish(self, nodeid: str) -> None:
         p = self.pending.pop(nodeid)
         device = p.props["bmoe.device"]
-        self.engine_s[device] = self.engine_s.get(device, 0.0) + float(p.props.get("bmoe.engine_s", 0))
-        self.wall_s[device] = self.wall_s.get(device, 0.0) + p.duration
+        entry = JournalEntry(
+            record=self._record(device, p),
+            engine_s=float(p.props.get("bmoe.engine_s", 0)),
+            wall_s=p.duration,
+        )
         if "bmoe.output" in p.props:
             fixture, _, digest = p.props["bmoe.output"].partition("=")
-            self.outputs[device][fixture] = digest
+            entry.output = (fixture, digest)
         if "bmoe.kernels" in p.props:
-            self.kernels.setdefault(device, set()).update(k for k in p.props["bmoe.kernels"].split(",") if k)
+            entry.kernels = [k for k in p.props["bmoe.kernels"].split(",") if k]
         if "bmoe.digests" in p.props:  # fixture -> entry -> fingerprint, from the plan's runs (XDEV)
-            self.digests.setdefault(device, {}).update(json.loads(p.props["bmoe.digests"]))
+            entry.digests = json.loads(p.props["bmoe.digests"])
+        self.engine_s[device] = self.engine_s.get(device, 0.0) + entry.engine_s
+        self.wall_s[device] = self.wall_s.get(device, 0.0) + entry.wall_s
+        if entry.output is not None:
+            self.outputs[device][entry.output[0]] = entry.output[1]
+        self.kernels.setdefault(device, set()).update(entry.kernels)
+        self.digests.setdefault(device, {}).update(entry.digests)
+        self.records.setdefault(device, []).append(entry.record)
+        # each finished test on disk at once (the journal); the whole files now and then
+        append_entry(self.run.results_dir, entry)
+        if time.monotonic() - self.snapshot_at.get(device, 0.0) >= SNAPSHOT_EVERY_S:
+            self._snapshot(device)
+
+    def _record(self, device: str, p: _Pending) -> TestRecord:
         artifacts = [a for a in p.props.get("bmoe.artifacts", "").split("\n") if a]
         device_dir = (Path(self.run.results_dir) / device).absolute()
-        self.records.setdefault(device, []).append(
-            TestRecord(
-                device=device,
-                gate=p.props["bmoe.gate"],
-                fixture=p.props.get("bmoe.fixture") or None,
-                name=p.props["bmoe.name"],
-                classname=p.props.get("bmoe.classname", "gates"),
-                outcome=p.outcome,  # type: ignore[arg-type]
-                duration_s=p.duration,
-                message=reason_line(p.message, device_dir),
-                details=p.details,
-                system_out=p.stdout or None,
-                artifacts=artifacts,
-            )
+        return TestRecord(
+            device=device,
+            gate=p.props["bmoe.gate"],
+            fixture=p.props.get("bmoe.fixture") or None,
+            name=p.props["bmoe.name"],
+            classname=p.props.get("bmoe.classname", "gates"),
+            outcome=p.outcome,  # type: ignore[arg-type]
+            duration_s=p.duration,
+            message=reason_line(p.message, device_dir),
+            details=p.details,
+            system_out=p.stdout or None,
+            artifacts=artifacts,
         )
-        # each finished test on disk
+
+    def _snapshot(self, device: str) -> None:
         write_device_junit(self.run.results_dir, self._device_run(device), absolute=self.absolute)
+        self.snapshot_at[device] = time.monotonic()
 
     def _device_run(self, name: str) -> DeviceRun:
         d = self.run.device(name)

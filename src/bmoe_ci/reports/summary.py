@@ -25,6 +25,7 @@ from typing import Any
 from xml.sax.saxutils import escape
 
 from bmoe_ci.reports.evidence import evidence_href, href, write_evidence
+from bmoe_ci.reports.journal import merge_journal
 from bmoe_ci.reports.junit import (
     JUNIT_XML,
     device_dirs,
@@ -151,9 +152,18 @@ def load_results(results_dir: Path | str) -> tuple[RunMeta | None, list[DeviceRu
 
 
 def _load_device(dev_dir: Path, salvage: bool, notes: list[str]) -> DeviceRun:
-    """One device directory. With *salvage* (a run with a plan, whose losses the plan counts), a
-    damaged file is read as far as it is valid instead of refused: device.json, else the whole
-    junit.xml, else what is whole of either; the damage is said in *notes*."""
+    """One device directory: its files, then the tests its journal holds beyond them (a run killed
+    between two rewrites of its files: bmoe_ci.reports.journal)."""
+    run = _load_device_files(dev_dir, salvage, notes)
+    merge_journal(run, dev_dir)
+    return run
+
+
+def _load_device_files(dev_dir: Path, salvage: bool, notes: list[str]) -> DeviceRun:
+    """One device directory's device.json, else its junit.xml. With *salvage* (a run with a plan,
+    whose losses the plan counts), a damaged file is read as far as it is valid instead of refused:
+    device.json, else the whole junit.xml, else what is whole of either; the damage is said in
+    *notes*."""
     dev_json, junit = dev_dir / DEVICE_JSON, dev_dir / JUNIT_XML
     try:
         if junit.is_file():
