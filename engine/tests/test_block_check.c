@@ -85,7 +85,41 @@ static void test_values(void) {
           bad.value < 0);
 }
 
+/* The scan folds a chunk of blocks at a time (block_check.c): a bad value at either edge of a chunk, in
+ * the last block, or two in one chunk, is found at its own block, in every contiguous and strided layout;
+ * two bad ones report the first. Lengths that end inside a chunk and exactly on one are both run. */
+static void test_chunk_edges(void) {
+    enum { N = 1000 };
+    static float f[N];
+    static uint8_t h[2 * N], q[18 * N];
+    const uint64_t at[] = { 0, 1, 255, 256, 257, 511, 512, 767, 768, N - 1 };
+    for (size_t n = N - 232; n <= N; n += 232) { /* 768 blocks (three whole chunks), then 1000 */
+        for (size_t k = 0; k < sizeof at / sizeof at[0]; k++) {
+            if (at[k] >= n) continue;
+            bm_bad_block bad;
+            for (size_t i = 0; i < N; i++) f[i] = (float)i - 500.0f;
+            f[at[k]] = NAN;
+            if (at[k] + 3 < n) f[at[k] + 3] = INFINITY; /* a later one in the same chunk: not reported */
+            CHECK(bm_check_blocks(GGML_TYPE_F32, (const uint8_t *)f, n * 4, &bad) == 1 && bad.block == at[k]);
+            for (size_t i = 0; i < N; i++) put16(h + 2 * i, 0x3c00);
+            put16(h + 2 * at[k], 0x7c00);
+            CHECK(bm_check_blocks(GGML_TYPE_F16, h, n * 2, &bad) == 1 && bad.block == at[k]);
+            for (size_t i = 0; i < N; i++) put16(h + 2 * i, 0x3f80);
+            put16(h + 2 * at[k], 0x7fc0);
+            CHECK(bm_check_blocks(GGML_TYPE_BF16, h, n * 2, &bad) == 1 && bad.block == at[k]);
+            memset(q, 0xff, sizeof q); /* every quant byte all-ones, every scale 1.0 */
+            for (size_t i = 0; i < N; i++) put16(q + 18 * i, 0x3c00);
+            put16(q + 18 * at[k], 0xfc00);
+            CHECK(bm_check_blocks(GGML_TYPE_Q4_0, q, n * 18, &bad) == 1 && bad.block == at[k]);
+        }
+    }
+    for (size_t i = 0; i < N; i++) f[i] = (float)i;
+    bm_bad_block bad;
+    CHECK(bm_check_blocks(GGML_TYPE_F32, (const uint8_t *)f, sizeof f, &bad) == 0);
+}
+
 int main(void) {
+    test_chunk_edges();
     test_scales();
     test_e8m0();
     test_values();
