@@ -37,10 +37,11 @@ def model_args(model: str, *args: str) -> list[str]:
     return ["run", "-m", model, *args]
 
 
-# Stress (REPLAY, INV): a decode long enough to cycle the evicting cache many times over, and a routing
+# Stress (REPLAY, INV): a decode long enough to cycle the evicting cache many times over (64 steps route
+# 512-1024 experts through a cache that holds about 20), and a routing
 # of every expert at once (top-k == the expert count) with two layers of prefetch against a 1 MiB cache
 # (on `wide`, one layer's experts alone outweigh it: demand loads go over budget).
-LONG_DECODE = ("-p", PROMPT, "-n", "128", "--json")
+LONG_DECODE = ("-p", PROMPT, "-n", "64", "--json")
 # every expert of a layer, every step, against a 1 MiB cache reads ~8x the default entry's experts:
 # 8 tokens (7 decode steps, each with two prefetch rounds' worth of guesses) are enough to stress it
 SHORT = ("-p", PROMPT, "-n", "8", "--json")
@@ -193,7 +194,7 @@ def fixture_plan(
         ("stream-prefetch", model_args(model, *STREAMED, *EVICTING, *PREFETCH, "-t", "1")),
         ("stream-lanes4", model_args(model, *STREAMED, "--io-threads", "4", "-t", "1")),
         ("stream-evict-lanes4", model_args(model, *STREAMED, *EVICTING, "--io-threads", "4", "-t", "1")),
-        ("stream-long", model_args(model, *LONG_DECODE, *EVICTING, "-t", "1")),  # REPLAY: 128 decode steps
+        ("stream-long", model_args(model, *LONG_DECODE, *EVICTING, "-t", "1")),  # REPLAY: 64 decode steps
         # the lossy knobs (gates/test_lossy.py)
         ("drop-inert", model_args(model, *STREAMED, *EVICTING, DROP, INERT, "-t", "1")),  # G8a, G8a'
         ("drop-full", model_args(model, *STREAMED, *EVICTING, DROP, "1.0", "--drop-in-prefill", "-t", "1")),  # G8b
