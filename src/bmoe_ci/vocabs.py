@@ -11,6 +11,7 @@ into the cache once and extracts the vocabulary files only. The engine's tokeniz
 
 from __future__ import annotations
 
+import fcntl
 import subprocess
 import sys
 import tarfile
@@ -76,9 +77,20 @@ def _download(dest: Path) -> Path:
 
 
 def fetch(cache: Path | None = None) -> Path:
-    """The directory holding the extracted ``ggml-vocab-*`` files (downloaded and extracted once)."""
+    """The directory holding the extracted ``ggml-vocab-*`` files (downloaded and extracted once, by one
+    process at a time: test workers that start together on a new cache wait for the first instead of
+    downloading and extracting into the same names at once)."""
     root = vocab_dir(cache)
     out = root / "models"
+    if (out / ".complete").is_file():
+        return out
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _fetch_locked(root, out)
+
+
+def _fetch_locked(root: Path, out: Path) -> Path:
     done = out / ".complete"
     if done.is_file():
         return out
