@@ -5,7 +5,6 @@ never failures, the results already obtained kept, the other device unaffected."
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import threading
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 from adb_link import AdbLink, adb_link, needs_adb
 
+from bmoe_ci.reports.journal import finished_tests
 from gate_run import DET, DET_ONE, DET_TWO_CALLS, host_farm, run_gates, without_xdev
 
 pytestmark = needs_adb
@@ -38,7 +38,7 @@ def _when_first_record(results: Path, act) -> threading.Thread:
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             with contextlib.suppress(OSError, ValueError):
-                if json.loads((results / "phone" / "device.json").read_text())["records"]:
+                if finished_tests(results / "phone"):
                     act()
                     return
             time.sleep(0.05)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import junitparser
 
+from bmoe_ci.reports.journal import finished_tests
 from bmoe_ci.standins import localfarm
 from gate_run import DET, DET_ONE, DET_ONE_PLAN, DET_TWO_CALLS, REPO, host_farm, run_gates, without_xdev
 
@@ -270,11 +271,7 @@ def _engines_left(tmp_path: Path, within_s: float) -> list[int]:
 
 
 def _finished_records(results: Path) -> int:
-    n = 0
-    for dev in ("host", "host-b"):
-        with contextlib.suppress(OSError, ValueError):
-            n += len(json.loads((results / dev / "device.json").read_text())["records"])
-    return n
+    return sum(finished_tests(results / dev) for dev in ("host", "host-b"))
 
 
 def _gates(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -388,7 +385,7 @@ def test_a_device_whose_sshd_dies_mid_run_gives_errors_and_the_other_passes(tmp_
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline and not killed:
                 with contextlib.suppress(OSError, ValueError):
-                    if json.loads((results / ssh_name / "device.json").read_text())["records"]:
+                    if finished_tests(results / ssh_name):
                         for pid in [sshd, *_descendants(sshd)]:  # the listener and every session under it
                             with contextlib.suppress(ProcessLookupError):
                                 os.kill(pid, signal.SIGKILL)

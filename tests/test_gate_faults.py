@@ -78,9 +78,10 @@ def test_clean_build_passes_ref_and_batch_stderr(tmp_path: Path) -> None:
 
 
 def test_clean_build_passes_score(tmp_path: Path) -> None:
-    # gemma4: a dense layer, a shared expert and a weight chain ending at _scaled; qwen3moe-q8_0: Q8_0
+    # gemma4: a dense layer, a shared expert and a weight chain ending at _scaled; trained-q8_0: Q8_0 (the
+    # Q8_0 fixture that keeps the scoring family: qwen3moe-q8_0 leaves it out)
     run = run_gates(
-        tmp_path, modules=(*SCORING, "gates/test_invariants.py"), fixtures=("qwen3moe", "gemma4", "qwen3moe-q8_0")
+        tmp_path, modules=(*SCORING, "gates/test_invariants.py"), fixtures=("qwen3moe", "gemma4", "trained-q8_0")
     )
     assert run.returncode == 0, run.output[-3000:]
     counts = run.summary["devices"]["host"]["gate_counts"]

@@ -19,7 +19,7 @@ from pathlib import Path
 import junitparser
 import pytest
 
-from bmoe_ci.reports.journal import JOURNAL, read_entries
+from bmoe_ci.reports.journal import finished_tests
 from gate_run import REPO, host_farm
 
 MODULES = ("gates/test_determinism.py", "gates/test_config.py")
@@ -48,11 +48,7 @@ def _plan(results: Path) -> dict | None:
 def _recorded(results: Path) -> int:
     """The tests the devices finished: the whole lines of their journals, which get each test as it
     ends (device.json is rewritten only now and then, and at the end holds XDEV's derived verdicts)."""
-    n = 0
-    for dev in DEVICES:
-        with contextlib.suppress(OSError):
-            n += len(read_entries(results / dev / JOURNAL))
-    return n
+    return sum(finished_tests(results / dev) for dev in DEVICES)
 
 
 def _planned(results: Path) -> int | None:

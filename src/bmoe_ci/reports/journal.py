@@ -89,6 +89,12 @@ def read_entries(path: Path) -> list[JournalEntry]:
     return entries
 
 
+def finished_tests(dev_dir: Path) -> int:
+    """How many tests a device has finished so far in a run (running or killed): its journal's whole
+    lines. What watches a run from outside counts this, not device.json, which lags by up to a rewrite."""
+    return len(read_entries(dev_dir / JOURNAL))
+
+
 def merge_journal(run: DeviceRun, dev_dir: Path) -> int:
     """Add to *run* (read from device.json or junit.xml) the journal's tests it does not hold yet, with
     what they added to the device's totals; returns how many were added. A test is known by its
