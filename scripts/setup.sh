@@ -3,8 +3,12 @@
 # arm64 emulator, the Android Debug Bridge client and a headless browser (for the report tests) from
 # Debian, the project and its Python dependencies from PyPI at the versions of the lock (constraints.txt);
 # and it starts the engine's builds for the local farm's two targets in the background (see there).
+#   scripts/setup.sh          everything (what `make test` needs)
+#   scripts/setup.sh gates    all but the browser, which only the report tests use (what `make gates` needs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+purpose="${1:-all}"
+case "$purpose" in all|gates) ;; *) echo "usage: scripts/setup.sh [gates]" >&2; exit 2 ;; esac
 
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 apt_install() {  # Debian packages, quietly; `apt-get update` once per run of this script
@@ -47,5 +51,5 @@ command -v /usr/sbin/sshd >/dev/null 2>&1 || need_apt+=(openssh-server)
 command -v qemu-aarch64-static >/dev/null 2>&1 || need_apt+=(qemu-user-static)
 command -v ssh-keygen >/dev/null 2>&1 || need_apt+=(openssh-client)
 command -v adb >/dev/null 2>&1 || need_apt+=(adb)  # the farm's Android devices
-command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)  # the tests render the nightly report in it
+[ "$purpose" = gates ] || command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)  # the tests render the nightly report in it
 [ ${#need_apt[@]} -eq 0 ] || apt_install "${need_apt[@]}"
