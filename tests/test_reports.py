@@ -214,6 +214,27 @@ def test_the_journal_holds_what_the_last_rewrite_missed(tmp_path: Path) -> None:
     assert loaded.digests == {"qwen3moe": {"ref": {"n": 1}}}
 
 
+def test_a_journal_line_that_does_not_validate_ends_the_reading(tmp_path: Path) -> None:
+    """A record device.json would refuse, or seconds that are not a finite count, are not a test: the
+    reading stops there as at a cut line, and a journal that is not a file is an error naming it."""
+    from bmoe_ci.reports.journal import read_entries
+    from bmoe_ci.reports.records import ReportError
+
+    first, second = host_run().records[:2]
+    start_journal(tmp_path, "host")
+    append_entry(tmp_path, JournalEntry(record=first, engine_s=0.5))
+    path = tmp_path / "host" / JOURNAL
+    good = path.read_text()
+    nan_seconds = '{"record": ' + json.dumps(second.__dict__) + ', "engine_s": NaN}'
+    for bad in (nan_seconds, '{"record": {"device": "host"}}'):
+        path.write_text(good + bad + "\n" + good)
+        assert [e.record.name for e in read_entries(path)] == [first.name]
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(ReportError, match="journal"):
+        read_entries(path)
+
+
 # ---------------------------------------------------------------------------- per-device JUnit
 
 

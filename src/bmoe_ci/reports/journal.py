@@ -15,14 +15,19 @@ last one and is ignored; a line that does not parse ends the reading there.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bmoe_ci.reports.records import DeviceRun, TestRecord, device_dir
+from pydantic import TypeAdapter
+
+from bmoe_ci import inputs
+from bmoe_ci.reports.records import DeviceRun, ReportError, TestRecord, device_dir
 
 JOURNAL = "records.jsonl"
+_RECORD = TypeAdapter(TestRecord)
 
 
 @dataclass(kw_only=True)
@@ -42,14 +47,21 @@ class JournalEntry:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> JournalEntry:
+        """One line's entry, its record validated as device.json's are; ValueError on anything else."""
         out = data.get("output")
+        seconds = (float(data.get("engine_s", 0.0)), float(data.get("wall_s", 0.0)))
+        if not all(math.isfinite(x) and x >= 0 for x in seconds):
+            raise ValueError(f"seconds {seconds} are not finite and non-negative")
+        digests = data.get("digests") or {}
+        if not isinstance(digests, dict):
+            raise ValueError("digests is not an object")
         return cls(
-            record=TestRecord(**data["record"]),
-            engine_s=float(data.get("engine_s", 0.0)),
-            wall_s=float(data.get("wall_s", 0.0)),
+            record=_RECORD.validate_python(data["record"], strict=False),
+            engine_s=seconds[0],
+            wall_s=seconds[1],
             output=(str(out[0]), str(out[1])) if out else None,
             kernels=[str(k) for k in data.get("kernels", [])],
-            digests=dict(data.get("digests") or {}),
+            digests=digests,
         )
 
 
@@ -74,17 +86,23 @@ def append_entry(results_dir: Path | str, entry: JournalEntry) -> None:
 
 
 def read_entries(path: Path) -> list[JournalEntry]:
-    """The whole lines of a journal, in order; reading stops at the first line that does not parse
-    (a kill cut it: every line before it is whole)."""
-    try:
-        text = path.read_bytes().decode("utf-8", errors="replace")
-    except OSError:
+    """The whole lines of a journal, in order ([] when there is none); reading stops at the first line
+    that does not parse or validate (a kill cut it: every line before it is whole). A journal that is
+    not a regular file, or is larger than any results file may be, is a :class:`ReportError`."""
+    if not path.exists():
         return []
+    try:
+        text = inputs.read_bytes(path, what="journal", limit=inputs.MAX_JSON_BYTES).decode("utf-8", errors="replace")
+    except inputs.InputError as exc:
+        raise ReportError(str(exc)) from None
     entries = []
     for line in text.splitlines():
         try:
-            entries.append(JournalEntry.from_dict(json.loads(line)))
-        except (ValueError, TypeError, KeyError, IndexError):
+            data = json.loads(line)
+            if not isinstance(data, dict):
+                break
+            entries.append(JournalEntry.from_dict(data))
+        except (ValueError, TypeError, KeyError, IndexError):  # pydantic's ValidationError is a ValueError
             break
     return entries
 
@@ -100,8 +118,6 @@ def merge_journal(run: DeviceRun, dev_dir: Path) -> int:
     what they added to the device's totals; returns how many were added. A test is known by its
     classname and name, so a record the files already hold is never counted twice."""
     path = dev_dir / JOURNAL
-    if not path.is_file():
-        return 0
     held = {(r.classname, r.name) for r in run.records}
     added = 0
     for entry in read_entries(path):
