@@ -50,6 +50,8 @@ struct bmoe_forward {
     mm_qbuf gin, din;             /* their inputs quantised: gathered [P, d], hidden [P, f] */
     float *ko;                    /* every (token, slot)'s expert output of the pass [P * k, d] */
     int *cnt, *start, *order;     /* bucketing the pass's (token, slot) pairs by expert: [E], [E], [P * k] */
+    struct expert_slice *slices;  /* a group of experts (experts_batch) [MOE_GROUP_EXPERTS] */
+    mm_job *gjobs;                /* its matmuls [2 * MOE_GROUP_EXPERTS] */
     float *keg, *keu, *keo;       /* one token's k experts at once: [k,2f], [k,f], [k,d] */
     mm_qbuf kxq;                  /* their hidden rows quantised [k, f] */
     bmoe_expert_view *kv;         /* their views [k] */
@@ -165,10 +167,11 @@ static void matmul(bmoe_forward *f, const bmoe_weight *W, const float *x, int T,
     matmul_raw(f, W->data, W->type, (size_t)W->row_bytes, (size_t)W->ne[0], (size_t)W->ne[1], x, T, y);
 }
 
-/* Several matmuls (up to MM_MAX_JOBS) of the same input (q, k, v; gate, up) as one pool job over all
+/* Several matmuls (up to MATMUL_MULTI) of the same input (q, k, v; gate, up) as one pool job over all
  * their rows: one wake-up instead of one each. Each row is computed as matmul() computes it. */
+#define MATMUL_MULTI 4
 static void matmul_multi(bmoe_forward *f, int n, const bmoe_weight *const *W, const float *x, int T, float *const *y) {
-    mm_job J[MM_MAX_JOBS];
+    mm_job J[MATMUL_MULTI];
     unsigned quantised = 0; /* the activation kinds done (bit bm_act_kind) */
     for (int m = 0; m < n; m++) {
         size_t n_in = (size_t)W[m]->ne[0], n_out = (size_t)W[m]->ne[1];
@@ -184,6 +187,30 @@ static void matmul_multi(bmoe_forward *f, int n, const bmoe_weight *const *W, co
     mm_run(f->pool, &f->kern, n, J);
 }
 
+/* Below this many values, a per-row step (activations, the experts' gathers and sums) runs on the
+ * caller. */
+#define ROWS_PARALLEL_MIN 32768u
+
+/* fn over n rows of per_row values each, on the pool when there are enough values to be worth it. A
+ * row's values depend on that row alone, so where it runs changes nothing. */
+static void run_rows(bmoe_forward *f, int n, size_t per_row, bmoe_pool_fn fn, void *ctx) {
+    if (n < 2 || (size_t)n * per_row < ROWS_PARALLEL_MIN) fn(ctx, 0, n, 0);
+    else pool_run(f->pool, n, fn, ctx);
+}
+
+/* hu[t] = act(hg[t]) * hu[t] for rows t (the dense FFN's hidden rows of F values). */
+typedef struct {
+    const bmoe_forward *f;
+    size_t F;
+} act_rows_job;
+
+static void act_rows(void *ctx, int t0, int t1, int tid) {
+    (void)tid;
+    const act_rows_job *J = ctx;
+    const size_t F = J->F, a = (size_t)t0 * F;
+    act_mul(J->f, J->f->hg + a, J->f->hu + a, (size_t)(t1 - t0) * F, J->f->hu + a);
+}
+
 /* FFN with resident weights: y = D (act(G h) * U h), h [T, n_in]. */
 static void gated_ffn(bmoe_forward *f, const bmoe_weight *G, const bmoe_weight *U, const bmoe_weight *D,
                       const float *h, int T, float *y) {
@@ -191,7 +218,8 @@ static void gated_ffn(bmoe_forward *f, const bmoe_weight *G, const bmoe_weight *
     const bmoe_weight *W[2] = { G, U };
     float *const y2[2] = { f->hg, f->hu };
     matmul_multi(f, 2, W, h, T, y2);
-    act_mul(f, f->hg, f->hu, (size_t)T * F, f->hu);
+    act_rows_job A = { f, F };
+    run_rows(f, T, F, act_rows, &A);
     matmul(f, D, f->hu, T, y);
 }
 
@@ -471,8 +499,9 @@ static int emit(bmoe_forward *f, const moe_ctx *c, bmoe_node node, char *err, si
  * [moe_pass * k, d]. The reads themselves are decided once per batch by the hook, before any view
  * (docs/streaming.md): a pass re-views an expert the previous pass used, it reads nothing again. */
 
-static int check_view(const bmoe_expert_view *v, int il, int e, char *err, size_t errlen) {
-    if (!v->gate_up && !(v->gate && v->up)) {
+static int check_view(const bmoe_expert_view *v, const bmoe_layer *ly, int il, int e, char *err, size_t errlen) {
+    /* the layer's layout (fused gate_up or gate and up) is what the matmuls of a group assume */
+    if (ly->exp_part[BMOE_EXP_GATE_UP].present ? !v->gate_up : !(v->gate && v->up)) {
         snprintf(err, errlen, "expert source gave no gate/up weights for layer %d expert %d", il, e);
         return 1;
     }
@@ -516,59 +545,79 @@ static void hidden_rows(void *ctx, int i0, int i1, int tid) {
 /* Tokens per pass of experts_batch. */
 #define MOE_PASS 512
 
-/* Below this many values, a per-row step of the experts runs on the caller. */
-#define ROWS_PARALLEL_MIN 32768u
+/* Experts per group in experts_batch. A group's matrices go through the pool as one job each for
+ * gate/up, the hidden rows and down, so a prompt's layer waits at about three barriers per group, not
+ * three per expert (with two threads, per-expert barriers on a few tokens each kept a 128-token
+ * prefill at 1.5x its one-thread speed). A group's views are all asked for before its matmuls, and a
+ * streamed view waits for its expert's reads: groups of a few experts keep the later groups' reads
+ * overlapping the earlier groups' matmuls. */
+#define MOE_GROUP_EXPERTS 8
 
-static void run_rows(bmoe_forward *f, int n, size_t per_row, bmoe_pool_fn fn, void *ctx) {
-    if (n < 2 || (size_t)n * per_row < ROWS_PARALLEL_MIN) fn(ctx, 0, n, 0);
-    else pool_run(f->pool, n, fn, ctx);
-}
+/* One expert's share of a group: n of the pass's pairs (pair p = token t0 + p / k, slot p % k), which
+ * are rows row .. row + n - 1 of the group's gathered buffers. */
+typedef struct expert_slice {
+    int e, n, row;
+    const int *pairs;
+    bmoe_expert_view v;
+} expert_slice;
 
-/* Expert v's FFN for n of the pass's pairs (pair p = token t0 + p / k, slot p % k): ko[p] = FFN(h[token]). */
-static void expert_rows(bmoe_forward *f, const bmoe_layer *ly, int e, const bmoe_expert_view *v, const int *pairs,
-                        int n, int t0) {
+/* A group's FFNs: ko[p] = FFN_e(h[token of p]) for every slice's pairs. Each output element is one
+ * row's dot product with the one-token kernel's bits, whichever job or thread computes it. */
+static void experts_group(bmoe_forward *f, const bmoe_layer *ly, const expert_slice *S, int ns, int rows, int t0) {
     const bmoe_expert_part *P = ly->exp_part;
-    int k = f->top_k;
-    size_t d = (size_t)f->d, fe = (size_t)f->m->hp.n_ff_exp;
+    const int k = f->top_k, fused = P[BMOE_EXP_GATE_UP].present;
+    const size_t d = (size_t)f->d, fe = (size_t)f->m->hp.n_ff_exp, gw = fused ? 2 * fe : fe; /* eg's row width */
     /* gather: the pairs' tokens' inputs, in each format the gate / up rows take (h was put in them once) */
-    unsigned kinds = gate_up_kinds(P);
+    const unsigned kinds = gate_up_kinds(P);
     const bm_act h = mm_act(f->hm, &f->xq);
-    for (int i = 0; i < n; i++)
-        for (int kind = 0; kind < BM_ACT_COUNT; kind++)
-            if (kinds & (1u << kind)) mm_act_copy_row((bm_act_kind)kind, d, &h, t0 + pairs[i] / k, f->gx, &f->gin, i);
+    for (int s = 0; s < ns; s++)
+        for (int i = 0; i < S[s].n; i++)
+            for (int kind = 0; kind < BM_ACT_COUNT; kind++)
+                if (kinds & (1u << kind))
+                    mm_act_copy_row((bm_act_kind)kind, d, &h, t0 + S[s].pairs[i] / k, f->gx, &f->gin, S[s].row + i);
     const bm_act g = mm_act(f->gx, &f->gin);
-    mm_job J[2];
-    int nj;
-    if (v->gate_up) { /* fused: rows 0..f-1 gate, f..2f-1 up */
-        const bmoe_expert_part *gu = &P[BMOE_EXP_GATE_UP];
-        mm_job j = { v->gate_up, gu->type, gu->row_bytes, gu->n_in, gu->n_out, g, f->eg, n, NULL, 0 };
-        J[0] = j, nj = 1;
-    } else {
-        const bmoe_expert_part *pg = &P[BMOE_EXP_GATE], *pu = &P[BMOE_EXP_UP];
-        mm_job jg = { v->gate, pg->type, pg->row_bytes, pg->n_in, pg->n_out, g, f->eg, n, NULL, 0 };
-        mm_job ju = { v->up, pu->type, pu->row_bytes, pu->n_in, pu->n_out, g, f->eu, n, NULL, 0 };
-        J[0] = jg, J[1] = ju, nj = 2;
+    mm_job *J = f->gjobs;
+    int nj = 0;
+    for (int s = 0; s < ns; s++) { /* fused: rows 0..f-1 gate, f..2f-1 up */
+        const bm_act a = bm_act_token(&g, d, S[s].row);
+        const size_t r = (size_t)S[s].row;
+        if (fused) {
+            const bmoe_expert_part *gu = &P[BMOE_EXP_GATE_UP];
+            J[nj++] = (mm_job){ S[s].v.gate_up, gu->type, gu->row_bytes, gu->n_in, gu->n_out, a, f->eg + r * gw, S[s].n, NULL, 0 };
+        } else {
+            const bmoe_expert_part *pg = &P[BMOE_EXP_GATE], *pu = &P[BMOE_EXP_UP];
+            J[nj++] = (mm_job){ S[s].v.gate, pg->type, pg->row_bytes, pg->n_in, pg->n_out, a, f->eg + r * fe, S[s].n, NULL, 0 };
+            J[nj++] = (mm_job){ S[s].v.up, pu->type, pu->row_bytes, pu->n_in, pu->n_out, a, f->eu + r * fe, S[s].n, NULL, 0 };
+        }
     }
     mm_run(f->pool, &f->kern, nj, J);
     /* per-expert biases (gpt-oss) before the activation, as experts_token adds them */
-    const float *gb = ly->exp_gate_b ? ly->exp_gate_b + (size_t)e * fe : NULL;
-    const float *ub = ly->exp_up_b ? ly->exp_up_b + (size_t)e * fe : NULL;
-    for (int i = 0; i < n && v->gate_up; i++) {
-        ops_add_bias_rows(f->eg + (size_t)i * 2 * fe, gb, 1, fe);
-        ops_add_bias_rows(f->eg + (size_t)i * 2 * fe + fe, ub, 1, fe);
+    for (int s = 0; s < ns && (ly->exp_gate_b || ly->exp_up_b); s++) {
+        const size_t e = (size_t)S[s].e, r = (size_t)S[s].row;
+        const float *gb = ly->exp_gate_b ? ly->exp_gate_b + e * fe : NULL;
+        const float *ub = ly->exp_up_b ? ly->exp_up_b + e * fe : NULL;
+        for (int i = 0; i < S[s].n && fused; i++) {
+            ops_add_bias_rows(f->eg + (r + (size_t)i) * gw, gb, 1, fe);
+            ops_add_bias_rows(f->eg + (r + (size_t)i) * gw + fe, ub, 1, fe);
+        }
+        if (!fused) ops_add_bias_rows(f->eg + r * fe, gb, S[s].n, fe), ops_add_bias_rows(f->eu + r * fe, ub, S[s].n, fe);
     }
-    if (!v->gate_up) ops_add_bias_rows(f->eg, gb, n, fe), ops_add_bias_rows(f->eu, ub, n, fe);
     const bmoe_expert_part *dn = &P[BMOE_EXP_DOWN];
-    hidden_job H = { f, v->gate_up != NULL, fe, mm_act_kind(dn->type) };
-    run_rows(f, n, 2 * fe, hidden_rows, &H);
-    /* down: token i's output goes straight to its pair's row */
-    mm_job jd = { v->down, dn->type, dn->row_bytes, dn->n_in, dn->n_out, mm_act(f->eu, &f->din), f->ko, n, pairs, d };
-    mm_run(f->pool, &f->kern, 1, &jd);
-    for (int i = 0; i < n && (ly->exp_out_s || ly->exp_down_b); i++) {
-        float *y = f->ko + (size_t)pairs[i] * d;
-        if (ly->exp_out_s) ops_scale_rows(y, ly->exp_out_s[e], 1, d); /* gemma4's per-expert scale */
-        ops_add_bias_rows(y, ly->exp_down_b ? ly->exp_down_b + (size_t)e * d : NULL, 1, d);
-    }
+    hidden_job H = { f, fused, fe, mm_act_kind(dn->type) };
+    run_rows(f, rows, 2 * fe, hidden_rows, &H);
+    /* down: each pair's output goes straight to its row of ko */
+    const bm_act u = mm_act(f->eu, &f->din);
+    for (int s = 0; s < ns; s++)
+        J[s] = (mm_job){ S[s].v.down, dn->type, dn->row_bytes, dn->n_in, dn->n_out, bm_act_token(&u, fe, S[s].row), f->ko,
+                         S[s].n, S[s].pairs, d };
+    mm_run(f->pool, &f->kern, ns, J);
+    for (int s = 0; s < ns && (ly->exp_out_s || ly->exp_down_b); s++)
+        for (int i = 0; i < S[s].n; i++) {
+            const size_t e = (size_t)S[s].e;
+            float *y = f->ko + (size_t)S[s].pairs[i] * d;
+            if (ly->exp_out_s) ops_scale_rows(y, ly->exp_out_s[e], 1, d); /* gemma4's per-expert scale */
+            ops_add_bias_rows(y, ly->exp_down_b ? ly->exp_down_b + e * d : NULL, 1, d);
+        }
 }
 
 /* moe[t] += w[t,s] * ko[pair (t, s)] for s = 0..k-1 in order, for the pass's tokens t0 + i. */
@@ -611,21 +660,33 @@ static int experts_batch(bmoe_forward *f, int il, int T, char *err, size_t errle
         for (int e = 0, acc = 0; e < E; e++) { f->start[e] = acc; acc += f->cnt[e]; }
         for (int p = 0; p < np; p++) f->order[f->start[ids[p]]++] = p;
         for (int e = 0, acc = 0; e < E; e++) { f->start[e] = acc; acc += f->cnt[e]; }
+        /* the experts in ascending id, in groups of at most MOE_GROUP_EXPERTS slices and moe_pass rows (an
+         * expert with more pairs than that, possible only when a token routes it in several slots, is
+         * split into slices) */
+        expert_slice *S = f->slices;
+        int ns = 0, rows = 0;
         for (int e = 0; e < E; e++) {
-            if (f->cnt[e] == 0) continue;
-            bmoe_expert_view v;
-            int rc = f->seam->experts.view(f->seam->experts.self, il, e, &v);
-            if (rc) {
-                snprintf(err, errlen, "expert source failed for layer %d expert %d", il, e);
-                return rc;
-            }
-            if ((rc = check_view(&v, il, e, err, errlen))) return rc;
-            /* at most moe_pass rows at a time (more only when a token routes e in several slots) */
+            bmoe_expert_view v = { 0 };
             for (int off = 0; off < f->cnt[e]; off += f->moe_pass) {
                 int n = f->cnt[e] - off < f->moe_pass ? f->cnt[e] - off : f->moe_pass;
-                expert_rows(f, ly, e, &v, f->order + f->start[e] + off, n, t0);
+                if (ns == MOE_GROUP_EXPERTS || rows + n > f->moe_pass) {
+                    experts_group(f, ly, S, ns, rows, t0);
+                    ns = rows = 0;
+                }
+                if (off == 0) {
+                    int rc = f->seam->experts.view(f->seam->experts.self, il, e, &v);
+                    if (rc) {
+                        snprintf(err, errlen, "expert source failed for layer %d expert %d", il, e);
+                        return rc;
+                    }
+                    if ((rc = check_view(&v, ly, il, e, err, errlen))) return rc;
+                }
+                S[ns] = (expert_slice){ e, n, rows, f->order + f->start[e] + off, v };
+                rows += n;
+                ns++;
             }
         }
+        if (ns) experts_group(f, ly, S, ns, rows, t0);
         combine_job C = { f, t0 };
         run_rows(f, nt, (size_t)k * (size_t)d, combine_rows, &C);
     }
@@ -706,7 +767,7 @@ static int experts_token(bmoe_forward *f, int il, char *err, size_t errlen) {
             snprintf(err, errlen, "expert source failed for layer %d expert %d", il, e);
             return rc;
         }
-        if ((rc = check_view(v, il, e, err, errlen))) return rc;
+        if ((rc = check_view(v, ly, il, e, err, errlen))) return rc;
     }
     tok_experts_job J = { f, ly->exp_part, k, fe, (size_t)d };
     const bmoe_expert_part *P = ly->exp_part;
@@ -1070,6 +1131,8 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
     f->cnt = alloc_f(E, sizeof(int), &oom);
     f->start = alloc_f(E, sizeof(int), &oom);
     f->order = alloc_f(PK, sizeof(int), &oom);
+    f->slices = alloc_f(MOE_GROUP_EXPERTS, sizeof(expert_slice), &oom);
+    f->gjobs = alloc_f(2 * MOE_GROUP_EXPERTS, sizeof(mm_job), &oom);
     if (mm_qbuf_alloc(&f->gin, m->n_moe_layers > 0 ? PS : 1, D) || mm_qbuf_alloc(&f->din, m->n_moe_layers > 0 ? PS : 1, fe))
         oom = 1;
     f->scratch = alloc_f((size_t)pool_threads(pool) * (size_t)n_ctx, sizeof(float), &oom);
@@ -1123,7 +1186,7 @@ void forward_free(bmoe_forward *f) {
     free(f->rlog); free(f->rprob); free(f->w); free(f->ids);
     free(f->moe); free(f->gx); free(f->eg); free(f->eu); free(f->ko);
     mm_qbuf_free(&f->gin); mm_qbuf_free(&f->din); mm_qbuf_free(&f->xq); mm_qbuf_free(&f->kxq);
-    free(f->cnt); free(f->start); free(f->order); free(f->scratch);
+    free(f->cnt); free(f->start); free(f->order); free(f->slices); free(f->gjobs); free(f->scratch);
     free(f->keg); free(f->keu); free(f->keo); free(f->kv);
     free(f->qg); free(f->rin); free(f->rcv); free(f->rz); free(f->ro); free(f->ralpha); free(f->rbeta); free(f->rtmp);
     free(f->rsel); free(f->gelu);

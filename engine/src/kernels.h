@@ -147,6 +147,8 @@ void bm_dot_f32_rows_scalar(const float *q, const float *k, size_t ldk, size_t n
 void bm_weighted_rows_scalar(const float *p, int nj, const float *v, size_t ldv, size_t n, float *out);
 void bm_dot_f32_rows_avx2(const float *q, const float *k, size_t ldk, size_t n, int nk, float *out);
 void bm_weighted_rows_avx2(const float *p, int nj, const float *v, size_t ldv, size_t n, float *out);
+void bm_dot_f32_rows_avx512(const float *q, const float *k, size_t ldk, size_t n, int nk, float *out);
+void bm_weighted_rows_avx512(const float *p, int nj, const float *v, size_t ldv, size_t n, float *out);
 void bm_dot_f32_rows_neon(const float *q, const float *k, size_t ldk, size_t n, int nk, float *out);
 void bm_weighted_rows_neon(const float *p, int nj, const float *v, size_t ldv, size_t n, float *out);
 

@@ -6,7 +6,8 @@
  * folding each key's lanes one by one, transpose them so that one vector add per step of the tree
  * folds every key at once; each key's adds are still its own, in the tree's order. The weighted sum of
  * the values is out[c] = sum over j of p[j] * v_j[c] from 0 in increasing j, a separate multiply and
- * add per step, vectorised across c (columns are independent, so the order per column is unchanged). */
+ * add per step, vectorised across c (columns are independent, so the order per column is unchanged).
+ * The AVX-512 path does the same with sixteen lanes (below). */
 #include "kernels.h"
 
 #include "kernels_lanes.h"
@@ -113,6 +114,65 @@ AVX2_FN void bm_weighted_rows_avx2(const float *p, int nj, const float *v, size_
         _mm256_storeu_ps(out + c0, a);
     }
     if (c0 < n) bm_weighted_rows_scalar(p, nj, v + c0, ldv, n - c0, out + c0);
+}
+
+/* AVX-512 F (the avx512-vnni path): sixteen lanes, the same order. A score's lanes are still element
+ * i mod 8 of one key: a 512-bit register holds two keys' eight lanes side by side (key j in the low
+ * half, key j + 8 in the high half, the query's eight values in both), so one multiply and one add
+ * advance two keys' lanes exactly as two 256-bit ones would; the halves then go through AVX2's
+ * transpose and tree. The weighted sum's columns are independent: sixteen per register. */
+#define AVX512_FN __attribute__((target("avx2,f16c,avx512f")))
+
+/* [a | b] and the halves back, with AVX-512 F's 64-bit-lane moves (the bits move unchanged). */
+AVX512_FN static inline __m512 halves(__m256 a, __m256 b) {
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(a)), _mm256_castps_pd(b), 1));
+}
+AVX512_FN static inline __m256 high_half(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+
+AVX512_FN void bm_dot_f32_rows_avx512(const float *q, const float *k, size_t ldk, size_t n, int nk, float *out) {
+    int j = 0;
+    if (n % 8 == 0)
+        for (; j + 16 <= nk; j += 16) {
+            const float *kj = k + (size_t)j * ldk;
+            __m512 acc[8];
+            for (int r = 0; r < 8; r++) acc[r] = _mm512_setzero_ps();
+            for (size_t i = 0; i < n; i += 8) {
+                const __m256 q8 = _mm256_loadu_ps(q + i);
+                const __m512 qv = halves(q8, q8);
+                for (int r = 0; r < 8; r++) {
+                    const float *kr = kj + (size_t)r * ldk + i;
+                    const __m512 kv = halves(_mm256_loadu_ps(kr), _mm256_loadu_ps(kr + 8 * ldk));
+                    acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(qv, kv));
+                }
+            }
+            __m256 lo[8], hi[8], c[8];
+            for (int r = 0; r < 8; r++) lo[r] = _mm512_castps512_ps256(acc[r]), hi[r] = high_half(acc[r]);
+            transpose8(lo, c);
+            _mm256_storeu_ps(out + j, tree8(c));
+            transpose8(hi, c);
+            _mm256_storeu_ps(out + j + 8, tree8(c));
+        }
+    if (j < nk) bm_dot_f32_rows_avx2(q, k + (size_t)j * ldk, ldk, n, nk - j, out + j);
+}
+
+AVX512_FN void bm_weighted_rows_avx512(const float *p, int nj, const float *v, size_t ldv, size_t n, float *out) {
+    size_t c0 = 0;
+    for (; c0 + 64 <= n; c0 += 64) { /* 64 columns in four registers, over every j */
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int j = 0; j < nj; j++) {
+            const float *vj = v + (size_t)j * ldv + c0;
+            const __m512 pj = _mm512_set1_ps(p[j]);
+            a0 = _mm512_add_ps(a0, _mm512_mul_ps(pj, _mm512_loadu_ps(vj)));
+            a1 = _mm512_add_ps(a1, _mm512_mul_ps(pj, _mm512_loadu_ps(vj + 16)));
+            a2 = _mm512_add_ps(a2, _mm512_mul_ps(pj, _mm512_loadu_ps(vj + 32)));
+            a3 = _mm512_add_ps(a3, _mm512_mul_ps(pj, _mm512_loadu_ps(vj + 48)));
+        }
+        _mm512_storeu_ps(out + c0, a0);
+        _mm512_storeu_ps(out + c0 + 16, a1);
+        _mm512_storeu_ps(out + c0 + 32, a2);
+        _mm512_storeu_ps(out + c0 + 48, a3);
+    }
+    if (c0 < n) bm_weighted_rows_avx2(p, nj, v + c0, ldv, n - c0, out + c0);
 }
 
 #endif

@@ -164,28 +164,29 @@ static void mm_rows(const mm_job *J, const bm_kernels *k, int j0, int j1, int ti
 
 typedef struct {
     const bm_kernels *k;
-    int n;
+    int n, rows;
     const mm_job *mm;
-    int end[MM_MAX_JOBS]; /* cumulative row counts */
 } mm_multi_job;
 
+/* Items are the jobs' rows one after another: job m's rows follow job m-1's. */
 static void mm_multi_rows(void *ctx, int i0, int i1, int tid) {
     const mm_multi_job *M = ctx;
-    for (int m = 0, base = 0; m < M->n; base = M->end[m], m++) {
-        int a = i0 > base ? i0 : base, b = i1 < M->end[m] ? i1 : M->end[m];
+    for (int m = 0, base = 0; m < M->n && base < i1; m++) {
+        int end = base + (int)M->mm[m].n_out, a = i0 > base ? i0 : base, b = i1 < end ? i1 : end;
         if (a < b) mm_rows(&M->mm[m], M->k, a - base, b - base, tid);
+        base = end;
     }
 }
 
 void mm_run(bmoe_pool *pool, const bm_kernels *k, int n, const mm_job *jobs) {
-    mm_multi_job M = {k, n, jobs, {0}};
+    mm_multi_job M = {k, n, 0, jobs};
     size_t bytes = 0;
     for (int m = 0; m < n; m++) {
-        M.end[m] = (m ? M.end[m - 1] : 0) + (int)jobs[m].n_out;
+        M.rows += (int)jobs[m].n_out;
         bytes += (size_t)jobs[m].T * jobs[m].n_out * jobs[m].row_bytes;
     }
     /* Too small to amortise waking the pool: the caller runs it. Same rows, same code, so the result is
      * the same either way. */
-    if (bytes < MM_PARALLEL_MIN_BYTES) mm_multi_rows(&M, 0, M.end[n - 1], 0);
-    else pool_run(pool, M.end[n - 1], mm_multi_rows, &M);
+    if (bytes < MM_PARALLEL_MIN_BYTES) mm_multi_rows(&M, 0, M.rows, 0);
+    else pool_run(pool, M.rows, mm_multi_rows, &M);
 }

@@ -57,9 +57,9 @@ typedef struct {
     size_t ldy;
 } mm_job;
 
-/* Runs n (1 .. MM_MAX_JOBS) matmuls as one pool job over all their rows (one wake-up instead of one
- * each), or on the caller when together they touch too few weight bytes to be worth it. */
-#define MM_MAX_JOBS 4
+/* Runs n (>= 1) matmuls as one pool job over all their rows (one wake-up and one barrier instead of
+ * one each: q, k and v; gate and up; a group of experts' matrices), or on the caller when together
+ * they touch too few weight bytes to be worth it. */
 void mm_run(bmoe_pool *pool, const bm_kernels *k, int n, const mm_job *jobs);
 
 /* The activation format of a weight type (every type a model binds has a row). */
