@@ -55,7 +55,7 @@ struct bmoe_forward {
     float *keg, *keu, *keo;       /* one token's k experts at once: [k,2f], [k,f], [k,d] */
     mm_qbuf kxq;                  /* their hidden rows quantised [k, f] */
     bmoe_expert_view *kv;         /* their views [k] */
-    float *scratch;               /* attention scores, [threads][n_ctx] */
+    float *scratch;               /* attention scores, [threads][2][n_ctx] (a pair of heads) */
     float *xl;                    /* normed rows for the output matmul [T, d] */
     mm_qbuf xq;                   /* a matmul input quantised [T, in_max] */
     size_t in_max;                /* the widest matmul input */
@@ -287,30 +287,44 @@ static void qk_rows(void *ctx, int t0, int t1, int tid) {
     }
 }
 
-/* Per (head, position): causal softmax attention over the cache. Items go head by head (item i is
- * position i mod T of head i / T), so a thread's run of items walks one head's keys and values over
- * and over while they are in cache, not every head's for one position; the order changes no value.
- * Each score is dot_f32(q, k_j) * scale (the kernels' dot_f32_rows, eight keys at a time), the
- * softmax runs in index order, and the output is sum_j p_j v_j in increasing j (weighted_rows). */
+/* The heads that share a KV group are taken in pairs where the kernel path can do two queries at once
+ * (dot_f32_rows2, weighted_rows2: each key and value is loaded once for both); else one at a time. */
+static int heads_per_unit(const bmoe_forward *f, int group) {
+    return group >= 2 && f->kern.dot_f32_rows2 && f->kern.weighted_rows2 ? 2 : 1;
+}
+
+/* Per (unit of heads, position): causal softmax attention over the cache. A unit is one head, or two
+ * heads of one KV group (heads_per_unit). Items go unit by unit (item i is position i mod T of unit
+ * i / T), so a thread's run of items walks one group's keys and values over and over while they are
+ * in cache, not every head's for one position; the order changes no value. Each score is
+ * dot_f32(q, k_j) * scale (the kernels' dot_f32_rows, eight keys at a time), the softmax runs in index
+ * order, and the output is sum_j p_j v_j in increasing j (weighted_rows): a pair's outputs have the
+ * one-head functions' bits. */
 static void attn_heads(void *ctx, int i0, int i1, int tid) {
     const attn_job *J = ctx;
     bmoe_forward *f = J->f;
     const bmoe_hparams *hp = &f->m->hp;
-    int hd = J->hd, hdv = J->hdv, group = J->H / J->Hkv;
+    const int hd = J->hd, hdv = J->hdv, group = J->H / J->Hkv, per = heads_per_unit(f, group);
+    const int units = (group + per - 1) / per; /* per KV group */
     float scale = (float)hp->attn_scale; /* 1/sqrt(head dim), or the recipe's (model.c) */
-    float *sc = f->scratch + (size_t)tid * f->n_ctx;
-    const float *kc = J->kc, *vc = J->vc;
+    float *sc[2] = { f->scratch + (size_t)tid * 2 * f->n_ctx, f->scratch + ((size_t)tid * 2 + 1) * f->n_ctx };
     for (int i = i0; i < i1; i++) {
-        int h = i / J->T, t = i % J->T, g = h / group, p = J->pos0 + t;
+        int unit = i / J->T, t = i % J->T, g = unit / units, h0 = g * group + unit % units * per, p = J->pos0 + t;
+        int nh = group - (h0 - g * group) < per ? group - (h0 - g * group) : per;
         /* a sliding-window layer sees the n_swa latest positions (p - j < n_swa) */
         int j0 = J->ly->is_swa && p - hp->n_swa + 1 > 0 ? p - hp->n_swa + 1 : 0, n = p + 1 - j0;
-        const float *q = f->q + (size_t)t * J->qd + (size_t)h * hd;
-        f->kern.dot_f32_rows(q, kc + (size_t)j0 * J->kvd + (size_t)g * hd, J->kvd, (size_t)hd, n, sc);
-        for (int j = 0; j < n; j++) sc[j] *= scale;
-        if (J->ly->attn_sinks) softmax_sink(&f->kern, sc, n, J->ly->attn_sinks[h]);
-        else softmax(&f->kern, sc, n);
-        f->kern.weighted_rows(sc, n, vc + (size_t)j0 * J->vd + (size_t)g * hdv, J->vd, (size_t)hdv,
-                              f->att + (size_t)t * J->od + (size_t)h * hdv);
+        const float *q = f->q + (size_t)t * J->qd + (size_t)h0 * hd, *kg = J->kc + (size_t)j0 * J->kvd + (size_t)g * hd;
+        const float *vg = J->vc + (size_t)j0 * J->vd + (size_t)g * hdv;
+        float *out = f->att + (size_t)t * J->od + (size_t)h0 * hdv;
+        if (nh == 2) f->kern.dot_f32_rows2(q, q + hd, kg, J->kvd, (size_t)hd, n, sc[0], sc[1]);
+        else f->kern.dot_f32_rows(q, kg, J->kvd, (size_t)hd, n, sc[0]);
+        for (int u = 0; u < nh; u++) {
+            for (int j = 0; j < n; j++) sc[u][j] *= scale;
+            if (J->ly->attn_sinks) softmax_sink(&f->kern, sc[u], n, J->ly->attn_sinks[h0 + u]);
+            else softmax(&f->kern, sc[u], n);
+        }
+        if (nh == 2) f->kern.weighted_rows2(sc[0], sc[1], n, vg, J->vd, (size_t)hdv, out, out + hdv);
+        else f->kern.weighted_rows(sc[0], n, vg, J->vd, (size_t)hdv, out);
     }
 }
 
@@ -343,7 +357,8 @@ static void attention(bmoe_forward *f, int il, int T, int pos0) {
     ops_add_bias_rows(f->k, ly->attn_k_b, T, J.kvd);
     ops_add_bias_rows(f->v, ly->attn_v_b, T, J.vd);
     pool_run(f->pool, T, qk_rows, &J);
-    pool_run(f->pool, T * J.H, attn_heads, &J);
+    const int group = J.H / J.Hkv, per = heads_per_unit(f, group);
+    pool_run(f->pool, T * J.Hkv * ((group + per - 1) / per), attn_heads, &J);
     if (gated) /* the output gate: each head's output times sigmoid(gate) (head dims equal: od == qd) */
         for (size_t i = 0; i < (size_t)T * J.od; i++)
             f->att[i] = f->att[i] * (float)(1.0 / (1.0 + bm_exp(-(double)f->qg[i])));
@@ -1135,7 +1150,7 @@ int forward_create(bmoe_forward **out, const bmoe_model *m, bmoe_pool *pool, con
     f->gjobs = alloc_f(2 * MOE_GROUP_EXPERTS, sizeof(mm_job), &oom);
     if (mm_qbuf_alloc(&f->gin, m->n_moe_layers > 0 ? PS : 1, D) || mm_qbuf_alloc(&f->din, m->n_moe_layers > 0 ? PS : 1, fe))
         oom = 1;
-    f->scratch = alloc_f((size_t)pool_threads(pool) * (size_t)n_ctx, sizeof(float), &oom);
+    f->scratch = alloc_f((size_t)pool_threads(pool) * 2 * (size_t)n_ctx, sizeof(float), &oom);
     /* the recurrent and gated-attention scratch */
     size_t HvS = (size_t)hp->ssm_heads * (size_t)hp->ssm_state;
     f->rin_w = (size_t)(2 * hp->ssm_groups + hp->ssm_heads) * (size_t)hp->ssm_state;

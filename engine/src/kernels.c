@@ -379,7 +379,10 @@ static int fill(bm_kpath p, bm_kernels *k) {
     k->weighted_rows = bm_weighted_rows_scalar;
 #if defined(__x86_64__)
     if (p == BM_KPATH_AVX2) k->dot_f32_rows = bm_dot_f32_rows_avx2, k->weighted_rows = bm_weighted_rows_avx2;
-    if (p == BM_KPATH_AVX512) k->dot_f32_rows = bm_dot_f32_rows_avx512, k->weighted_rows = bm_weighted_rows_avx512;
+    if (p == BM_KPATH_AVX512) {
+        k->dot_f32_rows = bm_dot_f32_rows_avx512, k->weighted_rows = bm_weighted_rows_avx512;
+        k->dot_f32_rows2 = bm_dot_f32_rows2_avx512, k->weighted_rows2 = bm_weighted_rows2_avx512;
+    }
 #endif
 #if defined(__aarch64__)
     if (p == BM_KPATH_NEON || p == BM_KPATH_NEON_DOT)

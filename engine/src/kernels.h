@@ -79,6 +79,13 @@ typedef struct bm_kernels {
      * a separate multiply and add per step. */
     void (*dot_f32_rows)(const float *q, const float *k, size_t ldk, size_t n, int nk, float *out);
     void (*weighted_rows)(const float *p, int nj, const float *v, size_t ldv, size_t n, float *out);
+    /* The same for two queries against the same keys and values (two heads of one KV group), each
+     * output with the one-query function's bits; NULL on a path without them (then the one-query
+     * functions run twice). */
+    void (*dot_f32_rows2)(const float *q0, const float *q1, const float *k, size_t ldk, size_t n, int nk, float *out0,
+                          float *out1);
+    void (*weighted_rows2)(const float *p0, const float *p1, int nj, const float *v, size_t ldv, size_t n, float *out0,
+                           float *out1);
     /* bm_quantize_q8_0's / bm_quantize_q8_1's result, exactly (the SIMD paths vectorise the per-value
      * steps) */
     void (*quantize_q8_0)(const float *x, size_t n, int8_t *xq, float *xd);
@@ -149,6 +156,10 @@ void bm_dot_f32_rows_avx2(const float *q, const float *k, size_t ldk, size_t n, 
 void bm_weighted_rows_avx2(const float *p, int nj, const float *v, size_t ldv, size_t n, float *out);
 void bm_dot_f32_rows_avx512(const float *q, const float *k, size_t ldk, size_t n, int nk, float *out);
 void bm_weighted_rows_avx512(const float *p, int nj, const float *v, size_t ldv, size_t n, float *out);
+void bm_dot_f32_rows2_avx512(const float *q0, const float *q1, const float *k, size_t ldk, size_t n, int nk,
+                             float *out0, float *out1);
+void bm_weighted_rows2_avx512(const float *p0, const float *p1, int nj, const float *v, size_t ldv, size_t n,
+                              float *out0, float *out1);
 void bm_dot_f32_rows_neon(const float *q, const float *k, size_t ldk, size_t n, int nk, float *out);
 void bm_weighted_rows_neon(const float *p, int nj, const float *v, size_t ldv, size_t n, float *out);
 

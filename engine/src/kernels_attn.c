@@ -155,6 +155,73 @@ AVX512_FN void bm_dot_f32_rows_avx512(const float *q, const float *k, size_t ldk
     if (j < nk) bm_dot_f32_rows_avx2(q, k + (size_t)j * ldk, ldk, n, nk - j, out + j);
 }
 
+/* Two queries against the same keys (two heads of one KV group at one position): a register holds
+ * query 0's eight lanes of one key in its low half and query 1's in its high half, so each key is
+ * loaded once (a broadcast) for both, and nothing is shuffled per key. Each query's lanes, transpose
+ * and tree are the one-query function's. */
+AVX512_FN void bm_dot_f32_rows2_avx512(const float *q0, const float *q1, const float *k, size_t ldk, size_t n, int nk,
+                                       float *out0, float *out1) {
+    int j = 0;
+    if (n % 8 == 0)
+        for (; j + 8 <= nk; j += 8) {
+            const float *kj = k + (size_t)j * ldk;
+            __m512 acc[8];
+            for (int r = 0; r < 8; r++) acc[r] = _mm512_setzero_ps();
+            for (size_t i = 0; i < n; i += 8) {
+                const __m512 qq = halves(_mm256_loadu_ps(q0 + i), _mm256_loadu_ps(q1 + i));
+                for (int r = 0; r < 8; r++) {
+                    const __m512 kv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_loadu_pd((const double *)(kj + (size_t)r * ldk + i))));
+                    acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(qq, kv));
+                }
+            }
+            __m256 lo[8], hi[8], c[8];
+            for (int r = 0; r < 8; r++) lo[r] = _mm512_castps512_ps256(acc[r]), hi[r] = high_half(acc[r]);
+            transpose8(lo, c);
+            _mm256_storeu_ps(out0 + j, tree8(c));
+            transpose8(hi, c);
+            _mm256_storeu_ps(out1 + j, tree8(c));
+        }
+    if (j < nk) {
+        bm_dot_f32_rows_avx512(q0, k + (size_t)j * ldk, ldk, n, nk - j, out0 + j);
+        bm_dot_f32_rows_avx512(q1, k + (size_t)j * ldk, ldk, n, nk - j, out1 + j);
+    }
+}
+
+/* Two queries' weighted sums of the same values: each value is loaded once for both. */
+AVX512_FN void bm_weighted_rows2_avx512(const float *p0, const float *p1, int nj, const float *v, size_t ldv, size_t n,
+                                        float *out0, float *out1) {
+    size_t c0 = 0;
+    for (; c0 + 64 <= n; c0 += 64) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+        for (int j = 0; j < nj; j++) {
+            const float *vj = v + (size_t)j * ldv + c0;
+            const __m512 pa = _mm512_set1_ps(p0[j]), pb = _mm512_set1_ps(p1[j]);
+            const __m512 v0 = _mm512_loadu_ps(vj), v1 = _mm512_loadu_ps(vj + 16), v2 = _mm512_loadu_ps(vj + 32),
+                         v3 = _mm512_loadu_ps(vj + 48);
+            a0 = _mm512_add_ps(a0, _mm512_mul_ps(pa, v0));
+            a1 = _mm512_add_ps(a1, _mm512_mul_ps(pa, v1));
+            a2 = _mm512_add_ps(a2, _mm512_mul_ps(pa, v2));
+            a3 = _mm512_add_ps(a3, _mm512_mul_ps(pa, v3));
+            b0 = _mm512_add_ps(b0, _mm512_mul_ps(pb, v0));
+            b1 = _mm512_add_ps(b1, _mm512_mul_ps(pb, v1));
+            b2 = _mm512_add_ps(b2, _mm512_mul_ps(pb, v2));
+            b3 = _mm512_add_ps(b3, _mm512_mul_ps(pb, v3));
+        }
+        _mm512_storeu_ps(out0 + c0, a0);
+        _mm512_storeu_ps(out0 + c0 + 16, a1);
+        _mm512_storeu_ps(out0 + c0 + 32, a2);
+        _mm512_storeu_ps(out0 + c0 + 48, a3);
+        _mm512_storeu_ps(out1 + c0, b0);
+        _mm512_storeu_ps(out1 + c0 + 16, b1);
+        _mm512_storeu_ps(out1 + c0 + 32, b2);
+        _mm512_storeu_ps(out1 + c0 + 48, b3);
+    }
+    if (c0 < n) {
+        bm_weighted_rows_avx512(p0, nj, v + c0, ldv, n - c0, out0 + c0);
+        bm_weighted_rows_avx512(p1, nj, v + c0, ldv, n - c0, out1 + c0);
+    }
+}
+
 AVX512_FN void bm_weighted_rows_avx512(const float *p, int nj, const float *v, size_t ldv, size_t n, float *out) {
     size_t c0 = 0;
     for (; c0 + 64 <= n; c0 += 64) { /* 64 columns in four registers, over every j */

@@ -16,6 +16,12 @@
  * each group of tokens is read once per tile, not once per row; y is written in runs of a tile. */
 #define MM_ROW_TILE 8
 
+/* Rows per block of the tile path: a block's token tiles run one after another over its row tiles,
+ * so the block's weights (a few KiB per tile) stay in cache across token tiles, and each token's
+ * outputs of the block fill whole cache lines of y at once. Visiting every tile of one row tile's
+ * tokens first instead scattered 32-byte writes over T rows of y: 6 % of a 1024-token prefill. */
+#define MM_ROW_BLOCK 64
+
 /* Weight streams one thread reads side by side in a decode matmul. */
 #define MM_STREAMS 4
 
@@ -117,19 +123,22 @@ static void mm_rows(const mm_job *J, const bm_kernels *k, int j0, int j1, int ti
          * BM_TILE_T tokens per call (a last lone token with the one-token kernel), each output with the
          * one-token kernel's bits. */
         const bm_dot_tile_fn tile = k->dot_tile[J->type];
-        for (int r0 = j0; r0 < j1; r0 += BM_TILE_R) {
-            int nr = j1 - r0 < BM_TILE_R ? j1 - r0 : BM_TILE_R;
-            const uint8_t *rows = J->w + (size_t)r0 * J->row_bytes;
+        for (int b0 = j0; b0 < j1; b0 += MM_ROW_BLOCK) {
+            const int b1 = j1 - b0 < MM_ROW_BLOCK ? j1 : b0 + MM_ROW_BLOCK;
             for (int t = 0; t < J->T; t += BM_TILE_T) {
                 int nt = J->T - t < BM_TILE_T ? J->T - t : BM_TILE_T;
                 const bm_act at = bm_act_token(&J->a, n, t);
-                float o[BM_TILE_R * BM_TILE_T];
-                if (nt == 1)
-                    for (int r = 0; r < nr; r++) o[r * BM_TILE_T] = row_dot(k, J->type, rows + (size_t)r * J->row_bytes, &at, n);
-                else tile(rows, J->row_bytes, nr, &at, n, nt, o);
-                for (int u = 0; u < nt; u++) {
-                    float *y = out_row(J, t + u);
-                    for (int r = 0; r < nr; r++) y[r0 + r] = o[r * BM_TILE_T + u];
+                for (int r0 = b0; r0 < b1; r0 += BM_TILE_R) {
+                    int nr = b1 - r0 < BM_TILE_R ? b1 - r0 : BM_TILE_R;
+                    const uint8_t *rows = J->w + (size_t)r0 * J->row_bytes;
+                    float o[BM_TILE_R * BM_TILE_T];
+                    if (nt == 1)
+                        for (int r = 0; r < nr; r++) o[r * BM_TILE_T] = row_dot(k, J->type, rows + (size_t)r * J->row_bytes, &at, n);
+                    else tile(rows, J->row_bytes, nr, &at, n, nt, o);
+                    for (int u = 0; u < nt; u++) {
+                        float *y = out_row(J, t + u);
+                        for (int r = 0; r < nr; r++) y[r0 + r] = o[r * BM_TILE_T + u];
+                    }
                 }
             }
         }

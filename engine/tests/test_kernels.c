@@ -646,6 +646,22 @@ static void test_attention_loops(void) {
                 if (!same) printf("  dot_f32_rows: path %s, n %zu, nk %d differs\n", bm_kpath_name(paths[pth].path), n, nk);
                 CHECK(same);
             }
+            /* two queries at once (dot_f32_rows2, where a path has it): each the one-query bits */
+            static float q1[HD], got1[NK + 8];
+            for (int i = 0; i < HD; i++) q1[i] = fvalue();
+            for (int pth = 0; pth < n_paths; pth++) {
+                if (!paths[pth].dot_f32_rows2) continue;
+                memset(got, 0xff, sizeof got);
+                memset(got1, 0xff, sizeof got1);
+                paths[pth].dot_f32_rows2(q, q1, k, LD, n, nk, got, got1);
+                int same = bits_of(got[nk]) == 0xffffffffu && bits_of(got1[nk]) == 0xffffffffu;
+                for (int j = 0; j < nk; j++) {
+                    same &= bits_of(got[j]) == bits_of(want[j]);
+                    same &= bits_of(got1[j]) == bits_of(paths[0].dot_f32(q1, k + (size_t)j * LD, n));
+                }
+                if (!same) printf("  dot_f32_rows2: path %s, n %zu, nk %d differs\n", bm_kpath_name(paths[pth].path), n, nk);
+                CHECK(same);
+            }
             size_t nv = n * 8 + (size_t)rep; /* value widths past the 32- and 16-column steps too */
             if (nv > LD) nv = LD;
             for (size_t c = 0; c < nv; c++) {
@@ -658,6 +674,22 @@ static void test_attention_loops(void) {
                 int same = bits_of(o[nv]) == 0xffffffffu;
                 for (size_t c = 0; c < nv; c++) same &= bits_of(o[c]) == bits_of(w[c]);
                 if (!same) printf("  weighted_rows: path %s, n %zu, nj %d differs\n", bm_kpath_name(paths[pth].path), nv, nk);
+                CHECK(same);
+            }
+            static float p1[NK], o1[LD + 8], w1[LD];
+            for (int j = 0; j < nk; j++) p1[j] = frand();
+            for (size_t c = 0; c < nv; c++) {
+                w1[c] = 0.0f;
+                for (int j = 0; j < nk; j++) w1[c] += p1[j] * v[(size_t)j * LD + c];
+            }
+            for (int pth = 0; pth < n_paths; pth++) {
+                if (!paths[pth].weighted_rows2) continue;
+                memset(o, 0xff, sizeof o);
+                memset(o1, 0xff, sizeof o1);
+                paths[pth].weighted_rows2(p, p1, nk, v, LD, nv, o, o1);
+                int same = bits_of(o[nv]) == 0xffffffffu && bits_of(o1[nv]) == 0xffffffffu;
+                for (size_t c = 0; c < nv; c++) same &= bits_of(o[c]) == bits_of(w[c]) && bits_of(o1[c]) == bits_of(w1[c]);
+                if (!same) printf("  weighted_rows2: path %s, n %zu, nj %d differs\n", bm_kpath_name(paths[pth].path), nv, nk);
                 CHECK(same);
             }
         }
