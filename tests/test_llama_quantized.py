@@ -24,6 +24,7 @@ in a child process (a crash of it must not take pytest down), without its weight
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -143,17 +144,20 @@ def _cached(model: str, ftype: str) -> Path:
     root = Places.from_environ(os.environ).cache_dir() / "llama-quant" / key
     root.mkdir(parents=True, exist_ok=True)
     src = root / f"{spec.name}.gguf"
-    if not src.exists():
-        tmp = root / "tmp"
-        tmp.mkdir(exist_ok=True)
-        (made,) = write(spec, tmp)
-        made.replace(src)
     dst = root / f"{spec.name}-{ftype}.gguf"
-    if not dst.exists():
-        part = root / f".{dst.name}.part"
-        got = _child({"op": "quantize", "src": str(src), "dst": str(part), "ftype": ftype})
-        assert got["rc"] == 0, f"llama_model_quantize({ftype}) returned {got['rc']}"
-        part.replace(dst)
+    # one xdist worker at a time makes the files: two writing the same source model raced on its names
+    with open(root / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not src.exists():
+            tmp = root / "tmp"
+            tmp.mkdir(exist_ok=True)
+            (made,) = write(spec, tmp)
+            made.replace(src)
+        if not dst.exists():
+            part = root / f".{dst.name}.part"
+            got = _child({"op": "quantize", "src": str(src), "dst": str(part), "ftype": ftype})
+            assert got["rc"] == 0, f"llama_model_quantize({ftype}) returned {got['rc']}"
+            part.replace(dst)
     return dst
 
 

@@ -1,6 +1,6 @@
 /* x86_64 AVX-512 VNNI: prefill tiles of 8 weight rows x up to BM_TILE_T tokens, with the scalar path's
  * bits, for the types whose blocks are 32 signed 8-bit levels against Q8_0 activation blocks (Q8_0, Q4_0,
- * Q5_0) and for Q4_K and Q6_K against Q8_K super-blocks. A block's weights are unpacked once for all the tokens.
+ * Q5_0, IQ4_NL, MXFP4) and for Q4_K, Q5_K and Q6_K against Q8_K super-blocks. A block's weights are unpacked once for all the tokens.
  *
  * The AVX2 kernels spend most of a block on turning its 32 products into one integer sum (horizontal
  * adds across lanes). Here the lanes are the 8 rows instead: for one block b, register W_j holds bytes
@@ -32,10 +32,27 @@
 /* Blocks whose biased activations (x + 128) are staged at once per token: 8 x 32 bytes each. */
 #define TILE_CHUNK 8
 
-/* Block blk's 32 signed levels in one register (Q8_0 as stored, Q4_0 / Q5_0 unpacked). */
+/* Block blk's 32 signed levels in one register (Q8_0 as stored, Q4_0 / Q5_0 unpacked, IQ4_NL / MXFP4
+ * looked up in their table: 4-bit indices, values 0-15 in the low nibbles, 16-31 in the high ones). */
 VNNI_FN static inline __m256i levels32(uint32_t type, const uint8_t *blk) {
     if (type == GGML_TYPE_Q8_0) return _mm256_loadu_si256((const __m256i *)(blk + 2));
+    if (type == GGML_TYPE_IQ4_NL || type == GGML_TYPE_MXFP4) {
+        const int mx = type == GGML_TYPE_MXFP4;
+        const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)bm_nl4_table(mx)));
+        __m128i t = _mm_loadu_si128((const __m128i *)bm_nl4_qs(mx, blk));
+        return _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0xF)));
+    }
     return bm_x86_q45_0_levels(type, blk);
+}
+
+/* Bytes per block of the types blk32_tile takes. */
+static inline size_t blk32_bytes(uint32_t type) {
+    switch (type) {
+    case GGML_TYPE_Q8_0: return BMOE_Q8_0_BYTES;
+    case GGML_TYPE_IQ4_NL: return BMOE_IQ4_NL_BYTES;
+    case GGML_TYPE_MXFP4: return BMOE_MXFP4_BYTES;
+    default: return bm_q45_0_bytes(type);
+    }
 }
 
 /* The 8 x 8 transpose of dwords: out[j] lane r = dword j of in[r]. */
@@ -128,7 +145,7 @@ VNNI_INLINE void tile_finish(__m256 acc[][8], int nr, int nt, float *out) {
  * tile_block eight at a time. */
 VNNI_FN static void blk32_tile(uint32_t type, const uint8_t *w, size_t row_bytes, int nr, const bm_act *a, size_t n,
                                int nt, float *out) {
-    const size_t nb = n / BMOE_Q8_0_BLOCK, bb = type == GGML_TYPE_Q8_0 ? BMOE_Q8_0_BYTES : bm_q45_0_bytes(type);
+    const size_t nb = n / BMOE_Q8_0_BLOCK, bb = blk32_bytes(type);
     const uint8_t *rows[BM_TILE_R];
     for (int r = 0; r < BM_TILE_R; r++) rows[r] = w + (size_t)(r < nr ? r : 0) * row_bytes; /* spare lanes: row 0 */
     const __m256i ones = _mm256_set1_epi8(1), bias = _mm256_set1_epi8((char)0x80);
@@ -147,6 +164,7 @@ VNNI_FN static void blk32_tile(uint32_t type, const uint8_t *w, size_t row_bytes
         for (size_t b = c0; b < c1; b++) {
             __m256i lv[BM_TILE_R], wt[8];
             uint16_t sc[BM_TILE_R];
+            float scf[BM_TILE_R]; /* MXFP4: 2^(e - 128), exact */
 #pragma GCC unroll 8
             for (int r = 0; r < BM_TILE_R; r++) {
                 const uint8_t *blk = rows[r] + b * bb;
@@ -157,6 +175,7 @@ VNNI_FN static void blk32_tile(uint32_t type, const uint8_t *w, size_t row_bytes
 #else
                 sc[r] = bm_rd16(blk);
 #endif
+                if (type == GGML_TYPE_MXFP4) scf[r] = bm_e8m0_half(blk[0]);
             }
             transpose8(lv, wt);
             /* lane r: the sum of row r's 32 levels (two chains, added: exact) */
@@ -168,7 +187,8 @@ VNNI_FN static void blk32_tile(uint32_t type, const uint8_t *w, size_t row_bytes
                 ls1 = _mm256_dpbusd_epi32(ls1, ones, wt[j + 1]);
             }
             const __m256i corr = _mm256_slli_epi32(_mm256_add_epi32(ls0, ls1), 7);
-            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sc)); /* exact */
+            const __m256 dw = type == GGML_TYPE_MXFP4 ? _mm256_loadu_ps(scf)
+                                                      : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)sc)); /* exact */
             for (int t0 = 0; t0 < nt; t0 += 8)
 #ifndef BMOE_FAULT_MT_Q45_0_TOKEN_SCALES
                 tile_block_g(wt, corr, dw, xs[t0] + (b - c0) * BMOE_Q8_0_BLOCK, sizeof xs[0], a->d + (size_t)t0 * nb + b,
@@ -183,31 +203,21 @@ VNNI_FN static void blk32_tile(uint32_t type, const uint8_t *w, size_t row_bytes
     tile_finish(acc, nr, nt, out);
 }
 
-VNNI_FN static void dot_tile_q8_0(const uint8_t *w, size_t row_bytes, int nr, const bm_act *a, size_t n, int nt,
-                                  float *out) {
-    blk32_tile(GGML_TYPE_Q8_0, w, row_bytes, nr, a, n, nt, out);
-}
 
-VNNI_FN static void dot_tile_q4_0(const uint8_t *w, size_t row_bytes, int nr, const bm_act *a, size_t n, int nt,
-                                  float *out) {
-    blk32_tile(GGML_TYPE_Q4_0, w, row_bytes, nr, a, n, nt, out);
-}
 
-VNNI_FN static void dot_tile_q5_0(const uint8_t *w, size_t row_bytes, int nr, const bm_act *a, size_t n, int nt,
-                                  float *out) {
-    blk32_tile(GGML_TYPE_Q5_0, w, row_bytes, nr, a, n, nt, out);
-}
 
-/* ---- Q4_K against Q8_K super-blocks: the same rows-in-lanes scheme per sub-block of 32. The 4-bit
- * levels are unsigned, so vpdpbusd takes them as they are against the signed activations (no bias).
+
+
+/* ---- Q4_K and Q5_K against Q8_K super-blocks: the same rows-in-lanes scheme per sub-block of 32. The
+ * 4-bit levels (Q5_K: 5-bit, the fifth from qh) are unsigned, so vpdpbusd takes them as they are against the signed activations (no bias).
  * Per super-block b, row r and token t (kernels.h): is = sum_j sc_j * S_j with S_j the sub-block's
  * exact sum (vpmulld of the rows' scales, exact: |is| < 2^25), im = sum_j m_j * (bsum 2j + bsum 2j+1)
  * (vpmaddwd of the rows' mins in pairs against the token's pair of sums, exact), then bm_k4_value's
  * float steps lane-wise: (float)is * (d * d_x) - (float)im * (dmin * d_x) onto lane class b mod 8. */
 
-VNNI_FN static void k4_tile(const uint8_t *w, size_t row_bytes, int nr, const bm_act *a, size_t n, int NT,
-                            float *out) {
-    const size_t nb = n / BM_Q8K_BLOCK;
+VNNI_INLINE void k4_tile(const uint8_t *w, size_t row_bytes, int nr, const bm_act *a, size_t n, int NT, const int five,
+                         float *out) {
+    const size_t nb = n / BM_Q8K_BLOCK, bb = five ? BMOE_Q5_K_BYTES : BMOE_Q4_K_BYTES;
     const uint8_t *rows[BM_TILE_R];
     for (int r = 0; r < BM_TILE_R; r++) rows[r] = w + (size_t)(r < nr ? r : 0) * row_bytes; /* spare lanes: row 0 */
     const __m256i m4 = _mm256_set1_epi8(0xF);
@@ -222,15 +232,21 @@ VNNI_FN static void k4_tile(const uint8_t *w, size_t row_bytes, int nr, const bm
             __m256i lo[BM_TILE_R], hi[BM_TILE_R];
 #pragma GCC unroll 8
             for (int r = 0; r < BM_TILE_R; r++) {
-                __m256i q = _mm256_loadu_si256((const __m256i *)(rows[r] + b * BMOE_Q4_K_BYTES + 16 + 32 * jj));
+                const uint8_t *blk = rows[r] + b * bb;
+                __m256i q = _mm256_loadu_si256((const __m256i *)(blk + (five ? 48 : 16) + 32 * jj));
                 lo[r] = _mm256_and_si256(q, m4);
                 hi[r] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                if (five) { /* Q5_K: value i's fifth bit is bit 2jj (low) or 2jj + 1 (high) of qh byte i */
+                    const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 16)), one = _mm256_set1_epi8(1);
+                    lo[r] = _mm256_or_si256(lo[r], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * jj), one), 4));
+                    hi[r] = _mm256_or_si256(hi[r], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * jj + 1), one), 4));
+                }
             }
             transpose8(lo, wt[2 * jj]);
             transpose8(hi, wt[2 * jj + 1]);
         }
         for (int r = 0; r < BM_TILE_R; r++) {
-            const uint8_t *blk = rows[r] + b * BMOE_Q4_K_BYTES;
+            const uint8_t *blk = rows[r] + b * bb;
             uint8_t sc[8], m[8];
             bm_scales_mins_k4(blk + 4, sc, m);
             for (int j = 0; j < 8; j++) scv[j][r] = sc[j];
@@ -275,10 +291,7 @@ VNNI_FN static void k4_tile(const uint8_t *w, size_t row_bytes, int nr, const bm
     tile_finish(acc, nr, NT, out);
 }
 
-VNNI_FN static void dot_tile_q4_K(const uint8_t *w, size_t row_bytes, int nr, const bm_act *a, size_t n, int nt,
-                                  float *out) {
-    k4_tile(w, row_bytes, nr, a, n, nt, out);
-}
+
 
 /* ---- Q6_K against Q8_K super-blocks: the 6-bit levels go in unsigned (0..63) against the signed
  * activations; per sub-block j of 16, sum_i (q_i - 32) x_i = S_j - 32 * bsum_j, so
@@ -360,10 +373,21 @@ VNNI_FN static void k6_tile(const uint8_t *w, size_t row_bytes, int nr, const bm
     tile_finish(acc, nr, NT, out);
 }
 
-VNNI_FN static void dot_tile_q6_K(const uint8_t *w, size_t row_bytes, int nr, const bm_act *a, size_t n, int nt,
-                                  float *out) {
-    k6_tile(w, row_bytes, nr, a, n, nt, out);
-}
+
+/* The type table's tiles of this path (kernels.h, dot_tile), one wrapper per type. */
+#define VNNI_TILE(T, CALL)                                                                                 \
+    VNNI_FN static void dot_tile_##T(const uint8_t *w, size_t row_bytes, int nr, const bm_act *a, size_t n, int nt, \
+                                     float *out) {                                                         \
+        CALL;                                                                                              \
+    }
+VNNI_TILE(q8_0, blk32_tile(GGML_TYPE_Q8_0, w, row_bytes, nr, a, n, nt, out))
+VNNI_TILE(q4_0, blk32_tile(GGML_TYPE_Q4_0, w, row_bytes, nr, a, n, nt, out))
+VNNI_TILE(iq4_nl, blk32_tile(GGML_TYPE_IQ4_NL, w, row_bytes, nr, a, n, nt, out))
+VNNI_TILE(mxfp4, blk32_tile(GGML_TYPE_MXFP4, w, row_bytes, nr, a, n, nt, out))
+VNNI_TILE(q5_0, blk32_tile(GGML_TYPE_Q5_0, w, row_bytes, nr, a, n, nt, out))
+VNNI_TILE(q4_K, k4_tile(w, row_bytes, nr, a, n, nt, 0, out))
+VNNI_TILE(q5_K, k4_tile(w, row_bytes, nr, a, n, nt, 1, out))
+VNNI_TILE(q6_K, k6_tile(w, row_bytes, nr, a, n, nt, out))
 
 /* AVX-512 F, BW, VL and VNNI, and an OS that saves the opmask and zmm state. */
 static int cpu_has_avx512_vnni(void) {
@@ -381,7 +405,10 @@ int bm_kernels_avx512(bm_kernels *k) {
     k->dot_tile[GGML_TYPE_Q8_0] = dot_tile_q8_0;
     k->dot_tile[GGML_TYPE_Q4_0] = dot_tile_q4_0;
     k->dot_tile[GGML_TYPE_Q5_0] = dot_tile_q5_0;
+    k->dot_tile[GGML_TYPE_IQ4_NL] = dot_tile_iq4_nl;
+    k->dot_tile[GGML_TYPE_MXFP4] = dot_tile_mxfp4;
     k->dot_tile[GGML_TYPE_Q4_K] = dot_tile_q4_K;
+    k->dot_tile[GGML_TYPE_Q5_K] = dot_tile_q5_K;
     k->dot_tile[GGML_TYPE_Q6_K] = dot_tile_q6_K;
     return 1;
 }

@@ -296,6 +296,8 @@ static void fill_blocks(const dq_type *t, uint8_t *w, size_t nblk) {
         case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: put16(p, rand_scale()); break;
         case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: put16(p, rand_scale()); put16(p + 2, rand_scale()); break;
         case GGML_TYPE_Q6_K: put16(p + 208, rand_scale()); break;
+        case GGML_TYPE_IQ4_NL: put16(p, rand_scale()); break;
+        case GGML_TYPE_MXFP4: p[0] = (uint8_t)(100 + urand() % 40); break; /* 2^(e - 128): finite, near 1 */
         case GGML_TYPE_BF16: { uint32_t u = bits_of(fvalue()); put16(p, (uint16_t)(u >> 16)); break; }
         default: break;
         }
@@ -490,14 +492,16 @@ static void test_dequantised_dots(void) {
     }
 }
 
-/* The row x token tiles (kernels.h, dot_tile) of every path that has them: Q8_0, Q4_0 and Q5_0 rows of 1
- * to 130 blocks (past the AVX-512 kernels' 8-block staging chunk), 1 .. BM_TILE_R rows and 2 .. BM_TILE_T
+/* The row x token tiles (kernels.h, dot_tile) of every path that has them: Q8_0, Q4_0, Q5_0, IQ4_NL and
+ * MXFP4 rows of 1 to 130 blocks (past the AVX-512 kernels' 8-block staging chunk), 1 .. BM_TILE_R rows and 2 .. BM_TILE_T
  * tokens per call, every output bit for bit the scalar one-token kernel's (a NaN input block stays
  * NaN). Buffers are exactly nr rows and nt tokens (ASan sees an overrun). */
 static void test_tiles(void) {
     static const size_t NBS[] = {1, 2, 3, 5, 7, 8, 9, 15, 16, 20, 33, 64, 65, 130};
     static const dq_type TY[] = {{GGML_TYPE_Q8_0, 32, BMOE_Q8_0_BYTES, "q8_0"}, {GGML_TYPE_Q4_0, 32, BMOE_Q4_0_BYTES, "q4_0"},
-                                 {GGML_TYPE_Q5_0, 32, BMOE_Q5_0_BYTES, "q5_0"}};
+                                 {GGML_TYPE_Q5_0, 32, BMOE_Q5_0_BYTES, "q5_0"},
+                                 {GGML_TYPE_IQ4_NL, 32, BMOE_IQ4_NL_BYTES, "iq4_nl"},
+                                 {GGML_TYPE_MXFP4, 32, BMOE_MXFP4_BYTES, "mxfp4"}};
     int tested = 0;
     for (size_t ti = 0; ti < sizeof TY / sizeof TY[0]; ti++) {
         const dq_type *t = &TY[ti];
@@ -540,10 +544,12 @@ static void test_tiles(void) {
             }
         }
     }
-    /* Q4_K and Q6_K against Q8_K super-blocks: rows of 1 to 9 super-blocks (past the 8 lane classes) */
-    for (size_t nb = 1, kt = 0; kt < 2; nb = nb >= 9 ? (kt++, 1) : nb + (nb < 3 ? 1 : 3)) {
-        const dq_type t = kt ? (dq_type){GGML_TYPE_Q6_K, 256, BMOE_Q6_K_BYTES, "q6_K"}
-                             : (dq_type){GGML_TYPE_Q4_K, 256, BMOE_Q4_K_BYTES, "q4_K"};
+    /* Q4_K, Q5_K and Q6_K against Q8_K super-blocks: rows of 1 to 9 super-blocks (past the 8 lane classes) */
+    static const dq_type KT[] = {{GGML_TYPE_Q4_K, 256, BMOE_Q4_K_BYTES, "q4_K"},
+                                 {GGML_TYPE_Q5_K, 256, BMOE_Q5_K_BYTES, "q5_K"},
+                                 {GGML_TYPE_Q6_K, 256, BMOE_Q6_K_BYTES, "q6_K"}};
+    for (size_t nb = 1, kt = 0; kt < 3; nb = nb >= 9 ? (kt++, 1) : nb + (nb < 3 ? 1 : 3)) {
+        const dq_type t = KT[kt];
         const size_t n = nb * 256, rb = nb * t.bytes;
         for (int nr = 1; nr <= BM_TILE_R; nr += (nr < 2 ? 1 : 3)) {
             for (int nt = 2; nt <= BM_TILE_T; nt += 5) {
@@ -575,6 +581,14 @@ static void test_tiles(void) {
             }
         }
     }
+    /* every type a path has tiles for is in the lists above */
+    for (int p = 0; p < n_paths; p++)
+        for (uint32_t id = 0; id < GGML_TYPE_COUNT; id++) {
+            int listed = 0;
+            for (size_t i = 0; i < sizeof TY / sizeof TY[0]; i++) listed |= TY[i].type == id;
+            for (size_t i = 0; i < sizeof KT / sizeof KT[0]; i++) listed |= KT[i].type == id;
+            CHECK(!paths[p].dot_tile[id] || listed);
+        }
     /* a path that has tiles is tested; on a CPU with AVX-512 VNNI that path must be there */
     if (bm_kpath_available(BM_KPATH_AVX512)) CHECK(tested > 0);
 }
