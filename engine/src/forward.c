@@ -136,6 +136,30 @@ static void softmax_sink(const bm_kernels *k, float *v, int n, float sink) {
     for (int i = 0; i < n; i++) v[i] /= sum;
 }
 
+/* softmax (sink NULL) or softmax_sink (sink[r] row r's) of two rows at once: each row gets exactly
+ * those functions' operations in their order; only the two rows' max and sum chains are interleaved,
+ * so that each add waits less on the previous one's latency. */
+static void softmax2(const bm_kernels *k, float *a, float *b, int n, const float *sink) {
+    float ma = sink ? sink[0] : a[0], mb = sink ? sink[1] : b[0];
+    for (int i = sink ? 0 : 1; i < n; i++) {
+        if (a[i] > ma) ma = a[i];
+        if (b[i] > mb) mb = b[i];
+    }
+    k->exp_shift(a, (size_t)n, ma);
+    k->exp_shift(b, (size_t)n, mb);
+    float sa = 0.0f, sb = 0.0f;
+    for (int i = 0; i < n; i++) {
+        sa += a[i];
+        sb += b[i];
+    }
+    if (sink) {
+        sa += (float)bm_exp((double)sink[0] - (double)ma);
+        sb += (float)bm_exp((double)sink[1] - (double)mb);
+    }
+    for (int i = 0; i < n; i++) a[i] /= sa;
+    for (int i = 0; i < n; i++) b[i] /= sb;
+}
+
 /* out[i] = act(g[i]) * u[i] (out may be u). SiLU through the kernels' vector form (the same bits as
  * bm_silu); GELU goes through ggml's f16 table, as llama.cpp computes it on a CPU (docs/model-math.md),
  * built once per forward pass object (bm_gelu_f16's bits). */
@@ -318,11 +342,12 @@ static void attn_heads(void *ctx, int i0, int i1, int tid) {
         float *out = f->att + (size_t)t * J->od + (size_t)h0 * hdv;
         if (nh == 2) f->kern.dot_f32_rows2(q, q + hd, kg, J->kvd, (size_t)hd, n, sc[0], sc[1]);
         else f->kern.dot_f32_rows(q, kg, J->kvd, (size_t)hd, n, sc[0]);
-        for (int u = 0; u < nh; u++) {
+        for (int u = 0; u < nh; u++)
             for (int j = 0; j < n; j++) sc[u][j] *= scale;
-            if (J->ly->attn_sinks) softmax_sink(&f->kern, sc[u], n, J->ly->attn_sinks[h0 + u]);
-            else softmax(&f->kern, sc[u], n);
-        }
+        const float *sinks = J->ly->attn_sinks ? J->ly->attn_sinks + h0 : NULL;
+        if (nh == 2) softmax2(&f->kern, sc[0], sc[1], n, sinks);
+        else if (sinks) softmax_sink(&f->kern, sc[0], n, sinks[0]);
+        else softmax(&f->kern, sc[0], n);
         if (nh == 2) f->kern.weighted_rows2(sc[0], sc[1], n, vg, J->vd, (size_t)hdv, out, out + hdv);
         else f->kern.weighted_rows(sc[0], n, vg, J->vd, (size_t)hdv, out);
     }

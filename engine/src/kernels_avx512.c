@@ -28,6 +28,8 @@
 #define VNNI_FN __attribute__((target("avx2,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 #define BM_X86_FN VNNI_FN
 #include "kernels_x86.h"
+#define BM_VEXP_FN VNNI_FN
+#include "kernels_vexp.h"
 
 /* Blocks whose biased activations (x + 128) are staged at once per token: 8 x 32 bytes each. */
 #define TILE_CHUNK 8
@@ -374,6 +376,58 @@ VNNI_FN static void k6_tile(const uint8_t *w, size_t row_bytes, int nr, const bm
 }
 
 
+/* ---- The exponentials eight lanes at a time: bm_vexp's double operations (kernels_vexp.h), in the
+ * same order, on 512-bit registers, so each lane has bm_exp's bits. A group of eight with a lane
+ * outside [-BM_VEXP_LIMIT, BM_VEXP_LIMIT] (or NaN) goes through the scalar loop; a tail of fewer
+ * than eight through AVX2's four-lane functions. */
+
+VNNI_FN static inline __m512d vexp8(__m512d x) {
+    static const double INV_FACT[BM_EXP_DEGREE + 1] = BM_EXP_INV_FACT;
+    const __m512d t = _mm512_mul_pd(x, _mm512_set1_pd(BM_EXP_INV_LN2));
+    /* (int)(t < 0 ? t - 0.5 : t + 0.5), truncating */
+    const __mmask8 neg = _mm512_cmp_pd_mask(t, _mm512_setzero_pd(), _CMP_LT_OQ);
+    const __m256i n = _mm512_cvttpd_epi32(_mm512_add_pd(t, _mm512_mask_blend_pd(neg, _mm512_set1_pd(0.5), _mm512_set1_pd(-0.5))));
+    const __m512d nd = _mm512_cvtepi32_pd(n);
+    const __m512d r = _mm512_sub_pd(_mm512_sub_pd(x, _mm512_mul_pd(nd, _mm512_set1_pd(BM_EXP_LN2_HI))),
+                                    _mm512_mul_pd(nd, _mm512_set1_pd(BM_EXP_LN2_LO)));
+    __m512d p = _mm512_set1_pd(INV_FACT[BM_EXP_DEGREE]);
+    for (int k = BM_EXP_DEGREE - 1; k >= 0; k--) p = _mm512_add_pd(_mm512_mul_pd(p, r), _mm512_set1_pd(INV_FACT[k]));
+    const __m512i bits = _mm512_slli_epi64(_mm512_add_epi64(_mm512_cvtepi32_epi64(n), _mm512_set1_epi64(1023)), 52);
+    return _mm512_mul_pd(p, _mm512_castsi512_pd(bits)); /* times 2^n */
+}
+
+VNNI_FN static inline int vexp8_in_range(__m512d x) {
+    return (_mm512_cmp_pd_mask(x, _mm512_set1_pd(-BM_VEXP_LIMIT), _CMP_GE_OQ) &
+            _mm512_cmp_pd_mask(x, _mm512_set1_pd(BM_VEXP_LIMIT), _CMP_LE_OQ)) == 0xFF;
+}
+
+/* v[i] = (float)bm_exp((double)v[i] - (double)mx) */
+VNNI_FN static void vexp_shift_avx512(float *v, size_t n, float mx) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m512d x = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(v + i)), _mm512_set1_pd((double)mx));
+        if (vexp8_in_range(x)) _mm256_storeu_ps(v + i, _mm512_cvtpd_ps(vexp8(x)));
+        else bm_exp_shift_scalar(v + i, 8, mx);
+    }
+    bm_vexp_shift(v + i, n - i, mx);
+}
+
+/* out[i] = bm_silu(g[i]) * u[i] (out may be u): (float)(z / (1 + exp(-z))) * u */
+VNNI_FN static void vsilu_mul_avx512(const float *g, const float *u, size_t n, float *out) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m512d z = _mm512_cvtps_pd(_mm256_loadu_ps(g + i));
+        if (vexp8_in_range(z)) {
+            const __m512d e = vexp8(_mm512_castsi512_pd(_mm512_xor_si512(_mm512_castpd_si512(z), _mm512_set1_epi64(INT64_MIN)))); /* -z */
+            const __m256 s = _mm512_cvtpd_ps(_mm512_div_pd(z, _mm512_add_pd(_mm512_set1_pd(1.0), e)));
+            _mm256_storeu_ps(out + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
+        } else {
+            bm_silu_mul_scalar(g + i, u + i, 8, out + i);
+        }
+    }
+    bm_vsilu_mul(g + i, u + i, n - i, out + i);
+}
+
 /* The type table's tiles of this path (kernels.h, dot_tile), one wrapper per type. */
 #define VNNI_TILE(T, CALL)                                                                                 \
     VNNI_FN static void dot_tile_##T(const uint8_t *w, size_t row_bytes, int nr, const bm_act *a, size_t n, int nt, \
@@ -402,6 +456,8 @@ static int cpu_has_avx512_vnni(void) {
 
 int bm_kernels_avx512(bm_kernels *k) {
     if (!cpu_has_avx512_vnni() || !bm_kernels_avx2(k)) return 0;
+    k->exp_shift = vexp_shift_avx512;
+    k->silu_mul = vsilu_mul_avx512;
     k->dot_tile[GGML_TYPE_Q8_0] = dot_tile_q8_0;
     k->dot_tile[GGML_TYPE_Q4_0] = dot_tile_q4_0;
     k->dot_tile[GGML_TYPE_Q5_0] = dot_tile_q5_0;
