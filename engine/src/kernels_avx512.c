@@ -1,6 +1,6 @@
 /* x86_64 AVX-512 VNNI: prefill tiles of 8 weight rows x up to BM_TILE_T tokens, with the scalar path's
  * bits, for the types whose blocks are 32 signed 8-bit levels against Q8_0 activation blocks (Q8_0, Q4_0,
- * Q5_0, IQ4_NL, MXFP4) and for Q4_K, Q5_K and Q6_K against Q8_K super-blocks. A block's weights are unpacked once for all the tokens.
+ * Q5_0, IQ4_NL, MXFP4) and for Q4_K, Q5_K, Q6_K and IQ4_XS against Q8_K super-blocks. A block's weights are unpacked once for all the tokens.
  *
  * The AVX2 kernels spend most of a block on turning its 32 products into one integer sum (horizontal
  * adds across lanes). Here the lanes are the 8 rows instead: for one block b, register W_j holds bytes
@@ -376,6 +376,71 @@ VNNI_FN static void k6_tile(const uint8_t *w, size_t row_bytes, int nr, const bm
 }
 
 
+/* ---- IQ4_XS against Q8_K super-blocks: per sub-block j of 32 the Q8_0 tiles' scheme (the signed table
+ * levels transposed, each token's activations biased by 128, 128 times the row's level sum of the
+ * sub-block taken off), so lane r holds row r's exact S_j = sum_i kv_i x_i; is = sum_j (ls_j - 32) S_j
+ * (vpmulld, exact: |is| < 2^28), then bm_k6_value's float steps lane-wise: (float)is * (d * d_x) onto
+ * lane class b mod 8. */
+
+VNNI_FN static void xs_tile(const uint8_t *w, size_t row_bytes, int nr, const bm_act *a, size_t n, int NT, float *out) {
+    const size_t nb = n / BM_Q8K_BLOCK;
+    const uint8_t *rows[BM_TILE_R];
+    for (int r = 0; r < BM_TILE_R; r++) rows[r] = w + (size_t)(r < nr ? r : 0) * row_bytes; /* spare lanes: row 0 */
+    const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)BM_KVALUES_IQ4NL));
+    const __m256i m4 = _mm256_set1_epi8(0xF), ones = _mm256_set1_epi8(1), bias = _mm256_set1_epi8((char)0x80);
+    __m256 acc[BM_TILE_T][8];
+    for (int t = 0; t < NT; t++)
+        for (int c = 0; c < 8; c++) acc[t][c] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        _Alignas(32) int32_t scv[8][BM_TILE_R];
+        uint16_t dv[BM_TILE_R];
+        __m256i wt[8][8], corr[8]; /* [sub-block][dword]: lane r = row r's four levels; 128 x level sums */
+        for (int j = 0; j < 8; j++) {
+            __m256i lv[BM_TILE_R];
+#pragma GCC unroll 8
+            for (int r = 0; r < BM_TILE_R; r++) {
+                const __m128i q = _mm_loadu_si128((const __m128i *)(rows[r] + b * BMOE_IQ4_XS_BYTES + 8 + 16 * j));
+                lv[r] = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4));
+            }
+            transpose8(lv, wt[j]);
+            __m256i ls = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) ls = _mm256_dpbusd_epi32(ls, ones, wt[j][k]);
+            corr[j] = _mm256_slli_epi32(ls, 7);
+        }
+        for (int r = 0; r < BM_TILE_R; r++) {
+            const uint8_t *blk = rows[r] + b * BMOE_IQ4_XS_BYTES;
+            for (int j = 0; j < 8; j++) scv[j][r] = (int32_t)bm_iq4xs_scale(blk, j) - 32;
+            dv[r] = bm_rd16(blk);
+        }
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dv)); /* exact */
+#pragma GCC unroll 1
+        for (int t = 0; t < NT; t++) {
+            const bm_q8k *xb = a->k + (size_t)t * nb + b;
+            __m256i is = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) {
+                _Alignas(32) uint8_t xs[32]; /* the sub-block's activations + 128 */
+                _mm256_store_si256((__m256i *)xs, _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(xb->q + 32 * j)), bias));
+                __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+#pragma GCC unroll 4
+                for (int k = 0; k < 8; k += 2) {
+                    int32_t q0, q1;
+                    memcpy(&q0, xs + 4 * k, 4);
+                    memcpy(&q1, xs + 4 * k + 4, 4);
+                    s0 = _mm256_dpbusd_epi32(s0, _mm256_set1_epi32(q0), wt[j][k]);
+                    s1 = _mm256_dpbusd_epi32(s1, _mm256_set1_epi32(q1), wt[j][k + 1]);
+                }
+                const __m256i sj = _mm256_sub_epi32(_mm256_add_epi32(s0, s1), corr[j]); /* lane r: row r's S_j */
+                is = _mm256_add_epi32(is, _mm256_mullo_epi32(sj, _mm256_load_si256((const __m256i *)scv[j])));
+            }
+            const __m256 c = _mm256_mul_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(d, _mm256_set1_ps(xb->d)));
+            acc[t][b & 7] = _mm256_add_ps(acc[t][b & 7], c);
+        }
+    }
+    tile_finish(acc, nr, NT, out);
+}
+
 /* ---- The exponentials eight lanes at a time: bm_vexp's double operations (kernels_vexp.h), in the
  * same order, on 512-bit registers, so each lane has bm_exp's bits. A group of eight with a lane
  * outside [-BM_VEXP_LIMIT, BM_VEXP_LIMIT] (or NaN) goes through the scalar loop; a tail of fewer
@@ -442,6 +507,7 @@ VNNI_TILE(q5_0, blk32_tile(GGML_TYPE_Q5_0, w, row_bytes, nr, a, n, nt, out))
 VNNI_TILE(q4_K, k4_tile(w, row_bytes, nr, a, n, nt, 0, out))
 VNNI_TILE(q5_K, k4_tile(w, row_bytes, nr, a, n, nt, 1, out))
 VNNI_TILE(q6_K, k6_tile(w, row_bytes, nr, a, n, nt, out))
+VNNI_TILE(iq4_xs, xs_tile(w, row_bytes, nr, a, n, nt, out))
 
 /* AVX-512 F, BW, VL and VNNI, and an OS that saves the opmask and zmm state. */
 static int cpu_has_avx512_vnni(void) {
@@ -466,6 +532,7 @@ int bm_kernels_avx512(bm_kernels *k) {
     k->dot_tile[GGML_TYPE_Q4_K] = dot_tile_q4_K;
     k->dot_tile[GGML_TYPE_Q5_K] = dot_tile_q5_K;
     k->dot_tile[GGML_TYPE_Q6_K] = dot_tile_q6_K;
+    k->dot_tile[GGML_TYPE_IQ4_XS] = dot_tile_iq4_xs;
     return 1;
 }
 

@@ -298,6 +298,7 @@ static void fill_blocks(const dq_type *t, uint8_t *w, size_t nblk) {
         case GGML_TYPE_Q6_K: put16(p + 208, rand_scale()); break;
         case GGML_TYPE_IQ4_NL: put16(p, rand_scale()); break;
         case GGML_TYPE_MXFP4: p[0] = (uint8_t)(100 + urand() % 40); break; /* 2^(e - 128): finite, near 1 */
+        case GGML_TYPE_IQ4_XS: put16(p, rand_scale()); break;
         case GGML_TYPE_BF16: { uint32_t u = bits_of(fvalue()); put16(p, (uint16_t)(u >> 16)); break; }
         default: break;
         }
@@ -544,11 +545,13 @@ static void test_tiles(void) {
             }
         }
     }
-    /* Q4_K, Q5_K and Q6_K against Q8_K super-blocks: rows of 1 to 9 super-blocks (past the 8 lane classes) */
+    /* Q4_K, Q5_K, Q6_K and IQ4_XS against Q8_K super-blocks: rows of 1 to 9 super-blocks (past the 8 lane
+     * classes) */
     static const dq_type KT[] = {{GGML_TYPE_Q4_K, 256, BMOE_Q4_K_BYTES, "q4_K"},
                                  {GGML_TYPE_Q5_K, 256, BMOE_Q5_K_BYTES, "q5_K"},
-                                 {GGML_TYPE_Q6_K, 256, BMOE_Q6_K_BYTES, "q6_K"}};
-    for (size_t nb = 1, kt = 0; kt < 3; nb = nb >= 9 ? (kt++, 1) : nb + (nb < 3 ? 1 : 3)) {
+                                 {GGML_TYPE_Q6_K, 256, BMOE_Q6_K_BYTES, "q6_K"},
+                                 {GGML_TYPE_IQ4_XS, 256, BMOE_IQ4_XS_BYTES, "iq4_xs"}};
+    for (size_t nb = 1, kt = 0; kt < sizeof KT / sizeof KT[0]; nb = nb >= 9 ? (kt++, 1) : nb + (nb < 3 ? 1 : 3)) {
         const dq_type t = KT[kt];
         const size_t n = nb * 256, rb = nb * t.bytes;
         for (int nr = 1; nr <= BM_TILE_R; nr += (nr < 2 ? 1 : 3)) {
